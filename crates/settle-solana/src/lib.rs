@@ -1,0 +1,46 @@
+//! settle-solana: USDC payouts on Solana for the settle engine.
+//!
+//! - [`chain`]: the [`Chain`] trait, the narrow view of a cluster the payer needs.
+//! - [`rpc`]: [`RpcChain`], the production adapter over `solana_client`'s `RpcClient`.
+//! - [`local`]: [`LocalChain`], litesvm with the real SPL programs plus a block and
+//!   finality model and failure hooks, for tests and the demo.
+//! - [`rpc_server`]: serves a [`LocalChain`] as a JSON-RPC endpoint so that
+//!   [`RpcChain`] can be exercised end to end.
+//! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions.
+//! - [`treasury`]: keypair loading (permission check, redacted), mint check, preflight.
+//! - [`payer`]: the exactly-once protocol, the [`Journal`] trait and two journals.
+//! - [`reconcile`]: compare settled payouts with on-chain token balance changes.
+//!
+//! Invariant: a transaction is sent only after its signed bytes are durable in the
+//! journal, and transfers are re-signed only after their previous attempt is
+//! provably expired.
+
+pub mod chain;
+pub mod local;
+pub mod pack;
+pub mod payer;
+pub mod reconcile;
+pub mod rpc;
+pub mod rpc_server;
+pub mod treasury;
+
+pub use chain::{Chain, ChainError, Confirmation, SigStatus, TokenDelta, TxFailure};
+pub use local::{Delay, LocalChain, LocalChainConfig};
+pub use pack::{Transfer, WalletError, validate_wallet};
+pub use payer::{
+    AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Payer,
+    PayerConfig, PayoutOutcome, SignedAttempt,
+};
+pub use reconcile::{Discrepancy, ReconcileReport, SettledPayout, reconcile};
+pub use rpc::RpcChain;
+pub use rpc_server::{RpcServer, serve_local_chain};
+pub use treasury::{
+    PreflightError, PreflightReport, Treasury, TreasuryError, check_mint, preflight,
+};
+
+/// Re-exports of the Solana types in this crate's API.
+pub use solana_sdk::{
+    hash::Hash,
+    pubkey::Pubkey,
+    signature::{Keypair, Signature, Signer},
+};

@@ -1,0 +1,317 @@
+//! Transfers, wallet validation and packing transfers into legacy transactions.
+//!
+//! # Transaction layout
+//!
+//! ```text
+//! 0  ComputeBudget SetComputeUnitLimit   (from simulation, see `compute_unit_limit_for`)
+//! 1  ComputeBudget SetComputeUnitPrice   (configured priority fee, micro-lamports per CU)
+//! 2  Memo                                ("settle payouts: <ids>" or "settle attempt: <id>")
+//! 3… per transfer: [ATA CreateIdempotent when the recipient ATA is missing] TransferChecked
+//! ```
+//!
+//! The packer adds transfers while the *serialized* transaction (one signature)
+//! stays within [`PACKET_DATA_SIZE`] bytes, measuring each candidate. The memo
+//! names the payout ids when they fit; otherwise it carries the attempt id
+//! (`settle attempt: att-…`), which the journal maps to its payout ids, so that
+//! long payout ids do not reduce the number of transfers per transaction.
+
+use std::collections::HashSet;
+
+use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_instruction::Instruction;
+use solana_message::Message;
+use solana_sdk::{hash::Hash, pubkey::Pubkey};
+use solana_transaction::Transaction;
+use spl_associated_token_account_interface::{
+    address::get_associated_token_address, instruction::create_associated_token_account_idempotent,
+};
+
+/// The SPL Memo program (v3).
+pub const MEMO_PROGRAM_ID: Pubkey =
+    Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
+/// Maximum size of a serialized transaction (IPv6 MTU minus headers).
+pub const PACKET_DATA_SIZE: usize = 1232;
+/// USDC has 6 decimals: 1 USDC = 1,000,000 µUSDC (token base units).
+pub const USDC_DECIMALS: u8 = 6;
+/// The largest compute unit limit a transaction may request; used for simulation.
+pub const COMPUTE_UNIT_LIMIT_MAX: u32 = 1_400_000;
+/// Margin added on top of simulated compute units: percent …
+pub const COMPUTE_UNIT_MARGIN_PERCENT: u64 = 10;
+/// … plus a fixed number of units.
+pub const COMPUTE_UNIT_MARGIN_UNITS: u64 = 1_000;
+/// Size of an SPL token account, whose rent the treasury pays for new ATAs.
+pub const TOKEN_ACCOUNT_LEN: usize = 165;
+/// Prefix of a memo that names payout ids.
+pub const MEMO_PAYOUTS_PREFIX: &str = "settle payouts: ";
+/// Prefix of a memo that names an attempt (when the ids do not fit).
+pub const MEMO_ATTEMPT_PREFIX: &str = "settle attempt: ";
+
+/// One payment: `amount_micro_usdc` µUSDC to `wallet`'s USDC associated token account.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Transfer {
+    /// The payout this transfer settles (unique per transfer).
+    pub payout_id: String,
+    /// Owner wallet (on-curve address); the tokens go to its associated token account.
+    pub wallet: Pubkey,
+    /// Amount in µUSDC (token base units), > 0.
+    pub amount_micro_usdc: u64,
+}
+
+/// Why a wallet address was refused. [`WalletError::code`] is a stable API code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WalletError {
+    /// Not valid base58.
+    #[error("wallet address is not valid base58")]
+    InvalidBase58,
+    /// Decodes to something other than 32 bytes.
+    #[error("wallet address decodes to {0} bytes, expected 32")]
+    InvalidLength(usize),
+    /// Off the ed25519 curve (a program-derived address): no one can sign for it,
+    /// and its ATA would not be the provider's.
+    #[error("wallet address is not on the ed25519 curve (program-derived address)")]
+    OffCurve,
+}
+
+impl WalletError {
+    /// Stable error code for APIs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WalletError::InvalidBase58 => "wallet_invalid_base58",
+            WalletError::InvalidLength(_) => "wallet_invalid_length",
+            WalletError::OffCurve => "wallet_off_curve",
+        }
+    }
+}
+
+/// Parse a provider wallet: base58, 32 bytes, on the ed25519 curve.
+pub fn validate_wallet(address: &str) -> Result<Pubkey, WalletError> {
+    // A 32-byte value is at most 44 base58 characters; refuse huge inputs early.
+    if address.len() > 64 {
+        return Err(WalletError::InvalidLength(address.len()));
+    }
+    let bytes = bs58::decode(address.trim())
+        .into_vec()
+        .map_err(|_| WalletError::InvalidBase58)?;
+    let array: [u8; 32] = bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| WalletError::InvalidLength(bytes.len()))?;
+    let pubkey = Pubkey::new_from_array(array);
+    if !pubkey.is_on_curve() {
+        return Err(WalletError::OffCurve);
+    }
+    Ok(pubkey)
+}
+
+/// Static inputs of packing: who pays, which token, which fee.
+#[derive(Debug, Clone, Copy)]
+pub struct PackParams {
+    /// Treasury wallet: fee payer, transfer authority, ATA rent payer.
+    pub treasury: Pubkey,
+    /// USDC mint.
+    pub mint: Pubkey,
+    /// Priority fee in micro-lamports per compute unit.
+    pub priority_fee_micro_lamports: u64,
+    /// Upper bound on transfers per transaction (the size limit usually binds first).
+    pub transfers_per_tx_max: usize,
+}
+
+impl PackParams {
+    /// The treasury's USDC associated token account (source of all transfers).
+    pub fn treasury_token_account(&self) -> Pubkey {
+        get_associated_token_address(&self.treasury, &self.mint)
+    }
+}
+
+/// A group of transfers that goes into one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// The attempt this batch becomes.
+    pub attempt_id: String,
+    /// The transfers, in instruction order.
+    pub transfers: Vec<Transfer>,
+    /// For each transfer: whether its instructions include ATA creation.
+    pub create_ata: Vec<bool>,
+    /// The memo text.
+    pub memo: String,
+}
+
+impl Batch {
+    /// The payout ids, in order.
+    pub fn payout_ids(&self) -> Vec<String> {
+        self.transfers.iter().map(|t| t.payout_id.clone()).collect()
+    }
+
+    /// The instructions of this batch with the given compute unit limit.
+    pub fn instructions(&self, params: &PackParams, compute_unit_limit: u32) -> Vec<Instruction> {
+        let source = params.treasury_token_account();
+        let mut ixs = Vec::with_capacity(3 + 2 * self.transfers.len());
+        ixs.push(ComputeBudgetInstruction::set_compute_unit_limit(
+            compute_unit_limit,
+        ));
+        ixs.push(ComputeBudgetInstruction::set_compute_unit_price(
+            params.priority_fee_micro_lamports,
+        ));
+        ixs.push(memo_instruction(&self.memo));
+        for (transfer, create) in self.transfers.iter().zip(&self.create_ata) {
+            let destination = get_associated_token_address(&transfer.wallet, &params.mint);
+            if *create {
+                ixs.push(create_associated_token_account_idempotent(
+                    &params.treasury,
+                    &transfer.wallet,
+                    &params.mint,
+                    &spl_token_interface::id(),
+                ));
+            }
+            ixs.push(
+                spl_token_interface::instruction::transfer_checked(
+                    &spl_token_interface::id(),
+                    &source,
+                    &params.mint,
+                    &destination,
+                    &params.treasury,
+                    &[],
+                    transfer.amount_micro_usdc,
+                    USDC_DECIMALS,
+                )
+                .expect("the SPL token program id is valid"),
+            );
+        }
+        ixs
+    }
+
+    /// The transfer that instruction `index` belongs to, if any.
+    pub fn transfer_of_instruction(&self, index: u8) -> Option<usize> {
+        let mut next = 3usize;
+        for (position, create) in self.create_ata.iter().enumerate() {
+            let width = if *create { 2 } else { 1 };
+            if (next..next + width).contains(&usize::from(index)) {
+                return Some(position);
+            }
+            next += width;
+        }
+        None
+    }
+
+    /// An unsigned transaction of this batch.
+    pub fn unsigned_transaction(
+        &self,
+        params: &PackParams,
+        compute_unit_limit: u32,
+        blockhash: Hash,
+    ) -> Transaction {
+        let message = Message::new_with_blockhash(
+            &self.instructions(params, compute_unit_limit),
+            Some(&params.treasury),
+            &blockhash,
+        );
+        Transaction::new_unsigned(message)
+    }
+
+    /// Serialized size in bytes of this batch's transaction (signatures included).
+    pub fn serialized_size(&self, params: &PackParams) -> usize {
+        serialized_size(&self.unsigned_transaction(params, COMPUTE_UNIT_LIMIT_MAX, Hash::default()))
+    }
+}
+
+/// The memo instruction (no signer accounts: the transaction's signer is the treasury).
+pub fn memo_instruction(text: &str) -> Instruction {
+    Instruction {
+        program_id: MEMO_PROGRAM_ID,
+        accounts: Vec::new(),
+        data: text.as_bytes().to_vec(),
+    }
+}
+
+/// Serialized size of a transaction as sent on the wire.
+pub fn serialized_size(tx: &Transaction) -> usize {
+    bincode::serialized_size(tx).map_or(usize::MAX, |n| n as usize)
+}
+
+/// The memo naming the payout ids.
+pub fn payouts_memo(payout_ids: &[String]) -> String {
+    format!("{MEMO_PAYOUTS_PREFIX}{}", payout_ids.join(","))
+}
+
+/// The short memo naming only the attempt.
+pub fn attempt_memo(attempt_id: &str) -> String {
+    format!("{MEMO_ATTEMPT_PREFIX}{attempt_id}")
+}
+
+/// Compute unit limit for a transaction that consumed `units` in simulation:
+/// `units × 1.1 + 1,000`, capped at [`COMPUTE_UNIT_LIMIT_MAX`].
+pub fn compute_unit_limit_for(units: u64) -> u32 {
+    let with_margin = units
+        .saturating_mul(100 + COMPUTE_UNIT_MARGIN_PERCENT)
+        .div_ceil(100)
+        .saturating_add(COMPUTE_UNIT_MARGIN_UNITS);
+    u32::try_from(with_margin.min(u64::from(COMPUTE_UNIT_LIMIT_MAX)))
+        .unwrap_or(COMPUTE_UNIT_LIMIT_MAX)
+}
+
+/// Pack transfers into batches that each fit in one transaction.
+///
+/// `missing_atas` holds the recipient token accounts that do not exist yet
+/// (their transfer gets a `CreateIdempotent` first, once per batch and wallet).
+/// `new_attempt_id` names each batch. Transfers keep their order.
+pub fn pack(
+    params: &PackParams,
+    transfers: &[Transfer],
+    missing_atas: &HashSet<Pubkey>,
+    new_attempt_id: &mut dyn FnMut() -> String,
+) -> Vec<Batch> {
+    let per_tx_max = params.transfers_per_tx_max.max(1);
+    let mut batches = Vec::new();
+    let mut current = empty_batch(new_attempt_id());
+    for transfer in transfers {
+        let ata = get_associated_token_address(&transfer.wallet, &params.mint);
+        if current.transfers.len() < per_tx_max {
+            let candidate = with_transfer(&current, transfer, missing_atas.contains(&ata));
+            if let Some(candidate) = fit(params, candidate) {
+                current = candidate;
+                continue;
+            }
+        }
+        // Close the current batch; a single transfer always fits in a fresh one.
+        let next = empty_batch(new_attempt_id());
+        batches.push(std::mem::replace(&mut current, next));
+        let candidate = with_transfer(&current, transfer, missing_atas.contains(&ata));
+        current = fit(params, candidate).expect("one transfer fits in a transaction");
+    }
+    if !current.transfers.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+fn empty_batch(attempt_id: String) -> Batch {
+    Batch {
+        attempt_id,
+        transfers: Vec::new(),
+        create_ata: Vec::new(),
+        memo: String::new(),
+    }
+}
+
+fn with_transfer(batch: &Batch, transfer: &Transfer, ata_missing: bool) -> Batch {
+    let mut next = batch.clone();
+    // Create each missing ATA once per batch (later transfers to the same wallet reuse it).
+    let already_created = batch
+        .transfers
+        .iter()
+        .zip(&batch.create_ata)
+        .any(|(t, c)| *c && t.wallet == transfer.wallet);
+    next.transfers.push(transfer.clone());
+    next.create_ata.push(ata_missing && !already_created);
+    next
+}
+
+/// Give the batch the longest memo that fits; `None` when even the short memo does not.
+fn fit(params: &PackParams, mut batch: Batch) -> Option<Batch> {
+    batch.memo = payouts_memo(&batch.payout_ids());
+    if batch.serialized_size(params) <= PACKET_DATA_SIZE {
+        return Some(batch);
+    }
+    batch.memo = attempt_memo(&batch.attempt_id);
+    (batch.serialized_size(params) <= PACKET_DATA_SIZE).then_some(batch)
+}

@@ -1,0 +1,1249 @@
+//! The exactly-once payer.
+//!
+//! # Protocol
+//!
+//! 1. **Resume.** Every open attempt (signed, no outcome) in the [`Journal`] is
+//!    driven to an outcome first (step 4).
+//! 2. **Pack and sign.** New transfers are packed ([`crate::pack`]), simulated
+//!    unsigned to size the compute unit limit, then signed with a fresh blockhash.
+//! 3. **Persist, then send.** [`Journal::record_signed`] stores the exact signed
+//!    bytes, signature and last valid block height; only after it returned `Ok` is
+//!    the transaction sent (without preflight).
+//! 4. **Wait.** Statuses are polled (with history search) and the *same bytes* are
+//!    rebroadcast every `rebroadcast_interval_ms` until:
+//!    - the transaction is `finalized` without error → [`AttemptOutcome::Landed`];
+//!    - it is `finalized` with an error → [`AttemptOutcome::Failed`] (the payouts
+//!      fail and their funds return to payable);
+//!    - it is **provably expired**: the finalized block height, read *before* the
+//!      status query, is above the attempt's last valid block height and the
+//!      signature is unknown even with history search → [`AttemptOutcome::Expired`],
+//!      then its transfers are re-signed as a new attempt (back to step 2).
+//!
+//! An RPC error proves nothing: it is retried with bounded backoff
+//! (`rpc_retries_max` consecutive failures), after which the payer gives up and
+//! leaves the attempt open for the next [`Payer::resume`]. It never re-signs
+//! because of an RPC error, a send error or a timeout; only a provable expiry
+//! leads to a new signature. Hence at most one live attempt exists per payout.
+//!
+//! # Caller contract
+//!
+//! Any payout that was handed to [`Payer::pay`] and has neither an open attempt nor
+//! a `Landed`/`Failed` outcome may (and should) be handed to `pay` again: this
+//! covers a crash before `record_signed` and a crash between recording
+//! `Expired` and signing its replacement. `pay` skips payouts that have an open
+//! attempt (resume settles them) or a `Landed`/`Failed` outcome
+//! ([`Journal::resolved_payouts`]). Only one payer may work on a journal at a time.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use solana_sdk::{hash::Hash, pubkey::Pubkey, signature::Signature};
+use solana_transaction::Transaction;
+use tokio::time::Instant;
+
+use crate::chain::{Chain, ChainError, Confirmation, SigStatus};
+use crate::pack::{
+    Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, pack,
+};
+use crate::treasury::{PreflightError, Treasury, missing_token_accounts, preflight};
+
+/// Maximum signatures per `getSignatureStatuses` request.
+pub const SIGNATURES_PER_STATUS_REQUEST_MAX: usize = 256;
+
+// ----- journal --------------------------------------------------------------------
+
+/// A signed transaction, persisted before it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedAttempt {
+    /// Unique id (also in the memo when the payout ids do not fit).
+    pub attempt_id: String,
+    /// Payout ids in the transaction, in instruction order.
+    pub payout_ids: Vec<String>,
+    /// The transfers in the transaction.
+    pub transfers: Vec<Transfer>,
+    /// The exact signed transaction bytes (bincode, as sent on the wire).
+    pub tx_bytes: Vec<u8>,
+    /// Base58 signature (the transaction id).
+    pub signature: String,
+    /// Base58 blockhash the transaction was signed with.
+    pub blockhash: String,
+    /// Last block height at which the transaction can land.
+    pub last_valid_block_height: u64,
+}
+
+impl SignedAttempt {
+    /// Decode the stored transaction.
+    pub fn transaction(&self) -> Result<Transaction, PayError> {
+        bincode::deserialize(&self.tx_bytes)
+            .map_err(|e| PayError::CorruptAttempt(self.attempt_id.clone(), e.to_string()))
+    }
+
+    /// Decode the stored signature.
+    pub fn parsed_signature(&self) -> Result<Signature, PayError> {
+        self.signature
+            .parse()
+            .map_err(|_| PayError::CorruptAttempt(self.attempt_id.clone(), "signature".into()))
+    }
+}
+
+/// Final outcome of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// Finalized without error in `slot`: the payouts are settled.
+    Landed {
+        /// Slot of the block.
+        slot: u64,
+    },
+    /// Finalized with an on-chain error: the payouts failed, funds return to payable.
+    Failed {
+        /// The runtime error.
+        reason: String,
+    },
+    /// Provably never landed and never will: the payouts are free to be re-signed.
+    Expired,
+}
+
+/// Journal failure. The payer stops; state stays consistent (open attempts are resumed).
+#[derive(Debug, thiserror::Error)]
+#[error("journal error: {0}")]
+pub struct JournalError(pub String);
+
+/// Durable, append-only record of attempts. Implemented by the main crate on its
+/// database; [`MemoryJournal`] and [`FileJournal`] are provided.
+#[async_trait]
+pub trait Journal: Send + Sync {
+    /// Persist a signed attempt. Must be durable when it returns `Ok`: the
+    /// transaction is sent right after.
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError>;
+    /// Persist the final outcome of an attempt (at most one per attempt).
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError>;
+    /// Signed attempts without an outcome.
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError>;
+    /// Those of `payout_ids` that belong to an attempt with a `Landed` or `Failed` outcome.
+    async fn resolved_payouts(&self, payout_ids: &[String]) -> Result<Vec<String>, JournalError>;
+}
+
+/// One journal entry (the JSON line of [`FileJournal`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum JournalRecord {
+    /// See [`Journal::record_signed`].
+    Signed(AttemptRecord),
+    /// See [`Journal::record_outcome`].
+    Outcome {
+        /// The attempt.
+        attempt_id: String,
+        /// Its outcome.
+        outcome: AttemptOutcome,
+    },
+}
+
+/// Serialized form of a [`SignedAttempt`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    attempt_id: String,
+    transfers: Vec<TransferRecord>,
+    tx_base64: String,
+    signature: String,
+    blockhash: String,
+    last_valid_block_height: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TransferRecord {
+    payout_id: String,
+    wallet: String,
+    amount_micro_usdc: u64,
+}
+
+impl From<&SignedAttempt> for AttemptRecord {
+    fn from(a: &SignedAttempt) -> Self {
+        use base64::Engine;
+        Self {
+            attempt_id: a.attempt_id.clone(),
+            transfers: a
+                .transfers
+                .iter()
+                .map(|t| TransferRecord {
+                    payout_id: t.payout_id.clone(),
+                    wallet: t.wallet.to_string(),
+                    amount_micro_usdc: t.amount_micro_usdc,
+                })
+                .collect(),
+            tx_base64: base64::engine::general_purpose::STANDARD.encode(&a.tx_bytes),
+            signature: a.signature.clone(),
+            blockhash: a.blockhash.clone(),
+            last_valid_block_height: a.last_valid_block_height,
+        }
+    }
+}
+
+impl TryFrom<&AttemptRecord> for SignedAttempt {
+    type Error = JournalError;
+    fn try_from(r: &AttemptRecord) -> Result<Self, JournalError> {
+        use base64::Engine;
+        let transfers = r
+            .transfers
+            .iter()
+            .map(|t| {
+                Ok(Transfer {
+                    payout_id: t.payout_id.clone(),
+                    wallet: t
+                        .wallet
+                        .parse::<Pubkey>()
+                        .map_err(|e| JournalError(format!("wallet {}: {e}", t.wallet)))?,
+                    amount_micro_usdc: t.amount_micro_usdc,
+                })
+            })
+            .collect::<Result<Vec<_>, JournalError>>()?;
+        Ok(SignedAttempt {
+            attempt_id: r.attempt_id.clone(),
+            payout_ids: transfers.iter().map(|t| t.payout_id.clone()).collect(),
+            transfers,
+            tx_bytes: base64::engine::general_purpose::STANDARD
+                .decode(&r.tx_base64)
+                .map_err(|e| JournalError(format!("tx of {}: {e}", r.attempt_id)))?,
+            signature: r.signature.clone(),
+            blockhash: r.blockhash.clone(),
+            last_valid_block_height: r.last_valid_block_height,
+        })
+    }
+}
+
+/// Fold of journal records: attempts in order, outcomes by attempt.
+#[derive(Debug, Default)]
+struct JournalState {
+    attempts: Vec<SignedAttempt>,
+    outcomes: HashMap<String, AttemptOutcome>,
+}
+
+impl JournalState {
+    /// Check that `attempt` may be recorded: new id, and none of its payouts open.
+    fn check_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        if self
+            .attempts
+            .iter()
+            .any(|a| a.attempt_id == attempt.attempt_id)
+        {
+            return Err(JournalError(format!(
+                "attempt {} recorded twice",
+                attempt.attempt_id
+            )));
+        }
+        // Invariant: at most one open attempt per payout.
+        let open: HashSet<&String> = self.open().flat_map(|a| a.payout_ids.iter()).collect();
+        if let Some(id) = attempt.payout_ids.iter().find(|id| open.contains(id)) {
+            return Err(JournalError(format!(
+                "payout {id} already has an open attempt"
+            )));
+        }
+        Ok(())
+    }
+
+    fn apply_signed(&mut self, attempt: SignedAttempt) -> Result<(), JournalError> {
+        self.check_signed(&attempt)?;
+        self.attempts.push(attempt);
+        Ok(())
+    }
+
+    /// Check that `attempt_id` exists and has no outcome yet.
+    fn check_outcome(&self, attempt_id: &str) -> Result<(), JournalError> {
+        if !self.attempts.iter().any(|a| a.attempt_id == attempt_id) {
+            return Err(JournalError(format!("unknown attempt {attempt_id}")));
+        }
+        if self.outcomes.contains_key(attempt_id) {
+            return Err(JournalError(format!(
+                "attempt {attempt_id} already has an outcome"
+            )));
+        }
+        Ok(())
+    }
+
+    fn apply_outcome(
+        &mut self,
+        attempt_id: &str,
+        outcome: AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        self.check_outcome(attempt_id)?;
+        self.outcomes.insert(attempt_id.to_string(), outcome);
+        Ok(())
+    }
+
+    fn open(&self) -> impl Iterator<Item = &SignedAttempt> {
+        self.attempts
+            .iter()
+            .filter(|a| !self.outcomes.contains_key(&a.attempt_id))
+    }
+
+    fn resolved(&self, payout_ids: &[String]) -> Vec<String> {
+        let wanted: HashSet<&String> = payout_ids.iter().collect();
+        let mut found = Vec::new();
+        for a in &self.attempts {
+            if matches!(
+                self.outcomes.get(&a.attempt_id),
+                Some(AttemptOutcome::Landed { .. } | AttemptOutcome::Failed { .. })
+            ) {
+                found.extend(
+                    a.payout_ids
+                        .iter()
+                        .filter(|id| wanted.contains(id))
+                        .cloned(),
+                );
+            }
+        }
+        found
+    }
+}
+
+/// An in-memory journal (tests). Enforces the same invariants as the file journal.
+#[derive(Debug, Default)]
+pub struct MemoryJournal {
+    state: Mutex<(JournalState, Vec<JournalRecord>)>,
+}
+
+impl MemoryJournal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// All records so far, in order.
+    pub fn records(&self) -> Vec<JournalRecord> {
+        self.state.lock().expect("journal lock").1.clone()
+    }
+
+    /// Every signed attempt, in order.
+    pub fn attempts(&self) -> Vec<SignedAttempt> {
+        self.state.lock().expect("journal lock").0.attempts.clone()
+    }
+
+    /// Outcome of an attempt, if any.
+    pub fn outcome(&self, attempt_id: &str) -> Option<AttemptOutcome> {
+        self.state
+            .lock()
+            .expect("journal lock")
+            .0
+            .outcomes
+            .get(attempt_id)
+            .cloned()
+    }
+}
+
+#[async_trait]
+impl Journal for MemoryJournal {
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        let mut state = self.state.lock().expect("journal lock");
+        state.0.apply_signed(attempt.clone())?;
+        state.1.push(JournalRecord::Signed(attempt.into()));
+        Ok(())
+    }
+
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        let mut state = self.state.lock().expect("journal lock");
+        state.0.apply_outcome(attempt_id, outcome.clone())?;
+        state.1.push(JournalRecord::Outcome {
+            attempt_id: attempt_id.to_string(),
+            outcome: outcome.clone(),
+        });
+        Ok(())
+    }
+
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        Ok(self
+            .state
+            .lock()
+            .expect("journal lock")
+            .0
+            .open()
+            .cloned()
+            .collect())
+    }
+
+    async fn resolved_payouts(&self, payout_ids: &[String]) -> Result<Vec<String>, JournalError> {
+        Ok(self
+            .state
+            .lock()
+            .expect("journal lock")
+            .0
+            .resolved(payout_ids))
+    }
+}
+
+/// An append-only JSON-lines journal; every record is fsynced before the call returns.
+///
+/// A torn last record (crash while writing) is cut off on open: its call never
+/// returned, so the transaction it describes was never sent.
+#[derive(Debug)]
+pub struct FileJournal {
+    path: PathBuf,
+    inner: Mutex<(JournalState, File)>,
+}
+
+impl FileJournal {
+    /// Open (or create) the journal at `path` and fold its records.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |e: std::io::Error| JournalError(format!("{}: {e}", path.display()));
+        let existed = path.exists();
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        let mut content = Vec::new();
+        file.read_to_end(&mut content).map_err(io)?;
+
+        // Records are newline-terminated. A trailing fragment without its newline is
+        // a record whose write never completed (its call never returned, so nothing
+        // was sent on its basis): cut it off.
+        let complete = content
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        if complete < content.len() {
+            tracing::warn!(path = %path.display(), bytes = content.len() - complete, "truncating torn last journal record");
+            file.set_len(complete as u64)
+                .and_then(|()| file.sync_all())
+                .map_err(io)?;
+        }
+        let mut state = JournalState::default();
+        for (index, line) in content[..complete].split(|b| *b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let record: JournalRecord = serde_json::from_slice(line)
+                .map_err(|e| JournalError(format!("{} line {}: {e}", path.display(), index + 1)))?;
+            match record {
+                JournalRecord::Signed(r) => state.apply_signed(SignedAttempt::try_from(&r)?)?,
+                JournalRecord::Outcome {
+                    attempt_id,
+                    outcome,
+                } => state.apply_outcome(&attempt_id, outcome)?,
+            }
+        }
+        if !existed {
+            // Make the new directory entry durable too.
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            }
+        }
+        Ok(Self {
+            path,
+            inner: Mutex::new((state, file)),
+        })
+    }
+
+    /// Where the journal lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(file: &mut File, record: &JournalRecord) -> Result<(), JournalError> {
+        let mut line = serde_json::to_vec(record).map_err(|e| JournalError(e.to_string()))?;
+        line.push(b'\n');
+        file.write_all(&line)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| JournalError(format!("append: {e}")))
+    }
+}
+
+#[async_trait]
+impl Journal for FileJournal {
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        let mut inner = self.inner.lock().expect("journal lock");
+        let (state, file) = &mut *inner;
+        // Validate against the fold, make it durable, then apply.
+        state.check_signed(attempt)?;
+        Self::append(file, &JournalRecord::Signed(attempt.into()))?;
+        state.apply_signed(attempt.clone())
+    }
+
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        let mut inner = self.inner.lock().expect("journal lock");
+        let (state, file) = &mut *inner;
+        state.check_outcome(attempt_id)?;
+        Self::append(
+            file,
+            &JournalRecord::Outcome {
+                attempt_id: attempt_id.to_string(),
+                outcome: outcome.clone(),
+            },
+        )?;
+        state.apply_outcome(attempt_id, outcome.clone())
+    }
+
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        Ok(self
+            .inner
+            .lock()
+            .expect("journal lock")
+            .0
+            .open()
+            .cloned()
+            .collect())
+    }
+
+    async fn resolved_payouts(&self, payout_ids: &[String]) -> Result<Vec<String>, JournalError> {
+        Ok(self
+            .inner
+            .lock()
+            .expect("journal lock")
+            .0
+            .resolved(payout_ids))
+    }
+}
+
+// ----- payer ----------------------------------------------------------------------
+
+/// Named limits and settings of the payer.
+#[derive(Debug, Clone)]
+pub struct PayerConfig {
+    /// USDC mint.
+    pub mint: Pubkey,
+    /// Priority fee, micro-lamports per compute unit.
+    pub priority_fee_micro_lamports: u64,
+    /// Upper bound of transfers per transaction (the 1,232-byte limit usually binds first).
+    pub transfers_per_tx_max: usize,
+    /// Pause between two status polls.
+    pub poll_interval_ms: u64,
+    /// Pause between two broadcasts of the same unresolved transaction.
+    pub rebroadcast_interval_ms: u64,
+    /// Consecutive RPC failures tolerated before giving up (attempts stay open).
+    pub rpc_retries_max: u32,
+    /// Cap of the exponential backoff between RPC retries.
+    pub rpc_backoff_ms_max: u64,
+    /// How long one `pay`/`resume` call waits for outcomes before leaving attempts open.
+    pub wait_timeout_ms: u64,
+    /// How many times the same transfer may be re-signed after provable expiries in
+    /// one call before it is left for a later call.
+    pub resign_rounds_max: u32,
+    /// Run [`preflight`] on new transfers before sending anything.
+    pub preflight: bool,
+}
+
+impl PayerConfig {
+    /// Mainnet-like defaults for `mint`.
+    pub fn new(mint: Pubkey) -> Self {
+        Self {
+            mint,
+            priority_fee_micro_lamports: 10_000,
+            transfers_per_tx_max: 64,
+            poll_interval_ms: 500,
+            rebroadcast_interval_ms: 2_000,
+            rpc_retries_max: 10,
+            rpc_backoff_ms_max: 8_000,
+            wait_timeout_ms: 180_000,
+            resign_rounds_max: 5,
+            preflight: true,
+        }
+    }
+}
+
+/// What happened to one payout in a `pay`/`resume` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayoutOutcome {
+    /// Finalized on chain: settled.
+    Settled {
+        /// The attempt.
+        attempt_id: String,
+        /// Transaction signature.
+        signature: String,
+        /// Slot of the block.
+        slot: u64,
+    },
+    /// Finalized with an on-chain error: the payout failed (funds return to payable).
+    Failed {
+        /// The attempt.
+        attempt_id: String,
+        /// Transaction signature.
+        signature: String,
+        /// The runtime error.
+        reason: String,
+    },
+    /// Never signed: simulation showed this transfer cannot succeed (e.g. the
+    /// recipient token account is frozen or not a token account). Nothing was sent.
+    Rejected {
+        /// The simulation error.
+        reason: String,
+    },
+    /// Signed and possibly sent, outcome unknown yet (RPC trouble or timeout): the
+    /// attempt stays open and a later `resume` settles it. Do not pay again.
+    Pending {
+        /// The open attempt.
+        attempt_id: String,
+        /// Transaction signature.
+        signature: String,
+    },
+    /// Not signed because the chain could not be reached, or it expired more than
+    /// `resign_rounds_max` times. No open attempt: pass it to `pay` again later.
+    NotSent {
+        /// Why.
+        reason: String,
+    },
+    /// Skipped: the journal already holds a `Landed` or `Failed` outcome for it.
+    AlreadyResolved,
+}
+
+/// Summary of one attempt resolved or left open in this call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptReport {
+    /// The attempt.
+    pub attempt_id: String,
+    /// Its signature.
+    pub signature: String,
+    /// Its payouts.
+    pub payout_ids: Vec<String>,
+    /// Its outcome, `None` when left open.
+    pub outcome: Option<AttemptOutcome>,
+}
+
+/// Result of `pay` or `resume`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PayReport {
+    /// Final state of each payout handled, by payout id.
+    pub payouts: HashMap<String, PayoutOutcome>,
+    /// Attempts handled, in the order they were resolved.
+    pub attempts: Vec<AttemptReport>,
+}
+
+impl PayReport {
+    /// Payout ids with the given kind of outcome.
+    pub fn count(&self, f: impl Fn(&PayoutOutcome) -> bool) -> usize {
+        self.payouts.values().filter(|o| f(o)).count()
+    }
+
+    /// Number of settled payouts.
+    pub fn settled(&self) -> usize {
+        self.count(|o| matches!(o, PayoutOutcome::Settled { .. }))
+    }
+
+    /// Attempts that landed (transactions that moved money).
+    pub fn landed_attempts(&self) -> impl Iterator<Item = &AttemptReport> {
+        self.attempts
+            .iter()
+            .filter(|a| matches!(a.outcome, Some(AttemptOutcome::Landed { .. })))
+    }
+}
+
+/// Errors that stop the payer. Whatever was journaled stays consistent.
+#[derive(Debug, thiserror::Error)]
+pub enum PayError {
+    /// The journal failed; the payer stopped before sending anything unjournaled.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The run is not covered by the treasury; nothing new was sent.
+    #[error("preflight: {0}")]
+    Preflight(#[from] PreflightError),
+    /// The same payout id appears twice in one call.
+    #[error("payout {0} appears more than once")]
+    DuplicatePayout(String),
+    /// A transfer of 0 µUSDC.
+    #[error("payout {0} has amount 0")]
+    ZeroAmount(String),
+    /// A stored attempt cannot be decoded.
+    #[error("attempt {0} is corrupt: {1}")]
+    CorruptAttempt(String, String),
+    /// Signing failed (wrong key for the stored transaction).
+    #[error("signing failed: {0}")]
+    Signing(String),
+}
+
+/// An attempt being waited for.
+struct InFlight {
+    attempt: SignedAttempt,
+    tx: Transaction,
+    signature: Signature,
+    last_broadcast: Option<Instant>,
+    /// How many times these transfers were already re-signed in this call.
+    round: u32,
+}
+
+/// The exactly-once USDC payer. See the module docs for the protocol.
+pub struct Payer {
+    chain: Arc<dyn Chain>,
+    journal: Arc<dyn Journal>,
+    treasury: Arc<Treasury>,
+    config: PayerConfig,
+    /// Serialises `pay`/`resume` calls of this payer.
+    busy: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Payer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payer")
+            .field("treasury", &self.treasury)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Payer {
+    /// A payer for `treasury` on `chain`, recording into `journal`.
+    pub fn new(
+        chain: Arc<dyn Chain>,
+        journal: Arc<dyn Journal>,
+        treasury: Arc<Treasury>,
+        config: PayerConfig,
+    ) -> Self {
+        Self {
+            chain,
+            journal,
+            treasury,
+            config,
+            busy: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Packing parameters derived from the configuration.
+    pub fn pack_params(&self) -> PackParams {
+        PackParams {
+            treasury: self.treasury.pubkey(),
+            mint: self.config.mint,
+            priority_fee_micro_lamports: self.config.priority_fee_micro_lamports,
+            transfers_per_tx_max: self.config.transfers_per_tx_max,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PayerConfig {
+        &self.config
+    }
+
+    /// Drive every open attempt of the journal to an outcome (re-signing the
+    /// transfers of provably expired ones), within `wait_timeout_ms`.
+    #[tracing::instrument(skip_all)]
+    pub async fn resume(&self) -> Result<PayReport, PayError> {
+        let _busy = self.busy.lock().await;
+        self.resume_locked().await
+    }
+
+    async fn resume_locked(&self) -> Result<PayReport, PayError> {
+        let mut report = PayReport::default();
+        let open = self.journal.open_attempts().await?;
+        if open.is_empty() {
+            return Ok(report);
+        }
+        tracing::info!(open = open.len(), "resuming open attempts");
+        let mut inflight = Vec::with_capacity(open.len());
+        for attempt in open {
+            let tx = attempt.transaction()?;
+            let signature = attempt.parsed_signature()?;
+            inflight.push(InFlight {
+                attempt,
+                tx,
+                signature,
+                last_broadcast: None,
+                round: 0,
+            });
+        }
+        self.drive(inflight, Vec::new(), &mut report).await?;
+        Ok(report)
+    }
+
+    /// Pay `transfers` exactly once: resume open attempts, then pack, sign, journal,
+    /// send and wait for each new transaction. See the module docs.
+    #[tracing::instrument(skip_all, fields(transfers = transfers.len()))]
+    pub async fn pay(&self, transfers: Vec<Transfer>) -> Result<PayReport, PayError> {
+        let _busy = self.busy.lock().await;
+        let mut seen = HashSet::new();
+        for t in &transfers {
+            if !seen.insert(t.payout_id.as_str()) {
+                return Err(PayError::DuplicatePayout(t.payout_id.clone()));
+            }
+            if t.amount_micro_usdc == 0 {
+                return Err(PayError::ZeroAmount(t.payout_id.clone()));
+            }
+        }
+        let mut report = self.resume_locked().await?;
+
+        // Skip what is settled, failed or still in flight.
+        let ids: Vec<String> = transfers.iter().map(|t| t.payout_id.clone()).collect();
+        let resolved: HashSet<String> = self
+            .journal
+            .resolved_payouts(&ids)
+            .await?
+            .into_iter()
+            .collect();
+        let open: HashSet<String> = self
+            .journal
+            .open_attempts()
+            .await?
+            .into_iter()
+            .flat_map(|a| a.payout_ids)
+            .collect();
+        let mut fresh = Vec::with_capacity(transfers.len());
+        for t in transfers {
+            if resolved.contains(&t.payout_id) {
+                report
+                    .payouts
+                    .entry(t.payout_id.clone())
+                    .or_insert(PayoutOutcome::AlreadyResolved);
+            } else if open.contains(&t.payout_id) {
+                tracing::warn!(payout_id = %t.payout_id, "payout has an open attempt; not signing again");
+            } else {
+                fresh.push(t);
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(report);
+        }
+        if self.config.preflight {
+            let params = self.pack_params();
+            let checked = self
+                .with_rpc_retries(|| preflight(self.chain.as_ref(), &params, &fresh))
+                .await;
+            match checked {
+                Ok(summary) => tracing::info!(?summary, "preflight passed"),
+                Err(e) => return Err(PayError::Preflight(e)),
+            }
+        }
+        self.drive(
+            Vec::new(),
+            fresh.into_iter().map(|t| (t, 0)).collect(),
+            &mut report,
+        )
+        .await?;
+        Ok(report)
+    }
+
+    /// Retry a fallible chain operation on RPC errors with bounded exponential backoff.
+    async fn with_rpc_retries<T, E, F, Fut>(&self, mut op: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+        E: RpcErrorLike,
+    {
+        let mut failures = 0u32;
+        loop {
+            match op().await {
+                Err(e) if e.is_rpc() && failures < self.config.rpc_retries_max => {
+                    failures += 1;
+                    tracing::warn!(failures, error = %e.describe(), "rpc error, retrying");
+                    tokio::time::sleep(self.backoff(failures)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let base = self.config.poll_interval_ms.max(1);
+        let ms = base
+            .saturating_mul(1u64 << failures.min(16))
+            .min(self.config.rpc_backoff_ms_max.max(base));
+        Duration::from_millis(ms)
+    }
+
+    /// Sign `to_sign`, then wait for everything in flight; re-sign provably expired
+    /// transfers until nothing is left or the limits are reached.
+    async fn drive(
+        &self,
+        mut inflight: Vec<InFlight>,
+        mut to_sign: Vec<(Transfer, u32)>,
+        report: &mut PayReport,
+    ) -> Result<(), PayError> {
+        loop {
+            if !to_sign.is_empty() {
+                let (allowed, exhausted): (Vec<_>, Vec<_>) = std::mem::take(&mut to_sign)
+                    .into_iter()
+                    .partition(|(_, round)| *round <= self.config.resign_rounds_max);
+                for (t, _) in exhausted {
+                    report.payouts.insert(
+                        t.payout_id,
+                        PayoutOutcome::NotSent {
+                            reason: "expired too many times in this call; pay again later".into(),
+                        },
+                    );
+                }
+                let signed = self.sign_and_send(allowed, report).await?;
+                inflight.extend(signed);
+            }
+            if inflight.is_empty() {
+                return Ok(());
+            }
+            let expired = self.wait(std::mem::take(&mut inflight), report).await?;
+            if expired.is_empty() {
+                return Ok(());
+            }
+            to_sign = expired;
+        }
+    }
+
+    /// Pack, simulate, sign, journal and send. Transfers whose simulation fails on
+    /// their own instructions are rejected (never signed); the rest are re-packed.
+    async fn sign_and_send(
+        &self,
+        transfers: Vec<(Transfer, u32)>,
+        report: &mut PayReport,
+    ) -> Result<Vec<InFlight>, PayError> {
+        let params = self.pack_params();
+        let rounds: HashMap<String, u32> = transfers
+            .iter()
+            .map(|(t, r)| (t.payout_id.clone(), *r))
+            .collect();
+        let mut queue: Vec<Transfer> = transfers.into_iter().map(|(t, _)| t).collect();
+        let mut inflight = Vec::new();
+        while !queue.is_empty() {
+            let missing = match self
+                .with_rpc_retries(|| {
+                    missing_token_accounts(self.chain.as_ref(), &params.mint, &queue)
+                })
+                .await
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    not_sent(report, &queue, &e.to_string());
+                    return Ok(inflight);
+                }
+            };
+            let batches = pack(&params, &queue, &missing, &mut new_attempt_id);
+            queue.clear();
+            for batch in batches {
+                match self.prepare(&params, &batch).await {
+                    Prepared::Ready(tx, blockhash, last_valid_block_height) => {
+                        let attempt = SignedAttempt {
+                            attempt_id: batch.attempt_id.clone(),
+                            payout_ids: batch.payout_ids(),
+                            transfers: batch.transfers.clone(),
+                            tx_bytes: bincode::serialize(&tx)
+                                .map_err(|e| PayError::Signing(e.to_string()))?,
+                            signature: tx.signatures[0].to_string(),
+                            blockhash: blockhash.to_string(),
+                            last_valid_block_height,
+                        };
+                        // Durable before sending: the core of exactly-once.
+                        self.journal.record_signed(&attempt).await?;
+                        tracing::info!(
+                            attempt_id = %attempt.attempt_id,
+                            signature = %attempt.signature,
+                            payouts = attempt.payout_ids.len(),
+                            last_valid_block_height,
+                            "signed and journaled"
+                        );
+                        let round = batch
+                            .transfers
+                            .iter()
+                            .filter_map(|t| rounds.get(&t.payout_id))
+                            .copied()
+                            .max()
+                            .unwrap_or(0);
+                        let mut flight = InFlight {
+                            signature: tx.signatures[0],
+                            tx,
+                            attempt,
+                            last_broadcast: None,
+                            round,
+                        };
+                        self.broadcast(&mut flight).await;
+                        inflight.push(flight);
+                    }
+                    Prepared::Reject { index, reason } => {
+                        let mut rest = batch.transfers;
+                        let bad = rest.remove(index);
+                        tracing::warn!(payout_id = %bad.payout_id, %reason, "transfer rejected by simulation");
+                        report
+                            .payouts
+                            .insert(bad.payout_id, PayoutOutcome::Rejected { reason });
+                        queue.extend(rest);
+                    }
+                    Prepared::RejectAll(reason) => {
+                        for t in batch.transfers {
+                            report.payouts.insert(
+                                t.payout_id,
+                                PayoutOutcome::Rejected {
+                                    reason: reason.clone(),
+                                },
+                            );
+                        }
+                    }
+                    Prepared::Unreachable(reason) => not_sent(report, &batch.transfers, &reason),
+                }
+            }
+        }
+        Ok(inflight)
+    }
+
+    /// Simulate a batch (unsigned, max compute limit) and sign the final transaction.
+    async fn prepare(&self, params: &PackParams, batch: &Batch) -> Prepared {
+        const BLOCKHASH_REFRESHES_MAX: u32 = 3;
+        let mut refreshes = 0;
+        loop {
+            let (blockhash, last_valid) = match self
+                .with_rpc_retries(|| self.chain.latest_blockhash())
+                .await
+            {
+                Ok(b) => b,
+                Err(e) => return Prepared::Unreachable(e.to_string()),
+            };
+            // Unsigned: no signed bytes leave the process before they are journaled.
+            let probe = batch.unsigned_transaction(params, COMPUTE_UNIT_LIMIT_MAX, blockhash);
+            let units = match self
+                .with_rpc_retries(|| self.chain.simulate_units(&probe))
+                .await
+            {
+                Ok(units) => units,
+                Err(ChainError::Rpc(reason)) => return Prepared::Unreachable(reason),
+                Err(ChainError::Transaction(failure)) => {
+                    if failure.message.contains("Blockhash not found")
+                        && refreshes < BLOCKHASH_REFRESHES_MAX
+                    {
+                        refreshes += 1;
+                        continue;
+                    }
+                    return match failure
+                        .instruction_index
+                        .and_then(|i| batch.transfer_of_instruction(i))
+                    {
+                        Some(index) => Prepared::Reject {
+                            index,
+                            reason: failure.message,
+                        },
+                        None => Prepared::RejectAll(failure.message),
+                    };
+                }
+            };
+            let mut tx =
+                batch.unsigned_transaction(params, compute_unit_limit_for(units), blockhash);
+            if let Err(e) = tx.try_sign(&[self.treasury.keypair()], blockhash) {
+                return Prepared::RejectAll(format!("signing failed: {e}"));
+            }
+            return Prepared::Ready(tx, blockhash, last_valid);
+        }
+    }
+
+    /// Send (or resend) the exact stored bytes. Errors prove nothing and are only logged.
+    async fn broadcast(&self, flight: &mut InFlight) {
+        flight.last_broadcast = Some(Instant::now());
+        match self.chain.send_transaction(&flight.tx).await {
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                attempt_id = %flight.attempt.attempt_id,
+                error = %e,
+                "send failed; waiting for status (never re-signing on a send error)"
+            ),
+        }
+    }
+
+    /// Poll until every attempt has an outcome, the timeout passes or RPC fails
+    /// `rpc_retries_max` times in a row. Returns the transfers of expired attempts.
+    async fn wait(
+        &self,
+        mut inflight: Vec<InFlight>,
+        report: &mut PayReport,
+    ) -> Result<Vec<(Transfer, u32)>, PayError> {
+        let deadline = Instant::now() + Duration::from_millis(self.config.wait_timeout_ms);
+        let rebroadcast_every = Duration::from_millis(self.config.rebroadcast_interval_ms);
+        let mut failures = 0u32;
+        let mut expired = Vec::new();
+        while !inflight.is_empty() {
+            if Instant::now() >= deadline {
+                tracing::warn!(open = inflight.len(), "wait timeout; leaving attempts open");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(self.config.poll_interval_ms)).await;
+
+            // Order matters: the finalized height is read before the statuses, so a
+            // missing status after `height > last_valid` proves the expiry.
+            let polled = match self.chain.block_height(Confirmation::Finalized).await {
+                Ok(height) => {
+                    let signatures: Vec<Signature> = inflight.iter().map(|f| f.signature).collect();
+                    self.statuses(&signatures).await.map(|s| (height, s))
+                }
+                Err(e) => Err(e),
+            };
+            let (finalized_height, statuses) = match polled {
+                Ok(p) => {
+                    failures = 0;
+                    p
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(failures, error = %e, "status poll failed (proves nothing)");
+                    if failures > self.config.rpc_retries_max {
+                        tracing::error!("rpc retries exhausted; leaving attempts open");
+                        break;
+                    }
+                    tokio::time::sleep(self.backoff(failures)).await;
+                    continue;
+                }
+            };
+
+            let mut still = Vec::with_capacity(inflight.len());
+            for (mut flight, status) in inflight.into_iter().zip(statuses) {
+                match status {
+                    Some(SigStatus {
+                        confirmation: Confirmation::Finalized,
+                        slot,
+                        err,
+                    }) => {
+                        let outcome = match err {
+                            None => AttemptOutcome::Landed { slot },
+                            Some(reason) => AttemptOutcome::Failed { reason },
+                        };
+                        self.resolve(&flight, outcome, report).await?;
+                    }
+                    Some(_) => still.push(flight), // landed, not final yet
+                    None if finalized_height > flight.attempt.last_valid_block_height => {
+                        self.resolve(&flight, AttemptOutcome::Expired, report)
+                            .await?;
+                        let round = flight.round + 1;
+                        expired.extend(flight.attempt.transfers.into_iter().map(|t| (t, round)));
+                    }
+                    None => {
+                        let due = flight
+                            .last_broadcast
+                            .is_none_or(|at| at.elapsed() >= rebroadcast_every);
+                        if due {
+                            self.broadcast(&mut flight).await;
+                        }
+                        still.push(flight);
+                    }
+                }
+            }
+            inflight = still;
+        }
+        for flight in inflight {
+            for id in &flight.attempt.payout_ids {
+                report.payouts.insert(
+                    id.clone(),
+                    PayoutOutcome::Pending {
+                        attempt_id: flight.attempt.attempt_id.clone(),
+                        signature: flight.attempt.signature.clone(),
+                    },
+                );
+            }
+            report.attempts.push(AttemptReport {
+                attempt_id: flight.attempt.attempt_id.clone(),
+                signature: flight.attempt.signature.clone(),
+                payout_ids: flight.attempt.payout_ids.clone(),
+                outcome: None,
+            });
+        }
+        Ok(expired)
+    }
+
+    async fn statuses(
+        &self,
+        signatures: &[Signature],
+    ) -> Result<Vec<Option<SigStatus>>, ChainError> {
+        let mut all = Vec::with_capacity(signatures.len());
+        for chunk in signatures.chunks(SIGNATURES_PER_STATUS_REQUEST_MAX) {
+            let statuses = self.chain.signature_statuses(chunk, true).await?;
+            if statuses.len() != chunk.len() {
+                return Err(ChainError::Rpc(format!(
+                    "node returned {} statuses for {} signatures",
+                    statuses.len(),
+                    chunk.len()
+                )));
+            }
+            all.extend(statuses);
+        }
+        Ok(all)
+    }
+
+    async fn resolve(
+        &self,
+        flight: &InFlight,
+        outcome: AttemptOutcome,
+        report: &mut PayReport,
+    ) -> Result<(), PayError> {
+        self.journal
+            .record_outcome(&flight.attempt.attempt_id, &outcome)
+            .await?;
+        tracing::info!(
+            attempt_id = %flight.attempt.attempt_id,
+            signature = %flight.attempt.signature,
+            ?outcome,
+            "attempt resolved"
+        );
+        for id in &flight.attempt.payout_ids {
+            let payout = match &outcome {
+                AttemptOutcome::Landed { slot } => PayoutOutcome::Settled {
+                    attempt_id: flight.attempt.attempt_id.clone(),
+                    signature: flight.attempt.signature.clone(),
+                    slot: *slot,
+                },
+                AttemptOutcome::Failed { reason } => PayoutOutcome::Failed {
+                    attempt_id: flight.attempt.attempt_id.clone(),
+                    signature: flight.attempt.signature.clone(),
+                    reason: reason.clone(),
+                },
+                // Re-signed next; the replacement's outcome overwrites this.
+                AttemptOutcome::Expired => PayoutOutcome::NotSent {
+                    reason: "expired; being re-signed".into(),
+                },
+            };
+            report.payouts.insert(id.clone(), payout);
+        }
+        report.attempts.push(AttemptReport {
+            attempt_id: flight.attempt.attempt_id.clone(),
+            signature: flight.attempt.signature.clone(),
+            payout_ids: flight.attempt.payout_ids.clone(),
+            outcome: Some(outcome),
+        });
+        Ok(())
+    }
+}
+
+enum Prepared {
+    Ready(Transaction, Hash, u64),
+    Reject { index: usize, reason: String },
+    RejectAll(String),
+    Unreachable(String),
+}
+
+fn not_sent(report: &mut PayReport, transfers: &[Transfer], reason: &str) {
+    for t in transfers {
+        report.payouts.insert(
+            t.payout_id.clone(),
+            PayoutOutcome::NotSent {
+                reason: reason.to_string(),
+            },
+        );
+    }
+}
+
+/// A fresh attempt id: `att-` and 16 random hex digits.
+pub fn new_attempt_id() -> String {
+    format!("att-{:016x}", rand::random::<u64>())
+}
+
+/// Errors that may be transport errors (retryable, proving nothing).
+trait RpcErrorLike: std::fmt::Display {
+    fn is_rpc(&self) -> bool;
+    fn describe(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl RpcErrorLike for ChainError {
+    fn is_rpc(&self) -> bool {
+        ChainError::is_rpc(self)
+    }
+}
+
+impl RpcErrorLike for PreflightError {
+    fn is_rpc(&self) -> bool {
+        matches!(self, PreflightError::Chain(e) if e.is_rpc())
+    }
+}

@@ -1,0 +1,347 @@
+//! The treasury keypair (loaded safely, never printed), the USDC mint check and
+//! the preflight check that a whole run is covered before anything is sent.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use solana_program_pack::Pack;
+use solana_sdk::{
+    pubkey::Pubkey,
+    signature::{Keypair, Signer},
+};
+use spl_associated_token_account_interface::address::get_associated_token_address;
+use spl_token_interface::state::Mint;
+
+use crate::chain::{Chain, ChainError};
+use crate::pack::{
+    COMPUTE_UNIT_LIMIT_MAX, PackParams, TOKEN_ACCOUNT_LEN, Transfer, USDC_DECIMALS, pack,
+};
+
+/// Base fee per signature in lamports (one signature per payout transaction).
+pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
+
+/// The treasury wallet. Holds the secret key; its `Debug` shows only the public key.
+pub struct Treasury {
+    keypair: Keypair,
+}
+
+impl std::fmt::Debug for Treasury {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Treasury")
+            .field("pubkey", &self.keypair.pubkey())
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Why the treasury keypair file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TreasuryError {
+    /// The file could not be read.
+    #[error("cannot read treasury keypair file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Group or others may read or write the file.
+    #[error(
+        "treasury keypair file {path} has mode {mode:04o}: group/others must have no access \
+         (run `chmod 600 {path}`)"
+    )]
+    InsecurePermissions {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Not a solana-keygen JSON array of 64 bytes forming a valid keypair.
+    #[error("treasury keypair file {path} is not a valid keypair: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (never contains key material).
+        reason: String,
+    },
+}
+
+impl Treasury {
+    /// Load a solana-keygen keypair file (JSON array of 64 bytes).
+    ///
+    /// Refuses a file that group or others can read or write (`mode & 0o077 != 0`).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, TreasuryError> {
+        let path = path.as_ref();
+        let io_err = |source| TreasuryError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let metadata = std::fs::metadata(path).map_err(io_err)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = metadata.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(TreasuryError::InsecurePermissions {
+                    path: path.to_path_buf(),
+                    mode,
+                });
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = metadata;
+        let mut text = std::fs::read_to_string(path).map_err(io_err)?;
+        let invalid = |reason: &str| TreasuryError::Invalid {
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        };
+        let parsed: Result<Vec<u8>, _> = serde_json::from_str(&text);
+        wipe_string(&mut text);
+        let mut bytes = parsed.map_err(|_| invalid("expected a JSON array of 64 bytes"))?;
+        if bytes.len() != 64 {
+            wipe(&mut bytes);
+            return Err(invalid("expected 64 bytes"));
+        }
+        let keypair = Keypair::try_from(bytes.as_slice());
+        wipe(&mut bytes);
+        let keypair =
+            keypair.map_err(|_| invalid("the public half does not match the secret half"))?;
+        Ok(Self { keypair })
+    }
+
+    /// Wrap an existing keypair (tests, demo).
+    pub fn from_keypair(keypair: Keypair) -> Self {
+        Self { keypair }
+    }
+
+    /// The treasury wallet address.
+    pub fn pubkey(&self) -> Pubkey {
+        self.keypair.pubkey()
+    }
+
+    /// The treasury's associated token account of `mint`.
+    pub fn token_account(&self, mint: &Pubkey) -> Pubkey {
+        get_associated_token_address(&self.pubkey(), mint)
+    }
+
+    pub(crate) fn keypair(&self) -> &Keypair {
+        &self.keypair
+    }
+}
+
+/// Best-effort overwrite of secret material before it is freed.
+fn wipe(bytes: &mut [u8]) {
+    bytes.fill(0);
+    std::hint::black_box(bytes);
+}
+
+fn wipe_string(text: &mut String) {
+    let len = text.len();
+    text.clear();
+    text.extend(std::iter::repeat_n('0', len));
+    std::hint::black_box(text);
+}
+
+/// Why the mint is not acceptable as USDC.
+#[derive(Debug, thiserror::Error)]
+pub enum MintError {
+    /// No such account.
+    #[error("mint {0} does not exist")]
+    Missing(Pubkey),
+    /// Not owned by the SPL Token program.
+    #[error("mint {mint} is owned by {owner}, not the SPL Token program")]
+    WrongOwner {
+        /// The mint.
+        mint: Pubkey,
+        /// Its owner program.
+        owner: Pubkey,
+    },
+    /// Not an initialized mint.
+    #[error("account {0} is not an initialized SPL mint")]
+    NotAMint(Pubkey),
+    /// Decimals other than 6.
+    #[error("mint {mint} has {decimals} decimals, USDC has 6")]
+    WrongDecimals {
+        /// The mint.
+        mint: Pubkey,
+        /// Its decimals.
+        decimals: u8,
+    },
+    /// The chain could not be asked.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+}
+
+/// Check that `mint` is an SPL Token mint with 6 decimals.
+pub async fn check_mint(chain: &dyn Chain, mint: &Pubkey) -> Result<(), MintError> {
+    let account = chain
+        .account(mint)
+        .await?
+        .ok_or(MintError::Missing(*mint))?;
+    if account.owner != spl_token_interface::id() {
+        return Err(MintError::WrongOwner {
+            mint: *mint,
+            owner: account.owner,
+        });
+    }
+    let state = Mint::unpack(&account.data).map_err(|_| MintError::NotAMint(*mint))?;
+    if state.decimals != USDC_DECIMALS {
+        return Err(MintError::WrongDecimals {
+            mint: *mint,
+            decimals: state.decimals,
+        });
+    }
+    Ok(())
+}
+
+/// What a run needs and what the treasury holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreflightReport {
+    /// Sum of all transfers (µUSDC).
+    pub usdc_needed_micro: u64,
+    /// Treasury USDC balance (µUSDC).
+    pub usdc_available_micro: u64,
+    /// Estimated transactions.
+    pub transactions: usize,
+    /// Recipient token accounts to create.
+    pub atas_to_create: usize,
+    /// Upper bound of lamports for fees + ATA rents + the treasury's own rent-exempt reserve.
+    pub lamports_needed: u64,
+    /// Treasury lamports.
+    pub lamports_available: u64,
+}
+
+/// Why a run cannot start. Nothing has been sent.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    /// The treasury has no USDC token account.
+    #[error("treasury USDC token account {0} does not exist")]
+    TreasuryTokenAccountMissing(Pubkey),
+    /// Not enough USDC.
+    #[error(
+        "treasury holds {available_micro} µUSDC but the run needs {needed_micro} µUSDC: \
+         {missing_micro} µUSDC missing"
+    )]
+    InsufficientUsdc {
+        /// Sum of the transfers.
+        needed_micro: u64,
+        /// Held.
+        available_micro: u64,
+        /// `needed - available`.
+        missing_micro: u64,
+    },
+    /// Not enough SOL for fees and rents.
+    #[error(
+        "treasury holds {available_lamports} lamports but the run needs up to \
+         {needed_lamports} lamports for fees and token account rent: {missing_lamports} missing"
+    )]
+    InsufficientSol {
+        /// Estimated need (upper bound).
+        needed_lamports: u64,
+        /// Held.
+        available_lamports: u64,
+        /// `needed - available`.
+        missing_lamports: u64,
+    },
+    /// A transfer of 0 or a sum that overflows.
+    #[error("invalid transfer set: {0}")]
+    InvalidTransfers(String),
+    /// The chain could not be asked.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+}
+
+/// Recipient token accounts (of `mint`) that do not exist yet.
+pub async fn missing_token_accounts(
+    chain: &dyn Chain,
+    mint: &Pubkey,
+    transfers: &[Transfer],
+) -> Result<HashSet<Pubkey>, ChainError> {
+    let atas: Vec<Pubkey> = transfers
+        .iter()
+        .map(|t| get_associated_token_address(&t.wallet, mint))
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let mut missing = HashSet::new();
+    for chunk in atas.chunks(100) {
+        let accounts = chain.accounts(chunk).await?;
+        for (key, account) in chunk.iter().zip(accounts) {
+            if account.is_none() {
+                missing.insert(*key);
+            }
+        }
+    }
+    Ok(missing)
+}
+
+/// Check that the treasury covers the whole set: the USDC sum, and SOL for the fees
+/// (5,000 lamports per transaction plus the priority fee at the maximum compute
+/// unit limit, an upper bound), the rent of every token account to create, and its
+/// own rent-exempt reserve. On error nothing may be sent.
+pub async fn preflight(
+    chain: &dyn Chain,
+    params: &PackParams,
+    transfers: &[Transfer],
+) -> Result<PreflightReport, PreflightError> {
+    let mut usdc_needed_micro: u64 = 0;
+    for t in transfers {
+        if t.amount_micro_usdc == 0 {
+            return Err(PreflightError::InvalidTransfers(format!(
+                "payout {} has amount 0",
+                t.payout_id
+            )));
+        }
+        usdc_needed_micro = usdc_needed_micro
+            .checked_add(t.amount_micro_usdc)
+            .ok_or_else(|| PreflightError::InvalidTransfers("sum overflows u64".into()))?;
+    }
+    let source = params.treasury_token_account();
+    let usdc_available_micro = chain
+        .token_balance(&source)
+        .await?
+        .ok_or(PreflightError::TreasuryTokenAccountMissing(source))?;
+    if usdc_available_micro < usdc_needed_micro {
+        return Err(PreflightError::InsufficientUsdc {
+            needed_micro: usdc_needed_micro,
+            available_micro: usdc_available_micro,
+            missing_micro: usdc_needed_micro - usdc_available_micro,
+        });
+    }
+
+    let missing = missing_token_accounts(chain, &params.mint, transfers).await?;
+    let mut counter = 0u64;
+    let batches = pack(params, transfers, &missing, &mut || {
+        counter += 1;
+        format!("att-{counter:016x}")
+    });
+    let transactions = batches.len();
+    let priority_lamports_per_tx = (u128::from(params.priority_fee_micro_lamports)
+        * u128::from(COMPUTE_UNIT_LIMIT_MAX))
+    .div_ceil(1_000_000);
+    let fee_per_tx = u128::from(LAMPORTS_PER_SIGNATURE) + priority_lamports_per_tx;
+    let rent_per_ata = chain
+        .minimum_balance_for_rent_exemption(TOKEN_ACCOUNT_LEN)
+        .await?;
+    let own_reserve = chain.minimum_balance_for_rent_exemption(0).await?;
+    let needed = fee_per_tx * transactions as u128
+        + u128::from(rent_per_ata) * missing.len() as u128
+        + u128::from(own_reserve);
+    let lamports_needed = u64::try_from(needed).unwrap_or(u64::MAX);
+    let lamports_available = chain.sol_balance(&params.treasury).await?;
+    if lamports_available < lamports_needed {
+        return Err(PreflightError::InsufficientSol {
+            needed_lamports: lamports_needed,
+            available_lamports: lamports_available,
+            missing_lamports: lamports_needed - lamports_available,
+        });
+    }
+    Ok(PreflightReport {
+        usdc_needed_micro,
+        usdc_available_micro,
+        transactions,
+        atas_to_create: missing.len(),
+        lamports_needed,
+        lamports_available,
+    })
+}

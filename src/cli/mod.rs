@@ -1,0 +1,400 @@
+//! The `settle` command line (clap). Thin: parse arguments, call the ledger and the read
+//! models, render the result.
+
+pub mod output;
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::config::LedgerConfig;
+use crate::domain::money::format_micro_usdc;
+use crate::domain::time::{format_ms, parse_rfc3339_ms};
+use crate::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
+use crate::store::{Store, StoreOptions};
+use crate::wire::import::{Command, apply, parse_line};
+use output::{Format, Rows};
+
+/// The embedded default database.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://settle.db";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "settle",
+    version,
+    about = "Settlement and payout engine of a GPU compute marketplace"
+)]
+pub struct Cli {
+    /// Database URL: sqlite://PATH (embedded default) or postgres://…
+    #[arg(long, global = true, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    pub database: String,
+    /// Run as if at this instant (RFC 3339). Never earlier than the latest booking.
+    #[arg(long, global = true)]
+    pub now: Option<String>,
+    /// Output of read commands.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create or upgrade the database schema (writes no ledger event).
+    Migrate,
+    /// Apply an NDJSON file of commands (SPEC §8), reporting each line's result.
+    Import { file: String },
+    /// Book an NDJSON file of usage events (SPEC §4), reporting each line's result.
+    Ingest { file: String },
+    /// Check hash chains, balanced lines, and projections against a fresh fold.
+    Verify,
+    /// Rebuild every projection from the events alone.
+    Rebuild,
+    /// Provider balances: available, held, in transit, lifetime paid.
+    Balance {
+        #[arg(long)]
+        provider: Option<String>,
+    },
+}
+
+/// Opens the store and builds the ledger with the clock `--now` asks for.
+pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
+    let store = Store::open(&cli.database, &StoreOptions::default())
+        .await
+        .with_context(|| format!("opening database {}", redact(&cli.database)))?;
+    store.migrate().await.context("migrating the database")?;
+    let clock: Arc<dyn Clock> = match &cli.now {
+        Some(text) => {
+            let now = parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?;
+            if let Some(latest) = store.max_recorded_at_ms().await? {
+                if now < latest {
+                    bail!(
+                        "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
+                        format_ms(now),
+                        format_ms(latest)
+                    );
+                }
+            }
+            Arc::new(ManualClock::new(now))
+        }
+        None => Arc::new(SystemClock),
+    };
+    Ok(Ledger::new(store, clock, LedgerConfig::default()))
+}
+
+/// Hides a password in a database URL.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let ledger = open_ledger(&cli).await?;
+    let mut stdout = std::io::stdout().lock();
+    let code = match &cli.command {
+        Cmd::Migrate => {
+            writeln!(stdout, "database {} is up to date", redact(&cli.database))?;
+            0
+        }
+        Cmd::Import { file } => import(&ledger, file, false, cli.format, &mut stdout).await?,
+        Cmd::Ingest { file } => import(&ledger, file, true, cli.format, &mut stdout).await?,
+        Cmd::Verify => {
+            let report = crate::verify::verify(&ledger.store, &|_| {}).await?;
+            print_report(&report, cli.format, &mut stdout)?;
+            if report.ok() { 0 } else { 1 }
+        }
+        Cmd::Rebuild => {
+            let report = crate::verify::rebuild(&ledger.store, &|_| {}).await?;
+            print_report(&report, cli.format, &mut stdout)?;
+            if report.ok() { 0 } else { 1 }
+        }
+        Cmd::Balance { provider } => {
+            let balances =
+                crate::store::read::balances(ledger.store.pool(), provider.as_deref()).await?;
+            let mut rows = Rows::new(vec![
+                "provider_id",
+                "available_usdc",
+                "held_usdc",
+                "in_transit_usdc",
+                "paid_usdc",
+            ]);
+            for b in balances {
+                rows.push(vec![
+                    json!(b.provider_id),
+                    json!(format_micro_usdc(b.payable_micro_usdc)),
+                    json!(format_micro_usdc(b.held_micro_usdc)),
+                    json!(format_micro_usdc(b.in_transit_micro_usdc)),
+                    json!(format_micro_usdc(b.paid_micro_usdc)),
+                ]);
+            }
+            write!(stdout, "{}", rows.render(cli.format))?;
+            0
+        }
+    };
+    ledger.store.close().await;
+    Ok(code)
+}
+
+fn print_report(
+    report: &crate::verify::VerifyReport,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    match format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(report)?)?,
+        _ => {
+            let mut rows = Rows::new(vec!["stream", "seq", "kind", "detail"]);
+            for p in &report.problems {
+                rows.push(vec![
+                    json!(p.stream),
+                    json!(p.seq),
+                    json!(p.kind),
+                    json!(p.detail),
+                ]);
+            }
+            if report.ok() {
+                writeln!(
+                    out,
+                    "ok: {} events in {} streams; chains intact, lines balanced, projections equal a fresh fold",
+                    report.events, report.streams
+                )?;
+            } else {
+                write!(out, "{}", rows.render(format))?;
+                writeln!(
+                    out,
+                    "FAILED: {} problems in {} events",
+                    report.problems_total, report.events
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One reported line of an import.
+struct LineResult {
+    line: usize,
+    kind: String,
+    id: Option<String>,
+    status: &'static str,
+    code: Option<String>,
+    message: Option<String>,
+}
+
+/// Imports (or, with `usage_only`, ingests) an NDJSON file. Consecutive usage lines are
+/// booked in batches; every line gets a result. Exit code 0 when no line was rejected.
+async fn import(
+    ledger: &Ledger,
+    file: &str,
+    usage_only: bool,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let reader: Box<dyn BufRead> = if file == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(file).with_context(|| format!("opening {file}"))?,
+        ))
+    };
+    let actor = Actor::operator("cli");
+    let batch_max = ledger.config.batch_events_max;
+    let mut results: Vec<LineResult> = Vec::new();
+    let mut batch: Vec<(usize, UsageInput)> = Vec::new();
+    let progress = progress_bar(file);
+
+    async fn flush(
+        ledger: &Ledger,
+        actor: &Actor,
+        batch: &mut Vec<(usize, UsageInput)>,
+        results: &mut Vec<LineResult>,
+    ) -> anyhow::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let inputs: Vec<UsageInput> = batch.iter().map(|(_, u)| u.clone()).collect();
+        let booked = ledger
+            .ingest_usage(&inputs, &SenderScope::Admin, actor)
+            .await?;
+        for ((line, input), r) in batch.drain(..).zip(booked) {
+            let (code, message) = match &r {
+                UsageResult::Rejected { code, message, .. } => {
+                    (Some(code.to_string()), Some(message.clone()))
+                }
+                _ => (None, None),
+            };
+            results.push(LineResult {
+                line,
+                kind: "usage".into(),
+                id: input.event_id,
+                status: r.status(),
+                code,
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    for (n, line) in reader.lines().enumerate() {
+        let number = n + 1;
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                results.push(LineResult {
+                    line: number,
+                    kind: String::new(),
+                    id: None,
+                    status: "rejected",
+                    code: Some("unreadable_line".into()),
+                    message: Some(e.to_string()),
+                });
+                continue;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = if usage_only {
+            serde_json::from_str::<UsageInput>(&line)
+                .map(Command::Usage)
+                .map_err(|e| crate::domain::DomainError::new("malformed_json", e.to_string()))
+        } else {
+            parse_line(&line)
+        };
+        match parsed {
+            Ok(Command::Usage(u)) => {
+                batch.push((number, u));
+                if batch.len() >= batch_max {
+                    flush(ledger, &actor, &mut batch, &mut results).await?;
+                }
+            }
+            Ok(command) => {
+                flush(ledger, &actor, &mut batch, &mut results).await?;
+                let (kind, id) = describe(&command);
+                let r = apply(ledger, &command, &actor).await;
+                results.push(match r {
+                    Ok(applied) => LineResult {
+                        line: number,
+                        kind,
+                        id,
+                        status: applied.as_str(),
+                        code: None,
+                        message: None,
+                    },
+                    Err(crate::ledger::LedgerError::Rejected(e)) => LineResult {
+                        line: number,
+                        kind,
+                        id,
+                        status: "rejected",
+                        code: Some(e.code.into()),
+                        message: Some(e.message),
+                    },
+                    Err(e) => return Err(e.into()),
+                });
+            }
+            Err(e) => results.push(LineResult {
+                line: number,
+                kind: String::new(),
+                id: None,
+                status: "rejected",
+                code: Some(e.code.into()),
+                message: Some(e.message),
+            }),
+        }
+        if let Some(p) = &progress {
+            p.set_position(number as u64);
+        }
+    }
+    flush(ledger, &actor, &mut batch, &mut results).await?;
+    if let Some(p) = progress {
+        p.finish_and_clear();
+    }
+    results.sort_by_key(|r| r.line);
+    let count = |s: &str| results.iter().filter(|r| r.status == s).count();
+    let (accepted, duplicate, rejected) =
+        (count("accepted"), count("duplicate"), count("rejected"));
+    match format {
+        Format::Json => {
+            let lines: Vec<Value> = results
+                .iter()
+                .map(|r| json!({"line": r.line, "type": r.kind, "id": r.id, "status": r.status, "code": r.code, "message": r.message}))
+                .collect();
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&json!({
+                    "lines": lines,
+                    "totals": {"accepted": accepted, "duplicate": duplicate, "rejected": rejected},
+                }))?
+            )?;
+        }
+        _ => {
+            let mut rows = Rows::new(vec!["line", "type", "id", "status", "code", "message"]);
+            for r in &results {
+                rows.push(vec![
+                    json!(r.line),
+                    json!(r.kind),
+                    json!(r.id),
+                    json!(r.status),
+                    json!(r.code),
+                    json!(r.message),
+                ]);
+            }
+            write!(out, "{}", rows.render(format))?;
+            if format == Format::Table {
+                writeln!(
+                    out,
+                    "accepted {accepted}, duplicate {duplicate}, rejected {rejected}"
+                )?;
+            }
+        }
+    }
+    Ok(if rejected == 0 { 0 } else { 2 })
+}
+
+fn describe(command: &Command) -> (String, Option<String>) {
+    match command {
+        Command::RegisterProvider(c) => {
+            ("provider.register".into(), Some(c.provider_id.to_string()))
+        }
+        Command::UpdateProvider(c) => ("provider.update".into(), Some(c.provider_id.to_string())),
+        Command::RegisterGpu(c) => ("gpu.register".into(), Some(c.gpu_id.to_string())),
+        Command::SetRate(c) => (
+            "rate.set".into(),
+            Some(format!("{}/{}", c.provider_id, c.model.as_str())),
+        ),
+        Command::SetFee(c) => ("fee_schedule.set".into(), Some(c.tier.as_str().into())),
+        Command::Usage(u) => ("usage".into(), u.event_id.clone()),
+        Command::VoidUsage { event_id, .. } => ("usage.void".into(), Some(event_id.to_string())),
+        Command::Adjustment { adjustment_id, .. } => {
+            ("adjustment".into(), Some(adjustment_id.to_string()))
+        }
+        Command::SetFx { .. } => ("fx.rate_set".into(), None),
+    }
+}
+
+/// A progress bar on stderr for a file being read, when stderr is a terminal.
+fn progress_bar(file: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg}: {pos} lines ({per_sec})").ok()?,
+    );
+    bar.set_message(file.to_owned());
+    Some(bar)
+}

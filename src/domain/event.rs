@@ -1,0 +1,689 @@
+//! The ledger's events (SPEC §3) and the double-entry lines each one posts.
+//!
+//! An event's payload is its persisted, versioned schema (`ledger-schemas/{type}.v{n}.json`).
+//! Amounts are integers of micro-USDC (`*_micro_usdc`), instants integers of UTC
+//! milliseconds (`*_ms`), rates canonical decimal strings with six fractional digits.
+
+use serde::{Deserialize, Serialize};
+
+use super::DomainError;
+
+/// A provider's tier, which selects its platform fee.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    Community,
+    Enterprise,
+}
+
+impl Tier {
+    pub fn parse(text: &str) -> Result<Tier, DomainError> {
+        match text {
+            "community" => Ok(Tier::Community),
+            "enterprise" => Ok(Tier::Enterprise),
+            _ => Err(DomainError::new(
+                "invalid_tier",
+                format!("tier must be community or enterprise, got {text:?}"),
+            )),
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Community => "community",
+            Tier::Enterprise => "enterprise",
+        }
+    }
+    /// The fee in force from 1970-01-01 until a `fee_schedule.set` changes it.
+    pub fn default_fee_bps(self) -> i64 {
+        match self {
+            Tier::Community => 2000,
+            Tier::Enterprise => 1500,
+        }
+    }
+}
+
+/// When a provider is paid: every Monday above the threshold, or monthly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    Weekly,
+    Monthly,
+}
+
+impl Schedule {
+    pub fn parse(text: &str) -> Result<Schedule, DomainError> {
+        match text {
+            "weekly" => Ok(Schedule::Weekly),
+            "monthly" => Ok(Schedule::Monthly),
+            _ => Err(DomainError::new(
+                "invalid_schedule",
+                format!("schedule must be weekly or monthly, got {text:?}"),
+            )),
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Schedule::Weekly => "weekly",
+            Schedule::Monthly => "monthly",
+        }
+    }
+}
+
+/// `active`; `on_hold` (payouts are created held); `suspended` (earns, is no run candidate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderStatus {
+    Active,
+    OnHold,
+    Suspended,
+}
+
+impl ProviderStatus {
+    pub fn parse(text: &str) -> Result<ProviderStatus, DomainError> {
+        match text {
+            "active" => Ok(ProviderStatus::Active),
+            "on_hold" => Ok(ProviderStatus::OnHold),
+            "suspended" => Ok(ProviderStatus::Suspended),
+            _ => Err(DomainError::new(
+                "invalid_status",
+                format!("status must be active, on_hold or suspended, got {text:?}"),
+            )),
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderStatus::Active => "active",
+            ProviderStatus::OnHold => "on_hold",
+            ProviderStatus::Suspended => "suspended",
+        }
+    }
+}
+
+/// How a provider is paid. Validated at the edge (wallet on curve, IBAN mod 97, ABA check
+/// digit) before it reaches an event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PayoutMethod {
+    Solana {
+        wallet: String,
+    },
+    Sepa {
+        iban: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bic: Option<String>,
+        holder: String,
+    },
+    Ach {
+        routing: String,
+        account: String,
+        account_type: String,
+        holder: String,
+        entity: String,
+    },
+}
+
+/// The rail a payout travels on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rail {
+    Solana,
+    Sepa,
+    Ach,
+}
+
+impl Rail {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rail::Solana => "solana",
+            Rail::Sepa => "sepa",
+            Rail::Ach => "ach",
+        }
+    }
+    pub fn parse(text: &str) -> Result<Rail, DomainError> {
+        match text {
+            "solana" => Ok(Rail::Solana),
+            "sepa" => Ok(Rail::Sepa),
+            "ach" => Ok(Rail::Ach),
+            _ => Err(DomainError::new(
+                "invalid_rail",
+                format!("unknown rail {text:?}"),
+            )),
+        }
+    }
+    /// Bank rails pay whole cents; the remainder stays available.
+    pub fn is_bank(self) -> bool {
+        !matches!(self, Rail::Solana)
+    }
+    /// The treasury account the money leaves from.
+    pub fn treasury_account(self) -> &'static str {
+        if self.is_bank() {
+            accounts::TREASURY_BANK
+        } else {
+            accounts::TREASURY_USDC
+        }
+    }
+}
+
+impl PayoutMethod {
+    pub fn rail(&self) -> Rail {
+        match self {
+            PayoutMethod::Solana { .. } => Rail::Solana,
+            PayoutMethod::Sepa { .. } => Rail::Sepa,
+            PayoutMethod::Ach { .. } => Rail::Ach,
+        }
+    }
+}
+
+/// Account names of the chart of accounts (SPEC §3).
+pub mod accounts {
+    pub const FEES: &str = "platform:fees";
+    pub const RECEIVABLE: &str = "platform:receivable";
+    pub const TREASURY_USDC: &str = "platform:treasury:usdc";
+    pub const TREASURY_BANK: &str = "platform:treasury:bank";
+    pub const ADJUSTMENTS: &str = "platform:adjustments";
+
+    pub fn payable(provider_id: &str) -> String {
+        format!("provider:{provider_id}:payable")
+    }
+    pub fn in_transit(provider_id: &str) -> String {
+        format!("provider:{provider_id}:in_transit")
+    }
+    pub fn held(provider_id: &str) -> String {
+        format!("provider:{provider_id}:held")
+    }
+}
+
+/// One signed ledger line: credit positive, debit negative.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Line {
+    pub account: String,
+    pub amount_micro_usdc: i64,
+}
+
+impl Line {
+    fn new(account: impl Into<String>, amount_micro_usdc: i64) -> Line {
+        Line {
+            account: account.into(),
+            amount_micro_usdc,
+        }
+    }
+}
+
+/// The name of the stream that holds a provider's events.
+pub fn provider_stream(provider_id: &str) -> String {
+    format!("provider:{provider_id}")
+}
+
+/// The platform's own stream (fee schedules, FX rates, run reports, bank batches).
+pub const PLATFORM_STREAM: &str = "platform";
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderRegistered {
+    pub provider_id: String,
+    pub name: String,
+    pub email: String,
+    pub tier: Tier,
+    pub schedule: Schedule,
+    pub status: ProviderStatus,
+    pub payout_method: Option<PayoutMethod>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderUpdated {
+    pub provider_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ProviderStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payout_method: Option<PayoutMethod>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuRegistered {
+    pub gpu_id: String,
+    pub provider_id: String,
+    pub model: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSet {
+    pub provider_id: String,
+    pub model: String,
+    pub rate_usdc_per_hour: String,
+    pub effective_from_ms: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeeScheduleSet {
+    pub tier: Tier,
+    pub fee_bps: u16,
+    pub effective_from_ms: i64,
+}
+
+/// One priced day segment of a usage event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Segment {
+    pub started_at_ms: i64,
+    pub ended_at_ms: i64,
+    pub fee_bps: u16,
+    pub gross_micro_usdc: i64,
+    pub fee_micro_usdc: i64,
+    pub net_micro_usdc: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRecorded {
+    pub event_id: String,
+    pub provider_id: String,
+    pub gpu_id: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rental_id: Option<String>,
+    pub started_at_ms: i64,
+    pub ended_at_ms: i64,
+    pub rate_usdc_per_hour: String,
+    /// `event` (the agreed rate sent with the event) or `price_book`.
+    pub rate_source: String,
+    pub segments: Vec<Segment>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageVoided {
+    pub event_id: String,
+    pub provider_id: String,
+    pub gpu_id: String,
+    pub model: String,
+    pub reason: String,
+    /// The voided event's segments, reversed exactly (same business time).
+    pub segments: Vec<Segment>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustmentPosted {
+    pub adjustment_id: String,
+    pub provider_id: String,
+    pub amount_micro_usdc: i64,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+/// One candidate's decision in a payout run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutRunDecided {
+    pub run_kind: String,
+    pub run_key: String,
+    pub provider_id: String,
+    pub decision: String,
+    pub available_micro_usdc: i64,
+    pub amount_micro_usdc: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payout_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutCreated {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub run_kind: String,
+    pub run_key: String,
+    pub amount_micro_usdc: i64,
+    pub method: PayoutMethod,
+    /// Created held (`payout.held` follows with the reason): the amount waits in `held`.
+    pub held: bool,
+    /// For EUR payouts: the amount in EUR cents and the rate used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_eur_cents: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eur_per_usd: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutHeld {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub reason: String,
+}
+
+/// A held payout released (held → in transit) or cancelled (held → payable).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutHoldResolved {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub amount_micro_usdc: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutSubmitted {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub rail: Rail,
+    /// Solana: the transaction signature. Bank: the batch id.
+    pub reference: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_to_end_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutSettled {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub rail: Rail,
+    pub amount_micro_usdc: i64,
+    pub reference: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutFailed {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub rail: Rail,
+    pub amount_micro_usdc: i64,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutReturned {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub rail: Rail,
+    pub amount_micro_usdc: i64,
+    pub reason_code: String,
+    pub reason: String,
+    /// The return proves the bank details wrong: they are blocked until updated.
+    pub method_invalid: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutRunCompleted {
+    pub run_kind: String,
+    pub run_key: String,
+    pub cutoff_ms: i64,
+    pub candidates: i64,
+    /// Per decision: `[count, amount_micro_usdc]`.
+    pub totals: std::collections::BTreeMap<String, (i64, i64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankBatchGenerated {
+    pub batch_id: String,
+    pub rail: Rail,
+    pub file_name: String,
+    pub sha256: String,
+    pub payout_ids: Vec<String>,
+    pub total_cents: i64,
+    pub currency: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankBatchStatus {
+    pub batch_id: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FxRateSet {
+    /// EUR per 1 USD, a decimal string.
+    pub eur_per_usd: String,
+}
+
+/// A signed Solana transaction persisted before it is sent (exactly-once protocol).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolanaTxSigned {
+    pub attempt_id: String,
+    pub payout_ids: Vec<String>,
+    pub signature: String,
+    pub blockhash: String,
+    pub last_valid_block_height: u64,
+    pub tx_base64: String,
+    /// The transfers, `[payout_id, wallet, amount_micro_usdc]`.
+    pub transfers: Vec<(String, String, u64)>,
+}
+
+/// The outcome of a signed Solana transaction: `landed`, `failed` or `expired`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolanaTxResolved {
+    pub attempt_id: String,
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Every event the ledger knows, by type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventBody {
+    ProviderRegistered(ProviderRegistered),
+    ProviderUpdated(ProviderUpdated),
+    GpuRegistered(GpuRegistered),
+    RateSet(RateSet),
+    FeeScheduleSet(FeeScheduleSet),
+    UsageRecorded(UsageRecorded),
+    UsageVoided(UsageVoided),
+    AdjustmentPosted(AdjustmentPosted),
+    PayoutRunDecided(PayoutRunDecided),
+    PayoutRunCompleted(PayoutRunCompleted),
+    PayoutCreated(PayoutCreated),
+    PayoutHeld(PayoutHeld),
+    PayoutReleased(PayoutHoldResolved),
+    PayoutCancelled(PayoutHoldResolved),
+    PayoutSubmitted(PayoutSubmitted),
+    PayoutSettled(PayoutSettled),
+    PayoutFailed(PayoutFailed),
+    PayoutReturned(PayoutReturned),
+    BankBatchGenerated(BankBatchGenerated),
+    BankBatchStatusChanged(BankBatchStatus),
+    FxRateSet(FxRateSet),
+    SolanaTxSigned(SolanaTxSigned),
+    SolanaTxResolved(SolanaTxResolved),
+}
+
+/// Every event type with its current schema version.
+pub const EVENT_TYPES: &[(&str, u32)] = &[
+    ("provider.registered", 1),
+    ("provider.updated", 1),
+    ("gpu.registered", 1),
+    ("rate.set", 1),
+    ("fee_schedule.set", 1),
+    ("usage.recorded", 1),
+    ("usage.voided", 1),
+    ("adjustment.posted", 1),
+    ("payout_run.decided", 1),
+    ("payout_run.completed", 1),
+    ("payout.created", 1),
+    ("payout.held", 1),
+    ("payout.released", 1),
+    ("payout.cancelled", 1),
+    ("payout.submitted", 1),
+    ("payout.settled", 1),
+    ("payout.failed", 1),
+    ("payout.returned", 1),
+    ("bank_batch.generated", 1),
+    ("bank_batch.status_changed", 1),
+    ("fx.rate_set", 1),
+    ("solana_tx.signed", 1),
+    ("solana_tx.resolved", 1),
+];
+
+macro_rules! body_dispatch {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        impl EventBody {
+            /// The event type, e.g. `usage.recorded`.
+            pub fn event_type(&self) -> &'static str {
+                match self { $(EventBody::$variant(_) => $name,)* }
+            }
+
+            /// The payload as JSON text (the bytes the hash chain covers).
+            pub fn to_json(&self) -> String {
+                let result = match self { $(EventBody::$variant(p) => serde_json::to_string(p),)* };
+                result.expect("event payloads always serialize")
+            }
+
+            /// Parses a stored payload of a known type and version.
+            pub fn from_json(event_type: &str, version: u32, payload: &str) -> Result<EventBody, DomainError> {
+                if version != 1 {
+                    return Err(DomainError::new("unknown_event_version", format!("{event_type} v{version}")));
+                }
+                let bad = |e: serde_json::Error| DomainError::new("invalid_event_payload", format!("{event_type}: {e}"));
+                match event_type {
+                    $($name => serde_json::from_str(payload).map(EventBody::$variant).map_err(bad),)*
+                    other => Err(DomainError::new("unknown_event_type", other.to_string())),
+                }
+            }
+        }
+    };
+}
+
+body_dispatch! {
+    ProviderRegistered => "provider.registered",
+    ProviderUpdated => "provider.updated",
+    GpuRegistered => "gpu.registered",
+    RateSet => "rate.set",
+    FeeScheduleSet => "fee_schedule.set",
+    UsageRecorded => "usage.recorded",
+    UsageVoided => "usage.voided",
+    AdjustmentPosted => "adjustment.posted",
+    PayoutRunDecided => "payout_run.decided",
+    PayoutRunCompleted => "payout_run.completed",
+    PayoutCreated => "payout.created",
+    PayoutHeld => "payout.held",
+    PayoutReleased => "payout.released",
+    PayoutCancelled => "payout.cancelled",
+    PayoutSubmitted => "payout.submitted",
+    PayoutSettled => "payout.settled",
+    PayoutFailed => "payout.failed",
+    PayoutReturned => "payout.returned",
+    BankBatchGenerated => "bank_batch.generated",
+    BankBatchStatusChanged => "bank_batch.status_changed",
+    FxRateSet => "fx.rate_set",
+    SolanaTxSigned => "solana_tx.signed",
+    SolanaTxResolved => "solana_tx.resolved",
+}
+
+impl EventBody {
+    /// The schema version this code writes.
+    pub fn version(&self) -> u32 {
+        1
+    }
+
+    /// The double-entry lines this event posts (SPEC §3). Each set sums to zero.
+    pub fn lines(&self) -> Vec<Line> {
+        use accounts::*;
+        let lines = match self {
+            EventBody::UsageRecorded(u) => usage_lines(&u.provider_id, &u.segments, 1),
+            EventBody::UsageVoided(v) => usage_lines(&v.provider_id, &v.segments, -1),
+            EventBody::AdjustmentPosted(a) => vec![
+                Line::new(payable(&a.provider_id), a.amount_micro_usdc),
+                Line::new(ADJUSTMENTS, -a.amount_micro_usdc),
+            ],
+            EventBody::PayoutCreated(p) => {
+                let to = if p.held {
+                    held(&p.provider_id)
+                } else {
+                    in_transit(&p.provider_id)
+                };
+                vec![
+                    Line::new(payable(&p.provider_id), -p.amount_micro_usdc),
+                    Line::new(to, p.amount_micro_usdc),
+                ]
+            }
+            EventBody::PayoutReleased(p) => vec![
+                Line::new(held(&p.provider_id), -p.amount_micro_usdc),
+                Line::new(in_transit(&p.provider_id), p.amount_micro_usdc),
+            ],
+            EventBody::PayoutCancelled(p) => vec![
+                Line::new(held(&p.provider_id), -p.amount_micro_usdc),
+                Line::new(payable(&p.provider_id), p.amount_micro_usdc),
+            ],
+            EventBody::PayoutSettled(p) => vec![
+                Line::new(in_transit(&p.provider_id), -p.amount_micro_usdc),
+                Line::new(p.rail.treasury_account(), p.amount_micro_usdc),
+            ],
+            EventBody::PayoutFailed(p) => vec![
+                Line::new(in_transit(&p.provider_id), -p.amount_micro_usdc),
+                Line::new(payable(&p.provider_id), p.amount_micro_usdc),
+            ],
+            EventBody::PayoutReturned(p) => vec![
+                Line::new(p.rail.treasury_account(), -p.amount_micro_usdc),
+                Line::new(payable(&p.provider_id), p.amount_micro_usdc),
+            ],
+            _ => Vec::new(),
+        };
+        debug_assert_eq!(lines.iter().map(|l| l.amount_micro_usdc).sum::<i64>(), 0);
+        lines
+    }
+}
+
+fn usage_lines(provider_id: &str, segments: &[Segment], sign: i64) -> Vec<Line> {
+    let mut lines = Vec::with_capacity(segments.len() * 3);
+    for s in segments {
+        if s.gross_micro_usdc != 0 {
+            lines.push(Line::new(accounts::RECEIVABLE, -sign * s.gross_micro_usdc));
+        }
+        if s.net_micro_usdc != 0 {
+            lines.push(Line::new(
+                accounts::payable(provider_id),
+                sign * s.net_micro_usdc,
+            ));
+        }
+        if s.fee_micro_usdc != 0 {
+            lines.push(Line::new(accounts::FEES, sign * s.fee_micro_usdc));
+        }
+    }
+    lines
+}
+
+/// Serializes lines as the compact JSON the ledger stores: `[["account",amount],…]`.
+pub fn lines_to_json(lines: &[Line]) -> String {
+    let pairs: Vec<(&str, i64)> = lines
+        .iter()
+        .map(|l| (l.account.as_str(), l.amount_micro_usdc))
+        .collect();
+    serde_json::to_string(&pairs).expect("lines serialize")
+}
+
+/// Parses stored lines.
+pub fn lines_from_json(text: &str) -> Result<Vec<Line>, DomainError> {
+    let pairs: Vec<(String, i64)> =
+        serde_json::from_str(text).map_err(|e| DomainError::new("invalid_lines", e.to_string()))?;
+    Ok(pairs
+        .into_iter()
+        .map(|(account, amount_micro_usdc)| Line {
+            account,
+            amount_micro_usdc,
+        })
+        .collect())
+}

@@ -1,0 +1,114 @@
+//! Identifiers: parsed newtypes. After `parse`, the value is proof of a valid id.
+//!
+//! Every id is 1..=128 characters of `[A-Za-z0-9._:-]`.
+
+use std::fmt;
+
+use super::DomainError;
+
+/// The longest accepted id, in characters.
+pub const ID_LEN_MAX: usize = 128;
+
+fn is_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
+}
+
+/// Checks the shared id grammar; `code` names the rejection.
+pub fn check_id(text: &str, what: &str, code: &'static str) -> Result<(), DomainError> {
+    if text.is_empty() || text.len() > ID_LEN_MAX || !text.chars().all(is_id_char) {
+        return Err(DomainError::new(
+            code,
+            format!("{what} must be 1..={ID_LEN_MAX} characters of [A-Za-z0-9._:-], got {text:?}"),
+        ));
+    }
+    Ok(())
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $code:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(text: &str) -> Result<$name, DomainError> {
+                check_id(text, $what, $code)?;
+                Ok($name(text.to_owned()))
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A provider (the owner of GPUs, the payee).
+    ProviderId, "provider_id", "invalid_provider_id"
+);
+id_type!(
+    /// A GPU, registered to exactly one provider for life.
+    GpuId, "gpu_id", "invalid_gpu_id"
+);
+id_type!(
+    /// A usage event's globally unique idempotency key.
+    EventId, "event_id", "invalid_event_id"
+);
+id_type!(
+    /// The rental a usage event belongs to.
+    RentalId, "rental_id", "invalid_rental_id"
+);
+id_type!(
+    /// An adjustment's idempotency key.
+    AdjustmentId, "adjustment_id", "invalid_adjustment_id"
+);
+id_type!(
+    /// A payout.
+    PayoutId, "payout_id", "invalid_payout_id"
+);
+
+/// A GPU model name (free string, e.g. `H100-80GB`): 1..=64 printable ASCII without spaces.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GpuModel(String);
+
+impl GpuModel {
+    pub fn parse(text: &str) -> Result<GpuModel, DomainError> {
+        if text.is_empty() || text.len() > 64 || !text.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(DomainError::new(
+                "invalid_model",
+                format!("model must be 1..=64 printable ASCII characters, got {text:?}"),
+            ));
+        }
+        Ok(GpuModel(text.to_owned()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_grammar() {
+        assert!(EventId::parse("agt-19:000123").is_ok());
+        assert!(EventId::parse(&"a".repeat(128)).is_ok());
+        assert_eq!(
+            EventId::parse(&"a".repeat(129)).unwrap_err().code,
+            "invalid_event_id"
+        );
+        assert!(EventId::parse("").is_err());
+        assert!(EventId::parse("a b").is_err());
+        assert!(ProviderId::parse("prv_42").is_ok());
+        assert!(ProviderId::parse("prv/42").is_err());
+        assert!(GpuModel::parse("H100-80GB").is_ok());
+        assert!(GpuModel::parse("H100 80GB").is_err());
+    }
+}

@@ -1,0 +1,39 @@
+//! The pure core: money, identifiers, time, pricing, events, postings and the fold of
+//! events into projections. No I/O, no clock, no database, no async.
+//!
+//! Invariant: nothing in here imports sqlx, tokio, axum or the Solana crates.
+
+pub mod decision;
+pub mod event;
+pub mod ids;
+pub mod money;
+pub mod pricing;
+pub mod projection;
+pub mod time;
+
+use std::fmt;
+
+/// A rejection by the domain, with a stable machine-readable code (`unknown_gpu`,
+/// `interval_too_long`, …) and a human message. The code is part of the API contract.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl DomainError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> DomainError {
+        DomainError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for DomainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for DomainError {}

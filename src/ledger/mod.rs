@@ -1,0 +1,207 @@
+//! The application layer and the only writer of the ledger:
+//! command → validate → decide → append, in one transaction per stream.
+//!
+//! Invariant: `http`, `jobs`, `rails` and `cli` change the ledger only through here.
+
+pub mod corrections;
+pub mod ingest;
+pub mod methods;
+pub mod registry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::LedgerConfig;
+use crate::domain::DomainError;
+use crate::store::{Store, StoreError, WriteTx};
+
+/// Where "now" comes from: the system clock, or a fixed/driven instant (`--now`, tests).
+pub trait Clock: Send + Sync {
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+}
+
+/// A clock that stands still until moved (simulation, replay, tests).
+#[derive(Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn new(now_ms: i64) -> ManualClock {
+        ManualClock(AtomicI64::new(now_ms))
+    }
+    pub fn set(&self, now_ms: i64) {
+        self.0.store(now_ms, Ordering::SeqCst);
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Who caused a change: recorded on every event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Actor(pub String);
+
+impl Actor {
+    pub fn operator(name: &str) -> Actor {
+        Actor(format!("operator:{name}"))
+    }
+    pub fn token(token_id: &str) -> Actor {
+        Actor(format!("token:{token_id}"))
+    }
+    pub fn system(job: &str) -> Actor {
+        Actor(format!("system:{job}"))
+    }
+}
+
+/// The result of an idempotent command that did not fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Booked now.
+    Accepted,
+    /// Already booked with the same content: nothing booked twice.
+    Duplicate,
+}
+
+impl Applied {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Applied::Accepted => "accepted",
+            Applied::Duplicate => "duplicate",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The command was rejected; nothing was written.
+    #[error(transparent)]
+    Rejected(#[from] DomainError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        LedgerError::Store(StoreError::Database(e))
+    }
+}
+
+impl LedgerError {
+    /// The stable error code (`internal` for store failures, which never leak details).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LedgerError::Rejected(e) => e.code,
+            LedgerError::Store(_) => "storage_unavailable",
+        }
+    }
+}
+
+pub fn reject<T>(code: &'static str, message: impl Into<String>) -> Result<T, LedgerError> {
+    Err(LedgerError::Rejected(DomainError::new(code, message)))
+}
+
+/// SHA-256 of a normalised command, to tell a duplicate from a conflicting reuse of an id.
+pub fn content_hash(normalised: &str) -> Vec<u8> {
+    Sha256::digest(normalised.as_bytes()).to_vec()
+}
+
+/// The ledger service.
+#[derive(Clone)]
+pub struct Ledger {
+    pub store: Store,
+    pub clock: Arc<dyn Clock>,
+    pub config: LedgerConfig,
+}
+
+impl Ledger {
+    pub fn new(store: Store, clock: Arc<dyn Clock>, config: LedgerConfig) -> Ledger {
+        Ledger {
+            store,
+            clock,
+            config,
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Runs `command` in a write transaction on `stream` and commits it, retrying the whole
+    /// command (reads included) when another writer got there first.
+    pub async fn write<T>(
+        &self,
+        stream: &str,
+        mut command: impl AsyncFnMut(&mut WriteTx) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let mut attempt: u32 = 0;
+        loop {
+            let result = async {
+                let mut tx = self.store.begin(stream).await?;
+                let value = command(&mut tx).await?;
+                tx.commit().await?;
+                Ok::<T, LedgerError>(value)
+            }
+            .await;
+            match result {
+                Err(LedgerError::Store(e))
+                    if e.is_retryable() && attempt < self.config.write_retries_max =>
+                {
+                    attempt += 1;
+                    let backoff_ms = u64::from(attempt.min(10)) * 5 + rand::random::<u64>() % 10;
+                    tracing::debug!(stream, attempt, error = %e, "write conflict, retrying");
+                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Looks up an idempotency key: `None` when unused, else the stored content hash.
+pub async fn find_idem(
+    tx: &mut WriteTx,
+    key: &str,
+) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
+    use sqlx::Row;
+    let row = sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1")
+        .bind(key)
+        .fetch_optional(tx.conn())
+        .await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get::<Option<Vec<u8>>, _>(0)?),
+        None => None,
+    })
+}
+
+/// Decides duplicate vs conflict for a reused idempotency key.
+pub fn duplicate_or_conflict(
+    stored_hash: &Option<Vec<u8>>,
+    hash: &[u8],
+    what: &str,
+) -> Result<Applied, LedgerError> {
+    if stored_hash.as_deref() == Some(hash) {
+        Ok(Applied::Duplicate)
+    } else {
+        reject(
+            "conflict",
+            format!("{what} was already booked with different content"),
+        )
+    }
+}

@@ -1,0 +1,358 @@
+//! Registry commands: providers, GPUs, rates, fee schedules, FX rates.
+//!
+//! Idempotent like usage events: a repeated identical command is a `duplicate`; a
+//! registration reusing an id with other content is a `conflict`; an update or a rate that
+//! changes nothing is a `duplicate`.
+
+use sqlx::Row;
+
+use super::{
+    Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
+};
+use crate::domain::event::*;
+use crate::domain::ids::{GpuId, GpuModel, ProviderId};
+use crate::domain::money::{FeeBps, Rate};
+use crate::store::{NewEvent, WriteTx};
+
+#[derive(Clone, Debug)]
+pub struct RegisterProvider {
+    pub provider_id: ProviderId,
+    pub name: String,
+    pub email: String,
+    pub tier: Tier,
+    pub schedule: Schedule,
+    pub payout_method: Option<PayoutMethod>,
+}
+
+#[derive(Clone, Debug)]
+pub struct UpdateProvider {
+    pub provider_id: ProviderId,
+    pub name: Option<String>,
+    pub email: Option<String>,
+    pub tier: Option<Tier>,
+    pub schedule: Option<Schedule>,
+    pub status: Option<ProviderStatus>,
+    pub payout_method: Option<PayoutMethod>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RegisterGpu {
+    pub gpu_id: GpuId,
+    pub provider_id: ProviderId,
+    pub model: GpuModel,
+}
+
+#[derive(Clone, Debug)]
+pub struct SetRate {
+    pub provider_id: ProviderId,
+    pub model: GpuModel,
+    pub rate: Rate,
+    pub effective_from_ms: i64,
+}
+
+#[derive(Clone, Debug)]
+pub struct SetFee {
+    pub tier: Tier,
+    pub fee: FeeBps,
+    pub effective_from_ms: i64,
+}
+
+/// A provider's registry row as the projection holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderRecord {
+    pub provider_id: String,
+    pub name: String,
+    pub email: String,
+    pub tier: Tier,
+    pub schedule: Schedule,
+    pub status: ProviderStatus,
+    pub payout_method: Option<PayoutMethod>,
+    pub method_set_at_ms: Option<i64>,
+    pub method_invalid: bool,
+    pub registered_at_ms: i64,
+}
+
+/// Checks a display name or holder: 1..=200 characters, no control characters.
+pub fn check_name(name: &str, what: &str) -> Result<(), LedgerError> {
+    let n = name.trim();
+    if n.is_empty() || n.chars().count() > 200 || n.chars().any(char::is_control) {
+        return reject(
+            "invalid_name",
+            format!("{what} must be 1..=200 characters without control characters"),
+        );
+    }
+    Ok(())
+}
+
+/// Checks an e-mail address loosely: one `@` with text on both sides, at most 254 bytes.
+pub fn check_email(email: &str) -> Result<(), LedgerError> {
+    let ok = email.len() <= 254
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
+        && matches!(email.split_once('@'), Some((a, b)) if !a.is_empty() && b.contains('.') && !b.contains('@'));
+    if !ok {
+        return reject("invalid_email", format!("not an e-mail address: {email:?}"));
+    }
+    Ok(())
+}
+
+/// Reads a provider inside a write transaction.
+pub async fn load_provider(
+    tx: &mut WriteTx,
+    provider_id: &str,
+) -> Result<Option<ProviderRecord>, LedgerError> {
+    let row = sqlx::query(
+        "SELECT provider_id, name, email, tier, schedule, status, payout_method, method_set_at_ms, method_invalid, registered_at_ms FROM providers WHERE provider_id = $1",
+    )
+    .bind(provider_id)
+    .fetch_optional(tx.conn())
+    .await?;
+    row.map(|r| provider_from_row(&r)).transpose()
+}
+
+pub fn provider_from_row(r: &sqlx::any::AnyRow) -> Result<ProviderRecord, LedgerError> {
+    let method: Option<String> = r.try_get(6)?;
+    let payout_method = method
+        .map(|m| serde_json::from_str::<PayoutMethod>(&m))
+        .transpose()
+        .map_err(|e| crate::domain::DomainError::new("corrupt_projection", e.to_string()))?;
+    Ok(ProviderRecord {
+        provider_id: r.try_get(0)?,
+        name: r.try_get(1)?,
+        email: r.try_get(2)?,
+        tier: Tier::parse(&r.try_get::<String, _>(3)?)?,
+        schedule: Schedule::parse(&r.try_get::<String, _>(4)?)?,
+        status: ProviderStatus::parse(&r.try_get::<String, _>(5)?)?,
+        payout_method,
+        method_set_at_ms: r.try_get(7)?,
+        method_invalid: r.try_get::<i64, _>(8)? != 0,
+        registered_at_ms: r.try_get(9)?,
+    })
+}
+
+impl Ledger {
+    pub async fn register_provider(
+        &self,
+        cmd: &RegisterProvider,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_name(&cmd.name, "name")?;
+        check_email(&cmd.email)?;
+        let key = format!("provider:{}", cmd.provider_id);
+        let body = EventBody::ProviderRegistered(ProviderRegistered {
+            provider_id: cmd.provider_id.to_string(),
+            name: cmd.name.trim().to_owned(),
+            email: cmd.email.clone(),
+            tier: cmd.tier,
+            schedule: cmd.schedule,
+            status: ProviderStatus::Active,
+            payout_method: cmd.payout_method.clone(),
+        });
+        let hash = content_hash(&body.to_json());
+        let now = self.now_ms();
+        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+            if let Some(stored) = find_idem(tx, &key).await? {
+                return duplicate_or_conflict(
+                    &stored,
+                    &hash,
+                    &format!("provider {}", cmd.provider_id),
+                );
+            }
+            tx.append(NewEvent {
+                body: body.clone(),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: Some(hash.clone()),
+            });
+            Ok(Applied::Accepted)
+        })
+        .await
+    }
+
+    pub async fn update_provider(
+        &self,
+        cmd: &UpdateProvider,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        if let Some(name) = &cmd.name {
+            check_name(name, "name")?;
+        }
+        if let Some(email) = &cmd.email {
+            check_email(email)?;
+        }
+        let now = self.now_ms();
+        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+            let Some(current) = load_provider(tx, cmd.provider_id.as_str()).await? else {
+                return reject(
+                    "unknown_provider",
+                    format!("no provider {}", cmd.provider_id),
+                );
+            };
+            // Only what actually changes is recorded: re-sending an update is a duplicate,
+            // and re-sending the same payout method does not restart the cooling-off.
+            let method_changes = cmd.payout_method.is_some()
+                && (cmd.payout_method != current.payout_method || current.method_invalid);
+            let update = ProviderUpdated {
+                provider_id: cmd.provider_id.to_string(),
+                name: cmd.name.clone().filter(|n| n.trim() != current.name),
+                email: cmd.email.clone().filter(|e| *e != current.email),
+                tier: cmd.tier.filter(|t| *t != current.tier),
+                schedule: cmd.schedule.filter(|s| *s != current.schedule),
+                status: cmd.status.filter(|s| *s != current.status),
+                payout_method: if method_changes {
+                    cmd.payout_method.clone()
+                } else {
+                    None
+                },
+            };
+            if update
+                == (ProviderUpdated {
+                    provider_id: update.provider_id.clone(),
+                    ..Default::default()
+                })
+            {
+                return Ok(Applied::Duplicate);
+            }
+            tx.append(NewEvent {
+                body: EventBody::ProviderUpdated(update),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: None,
+                content_hash: None,
+            });
+            Ok(Applied::Accepted)
+        })
+        .await
+    }
+
+    pub async fn register_gpu(
+        &self,
+        cmd: &RegisterGpu,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        let key = format!("gpu:{}", cmd.gpu_id);
+        let body = EventBody::GpuRegistered(GpuRegistered {
+            gpu_id: cmd.gpu_id.to_string(),
+            provider_id: cmd.provider_id.to_string(),
+            model: cmd.model.as_str().to_owned(),
+        });
+        let hash = content_hash(&body.to_json());
+        let now = self.now_ms();
+        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+            if let Some(stored) = find_idem(tx, &key).await? {
+                return duplicate_or_conflict(&stored, &hash, &format!("gpu {}", cmd.gpu_id));
+            }
+            if load_provider(tx, cmd.provider_id.as_str()).await?.is_none() {
+                return reject(
+                    "unknown_provider",
+                    format!("no provider {}", cmd.provider_id),
+                );
+            }
+            tx.append(NewEvent {
+                body: body.clone(),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: Some(hash.clone()),
+            });
+            Ok(Applied::Accepted)
+        })
+        .await
+    }
+
+    pub async fn set_rate(&self, cmd: &SetRate, actor: &Actor) -> Result<Applied, LedgerError> {
+        let rate_text = cmd.rate.to_canonical();
+        let now = self.now_ms();
+        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+            if load_provider(tx, cmd.provider_id.as_str()).await?.is_none() {
+                return reject("unknown_provider", format!("no provider {}", cmd.provider_id));
+            }
+            let current = sqlx::query(
+                "SELECT rate_usdc_per_hour FROM rates WHERE provider_id = $1 AND model = $2 AND effective_from_ms = $3",
+            )
+            .bind(cmd.provider_id.as_str())
+            .bind(cmd.model.as_str())
+            .bind(cmd.effective_from_ms)
+            .fetch_optional(tx.conn())
+            .await?;
+            if let Some(row) = current {
+                if row.try_get::<String, _>(0)? == rate_text {
+                    return Ok(Applied::Duplicate);
+                }
+            }
+            tx.append(NewEvent {
+                body: EventBody::RateSet(RateSet {
+                    provider_id: cmd.provider_id.to_string(),
+                    model: cmd.model.as_str().to_owned(),
+                    rate_usdc_per_hour: rate_text.clone(),
+                    effective_from_ms: cmd.effective_from_ms,
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: None,
+                content_hash: None,
+            });
+            Ok(Applied::Accepted)
+        })
+        .await
+    }
+
+    pub async fn set_fee(&self, cmd: &SetFee, actor: &Actor) -> Result<Applied, LedgerError> {
+        let now = self.now_ms();
+        self.write(PLATFORM_STREAM, async |tx| {
+            let current = sqlx::query(
+                "SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms = $2",
+            )
+            .bind(cmd.tier.as_str())
+            .bind(cmd.effective_from_ms)
+            .fetch_optional(tx.conn())
+            .await?;
+            if let Some(row) = current {
+                if row.try_get::<i64, _>(0)? == i64::from(cmd.fee.get()) {
+                    return Ok(Applied::Duplicate);
+                }
+            }
+            tx.append(NewEvent {
+                body: EventBody::FeeScheduleSet(FeeScheduleSet {
+                    tier: cmd.tier,
+                    fee_bps: cmd.fee.get(),
+                    effective_from_ms: cmd.effective_from_ms,
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: None,
+                content_hash: None,
+            });
+            Ok(Applied::Accepted)
+        })
+        .await
+    }
+
+    /// Records the EUR per USD rate used for EUR payouts created from now on.
+    pub async fn set_fx_rate(
+        &self,
+        eur_per_usd: rust_decimal::Decimal,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        if eur_per_usd <= rust_decimal::Decimal::ZERO || eur_per_usd.scale() > 10 {
+            return reject(
+                "invalid_fx_rate",
+                "eur_per_usd must be a positive decimal with at most 10 fractional digits",
+            );
+        }
+        let now = self.now_ms();
+        self.write(PLATFORM_STREAM, async |tx| {
+            tx.append(NewEvent {
+                body: EventBody::FxRateSet(FxRateSet {
+                    eur_per_usd: eur_per_usd.normalize().to_string(),
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: None,
+                content_hash: None,
+            });
+            Ok(Applied::Accepted)
+        })
+        .await
+    }
+}

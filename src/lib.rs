@@ -1,0 +1,12 @@
+//! settle: the settlement and payout engine of a GPU compute marketplace.
+//!
+//! See `ARCHITECTURE.md` for the code map and the invariants.
+
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod ledger;
+pub mod rails;
+pub mod store;
+pub mod verify;
+pub mod wire;

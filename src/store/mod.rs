@@ -1,0 +1,497 @@
+//! The event store on SQLite (embedded default) and PostgreSQL (production).
+//!
+//! One SQL dialect serves both through sqlx's `Any` driver (`$n` placeholders, `ON CONFLICT`,
+//! integer milliseconds and micro-USDC); [`Dialect`] covers the few differences: migrations,
+//! the per-stream write lock and error classification.
+//!
+//! Invariant: the store knows no use case and no wire format. It appends events with their
+//! hash chain and applies projection ops in the same transaction; it never decides anything.
+
+mod chain;
+mod project;
+pub mod read;
+
+pub use chain::{GENESIS_HASH, canonical_bytes, event_hash};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::domain::event::{EventBody, lines_to_json};
+use crate::domain::projection::{ProjOp, ops};
+
+/// Which database a store talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another writer appended to the stream, or a unique key was taken: retry the command.
+    #[error("concurrent write conflict: {0}")]
+    Conflict(String),
+    #[error("database unavailable or failed: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://…")]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// Whether retrying the whole transaction may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Conflict(_) => true,
+            StoreError::Database(e) => is_transient(e),
+            _ => false,
+        }
+    }
+}
+
+/// Classifies a database error as a conflict the writer should retry.
+fn classify(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        if db.kind() == sqlx::error::ErrorKind::UniqueViolation {
+            return StoreError::Conflict(db.message().to_owned());
+        }
+    }
+    if is_transient(&e) {
+        return StoreError::Conflict(e.to_string());
+    }
+    StoreError::Database(e)
+}
+
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            // SQLite BUSY (5), BUSY_SNAPSHOT (517), LOCKED (6); PostgreSQL serialization
+            // failure and deadlock.
+            matches!(code.as_str(), "5" | "517" | "6" | "262" | "40001" | "40P01")
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
+        _ => false,
+    }
+}
+
+/// Connection settings with named limits.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub connections_max: u32,
+    pub acquire_timeout_ms: u64,
+    /// SQLite: how long a writer waits for another process's write lock.
+    pub sqlite_busy_timeout_ms: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            connections_max: 8,
+            acquire_timeout_ms: 30_000,
+            sqlite_busy_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// A handle to the ledger database. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    dialect: Dialect,
+    /// SQLite has one writer: writers of this process queue here instead of spinning on BUSY.
+    sqlite_writer: Arc<Mutex<()>>,
+}
+
+/// An event to append: its body, who caused it, when it was booked, and its idempotency key
+/// with the hash of the normalised command (to tell a duplicate from a conflict).
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    pub body: EventBody,
+    pub actor: String,
+    pub recorded_at_ms: i64,
+    pub idem_key: Option<String>,
+    pub content_hash: Option<Vec<u8>>,
+}
+
+/// An event as stored.
+#[derive(Clone, Debug)]
+pub struct StoredEvent {
+    pub stream: String,
+    pub seq: i64,
+    pub event_type: String,
+    pub version: i64,
+    pub idem_key: Option<String>,
+    pub content_hash: Option<Vec<u8>>,
+    pub actor: String,
+    pub recorded_at_ms: i64,
+    pub payload: String,
+    pub lines: String,
+    pub prev_hash: Vec<u8>,
+    pub hash: Vec<u8>,
+}
+
+pub(crate) const EVENT_COLUMNS: &str = "stream, seq, event_type, version, idem_key, content_hash, actor, recorded_at_ms, payload, lines, prev_hash, hash";
+
+impl StoredEvent {
+    pub(crate) fn from_row(row: &sqlx::any::AnyRow) -> Result<StoredEvent, sqlx::Error> {
+        Ok(StoredEvent {
+            stream: row.try_get(0)?,
+            seq: row.try_get(1)?,
+            event_type: row.try_get(2)?,
+            version: row.try_get(3)?,
+            idem_key: row.try_get(4)?,
+            content_hash: row.try_get(5)?,
+            actor: row.try_get(6)?,
+            recorded_at_ms: row.try_get(7)?,
+            payload: row.try_get(8)?,
+            lines: row.try_get(9)?,
+            prev_hash: row.try_get(10)?,
+            hash: row.try_get(11)?,
+        })
+    }
+}
+
+impl Store {
+    /// Opens `sqlite://PATH` (created when missing) or `postgres://…`.
+    pub async fn open(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let dialect = if url.starts_with("sqlite:") {
+            Dialect::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Dialect::Postgres
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        };
+        let url = match dialect {
+            Dialect::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url.to_owned(),
+        };
+        let connect: AnyConnectOptions = url.parse()?;
+        let busy_ms = options.sqlite_busy_timeout_ms;
+        let pool = AnyPoolOptions::new()
+            .max_connections(options.connections_max)
+            .acquire_timeout(Duration::from_millis(options.acquire_timeout_ms))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if dialect == Dialect::Sqlite {
+                        // Durable commits (FULL): an acknowledged event survives power loss.
+                        for pragma in [
+                            "PRAGMA journal_mode = WAL".to_owned(),
+                            "PRAGMA synchronous = FULL".to_owned(),
+                            format!("PRAGMA busy_timeout = {busy_ms}"),
+                            "PRAGMA foreign_keys = ON".to_owned(),
+                        ] {
+                            sqlx::query(&pragma).execute(&mut *conn).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(connect)
+            .await?;
+        Ok(Store {
+            pool,
+            dialect,
+            sqlite_writer: Arc::new(Mutex::new(())),
+        })
+    }
+
+    /// Applies the schema migrations of this dialect. Writes no ledger event.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self.dialect {
+            Dialect::Sqlite => sqlx::migrate!("migrations/sqlite").run(&self.pool).await?,
+            Dialect::Postgres => {
+                sqlx::migrate!("migrations/postgres")
+                    .run(&self.pool)
+                    .await?
+            }
+        }
+        Ok(())
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Starts a write transaction on one stream: takes the stream's write lock and reads
+    /// its head. Events are appended with [`WriteTx::append`] and land with
+    /// [`WriteTx::commit`], together with their projection changes, or not at all.
+    pub async fn begin(&self, stream: &str) -> Result<WriteTx, StoreError> {
+        let guard = match self.dialect {
+            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            Dialect::Postgres => None,
+        };
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        if self.dialect == Dialect::Postgres {
+            // Serialise writers of one stream without blocking other streams.
+            sqlx::query(
+                "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l",
+            )
+            .bind(stream)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        }
+        let head = sqlx::query(
+            "SELECT seq, hash, recorded_at_ms FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(stream)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        let (seq, hash, recorded_at_ms) = match head {
+            Some(row) => (
+                row.try_get::<i64, _>(0)?,
+                row.try_get::<Vec<u8>, _>(1)?,
+                row.try_get::<i64, _>(2)?,
+            ),
+            None => (0, GENESIS_HASH.to_vec(), i64::MIN),
+        };
+        Ok(WriteTx {
+            tx,
+            _writer: guard,
+            dialect: self.dialect,
+            stream: stream.to_owned(),
+            head_seq: seq,
+            head_hash: hash,
+            head_recorded_at_ms: recorded_at_ms,
+            pending: Vec::new(),
+            ops: Vec::new(),
+        })
+    }
+
+    /// The latest `recorded_at` on the ledger: booking time never moves backwards past it.
+    pub async fn max_recorded_at_ms(&self) -> Result<Option<i64>, StoreError> {
+        let row = sqlx::query("SELECT MAX(recorded_at_ms) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<Option<i64>, _>(0)?)
+    }
+
+    /// All streams, in name order.
+    pub async fn streams(&self) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT DISTINCT stream FROM events ORDER BY stream")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
+            .collect()
+    }
+
+    /// Events of one stream with `seq > after`, in order, at most `limit`.
+    pub async fn stream_events(
+        &self,
+        stream: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        ))
+        .bind(stream)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| StoredEvent::from_row(r).map_err(StoreError::from))
+            .collect()
+    }
+
+    /// Total number of events.
+    pub async fn event_count(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COUNT(*) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)?)
+    }
+
+    /// Reads every row of a projection table into memory (for `verify`).
+    pub async fn load_projection(
+        &self,
+        table: &'static crate::domain::projection::TableSpec,
+    ) -> Result<
+        std::collections::BTreeMap<
+            Vec<crate::domain::projection::Val>,
+            Vec<crate::domain::projection::Val>,
+        >,
+        StoreError,
+    > {
+        project::load_table(&self.pool, table).await
+    }
+
+    /// Replaces all projections with `projections` (folded from `events_folded` events) in
+    /// one transaction that shuts writers out; refuses if the ledger grew meanwhile.
+    pub async fn replace_projections(
+        &self,
+        projections: &crate::domain::projection::Projections,
+        events_folded: i64,
+    ) -> Result<(), StoreError> {
+        let _guard = match self.dialect {
+            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            Dialect::Postgres => None,
+        };
+        let mut tx = self.pool.begin().await?;
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("LOCK TABLE events IN SHARE MODE")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let count: i64 = sqlx::query("SELECT COUNT(*) FROM events")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get(0)?;
+        if count != events_folded {
+            return Err(StoreError::Conflict(format!(
+                "the ledger grew from {events_folded} to {count} events during the rebuild; run it again"
+            )));
+        }
+        project::replace_all(&mut tx, projections).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// A write transaction on one stream. Dropping it without `commit` rolls everything back.
+pub struct WriteTx {
+    tx: Transaction<'static, Any>,
+    _writer: Option<OwnedMutexGuard<()>>,
+    dialect: Dialect,
+    stream: String,
+    head_seq: i64,
+    head_hash: Vec<u8>,
+    head_recorded_at_ms: i64,
+    pending: Vec<StoredEvent>,
+    ops: Vec<ProjOp>,
+}
+
+impl WriteTx {
+    /// The connection, for the reads a command needs inside its transaction.
+    pub fn conn(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The sequence number of the stream's last event (0 for an empty stream), including
+    /// events appended in this transaction.
+    pub fn head_seq(&self) -> i64 {
+        self.head_seq
+    }
+
+    /// The latest `recorded_at` in this stream, including pending appends.
+    pub fn head_recorded_at_ms(&self) -> i64 {
+        self.head_recorded_at_ms
+    }
+
+    /// Events appended in this transaction so far.
+    pub fn pending(&self) -> &[StoredEvent] {
+        &self.pending
+    }
+
+    /// Appends an event: assigns the next sequence number, chains its hash and queues its
+    /// projection changes. `recorded_at` never goes below the stream's latest.
+    pub fn append(&mut self, event: NewEvent) -> &StoredEvent {
+        let recorded_at_ms = event.recorded_at_ms.max(self.head_recorded_at_ms);
+        let lines = event.body.lines();
+        let seq = self.head_seq + 1;
+        let mut stored = StoredEvent {
+            stream: self.stream.clone(),
+            seq,
+            event_type: event.body.event_type().to_owned(),
+            version: i64::from(event.body.version()),
+            idem_key: event.idem_key,
+            content_hash: event.content_hash,
+            actor: event.actor,
+            recorded_at_ms,
+            payload: event.body.to_json(),
+            lines: lines_to_json(&lines),
+            prev_hash: self.head_hash.clone(),
+            hash: Vec::new(),
+        };
+        stored.hash = event_hash(&stored.prev_hash, &canonical_bytes(&stored)).to_vec();
+        self.ops
+            .extend(ops(&self.stream, recorded_at_ms, &event.body));
+        self.head_seq = seq;
+        self.head_hash = stored.hash.clone();
+        self.head_recorded_at_ms = recorded_at_ms;
+        self.pending.push(stored);
+        self.pending.last().expect("just pushed")
+    }
+
+    /// Writes the pending events and their projection changes and commits. A unique-key
+    /// race (another writer took the sequence number or an idempotency key) surfaces as
+    /// [`StoreError::Conflict`]: retry the command from the start.
+    pub async fn commit(mut self) -> Result<Vec<StoredEvent>, StoreError> {
+        const ROWS_PER_INSERT: usize = 500;
+        for chunk in self.pending.chunks(ROWS_PER_INSERT) {
+            let mut sql = format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                let b = i * 12;
+                sql.push_str(&format!(
+                    "(${},${},${},${},${},${},${},${},${},${},${},${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6,
+                    b + 7,
+                    b + 8,
+                    b + 9,
+                    b + 10,
+                    b + 11,
+                    b + 12
+                ));
+            }
+            let mut query = sqlx::query(&sql);
+            for e in chunk {
+                query = query
+                    .bind(&e.stream)
+                    .bind(e.seq)
+                    .bind(&e.event_type)
+                    .bind(e.version)
+                    .bind(&e.idem_key)
+                    .bind(&e.content_hash)
+                    .bind(&e.actor)
+                    .bind(e.recorded_at_ms)
+                    .bind(&e.payload)
+                    .bind(&e.lines)
+                    .bind(&e.prev_hash)
+                    .bind(&e.hash);
+            }
+            query.execute(&mut *self.tx).await.map_err(classify)?;
+        }
+        project::apply_ops(&mut self.tx, &self.ops)
+            .await
+            .map_err(classify)?;
+        self.tx.commit().await.map_err(classify)?;
+        Ok(std::mem::take(&mut self.pending))
+    }
+}

@@ -1,0 +1,174 @@
+//! `settle verify` and `settle rebuild`: check the hash chains, the balance of every event's
+//! lines and that the projections equal a fresh fold of the events; or rewrite them from it.
+
+use crate::domain::event::{EventBody, lines_from_json};
+use crate::domain::projection::{Projections, TABLES};
+use crate::store::{GENESIS_HASH, Store, StoreError, canonical_bytes, event_hash};
+
+/// Events read per page while folding.
+const PAGE_EVENTS: i64 = 5_000;
+/// Problems listed at most per report (the count is always exact).
+const PROBLEMS_LISTED_MAX: usize = 100;
+
+/// One thing wrong with the ledger.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub stream: String,
+    pub seq: Option<i64>,
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct VerifyReport {
+    pub streams: usize,
+    pub events: i64,
+    pub problems_total: usize,
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.problems_total == 0
+    }
+    fn push(&mut self, p: Problem) {
+        self.problems_total += 1;
+        if self.problems.len() < PROBLEMS_LISTED_MAX {
+            self.problems.push(p);
+        }
+    }
+}
+
+/// Reads every stream, checks its chain and lines, and folds it. `progress` is told the
+/// number of events read so far.
+pub async fn fold_ledger(
+    store: &Store,
+    report: &mut VerifyReport,
+    progress: &(dyn Fn(i64) + Sync),
+) -> Result<Projections, StoreError> {
+    let mut projections = Projections::default();
+    let streams = store.streams().await?;
+    report.streams = streams.len();
+    for stream in streams {
+        let mut expected_seq = 1;
+        let mut prev_hash = GENESIS_HASH.to_vec();
+        loop {
+            let page = store
+                .stream_events(&stream, expected_seq - 1, PAGE_EVENTS)
+                .await?;
+            if page.is_empty() {
+                break;
+            }
+            for e in &page {
+                report.events += 1;
+                let problem = |kind: &'static str, detail: String| Problem {
+                    stream: stream.clone(),
+                    seq: Some(e.seq),
+                    kind,
+                    detail,
+                };
+                if e.seq != expected_seq {
+                    report.push(problem(
+                        "sequence_gap",
+                        format!("expected seq {expected_seq}, found {}", e.seq),
+                    ));
+                }
+                if e.prev_hash != prev_hash {
+                    report.push(problem(
+                        "chain_broken",
+                        "prev_hash does not match the previous event's hash".into(),
+                    ));
+                }
+                let recomputed = event_hash(&e.prev_hash, &canonical_bytes(e));
+                if e.hash != recomputed {
+                    report.push(problem(
+                        "hash_mismatch",
+                        "stored hash does not match the event's content: the event was altered"
+                            .into(),
+                    ));
+                }
+                match lines_from_json(&e.lines) {
+                    Ok(lines) => {
+                        let sum: i128 = lines.iter().map(|l| i128::from(l.amount_micro_usdc)).sum();
+                        if sum != 0 {
+                            report.push(problem("unbalanced", format!("lines sum to {sum} µUSDC")));
+                        }
+                    }
+                    Err(err) => report.push(problem("invalid_lines", err.message)),
+                }
+                match EventBody::from_json(&e.event_type, e.version as u32, &e.payload) {
+                    Ok(body) => {
+                        if crate::domain::event::lines_to_json(&body.lines()) != e.lines {
+                            report.push(problem(
+                                "lines_mismatch",
+                                "stored lines differ from the lines the event posts".into(),
+                            ));
+                        }
+                        projections.fold(&e.stream, e.recorded_at_ms, &body);
+                    }
+                    Err(err) => report.push(problem("invalid_payload", err.message)),
+                }
+                expected_seq = e.seq + 1;
+                prev_hash = e.hash.clone();
+            }
+            progress(report.events);
+        }
+    }
+    Ok(projections)
+}
+
+/// Verifies the whole ledger.
+pub async fn verify(
+    store: &Store,
+    progress: &(dyn Fn(i64) + Sync),
+) -> Result<VerifyReport, StoreError> {
+    let mut report = VerifyReport::default();
+    let fresh = fold_ledger(store, &mut report, progress).await?;
+    for spec in TABLES {
+        let stored = store.load_projection(spec).await?;
+        let empty = Default::default();
+        let folded = fresh.tables.get(spec.name).unwrap_or(&empty);
+        if &stored == folded {
+            continue;
+        }
+        let mut differing = 0;
+        let mut example = None;
+        for (k, v) in folded {
+            if stored.get(k) != Some(v) {
+                differing += 1;
+                example.get_or_insert_with(|| {
+                    format!("key {k:?}: folded {v:?}, stored {:?}", stored.get(k))
+                });
+            }
+        }
+        for k in stored.keys() {
+            if !folded.contains_key(k) {
+                differing += 1;
+                example.get_or_insert_with(|| format!("key {k:?}: stored but not in the fold"));
+            }
+        }
+        report.push(Problem {
+            stream: "*".into(),
+            seq: None,
+            kind: "projection_mismatch",
+            detail: format!(
+                "{}: {differing} rows differ from a fresh fold; e.g. {}",
+                spec.name,
+                example.unwrap_or_default()
+            ),
+        });
+    }
+    Ok(report)
+}
+
+/// Rebuilds every projection from the events alone.
+pub async fn rebuild(
+    store: &Store,
+    progress: &(dyn Fn(i64) + Sync),
+) -> Result<VerifyReport, StoreError> {
+    let mut report = VerifyReport::default();
+    let count_before = store.event_count().await?;
+    let fresh = fold_ledger(store, &mut report, progress).await?;
+    store.replace_projections(&fresh, count_before).await?;
+    Ok(report)
+}

@@ -1,0 +1,336 @@
+//! The NDJSON import format (SPEC §8): one command per line, tagged by `"type"`.
+//! Shared by `settle import` and the admin HTTP API.
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::domain::DomainError;
+use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
+use crate::domain::ids::{AdjustmentId, EventId, GpuId, GpuModel, ProviderId};
+use crate::domain::money::{FeeBps, Rate, parse_micro_usdc};
+use crate::domain::time::parse_rfc3339_ms;
+use crate::ledger::ingest::UsageInput;
+use crate::ledger::registry::{RegisterGpu, RegisterProvider, SetFee, SetRate, UpdateProvider};
+use crate::ledger::{Actor, Applied, Ledger, LedgerError, methods};
+
+/// One parsed import line.
+#[derive(Clone, Debug)]
+pub enum Command {
+    RegisterProvider(RegisterProvider),
+    UpdateProvider(UpdateProvider),
+    RegisterGpu(RegisterGpu),
+    SetRate(SetRate),
+    SetFee(SetFee),
+    Usage(UsageInput),
+    VoidUsage {
+        event_id: EventId,
+        reason: String,
+    },
+    Adjustment {
+        adjustment_id: AdjustmentId,
+        provider_id: ProviderId,
+        amount_micro_usdc: i64,
+        reason: String,
+        reference: Option<String>,
+    },
+    SetFx {
+        eur_per_usd: rust_decimal::Decimal,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderRegisterLine {
+    provider_id: String,
+    name: String,
+    email: String,
+    tier: String,
+    schedule: String,
+    #[serde(default)]
+    payout_method: Option<PayoutMethod>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderUpdateLine {
+    provider_id: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    email: Option<String>,
+    #[serde(default)]
+    tier: Option<String>,
+    #[serde(default)]
+    schedule: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    payout_method: Option<PayoutMethod>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuRegisterLine {
+    gpu_id: String,
+    provider_id: String,
+    model: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateSetLine {
+    provider_id: String,
+    model: String,
+    rate_usdc_per_hour: String,
+    effective_from: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeeScheduleLine {
+    tier: String,
+    fee_bps: i64,
+    effective_from: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageLine {
+    event_id: Option<String>,
+    provider_id: Option<String>,
+    gpu_id: Option<String>,
+    #[serde(default)]
+    rental_id: Option<String>,
+    started_at: Option<String>,
+    ended_at: Option<String>,
+    #[serde(default)]
+    rate_usdc_per_hour: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VoidLine {
+    event_id: String,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdjustmentLine {
+    adjustment_id: String,
+    provider_id: String,
+    amount_usdc: String,
+    reason: String,
+    #[serde(default)]
+    reference: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FxLine {
+    eur_per_usd: String,
+}
+
+fn fields<T: DeserializeOwned>(
+    mut object: serde_json::Map<String, Value>,
+    kind: &str,
+) -> Result<T, DomainError> {
+    object.remove("type");
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| DomainError::new("invalid_fields", format!("{kind}: {e}")))
+}
+
+fn method(m: Option<PayoutMethod>) -> Result<Option<PayoutMethod>, DomainError> {
+    m.as_ref().map(methods::validate).transpose()
+}
+
+/// The accepted line types.
+pub const LINE_TYPES: &[&str] = &[
+    "provider.register",
+    "provider.update",
+    "gpu.register",
+    "rate.set",
+    "fee_schedule.set",
+    "usage",
+    "usage.void",
+    "adjustment",
+    "fx.rate_set",
+];
+
+/// Parses one NDJSON line into a command.
+pub fn parse_line(line: &str) -> Result<Command, DomainError> {
+    let value: Value = serde_json::from_str(line)
+        .map_err(|e| DomainError::new("malformed_json", format!("not a JSON object: {e}")))?;
+    let Value::Object(object) = value else {
+        return Err(DomainError::new(
+            "malformed_json",
+            "a line must be a JSON object",
+        ));
+    };
+    let kind = match object.get("type") {
+        Some(Value::String(k)) => k.clone(),
+        Some(_) => {
+            return Err(DomainError::new(
+                "invalid_type",
+                "\"type\" must be a string",
+            ));
+        }
+        None => return Err(DomainError::new("missing_type", "a line needs a \"type\"")),
+    };
+    Ok(match kind.as_str() {
+        "provider.register" => {
+            let l: ProviderRegisterLine = fields(object, &kind)?;
+            Command::RegisterProvider(RegisterProvider {
+                provider_id: ProviderId::parse(&l.provider_id)?,
+                name: l.name,
+                email: l.email,
+                tier: Tier::parse(&l.tier)?,
+                schedule: Schedule::parse(&l.schedule)?,
+                payout_method: method(l.payout_method)?,
+            })
+        }
+        "provider.update" => {
+            let l: ProviderUpdateLine = fields(object, &kind)?;
+            Command::UpdateProvider(UpdateProvider {
+                provider_id: ProviderId::parse(&l.provider_id)?,
+                name: l.name,
+                email: l.email,
+                tier: l.tier.as_deref().map(Tier::parse).transpose()?,
+                schedule: l.schedule.as_deref().map(Schedule::parse).transpose()?,
+                status: l.status.as_deref().map(ProviderStatus::parse).transpose()?,
+                payout_method: method(l.payout_method)?,
+            })
+        }
+        "gpu.register" => {
+            let l: GpuRegisterLine = fields(object, &kind)?;
+            Command::RegisterGpu(RegisterGpu {
+                gpu_id: GpuId::parse(&l.gpu_id)?,
+                provider_id: ProviderId::parse(&l.provider_id)?,
+                model: GpuModel::parse(&l.model)?,
+            })
+        }
+        "rate.set" => {
+            let l: RateSetLine = fields(object, &kind)?;
+            Command::SetRate(SetRate {
+                provider_id: ProviderId::parse(&l.provider_id)?,
+                model: GpuModel::parse(&l.model)?,
+                rate: Rate::parse(&l.rate_usdc_per_hour)?,
+                effective_from_ms: parse_rfc3339_ms(&l.effective_from)?,
+            })
+        }
+        "fee_schedule.set" => {
+            let l: FeeScheduleLine = fields(object, &kind)?;
+            Command::SetFee(SetFee {
+                tier: Tier::parse(&l.tier)?,
+                fee: FeeBps::new(l.fee_bps)?,
+                effective_from_ms: parse_rfc3339_ms(&l.effective_from)?,
+            })
+        }
+        "usage" => {
+            let l: UsageLine = fields(object, &kind)?;
+            Command::Usage(UsageInput {
+                event_id: l.event_id,
+                provider_id: l.provider_id,
+                gpu_id: l.gpu_id,
+                rental_id: l.rental_id,
+                started_at: l.started_at,
+                ended_at: l.ended_at,
+                rate_usdc_per_hour: l.rate_usdc_per_hour,
+            })
+        }
+        "usage.void" => {
+            let l: VoidLine = fields(object, &kind)?;
+            Command::VoidUsage {
+                event_id: EventId::parse(&l.event_id)?,
+                reason: l.reason,
+            }
+        }
+        "adjustment" => {
+            let l: AdjustmentLine = fields(object, &kind)?;
+            Command::Adjustment {
+                adjustment_id: AdjustmentId::parse(&l.adjustment_id)?,
+                provider_id: ProviderId::parse(&l.provider_id)?,
+                amount_micro_usdc: parse_micro_usdc(&l.amount_usdc)?,
+                reason: l.reason,
+                reference: l.reference,
+            }
+        }
+        "fx.rate_set" => {
+            let l: FxLine = fields(object, &kind)?;
+            let rate = l
+                .eur_per_usd
+                .parse::<rust_decimal::Decimal>()
+                .map_err(|_| {
+                    DomainError::new(
+                        "invalid_fx_rate",
+                        format!("not a decimal: {:?}", l.eur_per_usd),
+                    )
+                })?;
+            Command::SetFx { eur_per_usd: rate }
+        }
+        other => {
+            return Err(DomainError::new(
+                "unknown_type",
+                format!(
+                    "unknown type {other:?}; expected one of {}",
+                    LINE_TYPES.join(", ")
+                ),
+            ));
+        }
+    })
+}
+
+/// Applies a non-usage command (usage lines are batched by the caller).
+pub async fn apply(
+    ledger: &Ledger,
+    command: &Command,
+    actor: &Actor,
+) -> Result<Applied, LedgerError> {
+    match command {
+        Command::RegisterProvider(c) => ledger.register_provider(c, actor).await,
+        Command::UpdateProvider(c) => ledger.update_provider(c, actor).await,
+        Command::RegisterGpu(c) => ledger.register_gpu(c, actor).await,
+        Command::SetRate(c) => ledger.set_rate(c, actor).await,
+        Command::SetFee(c) => ledger.set_fee(c, actor).await,
+        Command::VoidUsage { event_id, reason } => ledger.void_usage(event_id, reason, actor).await,
+        Command::Adjustment {
+            adjustment_id,
+            provider_id,
+            amount_micro_usdc,
+            reason,
+            reference,
+        } => {
+            ledger
+                .post_adjustment(
+                    adjustment_id,
+                    provider_id,
+                    *amount_micro_usdc,
+                    reason,
+                    reference.as_deref(),
+                    actor,
+                )
+                .await
+        }
+        Command::SetFx { eur_per_usd } => ledger.set_fx_rate(*eur_per_usd, actor).await,
+        Command::Usage(u) => {
+            let results = ledger
+                .ingest_usage(
+                    std::slice::from_ref(u),
+                    &crate::ledger::ingest::SenderScope::Admin,
+                    actor,
+                )
+                .await?;
+            match results.into_iter().next() {
+                Some(crate::ledger::ingest::UsageResult::Accepted { .. }) => Ok(Applied::Accepted),
+                Some(crate::ledger::ingest::UsageResult::Duplicate { .. }) => {
+                    Ok(Applied::Duplicate)
+                }
+                Some(crate::ledger::ingest::UsageResult::Rejected { code, message, .. }) => {
+                    crate::ledger::reject(code, message)
+                }
+                None => crate::ledger::reject("internal", "no result"),
+            }
+        }
+    }
+}

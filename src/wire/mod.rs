@@ -1,0 +1,3 @@
+//! Wire formats shared by the CLI and the HTTP API.
+
+pub mod import;
