@@ -1,0 +1,113 @@
+//! Test harness shared by the integration tests: each test gets its own database.
+//!
+//! Without `SETTLE_TEST_PG_URL` a test runs on a fresh SQLite file in a temporary
+//! directory; with it (e.g. `postgres://postgres@127.0.0.1:5432/test`) on a fresh
+//! PostgreSQL database created for the test and dropped afterwards. `.ci/run` runs the
+//! whole suite both ways.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use settle::config::LedgerConfig;
+use settle::domain::time::parse_rfc3339_ms;
+use settle::ledger::{Ledger, ManualClock};
+use settle::store::{Store, StoreOptions};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub struct TestDb {
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+    pg: Option<(String, String)>,
+}
+
+impl TestDb {
+    /// A fresh, migrated database for one test.
+    pub async fn new() -> TestDb {
+        match std::env::var("SETTLE_TEST_PG_URL") {
+            Ok(admin_url) if !admin_url.is_empty() => {
+                let name = format!(
+                    "settle_t_{}_{}_{}",
+                    std::process::id(),
+                    COUNTER.fetch_add(1, Ordering::SeqCst),
+                    rand::random::<u32>()
+                );
+                sqlx::any::install_default_drivers();
+                let admin = sqlx::AnyPool::connect(&admin_url).await.expect("connect to SETTLE_TEST_PG_URL");
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.expect("create test database");
+                admin.close().await;
+                let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin_url);
+                let db = TestDb { url: format!("{base}/{name}"), _dir: None, pg: Some((admin_url.clone(), name)) };
+                db.migrate().await;
+                db
+            }
+            _ => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("settle.db").display());
+                let db = TestDb { url, _dir: Some(dir), pg: None };
+                db.migrate().await;
+                db
+            }
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.pg.is_some()
+    }
+
+    async fn migrate(&self) {
+        let store = self.store().await;
+        store.migrate().await.expect("migrate");
+        store.close().await;
+    }
+
+    pub async fn store(&self) -> Store {
+        Store::open(&self.url, &StoreOptions::default()).await.expect("open store")
+    }
+
+    /// A ledger on this database whose clock stands at `now` (RFC 3339) until moved.
+    pub async fn ledger_at(&self, now: &str) -> (Ledger, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(parse_rfc3339_ms(now).expect("valid now")));
+        let ledger = Ledger::new(self.store().await, clock.clone(), LedgerConfig::default());
+        (ledger, clock)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin_url, name)) = self.pg.take() {
+            // Drop the test database from a helper thread with its own runtime.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                rt.block_on(async {
+                    if let Ok(admin) = sqlx::AnyPool::connect(&admin_url).await {
+                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
+                        admin.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// The `settle` binary built for this test run.
+pub fn settle_bin() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_settle"))
+}
+
+/// Runs `settle` with args against `url`; returns (exit code, stdout, stderr).
+pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(settle_bin())
+        .arg("--database")
+        .arg(url)
+        .args(args)
+        .output()
+        .expect("run settle");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
