@@ -5,6 +5,8 @@
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod http;
+pub mod jobs;
 pub mod ledger;
 pub mod rails;
 pub mod store;

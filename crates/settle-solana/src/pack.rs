@@ -5,15 +5,15 @@
 //! ```text
 //! 0  ComputeBudget SetComputeUnitLimit   (from simulation, see `compute_unit_limit_for`)
 //! 1  ComputeBudget SetComputeUnitPrice   (configured priority fee, micro-lamports per CU)
-//! 2  Memo                                ("settle payouts: <ids>" or "settle attempt: <id>")
+//! 2  Memo                                ("settle payouts: <ids>" or "settle att-<16 hex>")
 //! 3… per transfer: [ATA CreateIdempotent when the recipient ATA is missing] TransferChecked
 //! ```
 //!
 //! The packer adds transfers while the *serialized* transaction (one signature)
 //! stays within [`PACKET_DATA_SIZE`] bytes, measuring each candidate. The memo
-//! names the payout ids when they fit; otherwise it carries the attempt id
-//! (`settle attempt: att-…`), which the journal maps to its payout ids, so that
-//! long payout ids do not reduce the number of transfers per transaction.
+//! names the payout ids when they fit; otherwise it carries only the attempt id
+//! (`settle att-0123456789abcdef`), which the journal maps to its payout ids, so
+//! that long payout ids do not reduce the number of transfers per transaction.
 
 use std::collections::HashSet;
 
@@ -43,8 +43,9 @@ pub const COMPUTE_UNIT_MARGIN_UNITS: u64 = 1_000;
 pub const TOKEN_ACCOUNT_LEN: usize = 165;
 /// Prefix of a memo that names payout ids.
 pub const MEMO_PAYOUTS_PREFIX: &str = "settle payouts: ";
-/// Prefix of a memo that names an attempt (when the ids do not fit).
-pub const MEMO_ATTEMPT_PREFIX: &str = "settle attempt: ";
+/// Prefix of a memo that names an attempt (when the ids do not fit). Kept short:
+/// every byte counts, and `settle att-<16 hex>` lets one more transfer fit.
+pub const MEMO_ATTEMPT_PREFIX: &str = "settle ";
 
 /// One payment: `amount_micro_usdc` µUSDC to `wallet`'s USDC associated token account.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,0 +1,1 @@
+//! The HTTP API (axum): auth, usage, earnings, payouts, admin, problem+json errors, OpenAPI.

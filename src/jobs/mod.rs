@@ -1,0 +1,1 @@
+//! Background jobs: the cron scheduler of payout runs and the catch-up of missed runs.
