@@ -2,6 +2,8 @@
 //! models, render the result.
 
 pub mod output;
+pub mod reads;
+pub mod runs;
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -11,7 +13,6 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::config::LedgerConfig;
-use crate::domain::money::format_micro_usdc;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::{SenderScope, UsageInput, UsageResult};
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
@@ -59,6 +60,22 @@ pub enum Cmd {
         #[arg(long)]
         provider: Option<String>,
     },
+    /// Payout runs: run weekly --date, run monthly --month, run show, run list.
+    #[command(subcommand)]
+    Run(runs::RunCmd),
+    /// Held payouts: release, cancel; show a payout.
+    #[command(subcommand)]
+    Payout(runs::PayoutCmd),
+    /// The payout run calendar.
+    #[command(subcommand)]
+    Calendar(runs::CalendarCmd),
+    /// Earnings of a provider over [from, to) by business time, grouped.
+    Earnings(reads::EarningsArgs),
+    /// Payouts with rail details, newest first.
+    Payouts(reads::PayoutsArgs),
+    /// API tokens: create (printed once), revoke, list.
+    #[command(subcommand)]
+    Token(reads::TokenCmd),
 }
 
 /// Opens the store and builds the ledger with the clock `--now` asks for.
@@ -120,28 +137,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             print_report(&report, cli.format, &mut stdout)?;
             if report.ok() { 0 } else { 1 }
         }
+        Cmd::Run(cmd) => runs::run_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
+        Cmd::Payout(cmd) => runs::payout_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
+        Cmd::Calendar(cmd) => runs::calendar_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
         Cmd::Balance { provider } => {
-            let balances =
-                crate::store::read::balances(ledger.store.pool(), provider.as_deref()).await?;
-            let mut rows = Rows::new(vec![
-                "provider_id",
-                "available_usdc",
-                "held_usdc",
-                "in_transit_usdc",
-                "paid_usdc",
-            ]);
-            for b in balances {
-                rows.push(vec![
-                    json!(b.provider_id),
-                    json!(format_micro_usdc(b.payable_micro_usdc)),
-                    json!(format_micro_usdc(b.held_micro_usdc)),
-                    json!(format_micro_usdc(b.in_transit_micro_usdc)),
-                    json!(format_micro_usdc(b.paid_micro_usdc)),
-                ]);
-            }
-            write!(stdout, "{}", rows.render(cli.format))?;
-            0
+            reads::balance(&ledger, provider.as_deref(), cli.format, &mut stdout).await?
         }
+        Cmd::Earnings(args) => reads::earnings(&ledger, args, cli.format, &mut stdout).await?,
+        Cmd::Payouts(args) => reads::payouts(&ledger, args, cli.format, &mut stdout).await?,
+        Cmd::Token(cmd) => reads::token(&ledger, cmd, cli.format, &mut stdout).await?,
     };
     ledger.store.close().await;
     Ok(code)

@@ -642,7 +642,8 @@ impl EventBody {
             ],
             _ => Vec::new(),
         };
-        debug_assert_eq!(lines.iter().map(|l| l.amount_micro_usdc).sum::<i64>(), 0);
+        // Balanced by construction for every event this code writes; `verify` checks the
+        // stored lines of every event, including ones altered behind the engine's back.
         lines
     }
 }

@@ -1,1 +1,170 @@
 //! The HTTP API (axum): auth, usage, earnings, payouts, admin, problem+json errors, OpenAPI.
+//!
+//! Invariant: handlers never write SQL for changes. Writes go through `ledger::Ledger`,
+//! reads through `store::read` over the projections; tokens through `auth`.
+
+pub mod admin;
+pub mod dashboard;
+pub mod extract;
+pub mod openapi;
+pub mod problem;
+pub mod usage;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tower_http::trace::TraceLayer;
+use utoipa::{OpenApi, ToSchema};
+
+use crate::config::HttpConfig;
+use crate::ledger::Ledger;
+use problem::Problem;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub ledger: Ledger,
+    pub config: Arc<HttpConfig>,
+}
+
+/// The API's routes on `state` (without the listener): `settle serve` may merge more.
+pub fn router(state: AppState) -> Router {
+    let usage_bytes_max = state.ledger.config.batch_bytes_max;
+    let body_bytes_max = state.config.body_bytes_max;
+    Router::new()
+        .route(
+            "/v1/usage",
+            post(usage::post_usage).layer(DefaultBodyLimit::max(usage_bytes_max)),
+        )
+        .route("/v1/providers/{id}/summary", get(dashboard::summary))
+        .route("/v1/providers/{id}/earnings", get(dashboard::earnings))
+        .route("/v1/providers/{id}/earnings.csv", get(dashboard::earnings_csv))
+        .route("/v1/providers/{id}/gpus", get(dashboard::gpus))
+        .route("/v1/providers/{id}/payouts", get(dashboard::payouts))
+        .route("/v1/providers/{id}/payouts.csv", get(dashboard::payouts_csv))
+        .route(
+            "/v1/admin/usage/{event_id}/void",
+            post(admin::void_usage),
+        )
+        .route("/v1/admin/adjustments", post(admin::post_adjustment))
+        .route("/v1/admin/import", post(admin::import))
+        .route("/openapi.json", get(openapi_json))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_bytes_max))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found() -> Problem {
+    Problem::not_found("no such route")
+}
+
+/// `GET /openapi.json`
+async fn openapi_json() -> Response {
+    Json(openapi::ApiDoc::openapi()).into_response()
+}
+
+/// Liveness and readiness.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, or `unavailable` (readiness only).
+    pub status: String,
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// The process can serve: its database answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "ops",
+    responses((status = 200, body = Health), (status = 503, body = Health))
+)]
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
+    match sqlx::query("SELECT 1")
+        .execute(state.ledger.store.pool())
+        .await
+    {
+        Ok(_) => (
+            StatusCode::OK,
+            Json(Health {
+                status: "ok".into(),
+            }),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(Health {
+                    status: "unavailable".into(),
+                }),
+            )
+        }
+    }
+}
+
+/// The HTTP server, bound and ready to run.
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    router: Router,
+}
+
+impl Application {
+    /// Binds `config.bind` (port 0: any free port) and builds the routes.
+    pub async fn build(config: HttpConfig, ledger: Ledger) -> std::io::Result<Application> {
+        let listener = TcpListener::bind(&config.bind).await?;
+        let addr = listener.local_addr()?;
+        let router = router(AppState {
+            ledger,
+            config: Arc::new(config),
+        });
+        Ok(Application {
+            listener,
+            addr,
+            router,
+        })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Adds routes (e.g. `/metrics`) before serving.
+    pub fn merge(mut self, routes: Router) -> Application {
+        self.router = self.router.merge(routes);
+        self
+    }
+
+    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        tracing::info!(addr = %self.addr, "HTTP API listening");
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}

@@ -45,7 +45,7 @@ impl Ledger {
         let key = format!("void:{event_id}");
         let hash = content_hash(&format!("void|{event_id}"));
         let now = self.now_ms();
-        self.write(&stream, async |tx| {
+        crate::write_stream!(self, &stream, |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
                 return duplicate_or_conflict(&stored, &hash, &format!("void of {event_id}"));
             }
@@ -65,7 +65,6 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 
     /// Posts an adjustment: `payable ± amount`, `adjustments ∓ amount`.
@@ -95,7 +94,7 @@ impl Ledger {
         let key = format!("adj:{adjustment_id}");
         let hash = content_hash(&body.to_json());
         let now = self.now_ms();
-        self.write(&provider_stream(provider_id.as_str()), async |tx| {
+        crate::write_stream!(self, &provider_stream(provider_id.as_str()), |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
                 return duplicate_or_conflict(
                     &stored,
@@ -118,6 +117,5 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 }

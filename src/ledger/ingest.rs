@@ -220,11 +220,9 @@ impl Ledger {
             }
         }
         for (provider_id, events) in by_provider {
-            let booked = self
-                .write(&provider_stream(&provider_id), async |tx| {
+            let booked = crate::write_stream!(self, &provider_stream(&provider_id), |tx| {
                     book_provider_usage(tx, &provider_id, &events, actor, now_ms).await
-                })
-                .await?;
+                })?;
             for (index, result) in booked {
                 results[index] = Some(result);
             }

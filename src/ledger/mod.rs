@@ -6,7 +6,9 @@
 pub mod corrections;
 pub mod ingest;
 pub mod methods;
+pub mod payouts;
 pub mod registry;
+pub mod runs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -143,35 +145,66 @@ impl Ledger {
         self.clock.now_ms()
     }
 
-    /// Runs `command` in a write transaction on `stream` and commits it, retrying the whole
-    /// command (reads included) when another writer got there first.
-    pub async fn write<T>(
-        &self,
-        stream: &str,
-        mut command: impl AsyncFnMut(&mut WriteTx) -> Result<T, LedgerError>,
-    ) -> Result<T, LedgerError> {
+    /// After a failed write attempt: whether to retry (then it has waited a short, jittered
+    /// backoff) or give up.
+    pub async fn retry_after(&self, error: &LedgerError, attempt: &mut u32) -> bool {
+        match error {
+            LedgerError::Store(e) if e.is_retryable() && *attempt < self.config.write_retries_max => {
+                *attempt += 1;
+                let backoff_ms = u64::from((*attempt).min(10)) * 5 + rand::random::<u64>() % 10;
+                tracing::debug!(attempt = *attempt, error = %e, "write conflict, retrying");
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Runs a command in a write transaction on one stream and commits it, retrying the whole
+/// command (its reads included) when another writer got there first:
+///
+/// ```ignore
+/// let applied = write_stream!(ledger, &stream, |tx| {
+///     if find_idem(tx, &key).await?.is_some() { return Ok(Applied::Duplicate); }
+///     tx.append(event);
+///     Ok(Applied::Accepted)
+/// })?;
+/// ```
+///
+/// The body is an async block over `tx: &mut WriteTx` returning `Result<T, LedgerError>`
+/// (`return` leaves the attempt). A macro rather than a closure-taking method because the
+/// futures of async closures are not `Send` for all lifetimes, which axum and
+/// `tokio::spawn` require.
+#[macro_export]
+macro_rules! write_stream {
+    ($ledger:expr, $stream:expr, |$tx:ident| $body:block) => {{
+        let ledger: &$crate::ledger::Ledger = $ledger;
         let mut attempt: u32 = 0;
         loop {
             let result = async {
-                let mut tx = self.store.begin(stream).await?;
-                let value = command(&mut tx).await?;
+                let mut tx = ledger.store.begin($stream).await?;
+                let value = $crate::ledger::attempt(async {
+                    #[allow(unused_mut)]
+                    let $tx = &mut tx;
+                    $body
+                })
+                .await?;
                 tx.commit().await?;
-                Ok::<T, LedgerError>(value)
+                Ok::<_, $crate::ledger::LedgerError>(value)
             }
             .await;
             match result {
-                Err(LedgerError::Store(e))
-                    if e.is_retryable() && attempt < self.config.write_retries_max =>
-                {
-                    attempt += 1;
-                    let backoff_ms = u64::from(attempt.min(10)) * 5 + rand::random::<u64>() % 10;
-                    tracing::debug!(stream, attempt, error = %e, "write conflict, retrying");
-                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                }
-                other => return other,
+                Err(e) if ledger.retry_after(&e, &mut attempt).await => continue,
+                other => break other,
             }
         }
-    }
+    }};
+}
+
+/// Fixes the error type of a command body inside [`write_stream!`].
+pub fn attempt<T, F: std::future::Future<Output = Result<T, LedgerError>>>(body: F) -> F {
+    body
 }
 
 /// Looks up an idempotency key: `None` when unused, else the stored content hash.

@@ -149,7 +149,7 @@ impl Ledger {
         });
         let hash = content_hash(&body.to_json());
         let now = self.now_ms();
-        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+        crate::write_stream!(self, &provider_stream(cmd.provider_id.as_str()), |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
                 return duplicate_or_conflict(
                     &stored,
@@ -166,7 +166,6 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 
     pub async fn update_provider(
@@ -181,7 +180,7 @@ impl Ledger {
             check_email(email)?;
         }
         let now = self.now_ms();
-        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+        crate::write_stream!(self, &provider_stream(cmd.provider_id.as_str()), |tx| {
             let Some(current) = load_provider(tx, cmd.provider_id.as_str()).await? else {
                 return reject(
                     "unknown_provider",
@@ -222,7 +221,6 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 
     pub async fn register_gpu(
@@ -238,7 +236,7 @@ impl Ledger {
         });
         let hash = content_hash(&body.to_json());
         let now = self.now_ms();
-        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+        crate::write_stream!(self, &provider_stream(cmd.provider_id.as_str()), |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
                 return duplicate_or_conflict(&stored, &hash, &format!("gpu {}", cmd.gpu_id));
             }
@@ -257,13 +255,12 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 
     pub async fn set_rate(&self, cmd: &SetRate, actor: &Actor) -> Result<Applied, LedgerError> {
         let rate_text = cmd.rate.to_canonical();
         let now = self.now_ms();
-        self.write(&provider_stream(cmd.provider_id.as_str()), async |tx| {
+        crate::write_stream!(self, &provider_stream(cmd.provider_id.as_str()), |tx| {
             if load_provider(tx, cmd.provider_id.as_str()).await?.is_none() {
                 return reject("unknown_provider", format!("no provider {}", cmd.provider_id));
             }
@@ -294,12 +291,11 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 
     pub async fn set_fee(&self, cmd: &SetFee, actor: &Actor) -> Result<Applied, LedgerError> {
         let now = self.now_ms();
-        self.write(PLATFORM_STREAM, async |tx| {
+        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
             let current = sqlx::query(
                 "SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms = $2",
             )
@@ -325,7 +321,6 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 
     /// Records the EUR per USD rate used for EUR payouts created from now on.
@@ -341,7 +336,7 @@ impl Ledger {
             );
         }
         let now = self.now_ms();
-        self.write(PLATFORM_STREAM, async |tx| {
+        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
             tx.append(NewEvent {
                 body: EventBody::FxRateSet(FxRateSet {
                     eur_per_usd: eur_per_usd.normalize().to_string(),
@@ -353,6 +348,5 @@ impl Ledger {
             });
             Ok(Applied::Accepted)
         })
-        .await
     }
 }

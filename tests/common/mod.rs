@@ -111,3 +111,35 @@ pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Validates every event on the ledger against `ledger-schemas/{type}.v{version}.json`;
+/// returns the event types seen. Panics naming the first event that does not match.
+pub async fn assert_events_match_schemas(store: &Store) -> std::collections::BTreeSet<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut validators: BTreeMap<(String, i64), jsonschema::Validator> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for stream in store.streams().await.expect("streams") {
+        let mut after = 0;
+        loop {
+            let page = store.stream_events(&stream, after, 1000).await.expect("events");
+            if page.is_empty() {
+                break;
+            }
+            for e in &page {
+                let validator = validators.entry((e.event_type.clone(), e.version)).or_insert_with(|| {
+                    let path = format!("{}/ledger-schemas/{}.v{}.json", env!("CARGO_MANIFEST_DIR"), e.event_type, e.version);
+                    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("no schema {path}"));
+                    let schema: serde_json::Value = serde_json::from_str(&text).expect("schema is JSON");
+                    jsonschema::validator_for(&schema).expect("schema compiles")
+                });
+                let payload: serde_json::Value = serde_json::from_str(&e.payload).expect("payload is JSON");
+                if let Err(err) = validator.validate(&payload) {
+                    panic!("{} seq {} ({} v{}) breaks its schema: {err}\n{}", e.stream, e.seq, e.event_type, e.version, e.payload);
+                }
+                seen.insert(e.event_type.clone());
+                after = e.seq;
+            }
+        }
+    }
+    seen
+}

@@ -75,18 +75,24 @@ async fn measure(existing_atas: bool) -> anyhow::Result<()> {
             landed.fee,
         ));
     }
-    let rent = chain.minimum_balance_for_rent_exemption(pack::TOKEN_ACCOUNT_LEN).await?;
+    let rent = chain
+        .minimum_balance_for_rent_exemption(pack::TOKEN_ACCOUNT_LEN)
+        .await?;
     let label = if existing_atas {
         "existing ATAs"
     } else {
         "all new ATAs"
     };
-    println!("== {PAYOUTS} payouts, {label}, priority fee {PRIORITY_FEE_MICRO_LAMPORTS} µlamports/CU");
+    println!(
+        "== {PAYOUTS} payouts, {label}, priority fee {PRIORITY_FEE_MICRO_LAMPORTS} µlamports/CU"
+    );
     println!("transactions: {}", rows.len());
     let full = rows.iter().map(|r| r.0).max().unwrap_or(0);
     println!("payouts per full transaction: {full}");
     for (payouts, bytes, units, fee) in rows.iter().take(2) {
-        println!("  e.g. {payouts} payouts: {bytes} bytes, {units} CU consumed, fee {fee} lamports");
+        println!(
+            "  e.g. {payouts} payouts: {bytes} bytes, {units} CU consumed, fee {fee} lamports"
+        );
     }
     println!(
         "fees: {fees} lamports total, {:.0} lamports per payout",

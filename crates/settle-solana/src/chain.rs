@@ -32,6 +32,26 @@ pub struct SigStatus {
     pub err: Option<String>,
 }
 
+/// A consistent view of the chain tip at one commitment: slot and block height
+/// reported by the same node in the same response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tip {
+    /// Slot of the tip block.
+    pub slot: u64,
+    /// Block height of the tip block.
+    pub block_height: u64,
+}
+
+/// Statuses of several signatures, with the slot the answering node had reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureStatuses {
+    /// Slot of the node's bank when it answered (`context.slot`). A "not found" is
+    /// only meaningful from a node that has processed the slots in question.
+    pub context_slot: u64,
+    /// One entry per requested signature, in order; `None` when unknown.
+    pub statuses: Vec<Option<SigStatus>>,
+}
+
 /// Change of one token account's balance in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenDelta {
@@ -82,6 +102,10 @@ pub trait Chain: Send + Sync {
     /// Current block height at the given commitment.
     async fn block_height(&self, commitment: Confirmation) -> Result<u64, ChainError>;
 
+    /// Slot and block height of the tip at the given commitment, from one response
+    /// (`getEpochInfo`), so the two are consistent even behind a load balancer.
+    async fn tip(&self, commitment: Confirmation) -> Result<Tip, ChainError>;
+
     /// Submit a signed transaction without preflight. `Ok` proves nothing either:
     /// the transaction may still be dropped.
     async fn send_transaction(&self, tx: &Transaction) -> Result<Signature, ChainError>;
@@ -90,13 +114,13 @@ pub trait Chain: Send + Sync {
     /// return the compute units it consumed, or the transaction error.
     async fn simulate_units(&self, tx: &Transaction) -> Result<u64, ChainError>;
 
-    /// Statuses of the given signatures, in the same order. With `search_history`
-    /// the node also searches its ledger beyond the recent status cache.
+    /// Statuses of the given signatures (at most 256), in the same order. With
+    /// `search_history` the node also searches its ledger beyond the recent status cache.
     async fn signature_statuses(
         &self,
         signatures: &[Signature],
         search_history: bool,
-    ) -> Result<Vec<Option<SigStatus>>, ChainError>;
+    ) -> Result<SignatureStatuses, ChainError>;
 
     /// Several accounts at once (at most 100 keys per call on real nodes; the
     /// implementations split larger requests), in the same order.

@@ -9,7 +9,7 @@
 //! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions.
 //! - [`treasury`]: keypair loading (permission check, redacted), mint check, preflight.
 //! - [`payer`]: the exactly-once protocol, the [`Journal`] trait and two journals.
-//! - [`reconcile`]: compare settled payouts with on-chain token balance changes.
+//! - [`mod@reconcile`]: compare settled payouts with on-chain token balance changes.
 //!
 //! Invariant: a transaction is sent only after its signed bytes are durable in the
 //! journal, and transfers are re-signed only after their previous attempt is
@@ -24,7 +24,9 @@ pub mod rpc;
 pub mod rpc_server;
 pub mod treasury;
 
-pub use chain::{Chain, ChainError, Confirmation, SigStatus, TokenDelta, TxFailure};
+pub use chain::{
+    Chain, ChainError, Confirmation, SigStatus, SignatureStatuses, Tip, TokenDelta, TxFailure,
+};
 pub use local::{Delay, LocalChain, LocalChainConfig};
 pub use pack::{Transfer, WalletError, validate_wallet};
 pub use payer::{
@@ -33,7 +35,7 @@ pub use payer::{
 };
 pub use reconcile::{Discrepancy, ReconcileReport, SettledPayout, reconcile};
 pub use rpc::RpcChain;
-pub use rpc_server::{RpcServer, serve_local_chain};
+pub use rpc_server::{RpcServer, serve_local_chain, serve_local_chain_on};
 pub use treasury::{
     PreflightError, PreflightReport, Treasury, TreasuryError, check_mint, preflight,
 };

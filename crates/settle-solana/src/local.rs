@@ -30,6 +30,7 @@
 //! [`fail_next_sends_after_landing`](LocalChain::fail_next_sends_after_landing),
 //! [`delay_next_transactions`](LocalChain::delay_next_transactions) (e.g. land in the
 //! last valid block), [`fail_next_calls`](LocalChain::fail_next_calls) (RPC errors),
+//! [`lag_status_node`](LocalChain::lag_status_node) (statuses from a node behind the tip),
 //! [`freeze_token_account`](LocalChain::freeze_token_account) and
 //! [`freeze_before_next_landing`](LocalChain::freeze_before_next_landing).
 
@@ -55,7 +56,8 @@ use spl_associated_token_account_interface::{
 use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 use crate::chain::{
-    Chain, ChainError, Confirmation, SigStatus, TokenDelta, TxFailure, instruction_index_of,
+    Chain, ChainError, Confirmation, SigStatus, SignatureStatuses, Tip, TokenDelta, TxFailure,
+    instruction_index_of,
 };
 
 /// Blocks a blockhash stays usable on mainnet.
@@ -163,6 +165,7 @@ struct Hooks {
     fail_after_landing: u64,
     delay: Option<(u64, Delay)>,
     fail_calls: u64,
+    status_lag_blocks: u64,
     freeze_before_landing: Vec<(Pubkey, Pubkey)>,
 }
 
@@ -296,6 +299,13 @@ impl LocalChain {
     /// The next `n` [`Chain`] calls of any kind fail with an RPC error before doing anything.
     pub fn fail_next_calls(&self, n: u64) {
         self.lock().hooks.fail_calls += n;
+    }
+
+    /// Signature statuses come from a node `blocks` behind the tip (as behind a load
+    /// balancer): it reports `context_slot = height - blocks` and does not know
+    /// transactions of the last `blocks` blocks. Other calls see the tip.
+    pub fn lag_status_node(&self, blocks: u64) {
+        self.lock().hooks.status_lag_blocks = blocks;
     }
 
     /// Freeze `owner`'s associated token account of `mint` just before the next
@@ -465,11 +475,12 @@ impl LocalChain {
         &self,
         signatures: &[Signature],
         search_history: bool,
-    ) -> Result<Vec<Option<RawStatus>>, ChainError> {
+    ) -> Result<(u64, Vec<Option<RawStatus>>), ChainError> {
         let mut inner = self.lock();
         inner.take_injected_failure()?;
         inner.tick();
-        Ok(signatures
+        let context_slot = inner.status_node_slot();
+        let statuses = signatures
             .iter()
             .map(|s| {
                 let status = inner.status(s, search_history)?;
@@ -484,7 +495,8 @@ impl LocalChain {
                     err: landed.err.clone(),
                 })
             })
-            .collect())
+            .collect();
+        Ok((context_slot, statuses))
     }
 
     /// Like [`Chain::simulate_units`] but with structured errors and logs.
@@ -593,8 +605,16 @@ impl Inner {
         }
     }
 
+    /// Slot the (possibly lagging) status node has reached.
+    fn status_node_slot(&self) -> u64 {
+        self.height.saturating_sub(self.hooks.status_lag_blocks)
+    }
+
     fn status(&self, signature: &Signature, search_history: bool) -> Option<SigStatus> {
         let landed = self.history.get(signature)?;
+        if landed.slot > self.status_node_slot() {
+            return None;
+        }
         if !search_history && landed.slot + STATUS_CACHE_BLOCKS < self.height {
             return None;
         }
@@ -815,6 +835,15 @@ impl Chain for LocalChain {
         })
     }
 
+    async fn tip(&self, commitment: Confirmation) -> Result<Tip, ChainError> {
+        // Slot and block height coincide on the local chain.
+        let height = self.block_height(commitment).await?;
+        Ok(Tip {
+            slot: height,
+            block_height: height,
+        })
+    }
+
     async fn send_transaction(&self, tx: &Transaction) -> Result<Signature, ChainError> {
         let mut inner = self.lock();
         inner.take_injected_failure()?;
@@ -837,14 +866,17 @@ impl Chain for LocalChain {
         &self,
         signatures: &[Signature],
         search_history: bool,
-    ) -> Result<Vec<Option<SigStatus>>, ChainError> {
+    ) -> Result<SignatureStatuses, ChainError> {
         let mut inner = self.lock();
         inner.take_injected_failure()?;
         inner.tick();
-        Ok(signatures
-            .iter()
-            .map(|s| inner.status(s, search_history))
-            .collect())
+        Ok(SignatureStatuses {
+            context_slot: inner.status_node_slot(),
+            statuses: signatures
+                .iter()
+                .map(|s| inner.status(s, search_history))
+                .collect(),
+        })
     }
 
     async fn accounts(&self, keys: &[Pubkey]) -> Result<Vec<Option<Account>>, ChainError> {

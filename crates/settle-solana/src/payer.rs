@@ -47,7 +47,7 @@ use solana_sdk::{hash::Hash, pubkey::Pubkey, signature::Signature};
 use solana_transaction::Transaction;
 use tokio::time::Instant;
 
-use crate::chain::{Chain, ChainError, Confirmation, SigStatus};
+use crate::chain::{Chain, ChainError, Confirmation, SigStatus, Tip};
 use crate::pack::{
     Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, pack,
 };
@@ -660,6 +660,9 @@ pub enum PayError {
     /// A transfer of 0 µUSDC.
     #[error("payout {0} has amount 0")]
     ZeroAmount(String),
+    /// A wallet off the ed25519 curve (see [`crate::validate_wallet`]).
+    #[error("payout {0} pays an off-curve address (wallet_off_curve)")]
+    OffCurveWallet(String),
     /// A stored attempt cannot be decoded.
     #[error("attempt {0} is corrupt: {1}")]
     CorruptAttempt(String, String),
@@ -762,6 +765,10 @@ impl Payer {
 
     /// Pay `transfers` exactly once: resume open attempts, then pack, sign, journal,
     /// send and wait for each new transaction. See the module docs.
+    ///
+    /// Payouts with a `Landed`/`Failed` outcome are reported `AlreadyResolved`, those
+    /// with an open attempt `Pending`; neither is signed again. On `Err`, whatever
+    /// was journaled stays consistent: open attempts are settled by the next call.
     #[tracing::instrument(skip_all, fields(transfers = transfers.len()))]
     pub async fn pay(&self, transfers: Vec<Transfer>) -> Result<PayReport, PayError> {
         let _busy = self.busy.lock().await;
@@ -772,6 +779,9 @@ impl Payer {
             }
             if t.amount_micro_usdc == 0 {
                 return Err(PayError::ZeroAmount(t.payout_id.clone()));
+            }
+            if !t.wallet.is_on_curve() {
+                return Err(PayError::OffCurveWallet(t.payout_id.clone()));
             }
         }
         let mut report = self.resume_locked().await?;
@@ -784,13 +794,12 @@ impl Payer {
             .await?
             .into_iter()
             .collect();
-        let open: HashSet<String> = self
-            .journal
-            .open_attempts()
-            .await?
-            .into_iter()
-            .flat_map(|a| a.payout_ids)
-            .collect();
+        let mut open: HashMap<String, (String, String)> = HashMap::new();
+        for attempt in self.journal.open_attempts().await? {
+            for id in attempt.payout_ids {
+                open.insert(id, (attempt.attempt_id.clone(), attempt.signature.clone()));
+            }
+        }
         let mut fresh = Vec::with_capacity(transfers.len());
         for t in transfers {
             if resolved.contains(&t.payout_id) {
@@ -798,8 +807,16 @@ impl Payer {
                     .payouts
                     .entry(t.payout_id.clone())
                     .or_insert(PayoutOutcome::AlreadyResolved);
-            } else if open.contains(&t.payout_id) {
-                tracing::warn!(payout_id = %t.payout_id, "payout has an open attempt; not signing again");
+            } else if let Some((attempt_id, signature)) = open.get(&t.payout_id) {
+                // Resume could not settle it yet: never sign a second live attempt.
+                tracing::warn!(payout_id = %t.payout_id, %attempt_id, "payout has an open attempt; not signing again");
+                report.payouts.insert(
+                    t.payout_id.clone(),
+                    PayoutOutcome::Pending {
+                        attempt_id: attempt_id.clone(),
+                        signature: signature.clone(),
+                    },
+                );
             } else {
                 fresh.push(t);
             }
@@ -1062,16 +1079,17 @@ impl Payer {
             }
             tokio::time::sleep(Duration::from_millis(self.config.poll_interval_ms)).await;
 
-            // Order matters: the finalized height is read before the statuses, so a
-            // missing status after `height > last_valid` proves the expiry.
-            let polled = match self.chain.block_height(Confirmation::Finalized).await {
-                Ok(height) => {
+            // Order matters: the finalized tip is read before the statuses, so a
+            // signature unknown to a node that has reached that tip, with the tip's
+            // block height above the last valid one, is provably expired.
+            let polled = match self.chain.tip(Confirmation::Finalized).await {
+                Ok(tip) => {
                     let signatures: Vec<Signature> = inflight.iter().map(|f| f.signature).collect();
-                    self.statuses(&signatures).await.map(|s| (height, s))
+                    self.statuses(&signatures).await.map(|s| (tip, s))
                 }
                 Err(e) => Err(e),
             };
-            let (finalized_height, statuses) = match polled {
+            let (finalized, (context_slot, statuses)) = match polled {
                 Ok(p) => {
                     failures = 0;
                     p
@@ -1087,6 +1105,8 @@ impl Payer {
                     continue;
                 }
             };
+            // A lagging node (e.g. behind a load balancer) proves nothing by "not found".
+            let statuses_current = context_slot >= finalized.slot;
 
             let mut still = Vec::with_capacity(inflight.len());
             for (mut flight, status) in inflight.into_iter().zip(statuses) {
@@ -1103,7 +1123,9 @@ impl Payer {
                         self.resolve(&flight, outcome, report).await?;
                     }
                     Some(_) => still.push(flight), // landed, not final yet
-                    None if finalized_height > flight.attempt.last_valid_block_height => {
+                    None if statuses_current
+                        && is_expired(finalized, flight.attempt.last_valid_block_height) =>
+                    {
                         self.resolve(&flight, AttemptOutcome::Expired, report)
                             .await?;
                         let round = flight.round + 1;
@@ -1142,23 +1164,26 @@ impl Payer {
         Ok(expired)
     }
 
+    /// Statuses in chunks, with the lowest context slot of the answers.
     async fn statuses(
         &self,
         signatures: &[Signature],
-    ) -> Result<Vec<Option<SigStatus>>, ChainError> {
+    ) -> Result<(u64, Vec<Option<SigStatus>>), ChainError> {
         let mut all = Vec::with_capacity(signatures.len());
+        let mut context_slot = u64::MAX;
         for chunk in signatures.chunks(SIGNATURES_PER_STATUS_REQUEST_MAX) {
-            let statuses = self.chain.signature_statuses(chunk, true).await?;
-            if statuses.len() != chunk.len() {
+            let answer = self.chain.signature_statuses(chunk, true).await?;
+            if answer.statuses.len() != chunk.len() {
                 return Err(ChainError::Rpc(format!(
                     "node returned {} statuses for {} signatures",
-                    statuses.len(),
+                    answer.statuses.len(),
                     chunk.len()
                 )));
             }
-            all.extend(statuses);
+            context_slot = context_slot.min(answer.context_slot);
+            all.extend(answer.statuses);
         }
-        Ok(all)
+        Ok((context_slot, all))
     }
 
     async fn resolve(
@@ -1221,6 +1246,13 @@ fn not_sent(report: &mut PayReport, transfers: &[Transfer], reason: &str) {
             },
         );
     }
+}
+
+/// The expiry rule: the finalized block height is past the last valid block height.
+/// (Together with "signature unknown, searched in history, by a node at or past
+/// that tip", this proves the transaction can never land.)
+pub fn is_expired(finalized: Tip, last_valid_block_height: u64) -> bool {
+    finalized.block_height > last_valid_block_height
 }
 
 /// A fresh attempt id: `att-` and 16 random hex digits.

@@ -24,7 +24,8 @@ use solana_transaction_status_client_types::{
 use spl_token_interface::state::Account as TokenAccount;
 
 use crate::chain::{
-    Chain, ChainError, Confirmation, SigStatus, TokenDelta, TxFailure, instruction_index_of,
+    Chain, ChainError, Confirmation, SigStatus, SignatureStatuses, Tip, TokenDelta, TxFailure,
+    instruction_index_of,
 };
 
 /// Accounts per `getMultipleAccounts` request (node limit).
@@ -132,6 +133,18 @@ impl Chain for RpcChain {
             .map_err(rpc_err)
     }
 
+    async fn tip(&self, commitment: Confirmation) -> Result<Tip, ChainError> {
+        let info = self
+            .client
+            .get_epoch_info_with_commitment(commitment_config(commitment))
+            .await
+            .map_err(rpc_err)?;
+        Ok(Tip {
+            slot: info.absolute_slot,
+            block_height: info.block_height,
+        })
+    }
+
     async fn send_transaction(&self, tx: &Transaction) -> Result<Signature, ChainError> {
         self.client
             .send_transaction_with_config(
@@ -177,7 +190,7 @@ impl Chain for RpcChain {
         &self,
         signatures: &[Signature],
         search_history: bool,
-    ) -> Result<Vec<Option<SigStatus>>, ChainError> {
+    ) -> Result<SignatureStatuses, ChainError> {
         let response = if search_history {
             self.client
                 .get_signature_statuses_with_history(signatures)
@@ -186,7 +199,8 @@ impl Chain for RpcChain {
             self.client.get_signature_statuses(signatures).await
         }
         .map_err(rpc_err)?;
-        Ok(response
+        let context_slot = response.context.slot;
+        let statuses = response
             .value
             .into_iter()
             .map(|status| {
@@ -207,7 +221,11 @@ impl Chain for RpcChain {
                     }
                 })
             })
-            .collect())
+            .collect();
+        Ok(SignatureStatuses {
+            context_slot,
+            statuses,
+        })
     }
 
     async fn accounts(&self, keys: &[Pubkey]) -> Result<Vec<Option<Account>>, ChainError> {

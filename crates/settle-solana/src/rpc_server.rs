@@ -3,7 +3,7 @@
 //! against the real SPL programs.
 //!
 //! Implemented methods (with the response shapes `solana_client` expects):
-//! `getLatestBlockhash`, `getBlockHeight`, `getSlot`, `sendTransaction` (base64 and
+//! `getLatestBlockhash`, `getBlockHeight`, `getEpochInfo`, `getSlot`, `sendTransaction` (base64 and
 //! base58), `simulateTransaction`, `getSignatureStatuses`, `getAccountInfo`,
 //! `getMultipleAccounts`, `getBalance`, `getTokenAccountBalance`,
 //! `getMinimumBalanceForRentExemption`, `getTransaction` (json or base64, with
@@ -226,6 +226,17 @@ async fn dispatch(chain: &LocalChain, method: &str, params: &[Value]) -> Result<
             let height = chain.block_height(commitment_of(params.first())).await?;
             Ok(json!(height))
         }
+        "getEpochInfo" => {
+            let tip = chain.tip(commitment_of(params.first())).await?;
+            Ok(json!({
+                "absoluteSlot": tip.slot,
+                "blockHeight": tip.block_height,
+                "epoch": 0,
+                "slotIndex": tip.slot,
+                "slotsInEpoch": 432_000,
+                "transactionCount": null,
+            }))
+        }
         "getBlockHeight" => Ok(json!(
             chain.block_height(commitment_of(params.first())).await?
         )),
@@ -289,7 +300,7 @@ async fn dispatch(chain: &LocalChain, method: &str, params: &[Value]) -> Result<
                 .and_then(|c| c.get("searchTransactionHistory"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            let statuses = chain.statuses_raw(&signatures, search_history)?;
+            let (context_slot, statuses) = chain.statuses_raw(&signatures, search_history)?;
             let value: Vec<Option<TransactionStatus>> = statuses
                 .into_iter()
                 .map(|s| {
@@ -309,7 +320,7 @@ async fn dispatch(chain: &LocalChain, method: &str, params: &[Value]) -> Result<
                     })
                 })
                 .collect();
-            Ok(context(chain, to_value(&value)?))
+            Ok(json!({"context": {"slot": context_slot}, "value": to_value(&value)?}))
         }
         "getAccountInfo" => {
             let key = param_pubkey(params, 0)?;

@@ -381,3 +381,69 @@ async fn paying_the_same_payouts_again_is_refused_or_skipped() {
     let by_id: HashMap<_, _> = batch.iter().map(|t| (&t.payout_id, t)).collect();
     assert_eq!(by_id.len(), 3);
 }
+
+#[tokio::test]
+async fn a_lagging_status_node_never_proves_an_expiry() {
+    // The transaction lands in its last valid block while statuses come from a node
+    // 6 blocks behind: "not found" from that node must not count as proof.
+    let env = Env::with_config(
+        LocalChainConfig {
+            blockhash_validity_blocks: 20,
+            ..LocalChainConfig::default()
+        },
+        1_000 * USDC,
+        SOL,
+    );
+    let batch = transfers("lag", &wallets(3));
+    env.chain.delay_next_transactions(1, Delay::LastValidBlock);
+    env.chain.lag_status_node(6);
+
+    let journal = Arc::new(MemoryJournal::new());
+    let report = env.payer(journal.clone()).pay(batch.clone()).await.unwrap();
+
+    assert_eq!(report.settled(), 3, "{report:?}");
+    assert_eq!(signed_count(&journal), 1, "no re-sign");
+    assert!(matches!(
+        outcomes(&journal)[..],
+        [AttemptOutcome::Landed { .. }]
+    ));
+    for t in &batch {
+        assert_eq!(env.balance(&t.wallet), t.amount_micro_usdc);
+    }
+}
+
+#[tokio::test]
+async fn a_lagging_status_node_through_rpc_client_never_proves_an_expiry() {
+    let env = Env::with_config(
+        LocalChainConfig {
+            blockhash_validity_blocks: 20,
+            ..LocalChainConfig::default()
+        },
+        1_000 * USDC,
+        SOL,
+    );
+    let server = settle_solana::serve_local_chain(env.chain.clone())
+        .await
+        .unwrap();
+    let batch = transfers("lagrpc", &wallets(3));
+    env.chain.delay_next_transactions(1, Delay::LastValidBlock);
+    env.chain.lag_status_node(6);
+
+    let journal = Arc::new(MemoryJournal::new());
+    let rpc = Arc::new(settle_solana::RpcChain::new(
+        server.url(),
+        settle_solana::Confirmation::Confirmed,
+    ));
+    let payer = settle_solana::Payer::new(
+        rpc,
+        journal.clone(),
+        env.treasury.clone(),
+        common::fast_config(env.mint),
+    );
+    let report = payer.pay(batch.clone()).await.unwrap();
+    assert_eq!(report.settled(), 3, "{report:?}");
+    assert_eq!(signed_count(&journal), 1, "no re-sign");
+    for t in &batch {
+        assert_eq!(env.balance(&t.wallet), t.amount_micro_usdc);
+    }
+}

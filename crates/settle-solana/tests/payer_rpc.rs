@@ -182,9 +182,13 @@ async fn the_rpc_adapter_reads_what_the_chain_holds() {
     assert_eq!(last_valid, height + 150);
     assert!(rpc.block_height(Confirmation::Finalized).await.unwrap() <= height);
     let unknown = settle_solana::Signature::from([9u8; 64]);
+    let answer = rpc.signature_statuses(&[unknown], true).await.unwrap();
+    assert_eq!(answer.statuses, vec![None]);
+    assert!(answer.context_slot >= height);
+    let tip = rpc.tip(Confirmation::Finalized).await.unwrap();
     assert_eq!(
-        rpc.signature_statuses(&[unknown], true).await.unwrap(),
-        vec![None]
+        tip.block_height,
+        rpc.block_height(Confirmation::Finalized).await.unwrap()
     );
     assert_eq!(rpc.transaction_token_deltas(&unknown).await.unwrap(), None);
 

@@ -1,0 +1,397 @@
+//! API tokens (SPEC §7): bearer tokens stored hashed, scoped, expiring and revocable.
+//!
+//! A token reads `stl_{token_id}.{secret}`: the id locates the row, the secret (32 random
+//! bytes, hex) is never stored; only its SHA-256 is, and it is compared in constant time.
+//! `api_tokens` and `api_token_revocations` are append-only (database triggers): a token is
+//! never changed, a revocation is a further row.
+//!
+//! Tokens are access control, not money: they live beside the ledger, not in it. The actor
+//! recorded on the events a token causes is `token:{token_id}`.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+use sqlx::{AnyPool, Row};
+use subtle::ConstantTimeEq;
+
+use crate::domain::DomainError;
+use crate::domain::ids::ProviderId;
+use crate::domain::time::MS_PER_DAY;
+use crate::ledger::{Actor, Applied};
+
+/// The prefix of every token (lets secret scanners recognise a leaked token).
+pub const TOKEN_PREFIX: &str = "stl_";
+/// Random bytes of a token's secret.
+pub const SECRET_BYTES: usize = 32;
+/// Random bytes of a token's id.
+const ID_BYTES: usize = 8;
+/// The longest accepted bearer token, in bytes.
+pub const TOKEN_LEN_MAX: usize = 200;
+/// The longest label.
+pub const LABEL_LEN_MAX: usize = 200;
+/// The longest lifetime given at creation.
+pub const EXPIRES_IN_DAYS_MAX: i64 = 3650;
+
+/// What a token may do (SPEC §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Everything, for operators.
+    Admin,
+    /// Reads its own provider's data only.
+    Provider,
+    /// An agent's token: reports usage of its provider's GPUs, without rates.
+    Ingest,
+    /// The platform's metering pipeline: reports usage of any GPU, may send the agreed rate.
+    Metering,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [Scope::Admin, Scope::Provider, Scope::Ingest, Scope::Metering];
+
+    pub fn parse(text: &str) -> Result<Scope, DomainError> {
+        match text {
+            "admin" => Ok(Scope::Admin),
+            "provider" => Ok(Scope::Provider),
+            "ingest" => Ok(Scope::Ingest),
+            "metering" => Ok(Scope::Metering),
+            _ => Err(DomainError::new(
+                "invalid_scope",
+                format!("scope must be admin, provider, ingest or metering, got {text:?}"),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Admin => "admin",
+            Scope::Provider => "provider",
+            Scope::Ingest => "ingest",
+            Scope::Metering => "metering",
+        }
+    }
+
+    /// Whether tokens of this scope are bound to one provider.
+    pub fn needs_provider(self) -> bool {
+        matches!(self, Scope::Provider | Scope::Ingest)
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The verified bearer of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub token_id: String,
+    pub scope: Scope,
+    /// Set for `provider` and `ingest` tokens.
+    pub provider_id: Option<String>,
+}
+
+impl Principal {
+    /// The actor recorded on the events this principal causes.
+    pub fn actor(&self) -> Actor {
+        Actor::token(&self.token_id)
+    }
+
+    /// Whether this principal may read `provider_id`'s data.
+    pub fn may_read_provider(&self, provider_id: &str) -> bool {
+        match self.scope {
+            Scope::Admin => true,
+            Scope::Provider => self.provider_id.as_deref() == Some(provider_id),
+            Scope::Ingest | Scope::Metering => false,
+        }
+    }
+}
+
+/// Why a bearer token was refused. The HTTP layer answers 401 for all of them alike.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("malformed token")]
+    Malformed,
+    #[error("unknown token or wrong secret")]
+    Invalid,
+    #[error("token expired")]
+    Expired,
+    #[error("token revoked")]
+    Revoked,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// A new token's parameters.
+#[derive(Clone, Debug)]
+pub struct NewToken {
+    pub scope: Scope,
+    pub provider_id: Option<ProviderId>,
+    pub label: String,
+    pub expires_in_days: Option<i64>,
+}
+
+/// A token as listed (never with its secret or hash).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub token_id: String,
+    pub scope: Scope,
+    pub provider_id: Option<String>,
+    pub label: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    pub revoked_at_ms: Option<i64>,
+}
+
+impl TokenInfo {
+    /// `active`, `expired` or `revoked` at `now_ms`.
+    pub fn status(&self, now_ms: i64) -> &'static str {
+        if self.revoked_at_ms.is_some() {
+            "revoked"
+        } else if self.expires_at_ms.is_some_and(|e| e <= now_ms) {
+            "expired"
+        } else {
+            "active"
+        }
+    }
+}
+
+/// A freshly created token: the only moment its secret exists outside its owner's hands.
+pub struct CreatedToken {
+    pub info: TokenInfo,
+    /// The bearer token, `stl_{token_id}.{secret}`. Shown once, never stored.
+    pub token: String,
+}
+
+fn secret_hash(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Splits a bearer token into its id and secret.
+fn split_token(token: &str) -> Option<(&str, &str)> {
+    if token.len() > TOKEN_LEN_MAX {
+        return None;
+    }
+    let rest = token.strip_prefix(TOKEN_PREFIX)?;
+    let (id, secret) = rest.split_once('.')?;
+    let id_ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let secret_ok =
+        secret.len() == SECRET_BYTES * 2 && secret.bytes().all(|b| b.is_ascii_hexdigit());
+    (id_ok && secret_ok).then_some((id, secret))
+}
+
+fn check_label(label: &str) -> Result<(), DomainError> {
+    if label.chars().count() > LABEL_LEN_MAX || label.chars().any(char::is_control) {
+        return Err(DomainError::new(
+            "invalid_label",
+            format!("label must be at most {LABEL_LEN_MAX} characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// The error of a token command: a rejection with a code, or the database.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error(transparent)]
+    Rejected(#[from] DomainError),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Creates a token at `now_ms`. `provider` and `ingest` tokens need an existing provider;
+/// the others take none.
+pub async fn create_token(
+    pool: &AnyPool,
+    new: &NewToken,
+    now_ms: i64,
+) -> Result<CreatedToken, TokenError> {
+    check_label(&new.label)?;
+    match (&new.provider_id, new.scope.needs_provider()) {
+        (None, true) => {
+            return Err(DomainError::new(
+                "provider_required",
+                format!("a {} token needs --provider", new.scope),
+            )
+            .into());
+        }
+        (Some(_), false) => {
+            return Err(DomainError::new(
+                "provider_not_allowed",
+                format!("a {} token is not bound to a provider", new.scope),
+            )
+            .into());
+        }
+        _ => {}
+    }
+    if let Some(p) = &new.provider_id {
+        if !crate::store::read::provider_exists(pool, p.as_str()).await? {
+            return Err(DomainError::new("unknown_provider", format!("no provider {p}")).into());
+        }
+    }
+    let expires_at_ms = match new.expires_in_days {
+        None => None,
+        Some(d) if (1..=EXPIRES_IN_DAYS_MAX).contains(&d) => Some(now_ms + d * MS_PER_DAY),
+        Some(d) => {
+            return Err(DomainError::new(
+                "invalid_expiry",
+                format!("expires-in-days must be 1..={EXPIRES_IN_DAYS_MAX}, got {d}"),
+            )
+            .into());
+        }
+    };
+    let token_id = format!("tok_{}", hex::encode(rand::random::<[u8; ID_BYTES]>()));
+    let secret = hex::encode(rand::random::<[u8; SECRET_BYTES]>());
+    sqlx::query(
+        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(&token_id)
+    .bind(secret_hash(&secret).to_vec())
+    .bind(new.scope.as_str())
+    .bind(new.provider_id.as_ref().map(|p| p.to_string()))
+    .bind(&new.label)
+    .bind(now_ms)
+    .bind(expires_at_ms)
+    .execute(pool)
+    .await?;
+    Ok(CreatedToken {
+        token: format!("{TOKEN_PREFIX}{token_id}.{secret}"),
+        info: TokenInfo {
+            token_id,
+            scope: new.scope,
+            provider_id: new.provider_id.as_ref().map(|p| p.to_string()),
+            label: new.label.clone(),
+            created_at_ms: now_ms,
+            expires_at_ms,
+            revoked_at_ms: None,
+        },
+    })
+}
+
+/// Revokes a token from `now_ms` on; revoking it again is a `duplicate`.
+pub async fn revoke_token(
+    pool: &AnyPool,
+    token_id: &str,
+    now_ms: i64,
+) -> Result<Applied, TokenError> {
+    let known = sqlx::query("SELECT 1 FROM api_tokens WHERE token_id = $1")
+        .bind(token_id)
+        .fetch_optional(pool)
+        .await?;
+    if known.is_none() {
+        return Err(DomainError::new("unknown_token", format!("no token {token_id}")).into());
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO api_token_revocations (token_id, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (token_id) DO NOTHING",
+    )
+    .bind(token_id)
+    .bind(now_ms)
+    .execute(pool)
+    .await?;
+    Ok(if inserted.rows_affected() == 1 {
+        Applied::Accepted
+    } else {
+        Applied::Duplicate
+    })
+}
+
+const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms";
+
+fn token_info(row: &sqlx::any::AnyRow) -> Result<TokenInfo, sqlx::Error> {
+    let scope: String = row.try_get(1)?;
+    Ok(TokenInfo {
+        token_id: row.try_get(0)?,
+        scope: Scope::parse(&scope).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        provider_id: row.try_get(2)?,
+        label: row.try_get(3)?,
+        created_at_ms: row.try_get(4)?,
+        expires_at_ms: row.try_get(5)?,
+        revoked_at_ms: row.try_get(6)?,
+    })
+}
+
+/// Every token, oldest first (without secrets or hashes).
+pub async fn list_tokens(pool: &AnyPool) -> Result<Vec<TokenInfo>, sqlx::Error> {
+    let rows = sqlx::query(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
+    ))
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(token_info).collect()
+}
+
+/// Verifies a bearer token at `now_ms`: known id, matching secret (constant time), not
+/// expired, not revoked.
+pub async fn verify(pool: &AnyPool, token: &str, now_ms: i64) -> Result<Principal, AuthError> {
+    let (token_id, secret) = split_token(token).ok_or(AuthError::Malformed)?;
+    let row = sqlx::query(&format!(
+        "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
+    ))
+    .bind(token_id)
+    .fetch_optional(pool)
+    .await?;
+    let presented = secret_hash(secret);
+    let Some(row) = row else {
+        // Same work as a known id, so timing tells nothing about which ids exist.
+        let _ = presented.as_slice().ct_eq(&[0u8; 32][..]);
+        return Err(AuthError::Invalid);
+    };
+    let stored: Vec<u8> = row.try_get(7)?;
+    if !bool::from(presented.as_slice().ct_eq(stored.as_slice())) {
+        return Err(AuthError::Invalid);
+    }
+    let info = token_info(&row)?;
+    if info.revoked_at_ms.is_some_and(|r| r <= now_ms) {
+        return Err(AuthError::Revoked);
+    }
+    if info.expires_at_ms.is_some_and(|e| e <= now_ms) {
+        return Err(AuthError::Expired);
+    }
+    Ok(Principal {
+        token_id: info.token_id,
+        scope: info.scope,
+        provider_id: info.provider_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_grammar() {
+        let secret = "ab".repeat(SECRET_BYTES);
+        let token = format!("stl_tok_0011223344556677.{secret}");
+        assert_eq!(
+            split_token(&token),
+            Some(("tok_0011223344556677", secret.as_str()))
+        );
+        assert_eq!(split_token("stl_tok_1.short"), None);
+        assert_eq!(split_token(&format!("xyz_tok_1.{secret}")), None);
+        assert_eq!(split_token(&format!("stl_.{secret}")), None);
+        assert_eq!(split_token(&format!("stl_tok'1.{secret}")), None);
+        assert_eq!(split_token(&format!("stl_tok_1.{}zz", &secret[2..])), None);
+    }
+
+    #[test]
+    fn scopes_round_trip() {
+        for s in Scope::ALL {
+            assert_eq!(Scope::parse(s.as_str()).unwrap(), s);
+        }
+        assert!(Scope::parse("root").is_err());
+    }
+
+    #[test]
+    fn provider_reads() {
+        let p = |scope, provider: Option<&str>| Principal {
+            token_id: "t".into(),
+            scope,
+            provider_id: provider.map(str::to_owned),
+        };
+        assert!(p(Scope::Admin, None).may_read_provider("a"));
+        assert!(p(Scope::Provider, Some("a")).may_read_provider("a"));
+        assert!(!p(Scope::Provider, Some("a")).may_read_provider("b"));
+        assert!(!p(Scope::Ingest, Some("a")).may_read_provider("a"));
+        assert!(!p(Scope::Metering, None).may_read_provider("a"));
+    }
+}

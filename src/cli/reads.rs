@@ -1,0 +1,373 @@
+//! Read commands (`earnings`, `payouts`, `balance`) and token commands (`token create |
+//! revoke | list`), over the same read functions as the HTTP API.
+//!
+//! The row builders here ([`earnings_rows`], [`payout_rows`]) also render the API's CSV
+//! exports, so the CLI's `--format csv` and `GET …/earnings.csv` are the same file.
+
+use std::io::Write;
+
+use anyhow::bail;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::output::{Format, Rows};
+use crate::auth::{self, NewToken, Scope};
+use crate::domain::ids::ProviderId;
+use crate::domain::money::{format_cents, format_micro_usdc};
+use crate::domain::time::{format_ms, month_start_ms, next_month_start_ms, parse_instant_or_date_ms};
+use crate::ledger::Ledger;
+use crate::store::read::{self, EarningsBy, EarningsReport, PayoutFilter, PayoutRow};
+
+/// `settle earnings`
+#[derive(Args, Debug)]
+pub struct EarningsArgs {
+    #[arg(long)]
+    pub provider: String,
+    /// Start, inclusive: YYYY-MM-DD (00:00 UTC) or RFC 3339. Default: the 1st of this month.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// End, exclusive: YYYY-MM-DD or RFC 3339. Default: the 1st of next month.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// day, week, month, gpu or model.
+    #[arg(long, default_value = "day")]
+    pub group_by: String,
+}
+
+/// `settle payouts`
+#[derive(Args, Debug)]
+pub struct PayoutsArgs {
+    /// One provider's payouts (default: every provider's).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// pending (created, held, submitted), history (settled, failed, cancelled, returned) or all.
+    #[arg(long, default_value = "all")]
+    pub status: String,
+}
+
+/// `settle token …`
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Create an API token; the token is printed once and never stored.
+    Create {
+        /// admin, provider, ingest or metering.
+        #[arg(long)]
+        scope: String,
+        /// The provider a provider or ingest token is bound to.
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long, default_value = "")]
+        label: String,
+        #[arg(long)]
+        expires_in_days: Option<i64>,
+    },
+    /// Revoke a token by its id (from `token list`).
+    Revoke { token_id: String },
+    /// List tokens (never their secrets).
+    List,
+}
+
+/// The range `[from, to)` from optional texts; defaults to the month containing `now_ms`.
+pub fn parse_range(
+    from: Option<&str>,
+    to: Option<&str>,
+    now_ms: i64,
+) -> Result<(i64, i64), crate::domain::DomainError> {
+    let from_ms = match from {
+        Some(t) => parse_instant_or_date_ms(t)?,
+        None => month_start_ms(now_ms),
+    };
+    let to_ms = match to {
+        Some(t) => parse_instant_or_date_ms(t)?,
+        None => next_month_start_ms(from_ms),
+    };
+    if from_ms >= to_ms {
+        return Err(crate::domain::DomainError::new(
+            "invalid_range",
+            "from must be before to",
+        ));
+    }
+    Ok((from_ms, to_ms))
+}
+
+/// The Solana explorer link of a transaction on `cluster` (`mainnet-beta`: no parameter).
+pub fn explorer_url(signature: &str, cluster: &str) -> String {
+    match cluster {
+        "" | "mainnet" | "mainnet-beta" => format!("https://explorer.solana.com/tx/{signature}"),
+        c => format!("https://explorer.solana.com/tx/{signature}?cluster={c}"),
+    }
+}
+
+/// Columns of an earnings report.
+pub const EARNINGS_COLUMNS: [&str; 9] = [
+    "key",
+    "model",
+    "from",
+    "to",
+    "gross_usdc",
+    "fee_usdc",
+    "net_usdc",
+    "gpu_hours",
+    "usage_ms",
+];
+
+/// An earnings report as rows (one per group).
+pub fn earnings_rows(report: &EarningsReport) -> Rows {
+    let mut rows = Rows::new(EARNINGS_COLUMNS.to_vec());
+    for g in &report.groups {
+        let t = &g.totals;
+        rows.push(vec![
+            json!(g.key),
+            json!(g.model),
+            json!(g.from_ms.map(format_ms)),
+            json!(g.to_ms.map(format_ms)),
+            json!(format_micro_usdc(t.gross_micro_usdc)),
+            json!(format_micro_usdc(t.fee_micro_usdc)),
+            json!(format_micro_usdc(t.net_micro_usdc)),
+            json!(t.gpu_hours()),
+            json!(t.duration_ms),
+        ]);
+    }
+    rows
+}
+
+/// Columns of a payout list.
+pub const PAYOUT_COLUMNS: [&str; 16] = [
+    "payout_id",
+    "provider_id",
+    "created_at",
+    "updated_at",
+    "run_kind",
+    "run_key",
+    "rail",
+    "status",
+    "amount_usdc",
+    "amount_eur",
+    "eur_per_usd",
+    "reference",
+    "end_to_end_id",
+    "explorer_url",
+    "hold_reason",
+    "failure_reason",
+];
+
+/// Payouts as rows; Solana references get their explorer link on `cluster`.
+pub fn payout_rows(payouts: &[PayoutRow], cluster: &str) -> Rows {
+    let mut rows = Rows::new(PAYOUT_COLUMNS.to_vec());
+    for p in payouts {
+        let explorer = match (&p.reference, p.rail.as_str()) {
+            (Some(sig), "solana") => Some(explorer_url(sig, cluster)),
+            _ => None,
+        };
+        rows.push(vec![
+            json!(p.payout_id),
+            json!(p.provider_id),
+            json!(format_ms(p.created_at_ms)),
+            json!(format_ms(p.updated_at_ms)),
+            json!(p.run_kind),
+            json!(p.run_key),
+            json!(p.rail),
+            json!(p.status),
+            json!(format_micro_usdc(p.amount_micro_usdc)),
+            json!(p.amount_eur_cents.map(format_cents)),
+            json!(p.eur_per_usd),
+            json!(p.reference),
+            json!(p.end_to_end_id),
+            json!(explorer),
+            json!(p.hold_reason),
+            json!(p.failure_reason),
+        ]);
+    }
+    rows
+}
+
+/// `settle earnings`
+pub async fn earnings(
+    ledger: &Ledger,
+    args: &EarningsArgs,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let pool = ledger.store.pool();
+    let provider = ProviderId::parse(&args.provider)?;
+    if !read::provider_exists(pool, provider.as_str()).await? {
+        bail!("no provider {provider}");
+    }
+    let by = EarningsBy::parse(&args.group_by)?;
+    let (from_ms, to_ms) = parse_range(args.from.as_deref(), args.to.as_deref(), ledger.now_ms())?;
+    let report = read::earnings(pool, provider.as_str(), from_ms, to_ms, by).await?;
+    write!(out, "{}", earnings_rows(&report).render(format))?;
+    if format == Format::Table {
+        let t = &report.totals;
+        writeln!(
+            out,
+            "{provider} [{}, {}) by {}: gross {}, fee {}, net {}, {} GPU-hours",
+            format_ms(from_ms),
+            format_ms(to_ms),
+            by.as_str(),
+            format_micro_usdc(t.gross_micro_usdc),
+            format_micro_usdc(t.fee_micro_usdc),
+            format_micro_usdc(t.net_micro_usdc),
+            t.gpu_hours()
+        )?;
+    }
+    Ok(0)
+}
+
+/// The page size the CLI reads payouts in.
+const CLI_PAGE_ROWS: i64 = 1000;
+
+/// `settle payouts`
+pub async fn payouts(
+    ledger: &Ledger,
+    args: &PayoutsArgs,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let pool = ledger.store.pool();
+    let filter = PayoutFilter::parse(&args.status)?;
+    if let Some(p) = &args.provider {
+        let p = ProviderId::parse(p)?;
+        if !read::provider_exists(pool, p.as_str()).await? {
+            bail!("no provider {p}");
+        }
+    }
+    let mut all: Vec<PayoutRow> = Vec::new();
+    loop {
+        let after = all.last().map(|p| (p.created_at_ms, p.payout_id.clone()));
+        let page = read::payouts(
+            pool,
+            args.provider.as_deref(),
+            filter,
+            after.as_ref().map(|(ms, id)| (*ms, id.as_str())),
+            CLI_PAGE_ROWS,
+        )
+        .await?;
+        let done = (page.len() as i64) < CLI_PAGE_ROWS;
+        all.extend(page);
+        if done {
+            break;
+        }
+    }
+    write!(out, "{}", payout_rows(&all, "mainnet-beta").render(format))?;
+    Ok(0)
+}
+
+/// `settle balance`
+pub async fn balance(
+    ledger: &Ledger,
+    provider: Option<&str>,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let balances = read::balances(ledger.store.pool(), provider).await?;
+    let mut rows = Rows::new(vec![
+        "provider_id",
+        "available_usdc",
+        "held_usdc",
+        "in_transit_usdc",
+        "paid_usdc",
+    ]);
+    for b in balances {
+        rows.push(vec![
+            json!(b.provider_id),
+            json!(format_micro_usdc(b.payable_micro_usdc)),
+            json!(format_micro_usdc(b.held_micro_usdc)),
+            json!(format_micro_usdc(b.in_transit_micro_usdc)),
+            json!(format_micro_usdc(b.paid_micro_usdc)),
+        ]);
+    }
+    write!(out, "{}", rows.render(format))?;
+    Ok(0)
+}
+
+/// `settle token create | revoke | list`
+pub async fn token(
+    ledger: &Ledger,
+    command: &TokenCmd,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let pool = ledger.store.pool();
+    let now_ms = ledger.now_ms();
+    match command {
+        TokenCmd::Create {
+            scope,
+            provider,
+            label,
+            expires_in_days,
+        } => {
+            let new = NewToken {
+                scope: Scope::parse(scope)?,
+                provider_id: provider.as_deref().map(ProviderId::parse).transpose()?,
+                label: label.clone(),
+                expires_in_days: *expires_in_days,
+            };
+            let created = auth::create_token(pool, &new, now_ms).await?;
+            let i = &created.info;
+            match format {
+                Format::Json => writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "token_id": i.token_id,
+                        "token": created.token,
+                        "scope": i.scope.as_str(),
+                        "provider_id": i.provider_id,
+                        "label": i.label,
+                        "created_at": format_ms(i.created_at_ms),
+                        "expires_at": i.expires_at_ms.map(format_ms),
+                    }))?
+                )?,
+                _ => {
+                    writeln!(out, "token_id: {}", i.token_id)?;
+                    writeln!(out, "token: {}", created.token)?;
+                    writeln!(
+                        out,
+                        "Store the token now: it is shown once and cannot be recovered."
+                    )?;
+                }
+            }
+            Ok(0)
+        }
+        TokenCmd::Revoke { token_id } => {
+            let applied = auth::revoke_token(pool, token_id, now_ms).await?;
+            match format {
+                Format::Json => writeln!(
+                    out,
+                    "{}",
+                    json!({"token_id": token_id, "status": applied.as_str()})
+                )?,
+                _ => writeln!(out, "{token_id}: {}", applied.as_str())?,
+            }
+            Ok(0)
+        }
+        TokenCmd::List => {
+            let tokens = auth::list_tokens(pool).await?;
+            let mut rows = Rows::new(vec![
+                "token_id",
+                "scope",
+                "provider_id",
+                "label",
+                "status",
+                "created_at",
+                "expires_at",
+                "revoked_at",
+            ]);
+            for t in tokens {
+                rows.push(vec![
+                    json!(t.token_id),
+                    json!(t.scope.as_str()),
+                    json!(t.provider_id),
+                    json!(t.label),
+                    json!(t.status(now_ms)),
+                    json!(format_ms(t.created_at_ms)),
+                    json!(t.expires_at_ms.map(format_ms)),
+                    json!(t.revoked_at_ms.map(format_ms)),
+                ]);
+            }
+            write!(out, "{}", rows.render(format))?;
+            Ok(0)
+        }
+    }
+}

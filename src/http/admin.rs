@@ -1,0 +1,305 @@
+//! Admin endpoints: corrections (void, adjustment) and the NDJSON import (registry, rates,
+//! fees, usage, corrections), all through the ledger's commands. Admin tokens only.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::extract::{Auth, RawBody};
+use super::problem::Problem;
+use crate::auth::Scope;
+use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
+use crate::domain::money::parse_micro_usdc;
+use crate::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use crate::ledger::{Actor, Ledger, LedgerError};
+use crate::wire::import::{Command, apply, parse_line};
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
+    serde_json::from_slice(body).map_err(|e| Problem::bad_request("invalid_body", e.to_string()))
+}
+
+fn domain(e: crate::domain::DomainError) -> Problem {
+    Problem::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, e.code, e.message)
+}
+
+/// `POST /v1/admin/usage/{event_id}/void` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VoidRequest {
+    /// Why the usage is voided (1..=500 characters).
+    pub reason: String,
+}
+
+/// The outcome of an idempotent command.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct CommandResult {
+    /// The voided event id or the adjustment id.
+    pub id: String,
+    /// `accepted` (booked now) or `duplicate` (booked before, identical).
+    #[schema(example = "accepted")]
+    pub status: String,
+}
+
+/// Void a usage event: its exact reversal, with the same business time.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/usage/{event_id}/void",
+    tag = "admin",
+    params(("event_id" = String, Path, description = "The usage event to void")),
+    request_body = VoidRequest,
+    responses(
+        (status = 200, body = CommandResult),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_event"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn void_usage(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(event_id): Path<String>,
+    RawBody(body): RawBody,
+) -> Result<Json<CommandResult>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let request: VoidRequest = parse_json(&body)?;
+    let event_id = EventId::parse(&event_id).map_err(domain)?;
+    let applied = state
+        .ledger
+        .void_usage(&event_id, &request.reason, &principal.actor())
+        .await?;
+    Ok(Json(CommandResult {
+        id: event_id.to_string(),
+        status: applied.as_str().to_owned(),
+    }))
+}
+
+/// `POST /v1/admin/adjustments` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"adjustment_id": "adj-2026-001", "provider_id": "prv_42",
+    "amount_usdc": "-12.500000", "reason": "chargeback", "reference": "case-77"}))]
+pub struct AdjustmentRequest {
+    /// The idempotency key.
+    pub adjustment_id: String,
+    pub provider_id: String,
+    /// Signed USDC decimal string, at most 6 fractional digits, not zero.
+    pub amount_usdc: String,
+    pub reason: String,
+    pub reference: Option<String>,
+}
+
+/// Post an adjustment to a provider's payable balance.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/adjustments",
+    tag = "admin",
+    request_body = AdjustmentRequest,
+    responses(
+        (status = 200, body = CommandResult),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_provider"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "adjustment_id reused with other content"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn post_adjustment(
+    State(state): State<AppState>,
+    auth: Auth,
+    RawBody(body): RawBody,
+) -> Result<Json<CommandResult>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let r: AdjustmentRequest = parse_json(&body)?;
+    let adjustment_id = AdjustmentId::parse(&r.adjustment_id).map_err(domain)?;
+    let provider_id = ProviderId::parse(&r.provider_id).map_err(domain)?;
+    let amount = parse_micro_usdc(&r.amount_usdc).map_err(domain)?;
+    let applied = state
+        .ledger
+        .post_adjustment(
+            &adjustment_id,
+            &provider_id,
+            amount,
+            &r.reason,
+            r.reference.as_deref(),
+            &principal.actor(),
+        )
+        .await?;
+    Ok(Json(CommandResult {
+        id: adjustment_id.to_string(),
+        status: applied.as_str().to_owned(),
+    }))
+}
+
+/// The result of one import line.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ImportLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// The line's `type` (empty when unreadable).
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: Option<String>,
+    /// `accepted`, `duplicate` or `rejected`.
+    pub status: String,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Counts by status.
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct ImportTotals {
+    pub accepted: usize,
+    pub duplicate: usize,
+    pub rejected: usize,
+}
+
+/// `POST /v1/admin/import` response (the same shape as `settle import --format json`).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ImportResponse {
+    pub lines: Vec<ImportLine>,
+    pub totals: ImportTotals,
+}
+
+fn describe(command: &Command) -> (String, Option<String>) {
+    match command {
+        Command::RegisterProvider(c) => {
+            ("provider.register".into(), Some(c.provider_id.to_string()))
+        }
+        Command::UpdateProvider(c) => ("provider.update".into(), Some(c.provider_id.to_string())),
+        Command::RegisterGpu(c) => ("gpu.register".into(), Some(c.gpu_id.to_string())),
+        Command::SetRate(c) => (
+            "rate.set".into(),
+            Some(format!("{}/{}", c.provider_id, c.model.as_str())),
+        ),
+        Command::SetFee(c) => ("fee_schedule.set".into(), Some(c.tier.as_str().into())),
+        Command::Usage(u) => ("usage".into(), u.event_id.clone()),
+        Command::VoidUsage { event_id, .. } => ("usage.void".into(), Some(event_id.to_string())),
+        Command::Adjustment { adjustment_id, .. } => {
+            ("adjustment".into(), Some(adjustment_id.to_string()))
+        }
+        Command::SetFx { .. } => ("fx.rate_set".into(), None),
+    }
+}
+
+fn rejected_line(line: usize, kind: String, id: Option<String>, code: &str, message: String) -> ImportLine {
+    ImportLine {
+        line,
+        kind,
+        id,
+        status: "rejected".into(),
+        code: Some(code.to_owned()),
+        message: Some(message),
+    }
+}
+
+/// Books the pending usage lines as one batch.
+async fn flush(
+    ledger: &Ledger,
+    actor: &Actor,
+    batch: &mut Vec<(usize, UsageInput)>,
+    out: &mut Vec<ImportLine>,
+) -> Result<(), LedgerError> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let inputs: Vec<UsageInput> = batch.iter().map(|(_, u)| u.clone()).collect();
+    let booked = ledger
+        .ingest_usage(&inputs, &SenderScope::Admin, actor)
+        .await?;
+    for ((line, input), r) in batch.drain(..).zip(booked) {
+        let (code, message) = match &r {
+            UsageResult::Rejected { code, message, .. } => {
+                (Some(code.to_string()), Some(message.clone()))
+            }
+            _ => (None, None),
+        };
+        out.push(ImportLine {
+            line,
+            kind: "usage".into(),
+            id: input.event_id,
+            status: r.status().to_owned(),
+            code,
+            message,
+        });
+    }
+    Ok(())
+}
+
+/// Apply an NDJSON body of commands (SPEC §8 import format), one result per line.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/import",
+    tag = "admin",
+    request_body(content = String, content_type = "application/x-ndjson",
+        description = "One command per line, tagged by \"type\": provider.register, provider.update, gpu.register, rate.set, fee_schedule.set, usage, usage.void, adjustment, fx.rate_set"),
+    responses(
+        (status = 200, body = ImportResponse),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 413, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn import(
+    State(state): State<AppState>,
+    auth: Auth,
+    RawBody(body): RawBody,
+) -> Result<Json<ImportResponse>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| Problem::bad_request("invalid_body", "the body must be UTF-8 NDJSON"))?;
+    let ledger = &state.ledger;
+    let actor = principal.actor();
+    let batch_max = ledger.config.batch_events_max;
+    let mut lines: Vec<ImportLine> = Vec::new();
+    let mut batch: Vec<(usize, UsageInput)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let number = n + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_line(line) {
+            Ok(Command::Usage(u)) => {
+                batch.push((number, u));
+                if batch.len() >= batch_max {
+                    flush(ledger, &actor, &mut batch, &mut lines).await?;
+                }
+            }
+            Ok(command) => {
+                flush(ledger, &actor, &mut batch, &mut lines).await?;
+                let (kind, id) = describe(&command);
+                lines.push(match apply(ledger, &command, &actor).await {
+                    Ok(applied) => ImportLine {
+                        line: number,
+                        kind,
+                        id,
+                        status: applied.as_str().to_owned(),
+                        code: None,
+                        message: None,
+                    },
+                    Err(LedgerError::Rejected(e)) => {
+                        rejected_line(number, kind, id, e.code, e.message)
+                    }
+                    Err(e) => return Err(e.into()),
+                });
+            }
+            Err(e) => lines.push(rejected_line(number, String::new(), None, e.code, e.message)),
+        }
+    }
+    flush(ledger, &actor, &mut batch, &mut lines).await?;
+    lines.sort_by_key(|l| l.line);
+    let mut totals = ImportTotals::default();
+    for l in &lines {
+        match l.status.as_str() {
+            "accepted" => totals.accepted += 1,
+            "duplicate" => totals.duplicate += 1,
+            _ => totals.rejected += 1,
+        }
+    }
+    Ok(Json(ImportResponse { lines, totals }))
+}

@@ -1,0 +1,198 @@
+//! Extractors that answer in problem+json: the bearer token, the raw body (with its size
+//! limit), query strings; and the cursor pagination shared by every list.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::AppState;
+use super::problem::Problem;
+use crate::auth::{self, AuthError, Principal, Scope};
+
+/// The verified bearer of the request (401 without a valid token).
+pub struct Auth(pub Principal);
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
+        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+            return Err(Problem::unauthorized(
+                "unauthenticated",
+                "an Authorization: Bearer token is required",
+            ));
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or_else(|| {
+                Problem::unauthorized(
+                    "unauthenticated",
+                    "the Authorization header must read: Bearer <token>",
+                )
+            })?;
+        let now_ms = state.ledger.now_ms();
+        match auth::verify(state.ledger.store.pool(), token, now_ms).await {
+            Ok(principal) => {
+                tracing::Span::current().record("token_id", principal.token_id.as_str());
+                Ok(Auth(principal))
+            }
+            Err(AuthError::Malformed | AuthError::Invalid) => Err(Problem::unauthorized(
+                "invalid_token",
+                "the bearer token is not valid",
+            )),
+            Err(AuthError::Expired) => Err(Problem::unauthorized(
+                "token_expired",
+                "the bearer token has expired",
+            )),
+            Err(AuthError::Revoked) => Err(Problem::unauthorized(
+                "token_revoked",
+                "the bearer token has been revoked",
+            )),
+            Err(AuthError::Database(e)) => Err(e.into()),
+        }
+    }
+}
+
+impl Auth {
+    /// 403 unless the token has one of `scopes`.
+    pub fn require(&self, scopes: &[Scope]) -> Result<&Principal, Problem> {
+        if scopes.contains(&self.0.scope) {
+            Ok(&self.0)
+        } else {
+            let names: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+            Err(Problem::forbidden(format!(
+                "this endpoint needs a token of scope {}; this token has scope {}",
+                names.join(" or "),
+                self.0.scope
+            )))
+        }
+    }
+
+    /// Authorises reading `provider_id`'s data: admin, or the provider's own token. Another
+    /// provider's id answers 404 exactly like an unknown one, so ids do not leak.
+    pub async fn read_provider(&self, state: &AppState, provider_id: &str) -> Result<(), Problem> {
+        self.require(&[Scope::Admin, Scope::Provider])?;
+        let not_found = || Problem::not_found(format!("no provider {provider_id}"));
+        if !self.0.may_read_provider(provider_id) {
+            return Err(not_found());
+        }
+        if !crate::store::read::provider_exists(state.ledger.store.pool(), provider_id).await? {
+            return Err(not_found());
+        }
+        Ok(())
+    }
+}
+
+/// The request body as bytes, within the route's `DefaultBodyLimit` (413 beyond it).
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<RawBody, Problem> {
+        match Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let code = if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    "body_too_large"
+                } else {
+                    "unreadable_body"
+                };
+                Err(Problem::new(status, code, rejection.body_text()))
+            }
+        }
+    }
+}
+
+/// A query string parsed into `T` (400 problem when it does not fit).
+pub struct Q<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Q<T>, Problem> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| Q(v))
+            .map_err(|e| Problem::bad_request("invalid_query", e.body_text()))
+    }
+}
+
+/// A page request: `limit` (1..=page_size_max) and an opaque `cursor`.
+pub struct Page {
+    pub limit: usize,
+    /// The decoded position after which the page starts.
+    pub after: Option<String>,
+}
+
+impl Page {
+    /// Checks `limit` and decodes `cursor`, which must carry `kind` (a cursor of one list is
+    /// no good for another).
+    pub fn parse(
+        state: &AppState,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+        kind: &str,
+    ) -> Result<Page, Problem> {
+        let max = state.config.page_size_max;
+        let limit = limit.unwrap_or(state.config.page_size_default.min(max));
+        if limit == 0 || limit > max {
+            return Err(Problem::bad_request(
+                "invalid_limit",
+                format!("limit must be 1..={max}"),
+            ));
+        }
+        let after = match cursor {
+            None | Some("") => None,
+            Some(c) => Some(decode_cursor(c, kind).ok_or_else(|| {
+                Problem::bad_request("invalid_cursor", "cursor is not one this list issued")
+            })?),
+        };
+        Ok(Page { limit, after })
+    }
+}
+
+/// An opaque cursor: hex of `{kind}|{position}`.
+pub fn encode_cursor(kind: &str, position: &str) -> String {
+    hex::encode(format!("{kind}|{position}"))
+}
+
+fn decode_cursor(cursor: &str, kind: &str) -> Option<String> {
+    let bytes = hex::decode(cursor).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (k, position) = text.split_once('|')?;
+    (k == kind).then(|| position.to_owned())
+}
+
+/// Takes one page of `items` sorted by `key`: those after `page.after`, at most
+/// `page.limit`, and the cursor of the next page when more remain.
+pub fn page_of<T>(
+    items: Vec<T>,
+    page: &Page,
+    kind: &str,
+    key: impl Fn(&T) -> &str,
+) -> (Vec<T>, Option<String>) {
+    let mut rest: Vec<T> = match &page.after {
+        Some(after) => items
+            .into_iter()
+            .filter(|i| key(i) > after.as_str())
+            .collect(),
+        None => items,
+    };
+    let next = if rest.len() > page.limit {
+        rest.truncate(page.limit);
+        rest.last().map(|i| encode_cursor(kind, key(i)))
+    } else {
+        None
+    };
+    (rest, next)
+}

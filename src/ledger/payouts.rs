@@ -1,0 +1,389 @@
+//! The payout lifecycle (SPEC §3, §6) after a run created a payout:
+//!
+//! ```text
+//! held ──release──▶ created ──submit──▶ submitted ──settle──▶ settled ──return──▶ returned
+//!   │                  │                   │
+//!   └──cancel──▶ cancelled   created/submitted ──fail──▶ failed
+//! ```
+//!
+//! Each command is one transaction on the payout's provider stream and idempotent by an
+//! idempotency key per payout and event kind (`payout:{id}:{kind}`): repeating it with the
+//! same content is a `duplicate`, with other content a `conflict`. A command from a state
+//! that does not allow it is `invalid_payout_state`; an unknown id is `unknown_payout`.
+//! The rails (Solana, bank) and the admin commands call these.
+
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use super::{
+    Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
+};
+use crate::domain::DomainError;
+use crate::domain::event::*;
+use crate::store::NewEvent;
+
+/// Longest rail reference (a Solana signature is 88 base58 characters; a batch id less).
+pub const REFERENCE_LEN_MAX: usize = 128;
+/// A SEPA EndToEndId holds at most 35 characters.
+pub const END_TO_END_ID_LEN_MAX: usize = 35;
+
+/// A payout as the `payouts` projection holds it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PayoutRecord {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub run_kind: String,
+    pub run_key: String,
+    pub rail: Rail,
+    pub amount_micro_usdc: i64,
+    pub amount_eur_cents: Option<i64>,
+    pub eur_per_usd: Option<String>,
+    pub method: PayoutMethod,
+    /// `created`, `held`, `submitted`, `settled`, `failed`, `cancelled` or `returned`.
+    pub status: String,
+    pub hold_reason: Option<String>,
+    pub failure_reason: Option<String>,
+    pub reference: Option<String>,
+    pub end_to_end_id: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+const PAYOUT_COLUMNS: &str = "payout_id, provider_id, run_kind, run_key, rail, amount_micro_usdc, amount_eur_cents, eur_per_usd, method, status, hold_reason, failure_reason, reference, end_to_end_id, created_at_ms, updated_at_ms";
+
+fn corrupt(e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Rejected(DomainError::new("corrupt_projection", e.to_string()))
+}
+
+fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, LedgerError> {
+    let method: String = r.try_get(8)?;
+    Ok(PayoutRecord {
+        payout_id: r.try_get(0)?,
+        provider_id: r.try_get(1)?,
+        run_kind: r.try_get(2)?,
+        run_key: r.try_get(3)?,
+        rail: Rail::parse(&r.try_get::<String, _>(4)?)?,
+        amount_micro_usdc: r.try_get(5)?,
+        amount_eur_cents: r.try_get(6)?,
+        eur_per_usd: r.try_get(7)?,
+        method: serde_json::from_str(&method).map_err(corrupt)?,
+        status: r.try_get(9)?,
+        hold_reason: r.try_get(10)?,
+        failure_reason: r.try_get(11)?,
+        reference: r.try_get(12)?,
+        end_to_end_id: r.try_get(13)?,
+        created_at_ms: r.try_get(14)?,
+        updated_at_ms: r.try_get(15)?,
+    })
+}
+
+async fn load(conn: &mut AnyConnection, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
+    let row = sqlx::query(&format!(
+        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1"
+    ))
+    .bind(payout_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(payout_from_row).transpose()
+}
+
+/// Reads one payout.
+pub async fn payout(pool: &AnyPool, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
+    let mut conn = pool.acquire().await?;
+    load(&mut conn, payout_id).await
+}
+
+/// The payouts of a run, in payout id order.
+pub async fn run_payouts(
+    pool: &AnyPool,
+    run_kind: &str,
+    run_key: &str,
+) -> Result<Vec<PayoutRecord>, LedgerError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE run_kind = $1 AND run_key = $2"
+    ))
+    .bind(run_kind)
+    .bind(run_key)
+    .fetch_all(pool)
+    .await?;
+    let mut out = rows.iter().map(payout_from_row).collect::<Result<Vec<_>, _>>()?;
+    out.sort_by(|a, b| a.payout_id.cmp(&b.payout_id));
+    Ok(out)
+}
+
+/// The payouts of a provider, oldest first.
+pub async fn provider_payouts(
+    pool: &AnyPool,
+    provider_id: &str,
+) -> Result<Vec<PayoutRecord>, LedgerError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE provider_id = $1 ORDER BY created_at_ms, payout_id"
+    ))
+    .bind(provider_id)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(payout_from_row).collect()
+}
+
+fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
+    if text.trim().is_empty() || text.chars().count() > max || text.chars().any(char::is_control) {
+        return reject(
+            "invalid_text",
+            format!("{what} must be 1..={max} characters without control characters"),
+        );
+    }
+    Ok(())
+}
+
+/// One lifecycle step: the event kind, the states it may start from, and its event.
+struct Step<'a> {
+    kind: &'static str,
+    from: &'static [&'static str],
+    /// The command's normalised content (to tell a duplicate from a conflict).
+    content: String,
+    make: &'a (dyn Fn(&PayoutRecord) -> EventBody + Sync),
+}
+
+impl Ledger {
+    async fn payout_step(
+        &self,
+        payout_id: &str,
+        step: Step<'_>,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        let Some(found) = payout(self.store.pool(), payout_id).await? else {
+            return reject("unknown_payout", format!("no payout {payout_id}"));
+        };
+        let key = format!("payout:{payout_id}:{}", step.kind);
+        let hash = content_hash(&format!("{key}|{}", step.content));
+        let now = self.now_ms();
+        crate::write_stream!(self, &provider_stream(&found.provider_id), |tx| {
+            if let Some(stored) = find_idem(tx, &key).await? {
+                return duplicate_or_conflict(
+                    &stored,
+                    &hash,
+                    &format!("{} of payout {payout_id}", step.kind),
+                );
+            }
+            let Some(current) = load(tx.conn(), payout_id).await? else {
+                return reject("unknown_payout", format!("no payout {payout_id}"));
+            };
+            if !step.from.contains(&current.status.as_str()) {
+                return reject(
+                    "invalid_payout_state",
+                    format!(
+                        "payout {payout_id} is {}; {} needs it {}",
+                        current.status,
+                        step.kind,
+                        step.from.join(" or ")
+                    ),
+                );
+            }
+            tx.append(NewEvent {
+                body: (step.make)(&current),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: Some(hash.clone()),
+            });
+            Ok(Applied::Accepted)
+        })
+    }
+
+    /// Releases a held payout (admin): held → in transit; the rail pays it.
+    ///
+    /// A EUR payout held for `fx_stale` carries no EUR amount and cannot be released
+    /// (`fx_rate_missing`): cancel it, and the next run pays at a fresh rate.
+    pub async fn release_payout(&self, payout_id: &str, actor: &Actor) -> Result<Applied, LedgerError> {
+        if let Some(p) = payout(self.store.pool(), payout_id).await? {
+            if p.status == "held" && p.rail == Rail::Sepa && p.amount_eur_cents.is_none() {
+                return reject(
+                    "fx_rate_missing",
+                    format!(
+                        "EUR payout {payout_id} was held without a fresh FX rate and has no EUR amount; cancel it and let the next run pay it at a fresh rate"
+                    ),
+                );
+            }
+        }
+        self.payout_step(
+            payout_id,
+            Step {
+                kind: "released",
+                from: &["held"],
+                content: String::new(),
+                make: &|p| {
+                    EventBody::PayoutReleased(PayoutHoldResolved {
+                        payout_id: p.payout_id.clone(),
+                        provider_id: p.provider_id.clone(),
+                        amount_micro_usdc: p.amount_micro_usdc,
+                        reason: None,
+                    })
+                },
+            },
+            actor,
+        )
+        .await
+    }
+
+    /// Cancels a held payout (admin): held → payable; the next run sees the money again.
+    pub async fn cancel_payout(
+        &self,
+        payout_id: &str,
+        reason: &str,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_text(reason, "reason", self.config.text_len_max)?;
+        let reason = reason.trim().to_owned();
+        self.payout_step(
+            payout_id,
+            Step {
+                kind: "cancelled",
+                from: &["held"],
+                content: reason.clone(),
+                make: &|p| {
+                    EventBody::PayoutCancelled(PayoutHoldResolved {
+                        payout_id: p.payout_id.clone(),
+                        provider_id: p.provider_id.clone(),
+                        amount_micro_usdc: p.amount_micro_usdc,
+                        reason: Some(reason.clone()),
+                    })
+                },
+            },
+            actor,
+        )
+        .await
+    }
+
+    /// Records that a rail sent the payout: created → submitted, with the rail's reference
+    /// (Solana: the transaction signature; bank: the batch id) and the end-to-end id.
+    pub async fn submit_payout(
+        &self,
+        payout_id: &str,
+        reference: &str,
+        end_to_end_id: Option<&str>,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
+        if let Some(e2e) = end_to_end_id {
+            check_text(e2e, "end_to_end_id", END_TO_END_ID_LEN_MAX)?;
+        }
+        let reference = reference.trim().to_owned();
+        let e2e = end_to_end_id.map(|e| e.trim().to_owned());
+        self.payout_step(
+            payout_id,
+            Step {
+                kind: "submitted",
+                from: &["created"],
+                content: format!("{reference}|{}", e2e.as_deref().unwrap_or("")),
+                make: &|p| {
+                    EventBody::PayoutSubmitted(PayoutSubmitted {
+                        payout_id: p.payout_id.clone(),
+                        provider_id: p.provider_id.clone(),
+                        rail: p.rail,
+                        reference: reference.clone(),
+                        end_to_end_id: e2e.clone(),
+                    })
+                },
+            },
+            actor,
+        )
+        .await
+    }
+
+    /// Records that the money arrived: created/submitted → settled (in transit → treasury).
+    pub async fn settle_payout(
+        &self,
+        payout_id: &str,
+        reference: &str,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
+        let reference = reference.trim().to_owned();
+        self.payout_step(
+            payout_id,
+            Step {
+                kind: "settled",
+                from: &["created", "submitted"],
+                content: reference.clone(),
+                make: &|p| {
+                    EventBody::PayoutSettled(PayoutSettled {
+                        payout_id: p.payout_id.clone(),
+                        provider_id: p.provider_id.clone(),
+                        rail: p.rail,
+                        amount_micro_usdc: p.amount_micro_usdc,
+                        reference: reference.clone(),
+                    })
+                },
+            },
+            actor,
+        )
+        .await
+    }
+
+    /// Records that the rail failed before the money arrived: created/submitted → failed;
+    /// the amount goes back to payable.
+    pub async fn fail_payout(
+        &self,
+        payout_id: &str,
+        reason: &str,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_text(reason, "reason", self.config.text_len_max)?;
+        let reason = reason.trim().to_owned();
+        self.payout_step(
+            payout_id,
+            Step {
+                kind: "failed",
+                from: &["created", "submitted"],
+                content: reason.clone(),
+                make: &|p| {
+                    EventBody::PayoutFailed(PayoutFailed {
+                        payout_id: p.payout_id.clone(),
+                        provider_id: p.provider_id.clone(),
+                        rail: p.rail,
+                        amount_micro_usdc: p.amount_micro_usdc,
+                        reason: reason.clone(),
+                    })
+                },
+            },
+            actor,
+        )
+        .await
+    }
+
+    /// Records a return after settlement (a bank return): settled → returned; treasury →
+    /// payable. With `method_invalid`, the provider's bank details are blocked until updated.
+    pub async fn return_payout(
+        &self,
+        payout_id: &str,
+        reason_code: &str,
+        reason: &str,
+        method_invalid: bool,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_text(reason_code, "reason_code", 16)?;
+        check_text(reason, "reason", self.config.text_len_max)?;
+        let reason_code = reason_code.trim().to_owned();
+        let reason = reason.trim().to_owned();
+        self.payout_step(
+            payout_id,
+            Step {
+                kind: "returned",
+                from: &["settled"],
+                content: format!("{reason_code}|{reason}|{method_invalid}"),
+                make: &|p| {
+                    EventBody::PayoutReturned(PayoutReturned {
+                        payout_id: p.payout_id.clone(),
+                        provider_id: p.provider_id.clone(),
+                        rail: p.rail,
+                        amount_micro_usdc: p.amount_micro_usdc,
+                        reason_code: reason_code.clone(),
+                        reason: reason.clone(),
+                        method_invalid,
+                    })
+                },
+            },
+            actor,
+        )
+        .await
+    }
+}

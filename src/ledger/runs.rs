@@ -1,0 +1,758 @@
+//! Payout runs (SPEC §5): the weekly and the monthly run, each candidate decided once.
+//!
+//! A run is keyed by its [`RunKey`]. Each candidate is decided in its own transaction on
+//! its provider's stream: the `payout_run.decided` event, and for a held or paid decision
+//! the `payout.created` (+ `payout.held`) events, land together, so a payout's amount
+//! leaves `payable` in the transaction that creates it. The decision's idempotency key
+//! (`run:{kind}:{key}:{provider}`) makes a second start, a concurrent start or a restart
+//! after a crash skip the candidates already decided; `payout_run.completed` on the
+//! platform stream closes the run once. No transaction touches more than one stream.
+//!
+//! Crash tests abort the process at named [failpoints](failpoint).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use chrono::{Datelike, NaiveDate, Weekday};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use settle_calendar::{Calendar, CalendarError, RunKey};
+use sha2::{Digest, Sha256};
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use super::registry::{ProviderRecord, load_provider, provider_from_row};
+use super::{Actor, Ledger, LedgerError, content_hash, find_idem, reject};
+pub use crate::config::RunConfig;
+use crate::domain::DomainError;
+use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
+use crate::domain::event::*;
+use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
+use crate::store::{NewEvent, Store};
+
+const MS_PER_HOUR: i64 = 3_600_000;
+
+/// The environment variable naming a failpoint: `SETTLE_FAILPOINT=<name>` aborts the
+/// process the first time `<name>` is reached, `SETTLE_FAILPOINT=<name>:<n>` the n-th time.
+pub const FAILPOINT_ENV: &str = "SETTLE_FAILPOINT";
+
+/// The named failpoints of a run, in the order a run reaches them.
+pub mod failpoints {
+    /// After the cutoff check, before any candidate is read.
+    pub const RUN_START: &str = "run.start";
+    /// Before a candidate's transaction begins.
+    pub const BEFORE_DECIDE: &str = "run.before_decide";
+    /// Inside a candidate's transaction, its events appended but not committed.
+    pub const DECIDE_BEFORE_COMMIT: &str = "run.decide_before_commit";
+    /// After a candidate's transaction committed.
+    pub const AFTER_DECIDE: &str = "run.after_decide";
+    /// After every candidate is decided, before `payout_run.completed`.
+    pub const BEFORE_COMPLETE: &str = "run.before_complete";
+    /// After `payout_run.completed` committed, before the report is read.
+    pub const AFTER_COMPLETE: &str = "run.after_complete";
+
+    pub const ALL: [&str; 6] = [
+        RUN_START,
+        BEFORE_DECIDE,
+        DECIDE_BEFORE_COMMIT,
+        AFTER_DECIDE,
+        BEFORE_COMPLETE,
+        AFTER_COMPLETE,
+    ];
+}
+
+/// Aborts the process (as a crash would: no destructor, no rollback message) when the
+/// failpoint `name` is armed by [`FAILPOINT_ENV`] and reached for the armed time.
+pub fn failpoint(name: &str) {
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        let spec = std::env::var(FAILPOINT_ENV).ok()?;
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return None;
+        }
+        Some(match spec.rsplit_once(':') {
+            Some((n, count)) if count.parse::<u64>().is_ok() => {
+                (n.to_owned(), count.parse::<u64>().unwrap_or(1).max(1))
+            }
+            _ => (spec.to_owned(), 1),
+        })
+    });
+    if let Some((armed_name, at)) = armed {
+        if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
+            eprintln!("failpoint {name} reached: aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// One candidate of a run and its decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunCandidate {
+    pub provider_id: String,
+    pub decision: String,
+    pub available_micro_usdc: i64,
+    pub amount_micro_usdc: i64,
+    pub payout_id: Option<String>,
+    pub decided_at_ms: i64,
+}
+
+/// Count and amount of one decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DecisionTotal {
+    pub count: i64,
+    pub amount_micro_usdc: i64,
+}
+
+/// A run as recorded: every candidate with its decision, and the totals.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunReport {
+    pub run_kind: String,
+    pub run_key: String,
+    pub cutoff_ms: i64,
+    /// `YYYY-MM-DD`.
+    pub run_date: String,
+    /// Whether `payout_run.completed` is on the ledger.
+    pub completed: bool,
+    pub completed_at_ms: Option<i64>,
+    /// In provider id order.
+    pub candidates: Vec<RunCandidate>,
+    /// Per decision (every decision listed, zero when none).
+    pub totals: BTreeMap<String, DecisionTotal>,
+    /// Sum of the payouts created (held and paid).
+    pub payouts_micro_usdc: i64,
+    pub payouts: i64,
+}
+
+/// The dashboard's "next payout": what the next run that can pay the provider would pay if
+/// nothing else arrived.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProjectedPayout {
+    pub run_kind: String,
+    pub run_key: String,
+    /// `YYYY-MM-DD`.
+    pub run_date: String,
+    pub amount_micro_usdc: i64,
+    /// The decision that run would take (`paid`, `held`, or why it would not pay).
+    pub decision: String,
+}
+
+fn calendar_error(e: CalendarError) -> LedgerError {
+    LedgerError::Rejected(DomainError::new(e.code(), e.to_string()))
+}
+
+/// The idempotency key of a candidate's decision.
+pub fn decision_key(run: &RunKey, provider_id: &str) -> String {
+    format!("run:{}:{}:{provider_id}", run.kind(), run.key_string())
+}
+
+/// The idempotency key of a run's completion.
+pub fn completion_key(run: &RunKey) -> String {
+    format!("run:{}:{}:completed", run.kind(), run.key_string())
+}
+
+/// The deterministic payout id of a run's payout to a provider: `po_` and 24 hex digits
+/// of SHA-256(`kind|key|provider`), 27 characters (a SEPA EndToEndId holds 35).
+pub fn payout_id(run: &RunKey, provider_id: &str) -> String {
+    let digest = Sha256::digest(format!("{}|{}|{provider_id}", run.kind(), run.key_string()));
+    format!("po_{}", &hex::encode(digest)[..24])
+}
+
+/// The run's cutoff in milliseconds.
+pub fn cutoff_ms(run: &RunKey) -> Result<i64, LedgerError> {
+    Ok(naive_ms(run.cutoff().map_err(calendar_error)?))
+}
+
+/// The run's minimum payout under `config`.
+pub fn minimum_micro_usdc(run: &RunKey, config: &RunConfig) -> i64 {
+    match run {
+        RunKey::Weekly { .. } => config.weekly_minimum_micro_usdc,
+        RunKey::Monthly { .. } => config.monthly_minimum_micro_usdc,
+    }
+}
+
+fn is_candidate(run: &RunKey, provider: &ProviderRecord) -> bool {
+    provider.status != ProviderStatus::Suspended
+        && match run {
+            RunKey::Weekly { .. } => provider.schedule == Schedule::Weekly,
+            RunKey::Monthly { .. } => true,
+        }
+}
+
+/// `available(cutoff)` of SPEC §5: payable lines recorded before the cutoff minus every
+/// payout of the provider that has not failed, been cancelled or been returned.
+pub async fn available_micro_usdc(
+    conn: &mut AnyConnection,
+    provider_id: &str,
+    cutoff_ms: i64,
+) -> Result<i64, LedgerError> {
+    let recorded: i64 = sqlx::query(
+        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payable_recorded WHERE provider_id = $1 AND day < $2",
+    )
+    .bind(provider_id)
+    .bind(day_number(cutoff_ms))
+    .fetch_one(&mut *conn)
+    .await?
+    .try_get(0)?;
+    let paid_out: i64 = sqlx::query(
+        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts WHERE provider_id = $1 AND status NOT IN ('failed', 'cancelled', 'returned')",
+    )
+    .bind(provider_id)
+    .fetch_one(&mut *conn)
+    .await?
+    .try_get(0)?;
+    Ok(recorded - paid_out)
+}
+
+/// The provider's whole payable balance (whenever recorded).
+pub async fn payable_balance_micro_usdc(
+    conn: &mut AnyConnection,
+    provider_id: &str,
+) -> Result<i64, LedgerError> {
+    let row = sqlx::query(
+        "SELECT balance_micro_usdc FROM account_balances WHERE owner = $1 AND account = $2",
+    )
+    .bind(provider_stream(provider_id))
+    .bind(accounts::payable(provider_id))
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(match row {
+        Some(r) => r.try_get(0)?,
+        None => 0,
+    })
+}
+
+/// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd)`.
+pub async fn latest_fx_rate(
+    conn: &mut AnyConnection,
+    now_ms: i64,
+) -> Result<Option<(i64, Decimal)>, LedgerError> {
+    let row = sqlx::query(
+        "SELECT recorded_at_ms, eur_per_usd FROM fx_rates WHERE recorded_at_ms <= $1 ORDER BY recorded_at_ms DESC LIMIT 1",
+    )
+    .bind(now_ms)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let text: String = row.try_get(1)?;
+    let rate = text.parse::<Decimal>().map_err(|_| {
+        DomainError::new("corrupt_projection", format!("fx rate {text:?} is no decimal"))
+    })?;
+    Ok(Some((row.try_get(0)?, rate)))
+}
+
+/// EUR cents of a bank payout of `amount_micro_usdc` (whole cents):
+/// `round_half_even(USD cents × eur_per_usd)`.
+pub fn eur_cents(amount_micro_usdc: i64, eur_per_usd: Decimal) -> Option<i64> {
+    use rust_decimal::prelude::ToPrimitive;
+    let usd_cents = Decimal::from(amount_micro_usdc / crate::domain::decision::MICRO_USDC_PER_CENT);
+    usd_cents
+        .checked_mul(eur_per_usd)?
+        .round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointNearestEven)
+        .to_i64()
+}
+
+async fn run_completed(
+    conn: &mut AnyConnection,
+    run: &RunKey,
+) -> Result<Option<i64>, LedgerError> {
+    let row = sqlx::query(
+        "SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2",
+    )
+    .bind(run.kind())
+    .bind(run.key_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get(0)?),
+        None => None,
+    })
+}
+
+/// Reads a run from the projections (`run_decisions`, `payout_runs`); `None` when no
+/// candidate of it was decided yet.
+pub async fn run_report(
+    pool: &AnyPool,
+    calendar: &Calendar,
+    run: RunKey,
+) -> Result<Option<RunReport>, LedgerError> {
+    let mut conn = pool.acquire().await?;
+    let cutoff_ms = cutoff_ms(&run)?;
+    let run_date = run.run_date(calendar).map_err(calendar_error)?;
+    let rows = sqlx::query(
+        "SELECT provider_id, decision, available_micro_usdc, amount_micro_usdc, payout_id, decided_at_ms FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
+    )
+    .bind(run.kind())
+    .bind(run.key_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    let completed_at_ms = run_completed(&mut conn, &run).await?;
+    if rows.is_empty() && completed_at_ms.is_none() {
+        return Ok(None);
+    }
+    let mut candidates = rows
+        .iter()
+        .map(|r| {
+            Ok(RunCandidate {
+                provider_id: r.try_get(0)?,
+                decision: r.try_get(1)?,
+                available_micro_usdc: r.try_get(2)?,
+                amount_micro_usdc: r.try_get(3)?,
+                payout_id: r.try_get(4)?,
+                decided_at_ms: r.try_get(5)?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    candidates.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+    let mut totals: BTreeMap<String, DecisionTotal> = Decision::ALL
+        .iter()
+        .map(|d| (d.as_str().to_owned(), DecisionTotal::default()))
+        .collect();
+    let (mut payouts, mut payouts_micro_usdc) = (0, 0);
+    for c in &candidates {
+        let t = totals.entry(c.decision.clone()).or_default();
+        t.count += 1;
+        t.amount_micro_usdc += c.amount_micro_usdc;
+        if c.payout_id.is_some() {
+            payouts += 1;
+            payouts_micro_usdc += c.amount_micro_usdc;
+        }
+    }
+    Ok(Some(RunReport {
+        run_kind: run.kind().to_owned(),
+        run_key: run.key_string(),
+        cutoff_ms,
+        run_date: run_date.format("%Y-%m-%d").to_string(),
+        completed: completed_at_ms.is_some(),
+        completed_at_ms,
+        candidates,
+        totals,
+        payouts_micro_usdc,
+        payouts,
+    }))
+}
+
+/// A completed run's summary as `payout_run.completed` recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    pub run_kind: String,
+    pub run_key: String,
+    pub cutoff_ms: i64,
+    pub candidates: i64,
+    pub totals: BTreeMap<String, (i64, i64)>,
+    pub completed_at_ms: i64,
+}
+
+/// Every completed run, newest first (at most `limit`).
+pub async fn completed_runs(pool: &AnyPool, limit: i64) -> Result<Vec<RunSummary>, LedgerError> {
+    let rows = sqlx::query(
+        "SELECT run_kind, run_key, cutoff_ms, candidates, totals, completed_at_ms FROM payout_runs ORDER BY cutoff_ms DESC, run_kind DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let totals: String = r.try_get(4)?;
+            Ok(RunSummary {
+                run_kind: r.try_get(0)?,
+                run_key: r.try_get(1)?,
+                cutoff_ms: r.try_get(2)?,
+                candidates: r.try_get(3)?,
+                totals: serde_json::from_str(&totals).map_err(|e| {
+                    DomainError::new("corrupt_projection", format!("payout_runs.totals: {e}"))
+                })?,
+                completed_at_ms: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+async fn load_provider_pool(
+    conn: &mut AnyConnection,
+    provider_id: &str,
+) -> Result<Option<ProviderRecord>, LedgerError> {
+    let row = sqlx::query(
+        "SELECT provider_id, name, email, tier, schedule, status, payout_method, method_set_at_ms, method_invalid, registered_at_ms FROM providers WHERE provider_id = $1",
+    )
+    .bind(provider_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|r| provider_from_row(&r)).transpose()
+}
+
+/// The facts `decide` needs about a provider, read on `conn` (inside the candidate's
+/// transaction when deciding for real).
+async fn candidate_facts(
+    conn: &mut AnyConnection,
+    provider: &ProviderRecord,
+    cutoff_ms: i64,
+) -> Result<Candidate, LedgerError> {
+    Ok(Candidate {
+        rail: provider.payout_method.as_ref().map(PayoutMethod::rail),
+        method_invalid: provider.method_invalid,
+        method_set_at_ms: provider.method_set_at_ms,
+        status: provider.status,
+        payable_balance_micro_usdc: payable_balance_micro_usdc(conn, &provider.provider_id)
+            .await?,
+        available_micro_usdc: available_micro_usdc(conn, &provider.provider_id, cutoff_ms).await?,
+        external_hold_reason: None,
+    })
+}
+
+fn policy(run: &RunKey, config: &RunConfig, decided_at_ms: i64) -> RunPolicy {
+    RunPolicy {
+        minimum_micro_usdc: minimum_micro_usdc(run, config),
+        payout_limit_micro_usdc: config.payout_limit_micro_usdc,
+        cooling_off_ms: config.cooling_off_hours * MS_PER_HOUR,
+        decided_at_ms,
+    }
+}
+
+/// What a projection of the next payout reads: the runs on or after `now`'s date, in
+/// execution order, that are not yet completed.
+const PROJECTION_RUNS_MAX: usize = 8;
+
+/// The projected next payout of a provider (SPEC §5, for the dashboard): what the next run
+/// that can pay this provider would pay if nothing else arrived.
+///
+/// Looks at the runs from `now_ms`'s date on (a run of today that is not yet completed
+/// counts), in execution order, for which the provider is a candidate (weekly runs only
+/// for weekly providers), up to and including the next monthly run, which sweeps every
+/// provider. Each is decided with `available` at its cutoff from the lines recorded so
+/// far, as of `max(now, run date 00:00 UTC)`; the first that would create a payout
+/// (`paid` or `held`) is returned. If none would, the first candidate run is returned
+/// with the decision that keeps it from paying (`below_minimum`, `nothing_due`,
+/// `no_method`, …). `None` for an unknown or suspended provider. A stale FX rate is not
+/// anticipated (the amount is in USDC).
+pub async fn projected_next_payout(
+    store: &Store,
+    calendar: &Calendar,
+    config: &RunConfig,
+    provider_id: &str,
+    now_ms: i64,
+) -> Result<Option<ProjectedPayout>, LedgerError> {
+    let mut conn = store.pool().acquire().await?;
+    let Some(provider) = load_provider_pool(&mut conn, provider_id).await? else {
+        return Ok(None);
+    };
+    if provider.status == ProviderStatus::Suspended {
+        return Ok(None);
+    }
+    let today = crate::domain::time::date_of_ms(now_ms);
+    let upcoming = settle_calendar::next_runs(
+        calendar,
+        today.and_time(chrono::NaiveTime::MIN),
+        PROJECTION_RUNS_MAX,
+    )
+    .map_err(calendar_error)?;
+    let mut first: Option<ProjectedPayout> = None;
+    for scheduled in upcoming {
+        let run = scheduled.key;
+        if !is_candidate(&run, &provider) || run_completed(&mut conn, &run).await?.is_some() {
+            continue;
+        }
+        let decided: Option<sqlx::any::AnyRow> = sqlx::query(
+            "SELECT decision FROM run_decisions WHERE run_kind = $1 AND run_key = $2 AND provider_id = $3",
+        )
+        .bind(run.kind())
+        .bind(run.key_string())
+        .bind(provider_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if decided.is_some() {
+            continue;
+        }
+        let cutoff = cutoff_ms(&run)?;
+        let decided_at = now_ms.max(date_start_ms(scheduled.run_date));
+        let facts = candidate_facts(&mut conn, &provider, cutoff).await?;
+        let outcome = decide(&facts, &policy(&run, config, decided_at));
+        let projected = ProjectedPayout {
+            run_kind: run.kind().to_owned(),
+            run_key: run.key_string(),
+            run_date: scheduled.run_date.format("%Y-%m-%d").to_string(),
+            amount_micro_usdc: outcome.amount_micro_usdc,
+            decision: outcome.decision.as_str().to_owned(),
+        };
+        if outcome.decision.creates_payout() {
+            return Ok(Some(projected));
+        }
+        first.get_or_insert(projected);
+        if matches!(run, RunKey::Monthly { .. }) {
+            break;
+        }
+    }
+    Ok(first)
+}
+
+/// What deciding one candidate did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decided {
+    /// Decided now.
+    Now,
+    /// Decided before (an earlier or concurrent start).
+    Already,
+    /// No longer a candidate when its transaction ran (suspended or rescheduled since
+    /// the candidate list was read): not part of the run.
+    NotCandidate,
+}
+
+impl Ledger {
+    /// Runs (or finishes) the payout run `run`, idempotently: a second start, a concurrent
+    /// start or a restart after a crash decides only the candidates not yet decided and
+    /// creates no second payout. Returns the run's report.
+    ///
+    /// Refused before the run's cutoff (`run_before_cutoff`). A monthly run whose run
+    /// date is a Monday first completes that Monday's weekly run (the weekly run is
+    /// decided first on a shared date); if that weekly run cannot start yet, the monthly
+    /// run is refused (`weekly_run_pending`).
+    pub async fn run_payouts(
+        &self,
+        run: RunKey,
+        calendar: &Calendar,
+        config: &RunConfig,
+        actor: &Actor,
+    ) -> Result<RunReport, LedgerError> {
+        run.validate().map_err(calendar_error)?;
+        let cutoff = cutoff_ms(&run)?;
+        let run_date = run.run_date(calendar).map_err(calendar_error)?;
+        let now = self.now_ms();
+        if now < cutoff {
+            return reject(
+                "run_before_cutoff",
+                format!(
+                    "the {run} run cannot start before its cutoff {} (now {})",
+                    format_ms(cutoff),
+                    format_ms(now)
+                ),
+            );
+        }
+        {
+            let mut conn = self.store.pool().acquire().await?;
+            if run_completed(&mut conn, &run).await?.is_some() {
+                drop(conn);
+                return self.report_of(calendar, run).await;
+            }
+        }
+        if matches!(run, RunKey::Monthly { .. }) && run_date.weekday() == Weekday::Mon {
+            let weekly = RunKey::weekly(run_date).map_err(calendar_error)?;
+            if now < cutoff_ms(&weekly)? {
+                return reject(
+                    "weekly_run_pending",
+                    format!(
+                        "the {run} run shares its run date {run_date} with the {weekly} run, which is decided first and cannot start before {}",
+                        format_ms(cutoff_ms(&weekly)?)
+                    ),
+                );
+            }
+            Box::pin(self.run_payouts(weekly, calendar, config, actor)).await?;
+        }
+        failpoint(failpoints::RUN_START);
+        let candidates = self.candidate_ids(&run).await?;
+        tracing::info!(run = %run, candidates = candidates.len(), "payout run started");
+        for provider_id in &candidates {
+            failpoint(failpoints::BEFORE_DECIDE);
+            self.decide_candidate(&run, provider_id, config, actor)
+                .await?;
+            failpoint(failpoints::AFTER_DECIDE);
+        }
+        failpoint(failpoints::BEFORE_COMPLETE);
+        self.complete_run(&run, cutoff, actor).await?;
+        failpoint(failpoints::AFTER_COMPLETE);
+        let report = self.report_of(calendar, run).await?;
+        tracing::info!(run = %run, payouts = report.payouts, amount_micro_usdc = report.payouts_micro_usdc, "payout run completed");
+        Ok(report)
+    }
+
+    async fn report_of(&self, calendar: &Calendar, run: RunKey) -> Result<RunReport, LedgerError> {
+        match run_report(self.store.pool(), calendar, run).await? {
+            Some(r) => Ok(r),
+            None => reject("unknown_run", format!("no {run} run on the ledger")),
+        }
+    }
+
+    /// The run's candidates, in provider id order (byte order, the same on every database).
+    async fn candidate_ids(&self, run: &RunKey) -> Result<Vec<String>, LedgerError> {
+        let sql = match run {
+            RunKey::Weekly { .. } => {
+                "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
+            }
+            RunKey::Monthly { .. } => "SELECT provider_id FROM providers WHERE status <> 'suspended'",
+        };
+        let mut ids = sqlx::query(sql)
+            .fetch_all(self.store.pool())
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Decides one candidate in one transaction on its stream.
+    async fn decide_candidate(
+        &self,
+        run: &RunKey,
+        provider_id: &str,
+        config: &RunConfig,
+        actor: &Actor,
+    ) -> Result<Decided, LedgerError> {
+        let key = decision_key(run, provider_id);
+        let hash = content_hash(&key);
+        let cutoff = cutoff_ms(run)?;
+        let fx_stale_ms = config.fx_stale_hours * MS_PER_HOUR;
+        let now = self.now_ms();
+        crate::write_stream!(self, &provider_stream(provider_id), |tx| {
+            if find_idem(tx, &key).await?.is_some() {
+                return Ok(Decided::Already);
+            }
+            let Some(provider) = load_provider(tx, provider_id).await? else {
+                return Ok(Decided::NotCandidate);
+            };
+            if !is_candidate(run, &provider) {
+                return Ok(Decided::NotCandidate);
+            }
+            let mut facts = candidate_facts(tx.conn(), &provider, cutoff).await?;
+            let mut fx: Option<Decimal> = None;
+            if provider.payout_method.as_ref().map(PayoutMethod::rail) == Some(Rail::Sepa) {
+                match latest_fx_rate(tx.conn(), now).await? {
+                    Some((at, rate)) if now - at <= fx_stale_ms => fx = Some(rate),
+                    _ => facts.external_hold_reason = Some("fx_stale".to_owned()),
+                }
+            }
+            let Outcome {
+                decision,
+                amount_micro_usdc,
+                hold_reason,
+            } = decide(&facts, &policy(run, config, now));
+            let payout = decision.creates_payout().then(|| payout_id(run, provider_id));
+            tx.append(NewEvent {
+                body: EventBody::PayoutRunDecided(PayoutRunDecided {
+                    run_kind: run.kind().to_owned(),
+                    run_key: run.key_string(),
+                    provider_id: provider_id.to_owned(),
+                    decision: decision.as_str().to_owned(),
+                    available_micro_usdc: facts.available_micro_usdc,
+                    amount_micro_usdc,
+                    payout_id: payout.clone(),
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: Some(hash.clone()),
+            });
+            if let (Some(payout_id), Some(method)) = (&payout, &provider.payout_method) {
+                let (amount_eur_cents, eur_per_usd) = match fx {
+                    Some(rate) => {
+                        let Some(cents) = eur_cents(amount_micro_usdc, rate) else {
+                            return reject(
+                                "amount_out_of_range",
+                                format!("the EUR amount of payout {payout_id} overflows"),
+                            );
+                        };
+                        (Some(cents), Some(rate.normalize().to_string()))
+                    }
+                    None => (None, None),
+                };
+                let held = decision == Decision::Held;
+                let created_key = format!("payout:{payout_id}:created");
+                tx.append(NewEvent {
+                    body: EventBody::PayoutCreated(PayoutCreated {
+                        payout_id: payout_id.clone(),
+                        provider_id: provider_id.to_owned(),
+                        run_kind: run.kind().to_owned(),
+                        run_key: run.key_string(),
+                        amount_micro_usdc,
+                        method: method.clone(),
+                        held,
+                        amount_eur_cents,
+                        eur_per_usd,
+                    }),
+                    actor: actor.0.clone(),
+                    recorded_at_ms: now,
+                    content_hash: Some(content_hash(&created_key)),
+                    idem_key: Some(created_key),
+                });
+                if held {
+                    let held_key = format!("payout:{payout_id}:held");
+                    tx.append(NewEvent {
+                        body: EventBody::PayoutHeld(PayoutHeld {
+                            payout_id: payout_id.clone(),
+                            provider_id: provider_id.to_owned(),
+                            reason: hold_reason.clone().unwrap_or_else(|| "held".to_owned()),
+                        }),
+                        actor: actor.0.clone(),
+                        recorded_at_ms: now,
+                        content_hash: Some(content_hash(&held_key)),
+                        idem_key: Some(held_key),
+                    });
+                }
+            }
+            failpoint(failpoints::DECIDE_BEFORE_COMMIT);
+            Ok(Decided::Now)
+        })
+    }
+
+    /// Appends `payout_run.completed` on the platform stream once, with the totals of the
+    /// decisions recorded for the run.
+    async fn complete_run(
+        &self,
+        run: &RunKey,
+        cutoff_ms: i64,
+        actor: &Actor,
+    ) -> Result<(), LedgerError> {
+        let key = completion_key(run);
+        let hash = content_hash(&key);
+        let now = self.now_ms();
+        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+            if find_idem(tx, &key).await?.is_some() {
+                return Ok(());
+            }
+            let rows = sqlx::query(
+                "SELECT decision, CAST(COUNT(*) AS BIGINT), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM run_decisions WHERE run_kind = $1 AND run_key = $2 GROUP BY decision",
+            )
+            .bind(run.kind())
+            .bind(run.key_string())
+            .fetch_all(tx.conn())
+            .await?;
+            let mut totals: BTreeMap<String, (i64, i64)> = Decision::ALL
+                .iter()
+                .map(|d| (d.as_str().to_owned(), (0, 0)))
+                .collect();
+            let mut candidates = 0;
+            for r in rows {
+                let count: i64 = r.try_get(1)?;
+                candidates += count;
+                totals.insert(r.try_get(0)?, (count, r.try_get(2)?));
+            }
+            tx.append(NewEvent {
+                body: EventBody::PayoutRunCompleted(PayoutRunCompleted {
+                    run_kind: run.kind().to_owned(),
+                    run_key: run.key_string(),
+                    cutoff_ms,
+                    candidates,
+                    totals,
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: Some(hash.clone()),
+            });
+            Ok(())
+        })
+    }
+}
+
+/// Parses a weekly run's date (`YYYY-MM-DD`, a Monday).
+pub fn weekly_key(date: &str) -> Result<RunKey, LedgerError> {
+    let d = NaiveDate::parse_from_str(date, "%Y-%m-%d").map_err(|_| {
+        DomainError::new("invalid_date", format!("not a date YYYY-MM-DD: {date:?}"))
+    })?;
+    RunKey::weekly(d).map_err(calendar_error)
+}
+
+/// Parses a monthly run's month (`YYYY-MM`).
+pub fn monthly_key(month: &str) -> Result<RunKey, LedgerError> {
+    RunKey::parse("monthly", month).map_err(calendar_error)
+}
