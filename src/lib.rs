@@ -9,6 +9,7 @@ pub mod domain;
 pub mod http;
 pub mod jobs;
 pub mod ledger;
+pub mod metrics;
 pub mod rails;
 pub mod store;
 pub mod verify;

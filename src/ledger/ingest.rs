@@ -227,10 +227,12 @@ impl Ledger {
                 results[index] = Some(result);
             }
         }
-        Ok(results
+        let results: Vec<UsageResult> = results
             .into_iter()
             .map(|r| r.expect("every event has a result"))
-            .collect())
+            .collect();
+        crate::metrics::record_usage(&results);
+        Ok(results)
     }
 }
 

@@ -19,7 +19,8 @@ use sqlx::Row;
 use crate::common::TestDb;
 
 pub const SOLANA: &str = r#"{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}"#;
-pub const SOLANA_2: &str = r#"{"kind":"solana","wallet":"4Nd1mBQtrMJVYVfKf2PJy9NZUZdTAsp7D4xWLs4gDB4T"}"#;
+/// The ed25519 base point: a valid, on-curve wallet.
+pub const SOLANA_2: &str = r#"{"kind":"solana","wallet":"6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH"}"#;
 pub const SEPA: &str = r#"{"kind":"sepa","iban":"DE89370400440532013000","holder":"Bee GmbH"}"#;
 pub const ACH: &str = r#"{"kind":"ach","routing":"021000021","account":"123456789","account_type":"checking","holder":"Jane Doe","entity":"individual"}"#;
 

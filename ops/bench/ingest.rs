@@ -1,0 +1,530 @@
+//! Ingestion benchmark: sustained `Ledger::ingest_usage` against the raw insert rate of the
+//! same database. See `ops/bench/README.md` for the command and the figures.
+//!
+//! The parent process runs each (database, phase) in a child process of this same binary so
+//! that each phase reports its own peak memory (VmHWM) and starts from a fresh database.
+//!
+//! Phases:
+//! - `raw`: multi-row `INSERT … ON CONFLICT DO NOTHING` of the same event ids and net amounts
+//!   into a two-column table, one transaction per batch, with the engine's durability
+//!   settings (SQLite WAL + synchronous=FULL; PostgreSQL defaults). No engine code.
+//! - `engine`: the same batches through `Ledger::ingest_usage` (metering scope), after
+//!   registering the providers, GPUs and rates (setup, timed apart).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use settle::config::LedgerConfig;
+use settle::domain::event::{PayoutMethod, Schedule, Tier};
+use settle::domain::ids::{GpuId, GpuModel, ProviderId};
+use settle::domain::money::{Rate, format_micro_usdc};
+use settle::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
+use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
+use settle::ledger::{Actor, Ledger, ManualClock};
+use settle::store::{Store, StoreOptions};
+use sqlx::Row;
+
+const START: &str = "2026-11-20T06:00:00Z";
+const SLOT_MS: i64 = 600_000;
+const MODEL: &str = "H100-80GB";
+const BOOK_RATE_MICRO: i64 = 2_490_000;
+const FEE_BPS: i64 = 2000;
+
+#[derive(Clone, Debug)]
+struct Args {
+    /// Unique events booked (duplicates come on top).
+    events: usize,
+    batch: usize,
+    dup_pct: usize,
+    providers: usize,
+    gpus: usize,
+    /// `metering`: time-ordered, every batch spans hundreds of providers;
+    /// `agent`: provider-ordered, a batch holds one or two providers' events.
+    mix: String,
+    dbs: Vec<String>,
+    pg_url: String,
+    dir: Option<String>,
+    phases: Vec<String>,
+    /// Child mode: run one (db, phase) and print one JSON line.
+    child: bool,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        events: 1_000_000,
+        batch: 1000,
+        dup_pct: 10,
+        providers: 1000,
+        gpus: 8,
+        mix: "metering".into(),
+        dbs: vec!["sqlite".into(), "postgres".into()],
+        pg_url: std::env::var("SETTLE_BENCH_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        dir: None,
+        phases: vec!["raw".into(), "engine".into()],
+        child: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--events" => a.events = val().parse().expect("--events N"),
+            "--batch" => a.batch = val().parse().expect("--batch N"),
+            "--dup-pct" => a.dup_pct = val().parse().expect("--dup-pct N"),
+            "--providers" => a.providers = val().parse().expect("--providers N"),
+            "--gpus" => a.gpus = val().parse().expect("--gpus N"),
+            "--mix" => a.mix = val(),
+            "--db" => a.dbs = val().split(',').map(str::to_owned).collect(),
+            "--phase" => a.phases = val().split(',').map(str::to_owned).collect(),
+            "--pg-url" => a.pg_url = val(),
+            "--dir" => a.dir = Some(val()),
+            "--child" => a.child = true,
+            // `cargo bench` passes `--bench`; ignore it and any libtest flag.
+            _ => {}
+        }
+    }
+    assert!(matches!(a.mix.as_str(), "metering" | "agent"), "--mix metering|agent");
+    assert!(a.dup_pct < 100 && a.batch > 0 && a.providers > 0 && a.gpus > 0);
+    a
+}
+
+// ---------------------------------------------------------------------------------------
+// The workload: deterministic, generated batch by batch (the generator's memory stays small).
+
+struct Workload {
+    args: Args,
+    slots: usize,
+    gpus_total: usize,
+    /// Per slot, the order of GPUs (metering mix).
+    perms: Vec<Vec<u32>>,
+    start_ms: i64,
+}
+
+/// One event: its index decides everything.
+struct Ev {
+    event_id: String,
+    provider: usize,
+    gpu: usize,
+    started_ms: i64,
+    ended_ms: i64,
+    rate_micro: Option<i64>,
+}
+
+impl Workload {
+    fn new(args: &Args) -> Workload {
+        let gpus_total = args.providers * args.gpus;
+        let slots = args.events.div_ceil(gpus_total);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let perms = if args.mix == "metering" {
+            (0..slots)
+                .map(|_| {
+                    let mut p: Vec<u32> = (0..gpus_total as u32).collect();
+                    p.shuffle(&mut rng);
+                    p
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Workload {
+            args: args.clone(),
+            slots,
+            gpus_total,
+            perms,
+            start_ms: parse_rfc3339_ms(START).unwrap(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        // Late enough for every interval, early enough for the lateness limit.
+        self.start_ms + (self.slots as i64 + 1) * SLOT_MS + MS_PER_DAY
+    }
+
+    fn event(&self, k: usize) -> Ev {
+        let (slot, gpu) = if self.args.mix == "metering" {
+            let slot = k / self.gpus_total;
+            (slot, self.perms[slot][k % self.gpus_total] as usize)
+        } else {
+            let per_provider = self.args.gpus * self.slots;
+            let p = k / per_provider;
+            let within = k % per_provider;
+            (within / self.args.gpus, p * self.args.gpus + within % self.args.gpus)
+        };
+        let provider = gpu / self.args.gpus;
+        let started_ms = self.start_ms + slot as i64 * SLOT_MS;
+        // Most intervals fill their slot; some end early (the agent went idle).
+        let ended_ms = started_ms + SLOT_MS - if slot % 7 == 3 { 123_456 } else { 0 };
+        let rate_micro = (slot % 2 == 1).then(|| 1_500_000 + ((gpu * 7919 + slot * 31) % 2_000_000) as i64);
+        Ev {
+            event_id: format!("agt-{provider:04}-{}:{slot:06}", gpu % self.args.gpus),
+            provider,
+            gpu,
+            started_ms,
+            ended_ms,
+            rate_micro,
+        }
+    }
+
+    /// Batches: each holds `batch × (1 − dup%)` new events and re-sends of recent ones.
+    fn batches(&self) -> impl Iterator<Item = Vec<usize>> + '_ {
+        let new_per_batch = self.args.batch - self.args.batch * self.args.dup_pct / 100;
+        let dups_per_batch = self.args.batch - new_per_batch;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut next = 0usize;
+        std::iter::from_fn(move || {
+            if next >= self.args.events {
+                return None;
+            }
+            let end = (next + new_per_batch).min(self.args.events);
+            let mut batch: Vec<usize> = (next..end).collect();
+            let recent_from = next.saturating_sub(2 * self.args.batch);
+            for _ in 0..dups_per_batch.min(next) {
+                batch.push(rng.gen_range(recent_from..next));
+            }
+            batch.shuffle(&mut rng);
+            next = end;
+            Some(batch)
+        })
+    }
+}
+
+fn provider_id(p: usize) -> String {
+    format!("bp{p:04}")
+}
+
+fn gpu_id(args: &Args, gpu: usize) -> String {
+    format!("{}-g{}", provider_id(gpu / args.gpus), gpu % args.gpus)
+}
+
+/// Round half to even of `n / d` (n ≥ 0), independent of the engine's code.
+fn half_even(n: i128, d: i128) -> i128 {
+    let (q, r) = (n / d, n % d);
+    match (2 * r).cmp(&d) {
+        std::cmp::Ordering::Less => q,
+        std::cmp::Ordering::Greater => q + 1,
+        std::cmp::Ordering::Equal => q + (q & 1),
+    }
+}
+
+/// Net µUSDC of an event: split at midnight, priced per segment, community fee.
+fn net_micro(ev: &Ev) -> i64 {
+    let rate = i128::from(ev.rate_micro.unwrap_or(BOOK_RATE_MICRO));
+    let mut net = 0i64;
+    let mut s = ev.started_ms;
+    while s < ev.ended_ms {
+        let e = ((s.div_euclid(MS_PER_DAY) + 1) * MS_PER_DAY).min(ev.ended_ms);
+        let gross = half_even(rate * i128::from(e - s), 3_600_000);
+        let fee = half_even(gross * i128::from(FEE_BPS), 10_000);
+        net += (gross - fee) as i64;
+        s = e;
+    }
+    net
+}
+
+// ---------------------------------------------------------------------------------------
+// Databases
+
+struct Db {
+    url: String,
+    pg: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn fresh_db(args: &Args, kind: &str, phase: &str) -> Db {
+    sqlx::any::install_default_drivers();
+    match kind {
+        "sqlite" => {
+            let dir = match &args.dir {
+                Some(d) => tempfile::tempdir_in(d).expect("temp dir"),
+                None => tempfile::tempdir().expect("temp dir"),
+            };
+            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+            Db { url, pg: None, _dir: Some(dir) }
+        }
+        "postgres" => {
+            let name = format!("settle_bench_{}_{phase}", std::process::id());
+            let admin = sqlx::AnyPool::connect(&args.pg_url).await.expect("connect --pg-url");
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&admin).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+            admin.close().await;
+            let base = args.pg_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg_url);
+            Db { url: format!("{base}/{name}"), pg: Some((args.pg_url.clone(), name)), _dir: None }
+        }
+        other => panic!("--db sqlite|postgres, got {other}"),
+    }
+}
+
+async fn drop_db(db: Db) {
+    if let Some((admin_url, name)) = &db.pg {
+        let admin = sqlx::AnyPool::connect(admin_url).await.unwrap();
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
+        admin.close().await;
+    }
+}
+
+fn vm_hwm_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Latency percentiles of the batches, in milliseconds.
+fn percentiles(mut lat: Vec<Duration>) -> (f64, f64, f64) {
+    lat.sort();
+    let at = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q) as usize).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0);
+    (at(0.5), at(0.99), at(1.0))
+}
+
+// ---------------------------------------------------------------------------------------
+// Phases
+
+async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
+    use sqlx::any::AnyPoolOptions;
+    let sqlite = db.pg.is_none();
+    let pool = AnyPoolOptions::new()
+        .max_connections(1)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if sqlite {
+                    for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL"] {
+                        sqlx::query(pragma).execute(&mut *conn).await?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .connect(&if sqlite { format!("{}?mode=rwc", db.url) } else { db.url.clone() })
+        .await
+        .expect("open raw database");
+    sqlx::query("CREATE TABLE raw_events (event_id TEXT PRIMARY KEY, net_micro_usdc BIGINT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut sent = 0usize;
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    for batch in w.batches() {
+        let t = Instant::now();
+        let events: Vec<Ev> = batch.iter().map(|&k| w.event(k)).collect();
+        let mut sql = String::from("INSERT INTO raw_events (event_id, net_micro_usdc) VALUES ");
+        for i in 0..events.len() {
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!("(${},${})", 2 * i + 1, 2 * i + 2));
+        }
+        sql.push_str(" ON CONFLICT DO NOTHING");
+        let mut tx = pool.begin().await.unwrap();
+        let mut q = sqlx::query(&sql);
+        for e in &events {
+            q = q.bind(e.event_id.clone()).bind(net_micro(e));
+        }
+        q.execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        sent += events.len();
+        latencies.push(t.elapsed());
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let hwm = vm_hwm_kb();
+    let booked: i64 = sqlx::query("SELECT COUNT(*) FROM raw_events").fetch_one(&pool).await.unwrap().get(0);
+    assert_eq!(booked as usize, args.events, "raw: every unique event inserted once");
+    pool.close().await;
+    let (p50, p99, max) = percentiles(latencies);
+    serde_json::json!({"sent": sent, "booked": booked, "secs": secs, "events_per_s": sent as f64 / secs,
+        "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max, "vm_hwm_kb": hwm})
+}
+
+async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
+    let store = Store::open(&db.url, &StoreOptions::default()).await.expect("open store");
+    store.migrate().await.expect("migrate");
+    let clock = Arc::new(ManualClock::new(w.start_ms - MS_PER_DAY));
+    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    let admin = Actor::operator("bench");
+
+    // Setup: providers, GPUs, price-book rates (not part of the measured rate).
+    let setup_started = Instant::now();
+    let wallet = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".to_owned();
+    for p in 0..args.providers {
+        let pid = ProviderId::parse(&provider_id(p)).unwrap();
+        ledger
+            .register_provider(
+                &RegisterProvider {
+                    provider_id: pid.clone(),
+                    name: format!("Bench provider {p}"),
+                    email: format!("ops@{}.test", provider_id(p)),
+                    tier: Tier::Community,
+                    schedule: Schedule::Weekly,
+                    payout_method: Some(PayoutMethod::Solana { wallet: wallet.clone() }),
+                },
+                &admin,
+            )
+            .await
+            .expect("register provider");
+        for g in 0..args.gpus {
+            ledger
+                .register_gpu(
+                    &RegisterGpu {
+                        gpu_id: GpuId::parse(&gpu_id(args, p * args.gpus + g)).unwrap(),
+                        provider_id: pid.clone(),
+                        model: GpuModel::parse(MODEL).unwrap(),
+                    },
+                    &admin,
+                )
+                .await
+                .expect("register gpu");
+        }
+        ledger
+            .set_rate(
+                &SetRate {
+                    provider_id: pid,
+                    model: GpuModel::parse(MODEL).unwrap(),
+                    rate: Rate::parse(&format_micro_usdc(BOOK_RATE_MICRO)).unwrap(),
+                    effective_from_ms: parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap(),
+                },
+                &admin,
+            )
+            .await
+            .expect("set rate");
+    }
+    let setup_secs = setup_started.elapsed().as_secs_f64();
+    clock.set(w.now_ms());
+
+    let actor = Actor::token("bench-metering");
+    let (mut sent, mut accepted, mut duplicates) = (0usize, 0usize, 0usize);
+    let mut expected_net: BTreeMap<usize, i64> = BTreeMap::new();
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    for batch in w.batches() {
+        let t = Instant::now();
+        let events: Vec<Ev> = batch.iter().map(|&k| w.event(k)).collect();
+        let inputs: Vec<UsageInput> = events
+            .iter()
+            .map(|e| UsageInput {
+                event_id: Some(e.event_id.clone()),
+                provider_id: Some(provider_id(e.provider)),
+                gpu_id: Some(gpu_id(args, e.gpu)),
+                rental_id: Some(format!("rnt-{}-{}", e.gpu, (e.started_ms - w.start_ms) / SLOT_MS / 12)),
+                started_at: Some(format_ms(e.started_ms)),
+                ended_at: Some(format_ms(e.ended_ms)),
+                rate_usdc_per_hour: e.rate_micro.map(format_micro_usdc),
+            })
+            .collect();
+        let results = ledger.ingest_usage(&inputs, &SenderScope::Metering, &actor).await.expect("ingest");
+        latencies.push(t.elapsed());
+        for (r, e) in results.iter().zip(&events) {
+            match r {
+                UsageResult::Accepted { .. } => {
+                    accepted += 1;
+                    *expected_net.entry(e.provider).or_default() += net_micro(e);
+                }
+                UsageResult::Duplicate { .. } => duplicates += 1,
+                UsageResult::Rejected { event_id, code, message } => {
+                    panic!("{event_id:?} rejected: {code}: {message}")
+                }
+            }
+        }
+        sent += inputs.len();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let hwm = vm_hwm_kb();
+
+    // Correctness of what was measured: each event booked once, balances exact.
+    assert_eq!(accepted, args.events, "every unique event accepted once");
+    let booked: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
+        .fetch_one(ledger.store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(booked as usize, args.events, "usage.recorded events");
+    let rows = sqlx::query("SELECT owner, balance_micro_usdc FROM account_balances WHERE account LIKE '%:payable'")
+        .fetch_all(ledger.store.pool())
+        .await
+        .unwrap();
+    let stored: BTreeMap<String, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    for (p, net) in &expected_net {
+        assert_eq!(stored.get(&format!("provider:{}", provider_id(*p))), Some(net), "payable of {}", provider_id(*p));
+    }
+    ledger.store.close().await;
+    let (p50, p99, max) = percentiles(latencies);
+    serde_json::json!({"sent": sent, "booked": booked, "accepted": accepted, "duplicates": duplicates,
+        "secs": secs, "events_per_s": sent as f64 / secs, "setup_secs": setup_secs,
+        "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max, "vm_hwm_kb": hwm})
+}
+
+async fn child(args: Args) {
+    let (kind, phase) = (args.dbs[0].clone(), args.phases[0].clone());
+    let w = Workload::new(&args);
+    let db = fresh_db(&args, &kind, &phase).await;
+    let result = match phase.as_str() {
+        "raw" => run_raw(&args, &w, &db).await,
+        "engine" => run_engine(&args, &w, &db).await,
+        other => panic!("--phase raw|engine, got {other}"),
+    };
+    drop_db(db).await;
+    println!("{result}");
+}
+
+fn main() {
+    let args = parse_args();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    if args.child {
+        rt.block_on(child(args));
+        return;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    eprintln!(
+        "ingest bench: {} unique events + {}% duplicates, batches of {}, {} providers × {} GPUs, mix {}",
+        args.events, args.dup_pct, args.batch, args.providers, args.gpus, args.mix
+    );
+    let mut results: BTreeMap<(String, String), serde_json::Value> = BTreeMap::new();
+    for kind in &args.dbs {
+        for phase in &args.phases {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["--child", "--db", kind, "--phase", phase])
+                .args(["--events", &args.events.to_string(), "--batch", &args.batch.to_string()])
+                .args(["--dup-pct", &args.dup_pct.to_string(), "--providers", &args.providers.to_string()])
+                .args(["--gpus", &args.gpus.to_string(), "--mix", &args.mix, "--pg-url", &args.pg_url]);
+            if let Some(d) = &args.dir {
+                cmd.args(["--dir", d]);
+            }
+            eprintln!("running {kind} {phase} …");
+            let out = cmd.stderr(std::process::Stdio::inherit()).output().expect("run child");
+            assert!(out.status.success(), "{kind} {phase} failed");
+            let line = String::from_utf8_lossy(&out.stdout);
+            let v: serde_json::Value = serde_json::from_str(line.trim()).expect("child result");
+            eprintln!("  {v}");
+            results.insert((kind.clone(), phase.clone()), v);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "\n{:<9} {:<7} {:>10} {:>9} {:>12} {:>9} {:>9} {:>10} {:>8}", "db", "phase", "sent", "secs", "events/s", "p50 ms", "p99 ms", "VmHWM MB", "ratio").unwrap();
+    for ((kind, phase), v) in &results {
+        let raw = results.get(&(kind.clone(), "raw".into())).map(|r| r["events_per_s"].as_f64().unwrap());
+        let rate = v["events_per_s"].as_f64().unwrap();
+        let ratio = raw.map(|r| format!("{:.2}", rate / r)).unwrap_or_default();
+        writeln!(
+            out,
+            "{:<9} {:<7} {:>10} {:>9.1} {:>12.0} {:>9.1} {:>9.1} {:>10.1} {:>8}",
+            kind,
+            phase,
+            v["sent"],
+            v["secs"].as_f64().unwrap(),
+            rate,
+            v["batch_ms_p50"].as_f64().unwrap(),
+            v["batch_ms_p99"].as_f64().unwrap(),
+            v["vm_hwm_kb"].as_f64().unwrap() / 1024.0,
+            ratio
+        )
+        .unwrap();
+    }
+}

@@ -1,0 +1,126 @@
+//! Prometheus metrics in the text exposition format: process-wide counters and gauges
+//! (lock-free on the hot path), plus gauges read from the projections at scrape time.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::OnceLock;
+
+/// A labelled family of counters or gauges.
+#[derive(Default)]
+struct Family {
+    help: &'static str,
+    kind: &'static str,
+    values: BTreeMap<Vec<(&'static str, String)>, i64>,
+}
+
+/// The process-wide registry.
+#[derive(Default)]
+pub struct Metrics {
+    families: Mutex<BTreeMap<&'static str, Family>>,
+}
+
+pub fn global() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::default)
+}
+
+impl Metrics {
+    fn update(&self, name: &'static str, kind: &'static str, help: &'static str, labels: &[(&'static str, &str)], f: impl FnOnce(&mut i64)) {
+        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        let family = families.entry(name).or_insert_with(|| Family { help, kind, ..Default::default() });
+        let key: Vec<(&'static str, String)> = labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        f(family.values.entry(key).or_insert(0));
+    }
+
+    /// Adds to a counter.
+    pub fn count(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)], by: i64) {
+        self.update(name, "counter", help, labels, |v| *v += by);
+    }
+
+    /// Sets a gauge.
+    pub fn gauge(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)], value: i64) {
+        self.update(name, "gauge", help, labels, |v| *v = value);
+    }
+
+    /// Renders every family in the text exposition format.
+    pub fn render(&self) -> String {
+        let families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        for (name, family) in families.iter() {
+            let _ = writeln!(out, "# HELP {name} {}", family.help);
+            let _ = writeln!(out, "# TYPE {name} {}", family.kind);
+            for (labels, value) in &family.values {
+                let _ = writeln!(out, "{name}{} {value}", render_labels(labels));
+            }
+        }
+        out
+    }
+}
+
+fn render_labels(labels: &[(&'static str, String)]) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let inner: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// Gauges read from the projections at scrape time: payouts by status and rail, and how
+/// long ago the ledger last booked something.
+pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, sqlx::Error> {
+    use sqlx::Row;
+    let metrics = Metrics::default();
+    let rows = sqlx::query("SELECT status, rail, COUNT(*), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts GROUP BY status, rail")
+        .fetch_all(pool)
+        .await?;
+    for r in rows {
+        let (status, rail): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+        let labels = [("status", status.as_str()), ("rail", rail.as_str())];
+        metrics.gauge("settle_payouts", "Payouts by status and rail.", &labels, r.try_get(2)?);
+        metrics.gauge("settle_payouts_micro_usdc", "Payout amounts by status and rail, micro-USDC.", &labels, r.try_get(3)?);
+    }
+    let latest: Option<i64> = sqlx::query("SELECT MAX(recorded_at_ms) FROM events").fetch_one(pool).await?.try_get(0)?;
+    if let Some(latest) = latest {
+        metrics.gauge("settle_ledger_last_booking_age_seconds", "Seconds since the ledger last booked an event.", &[], (now_ms - latest).max(0) / 1000);
+    }
+    let oldest: Option<i64> = sqlx::query("SELECT MIN(updated_at_ms) FROM payouts WHERE status = 'created'").fetch_one(pool).await?.try_get(0)?;
+    metrics.gauge(
+        "settle_outbox_oldest_created_payout_age_seconds",
+        "Age of the oldest payout waiting for its rail (0 when none).",
+        &[],
+        oldest.map(|t| (now_ms - t).max(0) / 1000).unwrap_or(0),
+    );
+    Ok(metrics.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_text_format() {
+        let m = Metrics::default();
+        m.count("settle_usage_events_total", "Usage events by result.", &[("status", "accepted")], 3);
+        m.count("settle_usage_events_total", "Usage events by result.", &[("status", "accepted")], 2);
+        m.gauge("settle_treasury_usdc_micro", "Treasury balance.", &[], 7);
+        let text = m.render();
+        assert!(text.contains("# TYPE settle_usage_events_total counter"));
+        assert!(text.contains("settle_usage_events_total{status=\"accepted\"} 5"));
+        assert!(text.contains("settle_treasury_usdc_micro 7"));
+    }
+}
+
+/// Counts a batch's per-event results.
+pub fn record_usage(results: &[crate::ledger::ingest::UsageResult]) {
+    let metrics = global();
+    for r in results {
+        metrics.count("settle_usage_events_total", "Usage events received, by result.", &[("status", r.status())], 1);
+        if let crate::ledger::ingest::UsageResult::Rejected { code, .. } = r {
+            metrics.count("settle_usage_rejected_total", "Usage events rejected, by code.", &[("code", code)], 1);
+        }
+    }
+}
