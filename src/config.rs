@@ -102,3 +102,191 @@ impl Default for HttpConfig {
         }
     }
 }
+
+/// Bank transfer batches (SPEC §6): the outbox directory and the originator written into
+/// SEPA `pain.001.001.09` and NACHA files. The defaults are valid test data for the demo
+/// (a test IBAN and a routing number with a correct check digit); production sets its own.
+/// Numeric fields may be given as integers in the environment (`SETTLE_BANK__…`); routing
+/// numbers and the immediate origin are zero-padded back to their fixed width.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BankConfig {
+    /// Directory the bank files are written to (created when missing): `outbox/bank`.
+    pub outbox_dir: String,
+    /// Legal name of the originator (the marketplace operator), also the NACHA immediate
+    /// origin name (at most 23 characters after transliteration).
+    pub company_name: String,
+    /// SEPA `InitgPty/Nm`: who initiates the transfers.
+    pub sepa_initiating_party_name: String,
+    /// SEPA `Dbtr/Nm`: the holder of the paying account.
+    pub sepa_debtor_name: String,
+    /// SEPA `DbtrAcct/Id/IBAN`: the paying account (must be a SEPA IBAN).
+    pub sepa_debtor_iban: String,
+    /// SEPA `DbtrAgt/FinInstnId/BICFI`; empty writes `NOTPROVIDED`.
+    pub sepa_debtor_bic: String,
+    /// NACHA immediate destination: the ODFI's 9-digit routing number (also the trace
+    /// number prefix).
+    #[serde(deserialize_with = "de_routing")]
+    pub nacha_immediate_destination: String,
+    /// NACHA immediate destination name (at most 23 characters).
+    pub nacha_immediate_destination_name: String,
+    /// NACHA immediate origin: exactly 10 characters as agreed with the bank (`1` + EIN).
+    #[serde(deserialize_with = "de_origin")]
+    pub nacha_immediate_origin: String,
+    /// NACHA company name shown to receivers (1 to 16 characters).
+    pub nacha_company_name: String,
+    /// NACHA company identification (1 to 10 digits or upper-case letters).
+    #[serde(deserialize_with = "de_text")]
+    pub nacha_company_id: String,
+    /// NACHA company entry description on the receiver's statement (1 to 10 characters).
+    pub nacha_entry_description: String,
+    /// Most payouts in one bank file; more make several files.
+    pub batch_payouts_max: usize,
+}
+
+impl Default for BankConfig {
+    fn default() -> Self {
+        BankConfig {
+            outbox_dir: "outbox/bank".to_owned(),
+            company_name: "Settle Marketplace".to_owned(),
+            sepa_initiating_party_name: "Settle Marketplace GmbH".to_owned(),
+            sepa_debtor_name: "Settle Marketplace GmbH".to_owned(),
+            sepa_debtor_iban: "DE02120300000000202051".to_owned(),
+            sepa_debtor_bic: "BYLADEM1001".to_owned(),
+            nacha_immediate_destination: "091000019".to_owned(),
+            nacha_immediate_destination_name: "SETTLE ODFI BANK".to_owned(),
+            nacha_immediate_origin: "1123456789".to_owned(),
+            nacha_company_name: "SETTLE MARKET".to_owned(),
+            nacha_company_id: "1123456789".to_owned(),
+            nacha_entry_description: "PAYOUT".to_owned(),
+            batch_payouts_max: 10_000,
+        }
+    }
+}
+
+/// A text field that the environment layer may have turned into an integer.
+fn de_digits<'de, D: serde::Deserializer<'de>>(d: D, width: usize) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum TextOrInt {
+        Text(String),
+        Int(u64),
+    }
+    Ok(match TextOrInt::deserialize(d)? {
+        TextOrInt::Text(t) => t,
+        TextOrInt::Int(i) => format!("{i:0width$}"),
+    })
+}
+
+fn de_routing<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    de_digits(d, 9)
+}
+
+fn de_origin<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    de_digits(d, 10)
+}
+
+fn de_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    de_digits(d, 0)
+}
+
+/// The whole configuration: a TOML file (every key optional, see
+/// `ops/config.example.toml`), then `SETTLE_*` environment overrides where `__` separates
+/// sections: `SETTLE_HTTP__BIND=0.0.0.0:8080`, `SETTLE_RUNS__COOLING_OFF_HOURS=24`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub ledger: LedgerConfig,
+    pub runs: RunConfig,
+    pub http: HttpConfig,
+    pub scheduler: crate::jobs::scheduler::SchedulerConfig,
+    pub bank: BankConfig,
+}
+
+/// A configuration problem, naming the file or variable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads the file (when given) and applies the `SETTLE_*` variables of `env`.
+    pub fn load(path: Option<&std::path::Path>, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+        let mut root = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::Read { path: p.display().to_string(), message: e.to_string() })?;
+                text.parse::<toml::Table>().map_err(|e| ConfigError::Invalid(format!("{}: {e}", p.display())))?
+            }
+            None => toml::Table::new(),
+        };
+        for (key, value) in env {
+            let Some(rest) = key.strip_prefix("SETTLE_") else { continue };
+            let path: Vec<String> = rest.split("__").map(|s| s.to_ascii_lowercase()).collect();
+            if path.len() < 2 || path.iter().any(|s| s.is_empty()) {
+                continue; // not a config key (e.g. SETTLE_TEST_PG_URL, SETTLE_FAILPOINT)
+            }
+            let mut table = &mut root;
+            for section in &path[..path.len() - 1] {
+                let entry = table.entry(section.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                table = entry.as_table_mut().ok_or_else(|| ConfigError::Invalid(format!("{key}: {section} is not a section")))?;
+            }
+            table.insert(path[path.len() - 1].clone(), env_value(&value));
+        }
+        toml::Value::Table(root)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))
+    }
+}
+
+/// An environment value as TOML: integers and booleans as such, lists in `[…]`, else text.
+fn env_value(text: &str) -> toml::Value {
+    if let Ok(i) = text.parse::<i64>() {
+        return toml::Value::Integer(i);
+    }
+    match text {
+        "true" => return toml::Value::Boolean(true),
+        "false" => return toml::Value::Boolean(false),
+        _ => {}
+    }
+    if text.starts_with('[') {
+        if let Ok(v) = format!("v = {text}").parse::<toml::Table>() {
+            if let Some(v) = v.get("v") {
+                return v.clone();
+            }
+        }
+    }
+    toml::Value::String(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_environment() {
+        let dir = tempfile_dir();
+        let path = dir.join("settle.toml");
+        std::fs::write(&path, "[http]\nbind = \"127.0.0.1:9000\"\n[runs]\ncooling_off_hours = 48\n").unwrap();
+        let env = vec![
+            ("SETTLE_RUNS__COOLING_OFF_HOURS".to_owned(), "24".to_owned()),
+            ("SETTLE_TEST_PG_URL".to_owned(), "ignored".to_owned()),
+            ("SETTLE_SCHEDULER__FIRE_TIME".to_owned(), "01:30".to_owned()),
+        ];
+        let c = Config::load(Some(&path), env.into_iter()).unwrap();
+        assert_eq!(c.http.bind, "127.0.0.1:9000");
+        assert_eq!(c.runs.cooling_off_hours, 24);
+        assert_eq!(c.scheduler.fire_time, "01:30");
+        assert_eq!(c.ledger.batch_events_max, 1000);
+        let bad = vec![("SETTLE_RUNS__NO_SUCH_KEY".to_owned(), "1".to_owned())];
+        assert!(Config::load(None, bad.into_iter()).is_err(), "unknown keys are refused");
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("settle-config-{}-{}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

@@ -285,20 +285,20 @@ async fn gpus_with_lifetime_and_current_period() {
 
 /// Appends payout events as the payout and rail modules would.
 async fn append(app: &TestApp, provider: &str, bodies: Vec<EventBody>) {
-    app.ledger
-        .write(&provider_stream(provider), async |tx| {
-            for body in &bodies {
-                tx.append(NewEvent {
-                    body: body.clone(),
-                    actor: "system:test".into(),
-                    recorded_at_ms: app.ledger.now_ms(),
-                    idem_key: None,
-                    content_hash: None,
-                });
-            }
-            Ok(())
-        })
-        .await
+    let stream = provider_stream(provider);
+    let now_ms = app.ledger.now_ms();
+    settle::write_stream!(&app.ledger, &stream, |tx| {
+        for body in &bodies {
+            tx.append(NewEvent {
+                body: body.clone(),
+                actor: "system:test".into(),
+                recorded_at_ms: now_ms,
+                idem_key: None,
+                content_hash: None,
+            });
+        }
+        Ok(())
+    })
         .unwrap();
 }
 
@@ -560,4 +560,67 @@ async fn openapi_document_lists_the_routes_and_health_answers() {
     assert_problem(app.get(None, "/v1/nothing-here").await, 404, "not_found").await;
     app.ledger.store.close().await;
     assert_eq!(app.get(None, "/readyz").await.status(), 503);
+}
+
+#[tokio::test]
+async fn next_payout_projection_and_run_report() {
+    let app = spawn_app(NOW).await;
+    http_support::seed(
+        &app.ledger,
+        r#"
+{"type":"provider.register","provider_id":"prv_w","name":"Wallet GPU","email":"w@w.test","tier":"community","schedule":"weekly","payout_method":{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}
+{"type":"gpu.register","gpu_id":"gpu_w0","provider_id":"prv_w","model":"H100-80GB"}
+{"type":"rate.set","provider_id":"prv_w","model":"H100-80GB","rate_usdc_per_hour":"10","effective_from":"2026-01-01T00:00:00Z"}
+"#,
+    )
+    .await;
+    usage(&app.ledger, "w1", "prv_w", "gpu_w0", "2026-11-24T00:00:00Z", "2026-11-24T04:00:00Z").await;
+    let admin = app.token(Scope::Admin, None).await;
+    let s = app.get_json(&admin, "/v1/providers/prv_w/summary").await;
+    assert_eq!(
+        s["next_payout"],
+        json!({"date": "2026-11-30", "run_kind": "weekly", "run_key": "2026-11-30",
+               "projected_usdc": "32.000000", "decision": "paid"})
+    );
+    // Without a payout method the next run would not pay, and says why.
+    let s = app.get_json(&admin, "/v1/providers/prv_a/summary").await;
+    assert_eq!(s["next_payout"]["decision"], "no_method");
+    assert_eq!(s["next_payout"]["date"], "2026-11-30");
+
+    assert_problem(app.get(Some(&admin), "/v1/admin/runs/weekly/2026-11-30").await, 404, "unknown_run").await;
+    assert_problem(app.get(Some(&admin), "/v1/admin/runs/weekly/2026-11-24").await, 422, "invalid_run_key").await;
+    app.set_now("2026-11-30T01:00:00Z");
+    let calendar = settle_calendar::Calendar::platform_default();
+    app.ledger
+        .run_payouts(
+            settle::ledger::runs::weekly_key("2026-11-30").unwrap(),
+            &calendar,
+            &settle::config::RunConfig::default(),
+            &Actor::operator("test"),
+        )
+        .await
+        .unwrap();
+    let report = app.get_json(&admin, "/v1/admin/runs/weekly/2026-11-30").await;
+    assert_eq!(report["completed"], true);
+    assert_eq!(report["cutoff"], "2026-11-30T00:00:00.000Z");
+    let w = report["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["provider_id"] == "prv_w")
+        .unwrap();
+    assert_eq!(w["decision"], "paid");
+    assert_eq!(w["amount_usdc"], "32.000000");
+    assert_eq!(report["totals"]["paid"], json!({"count": 1, "amount_usdc": "32.000000"}));
+    let provider = app.token(Scope::Provider, Some("prv_w")).await;
+    assert_problem(app.get(Some(&provider), "/v1/admin/runs/weekly/2026-11-30").await, 403, "forbidden_scope").await;
+
+    // The created payout is pending on the dashboard, in transit in the balances.
+    let pending = app.get_json(&provider, "/v1/providers/prv_w/payouts?status=pending").await;
+    assert_eq!(pending["items"][0]["amount_usdc"], "32.000000");
+    assert_eq!(pending["items"][0]["status"], "created");
+    assert_eq!(pending["items"][0]["run_key"], "2026-11-30");
+    let s = app.get_json(&provider, "/v1/providers/prv_w/summary").await;
+    assert_eq!(s["balances"]["in_transit_usdc"], "32.000000");
+    assert_eq!(s["balances"]["available_usdc"], "0.000000");
 }

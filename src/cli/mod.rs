@@ -2,6 +2,7 @@
 //! models, render the result.
 
 pub mod output;
+pub mod serve;
 pub mod reads;
 pub mod runs;
 
@@ -19,6 +20,28 @@ use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
 use crate::store::{Store, StoreOptions};
 use crate::wire::import::{Command, apply, parse_line};
 use output::{Format, Rows};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// Sets up `tracing`: pretty in a terminal, JSON lines with `--log-format json`, on stderr;
+/// the level from `RUST_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Pretty => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
 
 /// The embedded default database.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://settle.db";
@@ -39,6 +62,12 @@ pub struct Cli {
     /// Output of read commands.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Configuration file (TOML); `SETTLE_SECTION__KEY` variables override it.
+    #[arg(long, global = true, env = "SETTLE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// Log format: pretty for a terminal, json for collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Cmd,
 }
@@ -47,6 +76,12 @@ pub struct Cli {
 pub enum Cmd {
     /// Create or upgrade the database schema (writes no ledger event).
     Migrate,
+    /// The HTTP API, the payout-run scheduler and the rail workers in one process.
+    Serve {
+        /// Do not start the payout-run scheduler.
+        #[arg(long)]
+        no_scheduler: bool,
+    },
     /// Apply an NDJSON file of commands (SPEC §8), reporting each line's result.
     Import { file: String },
     /// Book an NDJSON file of usage events (SPEC §4), reporting each line's result.
@@ -121,6 +156,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let ledger = open_ledger(&cli).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
+        Cmd::Serve { no_scheduler } => {
+            let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
+            serve::serve(ledger.clone(), config, !no_scheduler).await?;
+            0
+        }
         Cmd::Migrate => {
             writeln!(stdout, "database {} is up to date", redact(&cli.database))?;
             0

@@ -303,3 +303,115 @@ pub async fn import(
     }
     Ok(Json(ImportResponse { lines, totals }))
 }
+
+/// One candidate of a run.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RunCandidateView {
+    pub provider_id: String,
+    /// `no_method`, `cooling_off`, `negative`, `nothing_due`, `below_minimum`, `held`, `paid`.
+    pub decision: String,
+    pub available_usdc: String,
+    pub amount_usdc: String,
+    pub payout_id: Option<String>,
+    pub decided_at: String,
+}
+
+/// Count and amount of one decision.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct DecisionTotalView {
+    pub count: i64,
+    pub amount_usdc: String,
+}
+
+/// `GET /v1/admin/runs/{kind}/{key}`: a payout run as recorded.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RunReportView {
+    pub run_kind: String,
+    pub run_key: String,
+    pub cutoff: String,
+    /// `YYYY-MM-DD`.
+    pub run_date: String,
+    /// Whether `payout_run.completed` is on the ledger.
+    pub completed: bool,
+    pub completed_at: Option<String>,
+    /// In provider id order.
+    pub candidates: Vec<RunCandidateView>,
+    /// Per decision (every decision listed).
+    pub totals: std::collections::BTreeMap<String, DecisionTotalView>,
+    /// Payouts created (paid and held) and their sum.
+    pub payouts: i64,
+    pub payouts_usdc: String,
+}
+
+/// A payout run's report: every candidate with its decision, and the totals.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/runs/{kind}/{key}",
+    tag = "admin",
+    params(
+        ("kind" = String, Path, description = "`weekly` or `monthly`"),
+        ("key" = String, Path, description = "The run's Monday (`YYYY-MM-DD`) or month (`YYYY-MM`)"),
+    ),
+    responses(
+        (status = 200, body = RunReportView),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_run"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid run key"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn run_report(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path((kind, key)): Path<(String, String)>,
+) -> Result<Json<RunReportView>, Problem> {
+    use crate::domain::money::format_micro_usdc;
+    use crate::domain::time::format_ms;
+    auth.require(&[Scope::Admin])?;
+    let run = settle_calendar::RunKey::parse(&kind, &key)
+        .map_err(|e| domain(crate::domain::DomainError::new(e.code(), e.to_string())))?;
+    let Some(r) = crate::ledger::runs::run_report(state.ledger.store.pool(), &state.calendar, run)
+        .await?
+    else {
+        return Err(Problem::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no {kind} run {key} on the ledger"),
+        ));
+    };
+    Ok(Json(RunReportView {
+        run_kind: r.run_kind,
+        run_key: r.run_key,
+        cutoff: format_ms(r.cutoff_ms),
+        run_date: r.run_date,
+        completed: r.completed,
+        completed_at: r.completed_at_ms.map(format_ms),
+        candidates: r
+            .candidates
+            .into_iter()
+            .map(|c| RunCandidateView {
+                provider_id: c.provider_id,
+                decision: c.decision,
+                available_usdc: format_micro_usdc(c.available_micro_usdc),
+                amount_usdc: format_micro_usdc(c.amount_micro_usdc),
+                payout_id: c.payout_id,
+                decided_at: format_ms(c.decided_at_ms),
+            })
+            .collect(),
+        totals: r
+            .totals
+            .into_iter()
+            .map(|(d, t)| {
+                (
+                    d,
+                    DecisionTotalView {
+                        count: t.count,
+                        amount_usdc: format_micro_usdc(t.amount_micro_usdc),
+                    },
+                )
+            })
+            .collect(),
+        payouts: r.payouts,
+        payouts_usdc: format_micro_usdc(r.payouts_micro_usdc),
+    }))
+}

@@ -85,15 +85,21 @@ pub struct BalancesView {
     pub paid_lifetime_usdc: String,
 }
 
-/// The next payout that can pay this provider, as if nothing else arrived.
+/// The next run that can pay this provider and what it would pay if nothing else arrived.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct NextPayout {
     /// The run date, `YYYY-MM-DD`.
     pub date: String,
     /// `weekly` or `monthly`.
     pub run_kind: String,
+    /// The run's Monday (`YYYY-MM-DD`) or month (`YYYY-MM`).
     pub run_key: String,
+    /// The projected amount, USDC.
     pub projected_usdc: String,
+    /// The decision that run would take: `paid` or `held` (a payout is created), else why
+    /// the next run would not pay (`below_minimum`, `nothing_due`, `no_method`,
+    /// `cooling_off`, `negative`); then `projected_usdc` is what it would have paid.
+    pub decision: String,
 }
 
 /// `GET /v1/providers/{id}/summary`
@@ -107,7 +113,7 @@ pub struct Summary {
     /// The current calendar month (UTC), by business time.
     pub month_to_date: PeriodEarnings,
     pub balances: BalancesView,
-    /// Null while no run can pay this provider (or projection is not available).
+    /// Null for a suspended provider (no run candidate).
     pub next_payout: Option<NextPayout>,
 }
 
@@ -155,13 +161,27 @@ pub async fn summary(
     }))
 }
 
-/// The projected next payout. Provided by the payout-run module once it exists.
+/// The projected next payout (SPEC §5), from the payout-run module.
 async fn next_payout(
-    _state: &AppState,
-    _provider_id: &str,
-    _now_ms: i64,
+    state: &AppState,
+    provider_id: &str,
+    now_ms: i64,
 ) -> Result<Option<NextPayout>, Problem> {
-    Ok(None)
+    let projected = crate::ledger::runs::projected_next_payout(
+        &state.ledger.store,
+        &state.calendar,
+        &state.runs,
+        provider_id,
+        now_ms,
+    )
+    .await?;
+    Ok(projected.map(|p| NextPayout {
+        date: p.run_date,
+        run_kind: p.run_kind,
+        run_key: p.run_key,
+        projected_usdc: format_micro_usdc(p.amount_micro_usdc),
+        decision: p.decision,
+    }))
 }
 
 /// Query of an earnings report.

@@ -24,7 +24,9 @@ use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 use utoipa::{OpenApi, ToSchema};
 
-use crate::config::HttpConfig;
+use settle_calendar::Calendar;
+
+use crate::config::{HttpConfig, RunConfig};
 use crate::ledger::Ledger;
 use problem::Problem;
 
@@ -33,6 +35,9 @@ use problem::Problem;
 pub struct AppState {
     pub ledger: Ledger,
     pub config: Arc<HttpConfig>,
+    /// The run calendar and rules, for the projected next payout and run reports.
+    pub calendar: Arc<Calendar>,
+    pub runs: Arc<RunConfig>,
 }
 
 /// The API's routes on `state` (without the listener): `settle serve` may merge more.
@@ -56,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/admin/adjustments", post(admin::post_adjustment))
         .route("/v1/admin/import", post(admin::import))
+        .route("/v1/admin/runs/{kind}/{key}", get(admin::run_report))
         .route("/openapi.json", get(openapi_json))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -127,13 +133,32 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds `config.bind` (port 0: any free port) and builds the routes.
+    /// Binds `config.bind` (port 0: any free port) and builds the routes, with the default
+    /// platform calendar and run rules.
     pub async fn build(config: HttpConfig, ledger: Ledger) -> std::io::Result<Application> {
+        Application::build_with_runs(
+            config,
+            ledger,
+            Calendar::platform_default(),
+            RunConfig::default(),
+        )
+        .await
+    }
+
+    /// [`Application::build`] with a configured run calendar and run rules.
+    pub async fn build_with_runs(
+        config: HttpConfig,
+        ledger: Ledger,
+        calendar: Calendar,
+        runs: RunConfig,
+    ) -> std::io::Result<Application> {
         let listener = TcpListener::bind(&config.bind).await?;
         let addr = listener.local_addr()?;
         let router = router(AppState {
             ledger,
             config: Arc::new(config),
+            calendar: Arc::new(calendar),
+            runs: Arc::new(runs),
         });
         Ok(Application {
             listener,

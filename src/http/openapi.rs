@@ -23,6 +23,7 @@ use super::{admin, dashboard, usage};
         admin::void_usage,
         admin::post_adjustment,
         admin::import,
+        admin::run_report,
         super::healthz,
         super::readyz,
     ),
