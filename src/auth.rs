@@ -46,7 +46,12 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub const ALL: [Scope; 4] = [Scope::Admin, Scope::Provider, Scope::Ingest, Scope::Metering];
+    pub const ALL: [Scope; 4] = [
+        Scope::Admin,
+        Scope::Provider,
+        Scope::Ingest,
+        Scope::Metering,
+    ];
 
     pub fn parse(text: &str) -> Result<Scope, DomainError> {
         match text {
@@ -224,10 +229,10 @@ pub async fn create_token(
         }
         _ => {}
     }
-    if let Some(p) = &new.provider_id {
-        if !crate::store::read::provider_exists(pool, p.as_str()).await? {
-            return Err(DomainError::new("unknown_provider", format!("no provider {p}")).into());
-        }
+    if let Some(p) = &new.provider_id
+        && !crate::store::read::provider_exists(pool, p.as_str()).await?
+    {
+        return Err(DomainError::new("unknown_provider", format!("no provider {p}")).into());
     }
     let expires_at_ms = match new.expires_in_days {
         None => None,

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod domain;
 pub mod http;
 pub mod jobs;

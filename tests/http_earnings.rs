@@ -19,13 +19,61 @@ const NOW: &str = "2026-11-25T12:00:00Z";
 async fn book_history(app: &TestApp) {
     let l = &app.ledger;
     // Crosses midnight: 1 h on 11-20, 1 h on 11-21.
-    usage(l, "k1", "prv_a", "gpu_a0", "2026-11-20T23:00:00Z", "2026-11-21T01:00:00Z").await;
-    usage(l, "k2", "prv_a", "gpu_a1", "2026-11-21T10:00:00Z", "2026-11-21T12:00:00Z").await;
-    usage(l, "k3", "prv_a", "gpu_a0", "2026-11-23T00:00:00Z", "2026-11-23T03:00:00Z").await;
-    usage(l, "k4", "prv_a", "gpu_a0", "2026-11-02T05:00:00Z", "2026-11-02T06:00:00Z").await;
+    usage(
+        l,
+        "k1",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-20T23:00:00Z",
+        "2026-11-21T01:00:00Z",
+    )
+    .await;
+    usage(
+        l,
+        "k2",
+        "prv_a",
+        "gpu_a1",
+        "2026-11-21T10:00:00Z",
+        "2026-11-21T12:00:00Z",
+    )
+    .await;
+    usage(
+        l,
+        "k3",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-23T00:00:00Z",
+        "2026-11-23T03:00:00Z",
+    )
+    .await;
+    usage(
+        l,
+        "k4",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-02T05:00:00Z",
+        "2026-11-02T06:00:00Z",
+    )
+    .await;
     // Crosses the month: 2 h on 10-31, 2 h on 11-01.
-    usage(l, "k5", "prv_a", "gpu_a1", "2026-10-31T22:00:00Z", "2026-11-01T02:00:00Z").await;
-    usage(l, "b1", "prv_b", "gpu_b0", "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z").await;
+    usage(
+        l,
+        "k5",
+        "prv_a",
+        "gpu_a1",
+        "2026-10-31T22:00:00Z",
+        "2026-11-01T02:00:00Z",
+    )
+    .await;
+    usage(
+        l,
+        "b1",
+        "prv_b",
+        "gpu_b0",
+        "2026-11-24T10:00:00Z",
+        "2026-11-24T11:00:00Z",
+    )
+    .await;
 }
 
 fn rows(body: &Value) -> Vec<(String, String)> {
@@ -54,7 +102,9 @@ async fn earnings_by_each_grouping() {
     let app = spawn_app(NOW).await;
     book_history(&app).await;
     let token = app.token(Scope::Provider, Some("prv_a")).await;
-    let q = |by: &str| format!("/v1/providers/prv_a/earnings?from=2026-10-01&to=2026-12-01&group_by={by}");
+    let q = |by: &str| {
+        format!("/v1/providers/prv_a/earnings?from=2026-10-01&to=2026-12-01&group_by={by}")
+    };
 
     let day = app.get_json(&token, &q("day")).await;
     assert_eq!(
@@ -101,22 +151,33 @@ async fn earnings_by_each_grouping() {
     assert_eq!(week["items"][3]["to"], "2026-11-30T00:00:00.000Z");
 
     let month = app.get_json(&token, &q("month")).await;
-    assert_eq!(rows(&month), kv(&[("2026-10", "3.600000"), ("2026-11", "22.140000")]));
+    assert_eq!(
+        rows(&month),
+        kv(&[("2026-10", "3.600000"), ("2026-11", "22.140000")])
+    );
     assert_eq!(month["items"][1]["gpu_hours"], "10.000000");
 
     let gpu = app.get_json(&token, &q("gpu")).await;
-    assert_eq!(rows(&gpu), kv(&[("gpu_a0", "14.940000"), ("gpu_a1", "10.800000")]));
+    assert_eq!(
+        rows(&gpu),
+        kv(&[("gpu_a0", "14.940000"), ("gpu_a1", "10.800000")])
+    );
     assert_eq!(gpu["items"][0]["model"], "H100-80GB");
     assert_eq!(gpu["items"][1]["model"], "A100-80GB");
     assert_eq!(gpu["items"][0]["from"], Value::Null);
 
     let model = app.get_json(&token, &q("model")).await;
-    assert_eq!(rows(&model), kv(&[("A100-80GB", "10.800000"), ("H100-80GB", "14.940000")]));
+    assert_eq!(
+        rows(&model),
+        kv(&[("A100-80GB", "10.800000"), ("H100-80GB", "14.940000")])
+    );
     for body in [&week, &month, &gpu, &model] {
         assert_eq!(body["totals"], day["totals"]);
     }
 
-    let bad = app.get(Some(&token), "/v1/providers/prv_a/earnings?group_by=year").await;
+    let bad = app
+        .get(Some(&token), "/v1/providers/prv_a/earnings?group_by=year")
+        .await;
     assert_problem(bad, 400, "invalid_group_by").await;
 }
 
@@ -152,14 +213,24 @@ async fn range_edges_follow_segment_starts() {
     let b = get("from=2026-11-20T12:00:00Z&to=2026-11-23T01:00:00Z").await;
     assert_eq!(
         rows(&b),
-        kv(&[("2026-11-20", "2.490000"), ("2026-11-21", "6.090000"), ("2026-11-23", "7.470000")])
+        kv(&[
+            ("2026-11-20", "2.490000"),
+            ("2026-11-21", "6.090000"),
+            ("2026-11-23", "7.470000")
+        ])
     );
     assert_eq!(b["items"][0]["from"], "2026-11-20T12:00:00.000Z");
     assert_eq!(b["items"][2]["to"], "2026-11-23T01:00:00.000Z");
     let b = get("from=2026-11-20T12:00:00Z&to=2026-11-23T01:00:00Z&group_by=gpu").await;
-    assert_eq!(rows(&b), kv(&[("gpu_a0", "12.450000"), ("gpu_a1", "3.600000")]));
+    assert_eq!(
+        rows(&b),
+        kv(&[("gpu_a0", "12.450000"), ("gpu_a1", "3.600000")])
+    );
     let b = get("from=2026-11-20T12:00:00Z&to=2026-11-23T01:00:00Z&group_by=model").await;
-    assert_eq!(rows(&b), kv(&[("A100-80GB", "3.600000"), ("H100-80GB", "12.450000")]));
+    assert_eq!(
+        rows(&b),
+        kv(&[("A100-80GB", "3.600000"), ("H100-80GB", "12.450000")])
+    );
     // The month boundary splits k5.
     let b = get("from=2026-11-01&to=2026-11-02&group_by=month").await;
     assert_eq!(rows(&b), kv(&[("2026-11", "3.600000")]));
@@ -174,7 +245,9 @@ async fn range_edges_follow_segment_starts() {
         ("limit=ten", "invalid_query"),
         ("cursor=zz", "invalid_cursor"),
     ] {
-        let r = app.get(Some(&token), &format!("/v1/providers/prv_a/earnings?{q}")).await;
+        let r = app
+            .get(Some(&token), &format!("/v1/providers/prv_a/earnings?{q}"))
+            .await;
         assert_problem(r, 400, code).await;
     }
 }
@@ -184,9 +257,20 @@ async fn voided_usage_is_excluded_and_late_usage_lands_in_its_period() {
     let app = spawn_app(NOW).await;
     book_history(&app).await;
     let token = app.token(Scope::Provider, Some("prv_a")).await;
-    usage(&app.ledger, "k6", "prv_a", "gpu_a0", "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z").await;
+    usage(
+        &app.ledger,
+        "k6",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-24T10:00:00Z",
+        "2026-11-24T11:00:00Z",
+    )
+    .await;
     let path = "/v1/providers/prv_a/earnings?from=2026-11-24&to=2026-11-25";
-    assert_eq!(rows(&app.get_json(&token, path).await), kv(&[("2026-11-24", "2.490000")]));
+    assert_eq!(
+        rows(&app.get_json(&token, path).await),
+        kv(&[("2026-11-24", "2.490000")])
+    );
     let before = app.get_json(&token, "/v1/providers/prv_a/summary").await;
     assert_eq!(before["week_to_date"]["gross_usdc"], "9.960000");
 
@@ -212,12 +296,23 @@ async fn voided_usage_is_excluded_and_late_usage_lands_in_its_period() {
     // in the month to date, not in the week to date.
     let month_before = summary["month_to_date"]["gross_usdc"].clone();
     assert_eq!(month_before, "22.140000");
-    usage(&app.ledger, "late", "prv_a", "gpu_a1", "2026-11-10T08:00:00Z", "2026-11-10T09:00:00Z").await;
+    usage(
+        &app.ledger,
+        "late",
+        "prv_a",
+        "gpu_a1",
+        "2026-11-10T08:00:00Z",
+        "2026-11-10T09:00:00Z",
+    )
+    .await;
     let summary = app.get_json(&token, "/v1/providers/prv_a/summary").await;
     assert_eq!(summary["week_to_date"]["gross_usdc"], "7.470000");
     assert_eq!(summary["month_to_date"]["gross_usdc"], "23.940000");
     let day = app
-        .get_json(&token, "/v1/providers/prv_a/earnings?from=2026-11-10&to=2026-11-11")
+        .get_json(
+            &token,
+            "/v1/providers/prv_a/earnings?from=2026-11-10&to=2026-11-11",
+        )
         .await;
     assert_eq!(rows(&day), kv(&[("2026-11-10", "1.800000")]));
 }
@@ -226,7 +321,15 @@ async fn voided_usage_is_excluded_and_late_usage_lands_in_its_period() {
 async fn the_current_period_rolls_over_on_monday_and_on_the_first() {
     let app = spawn_app("2026-11-29T23:59:59.999Z").await;
     let token = app.token(Scope::Provider, Some("prv_a")).await;
-    usage(&app.ledger, "w1", "prv_a", "gpu_a0", "2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z").await;
+    usage(
+        &app.ledger,
+        "w1",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-29T10:00:00Z",
+        "2026-11-29T11:00:00Z",
+    )
+    .await;
     let s = app.get_json(&token, "/v1/providers/prv_a/summary").await;
     assert_eq!(s["as_of"], "2026-11-29T23:59:59.999Z");
     assert_eq!(s["week_to_date"]["from"], "2026-11-23T00:00:00.000Z");
@@ -250,7 +353,15 @@ async fn the_current_period_rolls_over_on_monday_and_on_the_first() {
     assert_eq!(s["month_to_date"]["gross_usdc"], "0.000000");
     assert_eq!(s["week_to_date"]["from"], "2026-11-30T00:00:00.000Z");
     // Usage of Monday 11-30 booked on 12-01: this week, last month.
-    usage(&app.ledger, "w2", "prv_a", "gpu_a0", "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z").await;
+    usage(
+        &app.ledger,
+        "w2",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T11:00:00Z",
+    )
+    .await;
     let s = app.get_json(&token, "/v1/providers/prv_a/summary").await;
     assert_eq!(s["week_to_date"]["gross_usdc"], "2.490000");
     assert_eq!(s["month_to_date"]["gross_usdc"], "0.000000");
@@ -263,7 +374,9 @@ async fn gpus_with_lifetime_and_current_period() {
     let app = spawn_app(NOW).await;
     book_history(&app).await;
     let token = app.token(Scope::Provider, Some("prv_a")).await;
-    let page = app.get_json(&token, "/v1/providers/prv_a/gpus?limit=1").await;
+    let page = app
+        .get_json(&token, "/v1/providers/prv_a/gpus?limit=1")
+        .await;
     let items = page["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["gpu_id"], "gpu_a0");
@@ -273,7 +386,10 @@ async fn gpus_with_lifetime_and_current_period() {
     assert_eq!(items[0]["month_to_date"]["gross_usdc"], "14.940000");
     let cursor = page["next_cursor"].as_str().unwrap().to_owned();
     let page = app
-        .get_json(&token, &format!("/v1/providers/prv_a/gpus?limit=1&cursor={cursor}"))
+        .get_json(
+            &token,
+            &format!("/v1/providers/prv_a/gpus?limit=1&cursor={cursor}"),
+        )
         .await;
     assert_eq!(page["items"][0]["gpu_id"], "gpu_a1");
     assert_eq!(page["items"][0]["lifetime"]["gross_usdc"], "10.800000");
@@ -299,7 +415,7 @@ async fn append(app: &TestApp, provider: &str, bodies: Vec<EventBody>) {
         }
         Ok(())
     })
-        .unwrap();
+    .unwrap();
 }
 
 fn created(id: &str, amount: i64, method: PayoutMethod, eur_cents: Option<i64>) -> EventBody {
@@ -316,7 +432,8 @@ fn created(id: &str, amount: i64, method: PayoutMethod, eur_cents: Option<i64>) 
     })
 }
 
-const SIG: &str = "5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnbJLgp8uirBgmQpjKhoR4tjF3ZpRzrFmBV6UjKdiSZkQUW";
+const SIG: &str =
+    "5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnbJLgp8uirBgmQpjKhoR4tjF3ZpRzrFmBV6UjKdiSZkQUW";
 
 async fn book_payouts(app: &TestApp) {
     let solana = PayoutMethod::Solana {
@@ -327,7 +444,12 @@ async fn book_payouts(app: &TestApp) {
         bic: None,
         holder: "Acme GPU GmbH".into(),
     };
-    append(app, "prv_a", vec![created("po_1", 30_000_000, solana.clone(), None)]).await;
+    append(
+        app,
+        "prv_a",
+        vec![created("po_1", 30_000_000, solana.clone(), None)],
+    )
+    .await;
     app.clock.advance(1000);
     append(
         app,
@@ -368,7 +490,12 @@ async fn book_payouts(app: &TestApp) {
     )
     .await;
     app.clock.advance(1000);
-    append(app, "prv_a", vec![created("po_5", 29_000_000, solana, None)]).await;
+    append(
+        app,
+        "prv_a",
+        vec![created("po_5", 29_000_000, solana, None)],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -382,7 +509,12 @@ async fn payouts_with_rail_details_pages_and_csv() {
     let token = app.token(Scope::Provider, Some("prv_a")).await;
 
     let all = app.get_json(&token, "/v1/providers/prv_a/payouts").await;
-    let ids: Vec<&str> = all["items"].as_array().unwrap().iter().map(|p| p["payout_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["payout_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["po_5", "po_4", "po_3", "po_2", "po_1"]);
     let po1 = &all["items"][4];
     assert_eq!(po1["status"], "settled");
@@ -397,19 +529,42 @@ async fn payouts_with_rail_details_pages_and_csv() {
     assert_eq!(po2["status"], "submitted");
     assert_eq!(po2["rail"], "sepa");
     assert_eq!(po2["amount_eur"], "23.92");
-    assert_eq!(po2["bank"], json!({"batch_id": "bb_2026_11_23_sepa", "end_to_end_id": "E2E-po_2"}));
+    assert_eq!(
+        po2["bank"],
+        json!({"batch_id": "bb_2026_11_23_sepa", "end_to_end_id": "E2E-po_2"})
+    );
     assert_eq!(po2["solana"], Value::Null);
     let po4 = &all["items"][1];
     assert_eq!(po4["status"], "failed");
     assert_eq!(po4["failure_reason"], "custom program error: 0x1");
 
-    let pending = app.get_json(&token, "/v1/providers/prv_a/payouts?status=pending").await;
-    let ids: Vec<&str> = pending["items"].as_array().unwrap().iter().map(|p| p["payout_id"].as_str().unwrap()).collect();
+    let pending = app
+        .get_json(&token, "/v1/providers/prv_a/payouts?status=pending")
+        .await;
+    let ids: Vec<&str> = pending["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["payout_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["po_5", "po_3", "po_2"]);
-    let history = app.get_json(&token, "/v1/providers/prv_a/payouts?status=history").await;
-    let ids: Vec<&str> = history["items"].as_array().unwrap().iter().map(|p| p["payout_id"].as_str().unwrap()).collect();
+    let history = app
+        .get_json(&token, "/v1/providers/prv_a/payouts?status=history")
+        .await;
+    let ids: Vec<&str> = history["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["payout_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["po_4", "po_1"]);
-    assert_problem(app.get(Some(&token), "/v1/providers/prv_a/payouts?status=open").await, 400, "invalid_status_filter").await;
+    assert_problem(
+        app.get(Some(&token), "/v1/providers/prv_a/payouts?status=open")
+            .await,
+        400,
+        "invalid_status_filter",
+    )
+    .await;
 
     // Pages of 2 walk every payout exactly once, in order.
     let mut seen: Vec<String> = Vec::new();
@@ -422,7 +577,11 @@ async fn payouts_with_rail_details_pages_and_csv() {
         let page = app.get_json(&token, &path).await;
         let items = page["items"].as_array().unwrap();
         assert!(items.len() <= 2);
-        seen.extend(items.iter().map(|p| p["payout_id"].as_str().unwrap().to_owned()));
+        seen.extend(
+            items
+                .iter()
+                .map(|p| p["payout_id"].as_str().unwrap().to_owned()),
+        );
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
             None => break,
@@ -430,9 +589,20 @@ async fn payouts_with_rail_details_pages_and_csv() {
     }
     assert_eq!(seen, ["po_5", "po_4", "po_3", "po_2", "po_1"]);
     // A payouts cursor is refused by another list.
-    let first = app.get_json(&token, "/v1/providers/prv_a/payouts?limit=1").await;
+    let first = app
+        .get_json(&token, "/v1/providers/prv_a/payouts?limit=1")
+        .await;
     let c = first["next_cursor"].as_str().unwrap();
-    assert_problem(app.get(Some(&token), &format!("/v1/providers/prv_a/earnings?cursor={c}")).await, 400, "invalid_cursor").await;
+    assert_problem(
+        app.get(
+            Some(&token),
+            &format!("/v1/providers/prv_a/earnings?cursor={c}"),
+        )
+        .await,
+        400,
+        "invalid_cursor",
+    )
+    .await;
 
     // Balances follow the payouts: 30 settled, 26 + 27 + 29 in transit, 28 failed back.
     let s = app.get_json(&token, "/v1/providers/prv_a/summary").await;
@@ -440,16 +610,31 @@ async fn payouts_with_rail_details_pages_and_csv() {
     assert_eq!(s["balances"]["in_transit_usdc"], "82.000000");
     assert_eq!(s["balances"]["available_usdc"], "-112.000000");
 
-    let r = app.get(Some(&token), "/v1/providers/prv_a/payouts.csv?status=history").await;
+    let r = app
+        .get(
+            Some(&token),
+            "/v1/providers/prv_a/payouts.csv?status=history",
+        )
+        .await;
     assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/csv"));
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
     let csv = r.text().await.unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "payout_id,provider_id,created_at,updated_at,run_kind,run_key,rail,status,amount_usdc,amount_eur,eur_per_usd,reference,end_to_end_id,explorer_url,hold_reason,failure_reason");
+    assert_eq!(
+        lines[0],
+        "payout_id,provider_id,created_at,updated_at,run_kind,run_key,rail,status,amount_usdc,amount_eur,eur_per_usd,reference,end_to_end_id,explorer_url,hold_reason,failure_reason"
+    );
     assert_eq!(lines.len(), 3);
     assert!(lines[1].starts_with("po_4,prv_a,"));
     assert!(lines[1].ends_with(",,custom program error: 0x1"));
-    assert!(lines[2].contains(&format!(",{SIG},,https://explorer.solana.com/tx/{SIG}?cluster=devnet,")));
+    assert!(lines[2].contains(&format!(
+        ",{SIG},,https://explorer.solana.com/tx/{SIG}?cluster=devnet,"
+    )));
 }
 
 #[tokio::test]
@@ -458,7 +643,10 @@ async fn earnings_csv_matches_the_cli_and_pages_walk_everything_once() {
     book_history(&app).await;
     let token = app.token(Scope::Provider, Some("prv_a")).await;
     let r = app
-        .get(Some(&token), "/v1/providers/prv_a/earnings.csv?from=2026-11-20&to=2026-11-24&limit=1")
+        .get(
+            Some(&token),
+            "/v1/providers/prv_a/earnings.csv?from=2026-11-20&to=2026-11-24&limit=1",
+        )
         .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
@@ -472,28 +660,61 @@ async fn earnings_csv_matches_the_cli_and_pages_walk_everything_once() {
     );
     let (code, out, err) = common::run_cli(
         &app.db.url,
-        &["--now", NOW, "--format", "csv", "earnings", "--provider", "prv_a", "--from", "2026-11-20", "--to", "2026-11-24"],
+        &[
+            "--now",
+            NOW,
+            "--format",
+            "csv",
+            "earnings",
+            "--provider",
+            "prv_a",
+            "--from",
+            "2026-11-20",
+            "--to",
+            "2026-11-24",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, csv);
     let (code, out, err) = common::run_cli(
         &app.db.url,
-        &["--now", NOW, "--format", "json", "earnings", "--provider", "prv_a", "--from", "2026-10-01", "--to", "2026-12-01", "--group-by", "model"],
+        &[
+            "--now",
+            NOW,
+            "--format",
+            "json",
+            "earnings",
+            "--provider",
+            "prv_a",
+            "--from",
+            "2026-10-01",
+            "--to",
+            "2026-12-01",
+            "--group-by",
+            "model",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let cli: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(cli[1]["key"], "H100-80GB");
     assert_eq!(cli[1]["gross_usdc"], "14.940000");
-    let (code, out, _) = common::run_cli(&app.db.url, &["--now", NOW, "balance", "--provider", "prv_a"]);
+    let (code, out, _) = common::run_cli(
+        &app.db.url,
+        &["--now", NOW, "balance", "--provider", "prv_a"],
+    );
     assert_eq!(code, 0);
     assert!(out.contains("prv_a") && out.contains("20.592000"), "{out}");
-    let (code, _, err) = common::run_cli(&app.db.url, &["--now", NOW, "earnings", "--provider", "prv_zz"]);
+    let (code, _, err) = common::run_cli(
+        &app.db.url,
+        &["--now", NOW, "earnings", "--provider", "prv_zz"],
+    );
     assert_ne!(code, 0);
     assert!(err.contains("no provider prv_zz"), "{err}");
 
     // Every grouping, walked in pages of 1 and of 4, gives the unpaged list exactly once.
     for by in ["day", "week", "month", "gpu", "model"] {
-        let base = format!("/v1/providers/prv_a/earnings?from=2026-10-01&to=2026-12-01&group_by={by}");
+        let base =
+            format!("/v1/providers/prv_a/earnings?from=2026-10-01&to=2026-12-01&group_by={by}");
         let full = rows(&app.get_json(&token, &base).await);
         assert!(!full.is_empty());
         for limit in [1, 4] {
@@ -536,17 +757,36 @@ async fn openapi_document_lists_the_routes_and_health_answers() {
         "/v1/admin/usage/{event_id}/void",
         "/v1/admin/adjustments",
         "/v1/admin/import",
+        "/v1/admin/runs/{kind}/{key}",
         "/healthz",
         "/readyz",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing");
     }
     let schemas = doc["components"]["schemas"].as_object().unwrap();
-    for s in ["UsageBatch", "UsageEvent", "UsageResponse", "Summary", "EarningsPage", "PayoutPage", "GpuPage", "Problem", "ImportResponse", "AdjustmentRequest"] {
+    for s in [
+        "UsageBatch",
+        "UsageEvent",
+        "UsageResponse",
+        "Summary",
+        "EarningsPage",
+        "PayoutPage",
+        "GpuPage",
+        "Problem",
+        "ImportResponse",
+        "AdjustmentRequest",
+        "RunReportView",
+        "NextPayout",
+    ] {
         assert!(schemas.contains_key(s), "schema {s} missing");
     }
-    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
-    let params = doc["paths"]["/v1/providers/{id}/earnings"]["get"]["parameters"].as_array().unwrap();
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    let params = doc["paths"]["/v1/providers/{id}/earnings"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
     let names: Vec<&str> = params.iter().map(|p| p["name"].as_str().unwrap()).collect();
     for n in ["id", "from", "to", "group_by", "limit", "cursor"] {
         assert!(names.contains(&n), "{n} missing in {names:?}");
@@ -574,7 +814,15 @@ async fn next_payout_projection_and_run_report() {
 "#,
     )
     .await;
-    usage(&app.ledger, "w1", "prv_w", "gpu_w0", "2026-11-24T00:00:00Z", "2026-11-24T04:00:00Z").await;
+    usage(
+        &app.ledger,
+        "w1",
+        "prv_w",
+        "gpu_w0",
+        "2026-11-24T00:00:00Z",
+        "2026-11-24T04:00:00Z",
+    )
+    .await;
     let admin = app.token(Scope::Admin, None).await;
     let s = app.get_json(&admin, "/v1/providers/prv_w/summary").await;
     assert_eq!(
@@ -587,8 +835,26 @@ async fn next_payout_projection_and_run_report() {
     assert_eq!(s["next_payout"]["decision"], "no_method");
     assert_eq!(s["next_payout"]["date"], "2026-11-30");
 
-    assert_problem(app.get(Some(&admin), "/v1/admin/runs/weekly/2026-11-30").await, 404, "unknown_run").await;
-    assert_problem(app.get(Some(&admin), "/v1/admin/runs/weekly/2026-11-24").await, 422, "invalid_run_key").await;
+    assert_problem(
+        app.get(Some(&admin), "/v1/admin/runs/weekly/2026-11-30")
+            .await,
+        404,
+        "unknown_run",
+    )
+    .await;
+    assert_problem(
+        app.get(Some(&admin), "/v1/admin/runs/weekly/2026-11-24")
+            .await,
+        422,
+        "not_monday",
+    )
+    .await;
+    assert_problem(
+        app.get(Some(&admin), "/v1/admin/runs/yearly/2026").await,
+        422,
+        "invalid_run_key",
+    )
+    .await;
     app.set_now("2026-11-30T01:00:00Z");
     let calendar = settle_calendar::Calendar::platform_default();
     app.ledger
@@ -600,7 +866,9 @@ async fn next_payout_projection_and_run_report() {
         )
         .await
         .unwrap();
-    let report = app.get_json(&admin, "/v1/admin/runs/weekly/2026-11-30").await;
+    let report = app
+        .get_json(&admin, "/v1/admin/runs/weekly/2026-11-30")
+        .await;
     assert_eq!(report["completed"], true);
     assert_eq!(report["cutoff"], "2026-11-30T00:00:00.000Z");
     let w = report["candidates"]
@@ -611,12 +879,23 @@ async fn next_payout_projection_and_run_report() {
         .unwrap();
     assert_eq!(w["decision"], "paid");
     assert_eq!(w["amount_usdc"], "32.000000");
-    assert_eq!(report["totals"]["paid"], json!({"count": 1, "amount_usdc": "32.000000"}));
+    assert_eq!(
+        report["totals"]["paid"],
+        json!({"count": 1, "amount_usdc": "32.000000"})
+    );
     let provider = app.token(Scope::Provider, Some("prv_w")).await;
-    assert_problem(app.get(Some(&provider), "/v1/admin/runs/weekly/2026-11-30").await, 403, "forbidden_scope").await;
+    assert_problem(
+        app.get(Some(&provider), "/v1/admin/runs/weekly/2026-11-30")
+            .await,
+        403,
+        "forbidden_scope",
+    )
+    .await;
 
     // The created payout is pending on the dashboard, in transit in the balances.
-    let pending = app.get_json(&provider, "/v1/providers/prv_w/payouts?status=pending").await;
+    let pending = app
+        .get_json(&provider, "/v1/providers/prv_w/payouts?status=pending")
+        .await;
     assert_eq!(pending["items"][0]["amount_usdc"], "32.000000");
     assert_eq!(pending["items"][0]["status"], "created");
     assert_eq!(pending["items"][0]["run_key"], "2026-11-30");

@@ -38,9 +38,21 @@ fn s(status: &str, code: Option<&str>) -> (String, Option<String>) {
 async fn a_mixed_batch_gets_one_result_per_event() {
     let app = spawn_app(NOW).await;
     let (token, token_id) = app.token_with(Scope::Ingest, Some("prv_a"), None).await;
-    let mut with_rate = event("e5", "prv_a", "gpu_a1", "2026-11-24T13:00:00Z", "2026-11-24T14:00:00Z");
+    let mut with_rate = event(
+        "e5",
+        "prv_a",
+        "gpu_a1",
+        "2026-11-24T13:00:00Z",
+        "2026-11-24T14:00:00Z",
+    );
     with_rate["rate_usdc_per_hour"] = json!("2.0");
-    let mut unknown_field = event("e9", "prv_a", "gpu_a1", "2026-11-24T15:00:00Z", "2026-11-24T16:00:00Z");
+    let mut unknown_field = event(
+        "e9",
+        "prv_a",
+        "gpu_a1",
+        "2026-11-24T15:00:00Z",
+        "2026-11-24T16:00:00Z",
+    );
     unknown_field["rate"] = json!("1");
     let batch = json!({"events": [
         event("e1", "prv_a", "gpu_a0", "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z"),
@@ -70,13 +82,25 @@ async fn a_mixed_batch_gets_one_result_per_event() {
             s("rejected", Some("malformed_event")),
         ]
     );
-    assert_eq!((body["accepted"].clone(), body["duplicate"].clone(), body["rejected"].clone()), (json!(2), json!(1), json!(6)));
+    assert_eq!(
+        (
+            body["accepted"].clone(),
+            body["duplicate"].clone(),
+            body["rejected"].clone()
+        ),
+        (json!(2), json!(1), json!(6))
+    );
     for (i, r) in body["results"].as_array().unwrap().iter().enumerate() {
         assert_eq!(r["index"], i);
     }
     assert_eq!(body["results"][1]["event_id"], "e2");
     assert_eq!(body["results"][2]["event_id"], Value::Null);
-    assert!(body["results"][3]["message"].as_str().unwrap().contains("gpu_b0"));
+    assert!(
+        body["results"][3]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gpu_b0")
+    );
 
     // Across batches: the same content is a duplicate, other content under the same id a
     // conflict, an overlapping interval and a future one are rejected.
@@ -127,10 +151,20 @@ async fn a_mixed_batch_gets_one_result_per_event() {
 async fn metering_may_send_rates_for_any_gpu_and_other_scopes_may_not_send() {
     let app = spawn_app(NOW).await;
     let metering = app.token(Scope::Metering, None).await;
-    let mut e = event("m1", "prv_b", "gpu_b0", "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z");
+    let mut e = event(
+        "m1",
+        "prv_b",
+        "gpu_b0",
+        "2026-11-24T10:00:00Z",
+        "2026-11-24T11:00:00Z",
+    );
     e["rate_usdc_per_hour"] = json!("10.000000");
     let body: Value = app
-        .post(Some(&metering), "/v1/usage", json!({"events": [e]}).to_string())
+        .post(
+            Some(&metering),
+            "/v1/usage",
+            json!({"events": [e]}).to_string(),
+        )
         .await
         .json()
         .await
@@ -138,15 +172,33 @@ async fn metering_may_send_rates_for_any_gpu_and_other_scopes_may_not_send() {
     assert_eq!(codes(&body), vec![s("accepted", None)]);
     let admin = app.token(Scope::Admin, None).await;
     let earnings = app
-        .get_json(&admin, "/v1/providers/prv_b/earnings?from=2026-11-24&to=2026-11-25")
+        .get_json(
+            &admin,
+            "/v1/providers/prv_b/earnings?from=2026-11-24&to=2026-11-25",
+        )
         .await;
     assert_eq!(earnings["totals"]["gross_usdc"], "10.000000");
 
     let provider = app.token(Scope::Provider, Some("prv_b")).await;
     let batch = json!({"events": []}).to_string();
-    assert_problem(app.post(Some(&provider), "/v1/usage", batch.clone()).await, 403, "forbidden_scope").await;
-    assert_problem(app.post(None, "/v1/usage", batch.clone()).await, 401, "unauthenticated").await;
-    assert_problem(app.post(Some("stl_tok_00.zz"), "/v1/usage", batch).await, 401, "invalid_token").await;
+    assert_problem(
+        app.post(Some(&provider), "/v1/usage", batch.clone()).await,
+        403,
+        "forbidden_scope",
+    )
+    .await;
+    assert_problem(
+        app.post(None, "/v1/usage", batch.clone()).await,
+        401,
+        "unauthenticated",
+    )
+    .await;
+    assert_problem(
+        app.post(Some("stl_tok_00.zz"), "/v1/usage", batch).await,
+        401,
+        "invalid_token",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -154,9 +206,23 @@ async fn oversized_and_unparseable_bodies_are_problems() {
     let app = spawn_app(NOW).await;
     let token = app.token(Scope::Ingest, Some("prv_a")).await;
     let events: Vec<Value> = (0..1001)
-        .map(|i| event(&format!("x{i}"), "prv_a", "gpu_a0", "2026-11-24T10:00:00Z", "2026-11-24T10:00:01Z"))
+        .map(|i| {
+            event(
+                &format!("x{i}"),
+                "prv_a",
+                "gpu_a0",
+                "2026-11-24T10:00:00Z",
+                "2026-11-24T10:00:01Z",
+            )
+        })
         .collect();
-    let r = app.post(Some(&token), "/v1/usage", json!({"events": events}).to_string()).await;
+    let r = app
+        .post(
+            Some(&token),
+            "/v1/usage",
+            json!({"events": events}).to_string(),
+        )
+        .await;
     assert_problem(r, 413, "too_many_events").await;
     // Nothing of the refused batch was booked.
     let n: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
@@ -179,7 +245,11 @@ async fn oversized_and_unparseable_bodies_are_problems() {
         })
         .collect();
     let body: Value = app
-        .post(Some(&token), "/v1/usage", json!({"events": events}).to_string())
+        .post(
+            Some(&token),
+            "/v1/usage",
+            json!({"events": events}).to_string(),
+        )
         .await
         .json()
         .await
@@ -188,12 +258,32 @@ async fn oversized_and_unparseable_bodies_are_problems() {
 
     let padding = "x".repeat(1024 * 1024 + 1);
     let r = app
-        .post(Some(&token), "/v1/usage", json!({"events": [], "pad": padding}).to_string())
+        .post(
+            Some(&token),
+            "/v1/usage",
+            json!({"events": [], "pad": padding}).to_string(),
+        )
         .await;
     assert_problem(r, 413, "body_too_large").await;
-    assert_problem(app.post(Some(&token), "/v1/usage", "not json").await, 400, "malformed_json").await;
-    assert_problem(app.post(Some(&token), "/v1/usage", r#"{"events": 5}"#).await, 400, "invalid_body").await;
-    assert_problem(app.post(Some(&token), "/v1/usage", "[]").await, 400, "invalid_body").await;
+    assert_problem(
+        app.post(Some(&token), "/v1/usage", "not json").await,
+        400,
+        "malformed_json",
+    )
+    .await;
+    assert_problem(
+        app.post(Some(&token), "/v1/usage", r#"{"events": 5}"#)
+            .await,
+        400,
+        "invalid_body",
+    )
+    .await;
+    assert_problem(
+        app.post(Some(&token), "/v1/usage", "[]").await,
+        400,
+        "invalid_body",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -201,37 +291,125 @@ async fn admin_corrections_and_import() {
     let app = spawn_app(NOW).await;
     let admin = app.token(Scope::Admin, None).await;
     let metering = app.token(Scope::Metering, None).await;
-    http_support::usage(&app.ledger, "u1", "prv_a", "gpu_a0", "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z").await;
-    http_support::usage(&app.ledger, "u2", "prv_a", "gpu_a0", "2026-11-24T11:00:00Z", "2026-11-24T12:00:00Z").await;
+    http_support::usage(
+        &app.ledger,
+        "u1",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-24T10:00:00Z",
+        "2026-11-24T11:00:00Z",
+    )
+    .await;
+    http_support::usage(
+        &app.ledger,
+        "u2",
+        "prv_a",
+        "gpu_a0",
+        "2026-11-24T11:00:00Z",
+        "2026-11-24T12:00:00Z",
+    )
+    .await;
 
     let void = json!({"reason": "customer refund"}).to_string();
-    assert_problem(app.post(Some(&metering), "/v1/admin/usage/u1/void", void.clone()).await, 403, "forbidden_scope").await;
-    let r: Value = app.post(Some(&admin), "/v1/admin/usage/u1/void", void.clone()).await.json().await.unwrap();
+    assert_problem(
+        app.post(Some(&metering), "/v1/admin/usage/u1/void", void.clone())
+            .await,
+        403,
+        "forbidden_scope",
+    )
+    .await;
+    let r: Value = app
+        .post(Some(&admin), "/v1/admin/usage/u1/void", void.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(r, json!({"id": "u1", "status": "accepted"}));
-    let r: Value = app.post(Some(&admin), "/v1/admin/usage/u1/void", void.clone()).await.json().await.unwrap();
+    let r: Value = app
+        .post(Some(&admin), "/v1/admin/usage/u1/void", void.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(r["status"], "duplicate");
-    assert_problem(app.post(Some(&admin), "/v1/admin/usage/nope/void", void.clone()).await, 404, "unknown_event").await;
-    assert_problem(app.post(Some(&admin), "/v1/admin/usage/u2/void", "{}").await, 400, "invalid_body").await;
-    assert_problem(app.post(Some(&admin), "/v1/admin/usage/u2/void", r#"{"reason":"  "}"#).await, 422, "invalid_text").await;
+    assert_problem(
+        app.post(Some(&admin), "/v1/admin/usage/nope/void", void.clone())
+            .await,
+        404,
+        "unknown_event",
+    )
+    .await;
+    assert_problem(
+        app.post(Some(&admin), "/v1/admin/usage/u2/void", "{}")
+            .await,
+        400,
+        "invalid_body",
+    )
+    .await;
+    assert_problem(
+        app.post(
+            Some(&admin),
+            "/v1/admin/usage/u2/void",
+            r#"{"reason":"  "}"#,
+        )
+        .await,
+        422,
+        "invalid_text",
+    )
+    .await;
 
     let adj = json!({"adjustment_id": "adj-1", "provider_id": "prv_a", "amount_usdc": "-0.500000", "reason": "chargeback", "reference": "case-77"});
-    let r: Value = app.post(Some(&admin), "/v1/admin/adjustments", adj.to_string()).await.json().await.unwrap();
+    let r: Value = app
+        .post(Some(&admin), "/v1/admin/adjustments", adj.to_string())
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(r, json!({"id": "adj-1", "status": "accepted"}));
-    let r: Value = app.post(Some(&admin), "/v1/admin/adjustments", adj.to_string()).await.json().await.unwrap();
+    let r: Value = app
+        .post(Some(&admin), "/v1/admin/adjustments", adj.to_string())
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(r["status"], "duplicate");
     let mut other = adj.clone();
     other["amount_usdc"] = json!("-0.6");
-    assert_problem(app.post(Some(&admin), "/v1/admin/adjustments", other.to_string()).await, 409, "conflict").await;
+    assert_problem(
+        app.post(Some(&admin), "/v1/admin/adjustments", other.to_string())
+            .await,
+        409,
+        "conflict",
+    )
+    .await;
     let mut unknown = adj.clone();
     unknown["adjustment_id"] = json!("adj-2");
     unknown["provider_id"] = json!("prv_zz");
-    assert_problem(app.post(Some(&admin), "/v1/admin/adjustments", unknown.to_string()).await, 404, "unknown_provider").await;
+    assert_problem(
+        app.post(Some(&admin), "/v1/admin/adjustments", unknown.to_string())
+            .await,
+        404,
+        "unknown_provider",
+    )
+    .await;
     let mut float = adj.clone();
     float["adjustment_id"] = json!("adj-3");
     float["amount_usdc"] = json!(1.5);
-    assert_problem(app.post(Some(&admin), "/v1/admin/adjustments", float.to_string()).await, 400, "invalid_body").await;
+    assert_problem(
+        app.post(Some(&admin), "/v1/admin/adjustments", float.to_string())
+            .await,
+        400,
+        "invalid_body",
+    )
+    .await;
     float["amount_usdc"] = json!("1.0000001");
-    assert_problem(app.post(Some(&admin), "/v1/admin/adjustments", float.to_string()).await, 422, "amount_precision").await;
+    assert_problem(
+        app.post(Some(&admin), "/v1/admin/adjustments", float.to_string())
+            .await,
+        422,
+        "amount_precision",
+    )
+    .await;
 
     // u1 voided, u2 stands (1 h at 2.49: net 1.992), minus the 0.5 adjustment.
     let summary = app.get_json(&admin, "/v1/providers/prv_a/summary").await;
@@ -264,7 +442,13 @@ async fn admin_corrections_and_import() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["line"].as_u64().unwrap(), l["status"].as_str().unwrap(), l["code"].as_str()))
+        .map(|l| {
+            (
+                l["line"].as_u64().unwrap(),
+                l["status"].as_str().unwrap(),
+                l["code"].as_str(),
+            )
+        })
         .collect();
     assert_eq!(
         lines,
@@ -278,7 +462,10 @@ async fn admin_corrections_and_import() {
             (8, "duplicate", None),
         ]
     );
-    assert_eq!(body["totals"], json!({"accepted": 4, "duplicate": 1, "rejected": 2}));
+    assert_eq!(
+        body["totals"],
+        json!({"accepted": 4, "duplicate": 1, "rejected": 2})
+    );
     assert_problem(
         app.post(Some(&metering), "/v1/admin/import", ndjson).await,
         403,

@@ -14,7 +14,9 @@ use super::output::{Format, Rows};
 use crate::auth::{self, NewToken, Scope};
 use crate::domain::ids::ProviderId;
 use crate::domain::money::{format_cents, format_micro_usdc};
-use crate::domain::time::{format_ms, month_start_ms, next_month_start_ms, parse_instant_or_date_ms};
+use crate::domain::time::{
+    format_ms, month_start_ms, next_month_start_ms, parse_instant_or_date_ms,
+};
 use crate::ledger::Ledger;
 use crate::store::read::{self, EarningsBy, EarningsReport, PayoutFilter, PayoutRow};
 

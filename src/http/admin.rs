@@ -21,7 +21,11 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem>
 }
 
 fn domain(e: crate::domain::DomainError) -> Problem {
-    Problem::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, e.code, e.message)
+    Problem::new(
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        e.code,
+        e.message,
+    )
 }
 
 /// `POST /v1/admin/usage/{event_id}/void` body.
@@ -186,7 +190,13 @@ fn describe(command: &Command) -> (String, Option<String>) {
     }
 }
 
-fn rejected_line(line: usize, kind: String, id: Option<String>, code: &str, message: String) -> ImportLine {
+fn rejected_line(
+    line: usize,
+    kind: String,
+    id: Option<String>,
+    code: &str,
+    message: String,
+) -> ImportLine {
     ImportLine {
         line,
         kind,
@@ -288,7 +298,13 @@ pub async fn import(
                     Err(e) => return Err(e.into()),
                 });
             }
-            Err(e) => lines.push(rejected_line(number, String::new(), None, e.code, e.message)),
+            Err(e) => lines.push(rejected_line(
+                number,
+                String::new(),
+                None,
+                e.code,
+                e.message,
+            )),
         }
     }
     flush(ledger, &actor, &mut batch, &mut lines).await?;
@@ -370,8 +386,8 @@ pub async fn run_report(
     auth.require(&[Scope::Admin])?;
     let run = settle_calendar::RunKey::parse(&kind, &key)
         .map_err(|e| domain(crate::domain::DomainError::new(e.code(), e.to_string())))?;
-    let Some(r) = crate::ledger::runs::run_report(state.ledger.store.pool(), &state.calendar, run)
-        .await?
+    let Some(r) =
+        crate::ledger::runs::run_report(state.ledger.store.pool(), &state.calendar, run).await?
     else {
         return Err(Problem::new(
             axum::http::StatusCode::NOT_FOUND,

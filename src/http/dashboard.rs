@@ -2,10 +2,10 @@
 //! Readable by the provider's own token or an admin token; reads go through
 //! `store::read` over the projections, never the event table.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -557,7 +557,11 @@ pub async fn payouts(
     let filter = PayoutFilter::parse(q.status.as_deref().unwrap_or("all"))
         .map_err(|e| Problem::bad_request(e.code, e.message))?;
     auth.read_provider(&state, &id).await?;
-    let after = page.after.as_deref().map(parse_payout_position).transpose()?;
+    let after = page
+        .after
+        .as_deref()
+        .map(parse_payout_position)
+        .transpose()?;
     let mut rows = read::payouts(
         state.ledger.store.pool(),
         Some(&id),

@@ -51,14 +51,17 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/providers/{id}/summary", get(dashboard::summary))
         .route("/v1/providers/{id}/earnings", get(dashboard::earnings))
-        .route("/v1/providers/{id}/earnings.csv", get(dashboard::earnings_csv))
+        .route(
+            "/v1/providers/{id}/earnings.csv",
+            get(dashboard::earnings_csv),
+        )
         .route("/v1/providers/{id}/gpus", get(dashboard::gpus))
         .route("/v1/providers/{id}/payouts", get(dashboard::payouts))
-        .route("/v1/providers/{id}/payouts.csv", get(dashboard::payouts_csv))
         .route(
-            "/v1/admin/usage/{event_id}/void",
-            post(admin::void_usage),
+            "/v1/providers/{id}/payouts.csv",
+            get(dashboard::payouts_csv),
         )
+        .route("/v1/admin/usage/{event_id}/void", post(admin::void_usage))
         .route("/v1/admin/adjustments", post(admin::post_adjustment))
         .route("/v1/admin/import", post(admin::import))
         .route("/v1/admin/runs/{kind}/{key}", get(admin::run_report))

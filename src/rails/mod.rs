@@ -2,4 +2,5 @@
 //!
 //! Invariant: money leaves only through here, never inside an HTTP request.
 
+pub mod bank;
 pub mod wallet;

@@ -249,7 +249,9 @@ async fn aggregate(
         return Ok(out);
     }
     let (a, b) = (ceil_to_day(from_ms), floor_to_day(to_ms));
-    let (days, partials): (Option<(i64, i64)>, Vec<(i64, i64)>) = if a <= b {
+    // Whole days `[day_from, day_to)`, and partial ranges `[start, end)` within one day.
+    type Ranges = (Option<(i64, i64)>, Vec<(i64, i64)>);
+    let (days, partials): Ranges = if a <= b {
         let mut partials = Vec::new();
         if from_ms < a {
             partials.push((from_ms, a));
@@ -257,7 +259,10 @@ async fn aggregate(
         if b < to_ms {
             partials.push((b, to_ms));
         }
-        ((a < b).then_some((a / MS_PER_DAY, b / MS_PER_DAY)), partials)
+        (
+            (a < b).then_some((a / MS_PER_DAY, b / MS_PER_DAY)),
+            partials,
+        )
     } else {
         (None, vec![(from_ms, to_ms)])
     };

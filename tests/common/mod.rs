@@ -34,18 +34,34 @@ impl TestDb {
                     rand::random::<u32>()
                 );
                 sqlx::any::install_default_drivers();
-                let admin = sqlx::AnyPool::connect(&admin_url).await.expect("connect to SETTLE_TEST_PG_URL");
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.expect("create test database");
+                let admin = sqlx::AnyPool::connect(&admin_url)
+                    .await
+                    .expect("connect to SETTLE_TEST_PG_URL");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await
+                    .expect("create test database");
                 admin.close().await;
-                let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin_url);
-                let db = TestDb { url: format!("{base}/{name}"), _dir: None, pg: Some((admin_url.clone(), name)) };
+                let base = admin_url
+                    .rsplit_once('/')
+                    .map(|(b, _)| b)
+                    .unwrap_or(&admin_url);
+                let db = TestDb {
+                    url: format!("{base}/{name}"),
+                    _dir: None,
+                    pg: Some((admin_url.clone(), name)),
+                };
                 db.migrate().await;
                 db
             }
             _ => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("settle.db").display());
-                let db = TestDb { url, _dir: Some(dir), pg: None };
+                let db = TestDb {
+                    url,
+                    _dir: Some(dir),
+                    pg: None,
+                };
                 db.migrate().await;
                 db
             }
@@ -63,7 +79,9 @@ impl TestDb {
     }
 
     pub async fn store(&self) -> Store {
-        Store::open(&self.url, &StoreOptions::default()).await.expect("open store")
+        Store::open(&self.url, &StoreOptions::default())
+            .await
+            .expect("open store")
     }
 
     /// A ledger on this database whose clock stands at `now` (RFC 3339) until moved.
@@ -79,10 +97,16 @@ impl Drop for TestDb {
         if let Some((admin_url, name)) = self.pg.take() {
             // Drop the test database from a helper thread with its own runtime.
             let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
                 rt.block_on(async {
                     if let Ok(admin) = sqlx::AnyPool::connect(&admin_url).await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&admin)
+                                .await;
                         admin.close().await;
                     }
                 });
@@ -121,20 +145,36 @@ pub async fn assert_events_match_schemas(store: &Store) -> std::collections::BTr
     for stream in store.streams().await.expect("streams") {
         let mut after = 0;
         loop {
-            let page = store.stream_events(&stream, after, 1000).await.expect("events");
+            let page = store
+                .stream_events(&stream, after, 1000)
+                .await
+                .expect("events");
             if page.is_empty() {
                 break;
             }
             for e in &page {
-                let validator = validators.entry((e.event_type.clone(), e.version)).or_insert_with(|| {
-                    let path = format!("{}/ledger-schemas/{}.v{}.json", env!("CARGO_MANIFEST_DIR"), e.event_type, e.version);
-                    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("no schema {path}"));
-                    let schema: serde_json::Value = serde_json::from_str(&text).expect("schema is JSON");
-                    jsonschema::validator_for(&schema).expect("schema compiles")
-                });
-                let payload: serde_json::Value = serde_json::from_str(&e.payload).expect("payload is JSON");
+                let validator = validators
+                    .entry((e.event_type.clone(), e.version))
+                    .or_insert_with(|| {
+                        let path = format!(
+                            "{}/ledger-schemas/{}.v{}.json",
+                            env!("CARGO_MANIFEST_DIR"),
+                            e.event_type,
+                            e.version
+                        );
+                        let text = std::fs::read_to_string(&path)
+                            .unwrap_or_else(|_| panic!("no schema {path}"));
+                        let schema: serde_json::Value =
+                            serde_json::from_str(&text).expect("schema is JSON");
+                        jsonschema::validator_for(&schema).expect("schema compiles")
+                    });
+                let payload: serde_json::Value =
+                    serde_json::from_str(&e.payload).expect("payload is JSON");
                 if let Err(err) = validator.validate(&payload) {
-                    panic!("{} seq {} ({} v{}) breaks its schema: {err}\n{}", e.stream, e.seq, e.event_type, e.version, e.payload);
+                    panic!(
+                        "{} seq {} ({} v{}) breaks its schema: {err}\n{}",
+                        e.stream, e.seq, e.event_type, e.version, e.payload
+                    );
                 }
                 seen.insert(e.event_type.clone());
                 after = e.seq;

@@ -85,7 +85,14 @@ pub async fn seed(ledger: &Ledger, lines: &str) {
 }
 
 /// Books one usage event on `gpu` of `provider` over `[start, end)` at the price book rate.
-pub async fn usage(ledger: &Ledger, event_id: &str, provider: &str, gpu: &str, start: &str, end: &str) {
+pub async fn usage(
+    ledger: &Ledger,
+    event_id: &str,
+    provider: &str,
+    gpu: &str,
+    start: &str,
+    end: &str,
+) {
     let r = ledger
         .ingest_usage(
             &[UsageInput {
@@ -154,7 +161,12 @@ impl TestApp {
         serde_json::from_str(&body).unwrap()
     }
 
-    pub async fn post(&self, token: Option<&str>, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    pub async fn post(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
         let mut r = self
             .client
             .post(self.url(path))

@@ -152,7 +152,7 @@ pub fn modifier_of(file_name: &str) -> Option<char> {
     let (_, m) = stem.rsplit_once('-')?;
     let mut chars = m.chars();
     match (chars.next(), chars.next()) {
-        (Some(c), None) if FILE_ID_MODIFIERS.contains(&(c as u8)) && c.is_ascii() => Some(c),
+        (Some(c), None) if c.is_ascii() && FILE_ID_MODIFIERS.contains(&(c as u8)) => Some(c),
         _ => None,
     }
 }

@@ -1,0 +1,835 @@
+//! The bank rail (SPEC §6): SEPA `pain.001.001.09` and NACHA files for the `created` payouts
+//! on the `sepa` and `ach` rails, and the batch lifecycle generated → submitted → settled,
+//! with returns.
+//!
+//! Generation is an outbox worker that is safe to run again at any point:
+//!
+//! 1. finish every batch already on the ledger: (re)write its file when it is missing or
+//!    differs, and submit its payouts that are still `created`;
+//! 2. for each rail, take the `created` payouts in no batch yet (sorted by id, at most
+//!    `batch_payouts_max`), derive the batch id from their ids, and in ONE transaction on
+//!    the platform stream check that none of them is in a batch, write the file's bytes
+//!    (creation time = the event's `recorded_at`) and record `bank_batch.generated` with
+//!    the file's SHA-256;
+//! 3. write the file to the outbox (temporary file, fsync, rename), then `payout.submitted`
+//!    (reference = batch id) on each payout's own stream.
+//!
+//! A crash between any two steps leaves a state the next run finishes: the batch on the
+//! ledger is the truth and its file is a pure function of it (`regenerate`), and a payout
+//! of a recorded batch never goes into another one.
+//!
+//! Invariant: the bytes of a batch depend only on the ledger (its payouts as created and its
+//! `recorded_at`) and the bank configuration; `regenerate` refuses to write a file whose
+//! SHA-256 differs from the one recorded.
+
+pub mod files;
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, NaiveDateTime};
+use settle_bank::{BankRail, ReturnReason, file_sha256_hex};
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use crate::config::BankConfig;
+use crate::domain::DomainError;
+use crate::domain::event::{
+    BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail,
+};
+use crate::domain::time::day_number;
+use crate::ledger::payouts::{self, PayoutRecord};
+use crate::ledger::runs::failpoint;
+use crate::ledger::{Actor, Applied, Ledger, LedgerError, content_hash, find_idem, reject};
+use crate::store::NewEvent;
+pub use files::{BankFile, Originator};
+
+/// Named failpoints of the bank rail (see [`crate::ledger::runs::FAILPOINT_ENV`]).
+pub mod failpoints {
+    /// Inside the generation transaction: the batch event appended, not committed.
+    pub const GENERATE_BEFORE_COMMIT: &str = "bank.generate_before_commit";
+    /// After `bank_batch.generated` committed, before the file is written.
+    pub const AFTER_GENERATED: &str = "bank.after_generated";
+    /// After the file is written, before any payout is submitted.
+    pub const AFTER_FILE: &str = "bank.after_file";
+    /// After one payout's `payout.submitted` committed.
+    pub const AFTER_SUBMIT: &str = "bank.after_submit";
+    /// After `bank_batch.status_changed` settled, before the payouts are settled.
+    pub const AFTER_BATCH_SETTLED: &str = "bank.after_batch_settled";
+
+    pub const ALL: [&str; 5] = [
+        GENERATE_BEFORE_COMMIT,
+        AFTER_GENERATED,
+        AFTER_FILE,
+        AFTER_SUBMIT,
+        AFTER_BATCH_SETTLED,
+    ];
+}
+
+/// Most rounds of one generation (each makes at most one batch per rail).
+const GENERATE_ROUNDS_MAX: usize = 10_000;
+
+/// What can go wrong on the bank rail.
+#[derive(Debug, thiserror::Error)]
+pub enum BankError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The outbox could not be written.
+    #[error("bank outbox {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl From<DomainError> for BankError {
+    fn from(e: DomainError) -> Self {
+        BankError::Ledger(LedgerError::Rejected(e))
+    }
+}
+
+impl BankError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            BankError::Ledger(e) => e.code(),
+            BankError::Io { .. } => "outbox_unavailable",
+        }
+    }
+}
+
+fn rejected<T>(code: &'static str, message: impl Into<String>) -> Result<T, BankError> {
+    Err(DomainError::new(code, message).into())
+}
+
+/// A bank batch as the `bank_batches` projection holds it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BankBatch {
+    pub batch_id: String,
+    pub rail: Rail,
+    pub file_name: String,
+    pub sha256: String,
+    /// Sorted, the order of the file.
+    pub payout_ids: Vec<String>,
+    /// Total of the file in cents of `currency`.
+    pub total_cents: i64,
+    /// `EUR` (SEPA) or `USD` (ACH).
+    pub currency: String,
+    /// `generated`, `submitted` or `settled`.
+    pub status: String,
+    /// The batch event's `recorded_at`: the file's creation time.
+    pub generated_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+const BATCH_COLUMNS: &str = "batch_id, rail, file_name, sha256, payout_ids, total_cents, currency, status, generated_at_ms, updated_at_ms";
+
+fn batch_from_row(r: &sqlx::any::AnyRow) -> Result<BankBatch, LedgerError> {
+    let ids: String = r.try_get(4)?;
+    Ok(BankBatch {
+        batch_id: r.try_get(0)?,
+        rail: Rail::parse(&r.try_get::<String, _>(1)?)?,
+        file_name: r.try_get(2)?,
+        sha256: r.try_get(3)?,
+        payout_ids: serde_json::from_str(&ids)
+            .map_err(|e| DomainError::new("corrupt_projection", e.to_string()))?,
+        total_cents: r.try_get(5)?,
+        currency: r.try_get(6)?,
+        status: r.try_get(7)?,
+        generated_at_ms: r.try_get(8)?,
+        updated_at_ms: r.try_get(9)?,
+    })
+}
+
+async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, LedgerError> {
+    let rows = sqlx::query(&format!("SELECT {BATCH_COLUMNS} FROM bank_batches"))
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut out = rows
+        .iter()
+        .map(batch_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    out.sort_by(|a, b| {
+        (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id))
+    });
+    Ok(out)
+}
+
+async fn load_batch(
+    conn: &mut AnyConnection,
+    batch_id: &str,
+) -> Result<Option<BankBatch>, LedgerError> {
+    let row = sqlx::query(&format!(
+        "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id = $1"
+    ))
+    .bind(batch_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(batch_from_row).transpose()
+}
+
+/// Every bank batch, oldest first.
+pub async fn batches(pool: &AnyPool) -> Result<Vec<BankBatch>, LedgerError> {
+    let mut conn = pool.acquire().await?;
+    load_batches(&mut conn).await
+}
+
+/// One bank batch.
+pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, LedgerError> {
+    let mut conn = pool.acquire().await?;
+    load_batch(&mut conn, batch_id).await
+}
+
+async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, BankError> {
+    match batch(pool, batch_id).await? {
+        Some(b) => Ok(b),
+        None => rejected("unknown_bank_batch", format!("no bank batch {batch_id}")),
+    }
+}
+
+/// The payouts of a batch, in file order.
+pub async fn batch_payouts(pool: &AnyPool, b: &BankBatch) -> Result<Vec<PayoutRecord>, BankError> {
+    let mut out = Vec::with_capacity(b.payout_ids.len());
+    for id in &b.payout_ids {
+        match payouts::payout(pool, id).await? {
+            Some(p) => out.push(p),
+            None => {
+                return rejected(
+                    "corrupt_projection",
+                    format!("batch {} names unknown payout {id}", b.batch_id),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn naive(ms: i64) -> NaiveDateTime {
+    DateTime::from_timestamp_millis(ms)
+        .map(|t| t.naive_utc())
+        .unwrap_or_default()
+}
+
+/// The `created` payouts on the bank rails, sorted by id.
+async fn created_bank_payouts(pool: &AnyPool) -> Result<Vec<PayoutRecord>, BankError> {
+    let rows = sqlx::query(
+        "SELECT payout_id FROM payouts WHERE status = 'created' AND rail IN ('sepa', 'ach')",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(LedgerError::from)?;
+    let mut ids = rows
+        .iter()
+        .map(|r| r.try_get::<String, _>(0))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(LedgerError::from)?;
+    ids.sort_unstable();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(p) = payouts::payout(pool, &id).await? {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Rebuilds the bytes of a recorded batch and checks them against its recorded SHA-256.
+pub async fn regenerate(
+    ledger: &Ledger,
+    originator: &Originator,
+    batch_id: &str,
+) -> Result<(BankBatch, BankFile), BankError> {
+    let b = known_batch(ledger.store.pool(), batch_id).await?;
+    let file = rebuild(ledger.store.pool(), originator, &b).await?;
+    Ok((b, file))
+}
+
+async fn rebuild(
+    pool: &AnyPool,
+    originator: &Originator,
+    b: &BankBatch,
+) -> Result<BankFile, BankError> {
+    let payouts = batch_payouts(pool, b).await?;
+    let modifier = match b.rail {
+        Rail::Ach => match files::modifier_of(&b.file_name) {
+            Some(m) => m,
+            None => {
+                return rejected(
+                    "corrupt_projection",
+                    format!("batch {} has no file id modifier in {}", b.batch_id, b.file_name),
+                );
+            }
+        },
+        _ => 'A',
+    };
+    let file = files::write_file(
+        originator,
+        b.rail,
+        &b.batch_id,
+        naive(b.generated_at_ms),
+        modifier,
+        &payouts,
+    )?;
+    let sha = file_sha256_hex(&file.contents);
+    if sha != b.sha256 {
+        return rejected(
+            "bank_file_mismatch",
+            format!(
+                "regenerating batch {} gives SHA-256 {sha}, but the ledger recorded {}: the bank configuration changed since the batch was generated; restore it to rewrite the file",
+                b.batch_id, b.sha256
+            ),
+        );
+    }
+    Ok(file)
+}
+
+/// The path of a batch's file in the outbox (the name comes from the ledger; refused if it
+/// could leave the directory).
+pub fn outbox_path(config: &BankConfig, b: &BankBatch) -> Result<PathBuf, BankError> {
+    let name = &b.file_name;
+    if name.is_empty()
+        || name.starts_with('.')
+        || name.contains(['/', '\\'])
+        || name.chars().any(char::is_control)
+    {
+        return rejected(
+            "corrupt_projection",
+            format!("batch {} has an unsafe file name {name:?}", b.batch_id),
+        );
+    }
+    Ok(Path::new(&config.outbox_dir).join(name))
+}
+
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> BankError + '_ {
+    move |source| BankError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Writes `contents` to `path` atomically: a temporary file in the same directory, fsync,
+/// rename, fsync of the directory.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), BankError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io_error(path))
+}
+
+/// Writes a batch's file to the outbox unless it is already there with the recorded
+/// SHA-256. Returns its path.
+pub async fn ensure_file(
+    ledger: &Ledger,
+    config: &BankConfig,
+    originator: &Originator,
+    b: &BankBatch,
+) -> Result<PathBuf, BankError> {
+    let path = outbox_path(config, b)?;
+    if let Ok(bytes) = std::fs::read(&path) {
+        if hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)) == b.sha256 {
+            return Ok(path);
+        }
+        tracing::warn!(batch_id = %b.batch_id, path = %path.display(), "bank file differs from the ledger; rewriting it");
+    }
+    let file = rebuild(ledger.store.pool(), originator, b).await?;
+    write_atomic(&path, file.contents.as_bytes())?;
+    Ok(path)
+}
+
+/// What happened to one batch in a generation.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BatchOutcome {
+    pub batch: BankBatch,
+    pub path: PathBuf,
+    /// Generated by this call (false: an earlier batch finished).
+    pub new: bool,
+    /// Payouts submitted by this call.
+    pub submitted: usize,
+    /// Payouts of the batch that are not in transit (failed or cancelled meanwhile): do
+    /// not send the file before the bank removes them.
+    pub problems: Vec<String>,
+}
+
+/// A payout that could not go into any file: failed, its amount back in payable.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Unbankable {
+    pub payout_id: String,
+    pub reason: String,
+}
+
+/// The result of [`generate_batches`].
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct GenerateReport {
+    pub batches: Vec<BatchOutcome>,
+    pub failed: Vec<Unbankable>,
+}
+
+/// Submits the batch's payouts that are still `created`; reports the ones that left the
+/// in-transit states.
+async fn submit_batch_payouts(
+    ledger: &Ledger,
+    b: &BankBatch,
+    actor: &Actor,
+) -> Result<(usize, Vec<String>), BankError> {
+    let mut submitted = 0;
+    let mut problems = Vec::new();
+    for p in batch_payouts(ledger.store.pool(), b).await? {
+        match p.status.as_str() {
+            "created" => {
+                let e2e = files::end_to_end_id(p.rail, &p.payout_id);
+                match ledger
+                    .submit_payout(&p.payout_id, &b.batch_id, Some(&e2e), actor)
+                    .await
+                {
+                    Ok(Applied::Accepted) => submitted += 1,
+                    Ok(Applied::Duplicate) => {}
+                    Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {
+                        problems.push(format!("payout {}: {}", p.payout_id, e.message));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                failpoint(failpoints::AFTER_SUBMIT);
+            }
+            "submitted" | "settled" | "returned" => {}
+            other => problems.push(format!(
+                "payout {} is {other} but is in the file of batch {}",
+                p.payout_id, b.batch_id
+            )),
+        }
+    }
+    for problem in &problems {
+        tracing::error!(batch_id = %b.batch_id, problem = %problem, "bank batch payout not in transit");
+    }
+    Ok((submitted, problems))
+}
+
+/// The bank outbox: finishes the batches on the ledger and puts every `created` SEPA and
+/// ACH payout in no batch yet into a new file per rail (see the module documentation).
+/// The creation time of new files is the ledger clock's now.
+pub async fn generate_batches(
+    ledger: &Ledger,
+    config: &BankConfig,
+    actor: &Actor,
+) -> Result<GenerateReport, BankError> {
+    let originator = Originator::parse(config)?;
+    let pool = ledger.store.pool();
+    let mut report = GenerateReport::default();
+    let mut finished: HashSet<String> = HashSet::new();
+
+    for _round in 0..GENERATE_ROUNDS_MAX {
+        let existing = batches(pool).await?;
+        let created = created_bank_payouts(pool).await?;
+        let created_ids: HashSet<&str> = created.iter().map(|p| p.payout_id.as_str()).collect();
+
+        // 1. Finish what an earlier (crashed or concurrent) generation left.
+        for b in &existing {
+            let unfinished = b.status == "generated"
+                || b.payout_ids.iter().any(|id| created_ids.contains(id.as_str()));
+            if !unfinished || finished.contains(&b.batch_id) {
+                continue;
+            }
+            let path = ensure_file(ledger, config, &originator, b).await?;
+            let (submitted, problems) = submit_batch_payouts(ledger, b, actor).await?;
+            finished.insert(b.batch_id.clone());
+            if submitted > 0 || !problems.is_empty() {
+                report.batches.push(BatchOutcome {
+                    batch: b.clone(),
+                    path,
+                    new: false,
+                    submitted,
+                    problems,
+                });
+            }
+        }
+
+        // 2. New batches, one per rail and round.
+        let batched: HashSet<&str> = existing
+            .iter()
+            .flat_map(|b| b.payout_ids.iter().map(String::as_str))
+            .collect();
+        let mut progressed = false;
+        for rail in [Rail::Sepa, Rail::Ach] {
+            let mut chosen: Vec<&PayoutRecord> = Vec::new();
+            for p in created
+                .iter()
+                .filter(|p| p.rail == rail && !batched.contains(p.payout_id.as_str()))
+            {
+                if chosen.len() >= config.batch_payouts_max {
+                    break;
+                }
+                match files::check_bankable(p) {
+                    Ok(()) => chosen.push(p),
+                    Err(e) => {
+                        // It can never be written: fail it, the money goes back to payable.
+                        let reason = format!("{}: {}", e.code, e.message);
+                        match ledger.fail_payout(&p.payout_id, &reason, actor).await {
+                            Ok(_) => report.failed.push(Unbankable {
+                                payout_id: p.payout_id.clone(),
+                                reason,
+                            }),
+                            Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        progressed = true;
+                    }
+                }
+            }
+            if chosen.is_empty() {
+                continue;
+            }
+            let chosen: Vec<PayoutRecord> = chosen.into_iter().cloned().collect();
+            if let Some(outcome) = generate_one(ledger, config, &originator, rail, &chosen, actor).await? {
+                finished.insert(outcome.batch.batch_id.clone());
+                report.batches.push(outcome);
+            }
+            progressed = true;
+        }
+        if !progressed {
+            return Ok(report);
+        }
+    }
+    rejected(
+        "bank_generation_incomplete",
+        format!("stopped after {GENERATE_ROUNDS_MAX} rounds; run it again"),
+    )
+}
+
+/// Records, writes and submits one new batch of `chosen` (sorted by id). `None` when
+/// another generation batched some of them first (the caller looks again).
+async fn generate_one(
+    ledger: &Ledger,
+    config: &BankConfig,
+    originator: &Originator,
+    rail: Rail,
+    chosen: &[PayoutRecord],
+    actor: &Actor,
+) -> Result<Option<BatchOutcome>, BankError> {
+    let ids: Vec<String> = chosen.iter().map(|p| p.payout_id.clone()).collect();
+    let id_set: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    let batch_id = files::batch_id(rail, &ids);
+    let key = format!("bank_batch:{batch_id}:generated");
+    let now = ledger.now_ms();
+    let recorded = crate::write_stream!(ledger, PLATFORM_STREAM, |tx| {
+        if find_idem(tx, &key).await?.is_some() {
+            return Ok(false);
+        }
+        let existing = load_batches(tx.conn()).await?;
+        if existing
+            .iter()
+            .any(|b| b.payout_ids.iter().any(|id| id_set.contains(id.as_str())))
+        {
+            return Ok(false);
+        }
+        let created_ms = now.max(tx.head_recorded_at_ms());
+        let created = naive(created_ms);
+        let same_day_ach = existing
+            .iter()
+            .filter(|b| {
+                b.rail == Rail::Ach && day_number(b.generated_at_ms) == day_number(created_ms)
+            })
+            .count();
+        let modifier = files::modifier_for(same_day_ach);
+        let file = files::write_file(originator, rail, &batch_id, created, modifier, chosen)?;
+        let sha256 = file_sha256_hex(&file.contents);
+        let file_name = files::file_name(rail, &batch_id, created, modifier);
+        let hash = content_hash(&format!("{key}|{sha256}|{}", ids.join(",")));
+        tx.append(NewEvent {
+            body: EventBody::BankBatchGenerated(BankBatchGenerated {
+                batch_id: batch_id.clone(),
+                rail,
+                file_name,
+                sha256,
+                payout_ids: ids.clone(),
+                total_cents: file.total_cents,
+                currency: file.currency.to_owned(),
+            }),
+            actor: actor.0.clone(),
+            recorded_at_ms: created_ms,
+            idem_key: Some(key.clone()),
+            content_hash: Some(hash),
+        });
+        failpoint(failpoints::GENERATE_BEFORE_COMMIT);
+        Ok(true)
+    })?;
+    if !recorded {
+        return Ok(None);
+    }
+    failpoint(failpoints::AFTER_GENERATED);
+    let b = known_batch(ledger.store.pool(), &batch_id).await?;
+    tracing::info!(batch_id = %b.batch_id, rail = rail.as_str(), payouts = b.payout_ids.len(), total_cents = b.total_cents, "bank batch generated");
+    let path = ensure_file(ledger, config, originator, &b).await?;
+    failpoint(failpoints::AFTER_FILE);
+    let (submitted, problems) = submit_batch_payouts(ledger, &b, actor).await?;
+    Ok(Some(BatchOutcome {
+        batch: b,
+        path,
+        new: true,
+        submitted,
+        problems,
+    }))
+}
+
+/// The result of a lifecycle step of a batch.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LifecycleOutcome {
+    pub batch: BankBatch,
+    /// `accepted` when the status changed now, `duplicate` when it already had it.
+    pub status_change: &'static str,
+    /// Payouts moved by this call (submitted or settled).
+    pub payouts_changed: usize,
+    pub problems: Vec<String>,
+}
+
+async fn change_status(
+    ledger: &Ledger,
+    batch_id: &str,
+    status: &'static str,
+    from: &'static [&'static str],
+    actor: &Actor,
+) -> Result<Applied, BankError> {
+    let key = format!("bank_batch:{batch_id}:{status}");
+    let hash = content_hash(&key);
+    let now = ledger.now_ms();
+    let applied = crate::write_stream!(ledger, PLATFORM_STREAM, |tx| {
+        if find_idem(tx, &key).await?.is_some() {
+            return Ok(Applied::Duplicate);
+        }
+        let Some(current) = load_batch(tx.conn(), batch_id).await? else {
+            return reject("unknown_bank_batch", format!("no bank batch {batch_id}"));
+        };
+        if !from.contains(&current.status.as_str()) {
+            return reject(
+                "invalid_batch_state",
+                format!(
+                    "bank batch {batch_id} is {}; marking it {status} needs it {}",
+                    current.status,
+                    from.join(" or ")
+                ),
+            );
+        }
+        tx.append(NewEvent {
+            body: EventBody::BankBatchStatusChanged(BankBatchStatus {
+                batch_id: batch_id.to_owned(),
+                status: status.to_owned(),
+            }),
+            actor: actor.0.clone(),
+            recorded_at_ms: now,
+            idem_key: Some(key.clone()),
+            content_hash: Some(hash.clone()),
+        });
+        Ok(Applied::Accepted)
+    })?;
+    Ok(applied)
+}
+
+/// The file of a batch went to the bank: generated → submitted. Submits any payout of the
+/// batch still `created` first (an interrupted generation).
+pub async fn mark_submitted(
+    ledger: &Ledger,
+    batch_id: &str,
+    actor: &Actor,
+) -> Result<LifecycleOutcome, BankError> {
+    let pool = ledger.store.pool();
+    let b = known_batch(pool, batch_id).await?;
+    let (submitted, problems) = submit_batch_payouts(ledger, &b, actor).await?;
+    let applied = change_status(ledger, batch_id, "submitted", &["generated"], actor).await?;
+    Ok(LifecycleOutcome {
+        batch: known_batch(pool, batch_id).await?,
+        status_change: applied.as_str(),
+        payouts_changed: submitted,
+        problems,
+    })
+}
+
+/// The bank executed the batch: submitted → settled, and `payout.settled` (in transit →
+/// `platform:treasury:bank`) for each of its payouts. Running it again finishes an
+/// interrupted call.
+pub async fn mark_settled(
+    ledger: &Ledger,
+    batch_id: &str,
+    actor: &Actor,
+) -> Result<LifecycleOutcome, BankError> {
+    let pool = ledger.store.pool();
+    let b = known_batch(pool, batch_id).await?;
+    if b.status == "generated" {
+        return rejected(
+            "invalid_batch_state",
+            format!("bank batch {batch_id} is generated; mark it submitted first"),
+        );
+    }
+    let applied = change_status(ledger, batch_id, "settled", &["submitted"], actor).await?;
+    failpoint(failpoints::AFTER_BATCH_SETTLED);
+    let mut settled = 0;
+    let mut problems = Vec::new();
+    for p in batch_payouts(pool, &b).await? {
+        match p.status.as_str() {
+            "created" | "submitted" => {
+                match ledger.settle_payout(&p.payout_id, batch_id, actor).await {
+                    Ok(Applied::Accepted) => settled += 1,
+                    Ok(Applied::Duplicate) => {}
+                    Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {
+                        problems.push(format!("payout {}: {}", p.payout_id, e.message));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            "settled" | "returned" => {}
+            other => problems.push(format!(
+                "payout {} is {other}; it was not settled with batch {batch_id}",
+                p.payout_id
+            )),
+        }
+    }
+    Ok(LifecycleOutcome {
+        batch: known_batch(pool, batch_id).await?,
+        status_change: applied.as_str(),
+        payouts_changed: settled,
+        problems,
+    })
+}
+
+/// The result of a bank return.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReturnOutcome {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub batch_id: String,
+    pub code: String,
+    pub reason: String,
+    /// The provider's bank details are now blocked until a `provider.update` replaces them.
+    pub method_invalid: bool,
+    /// `accepted` or `duplicate`.
+    pub status: &'static str,
+}
+
+/// A bank returned a payout with reason `code` (`AC04`, `R03`, …): the payout is returned
+/// (`platform:treasury:bank` −, payable +). When the reason proves the bank details
+/// unusable and the provider still has the details the payout was sent to, they are marked
+/// invalid (the next run decides `no_method` until the provider enters new ones). A return
+/// that arrives before the batch was marked settled settles the payout first: the money
+/// left and came back.
+pub async fn return_payout(
+    ledger: &Ledger,
+    payout_id: &str,
+    code: &str,
+    actor: &Actor,
+) -> Result<ReturnOutcome, BankError> {
+    let reason = ReturnReason::parse(code).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
+    let pool = ledger.store.pool();
+    let Some(p) = payouts::payout(pool, payout_id).await? else {
+        return rejected("unknown_payout", format!("no payout {payout_id}"));
+    };
+    let rail_of_code = match reason.rail() {
+        BankRail::Sepa => Rail::Sepa,
+        BankRail::Ach => Rail::Ach,
+    };
+    if p.rail != rail_of_code {
+        return rejected(
+            "return_code_rail_mismatch",
+            format!(
+                "{} is a {} return code; payout {payout_id} went by {}",
+                reason.code(),
+                rail_of_code.as_str(),
+                p.rail.as_str()
+            ),
+        );
+    }
+    let batch_id = match &p.reference {
+        Some(r) if batch(pool, r).await?.is_some() => r.clone(),
+        _ => {
+            return rejected(
+                "invalid_payout_state",
+                format!(
+                    "payout {payout_id} is {} and in no bank batch; only a payout sent in a bank file can be returned",
+                    p.status
+                ),
+            );
+        }
+    };
+    let mut outcome = ReturnOutcome {
+        payout_id: p.payout_id.clone(),
+        provider_id: p.provider_id.clone(),
+        batch_id: batch_id.clone(),
+        code: reason.code().to_owned(),
+        reason: reason.description().to_owned(),
+        method_invalid: false,
+        status: "duplicate",
+    };
+    match p.status.as_str() {
+        "returned" => {
+            // Same code again: a duplicate (nothing booked; `method_invalid` reports false).
+            let prefix = format!("{}: ", reason.code());
+            if p.failure_reason.as_deref().is_some_and(|r| r.starts_with(&prefix)) {
+                return Ok(outcome);
+            }
+            return rejected(
+                "conflict",
+                format!(
+                    "payout {payout_id} was already returned ({})",
+                    p.failure_reason.unwrap_or_default()
+                ),
+            );
+        }
+        "submitted" => {
+            ledger.settle_payout(payout_id, &batch_id, actor).await?;
+        }
+        "settled" => {}
+        other => {
+            return rejected(
+                "invalid_payout_state",
+                format!("payout {payout_id} is {other}; only a sent bank payout can be returned"),
+            );
+        }
+    }
+    let mut conn = pool.acquire().await.map_err(LedgerError::from)?;
+    let current_method = provider_method(&mut conn, &p.provider_id).await?;
+    drop(conn);
+    // Block the details only while they are the ones the payout went to: details entered
+    // since are not proven wrong.
+    let method_invalid =
+        reason.invalidates_account_details() && current_method.as_ref() == Some(&p.method);
+    let applied = ledger
+        .return_payout(
+            payout_id,
+            reason.code(),
+            reason.description(),
+            method_invalid,
+            actor,
+        )
+        .await?;
+    outcome.method_invalid = method_invalid;
+    outcome.status = applied.as_str();
+    Ok(outcome)
+}
+
+async fn provider_method(
+    conn: &mut AnyConnection,
+    provider_id: &str,
+) -> Result<Option<crate::domain::event::PayoutMethod>, LedgerError> {
+    let row = sqlx::query("SELECT payout_method FROM providers WHERE provider_id = $1")
+        .bind(provider_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let text: Option<String> = row.try_get(0)?;
+    text.map(|t| serde_json::from_str(&t))
+        .transpose()
+        .map_err(|e| LedgerError::Rejected(DomainError::new("corrupt_projection", e.to_string())))
+}

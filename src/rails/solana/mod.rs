@@ -1,0 +1,539 @@
+//! The USDC payout rail on Solana (SPEC §6), over the `settle-solana` crate.
+//!
+//! [`SolanaRail::pay_pending`] is the outbox worker: it repairs what a crash left half
+//! done, resumes open attempts, and pays every `created` Solana payout that no open attempt
+//! holds, exactly once, through the crate's [`Payer`] and the [`LedgerJournal`] (the signed
+//! transaction is on the ledger before it is sent). [`SolanaRail::reconcile`] compares
+//! every settled Solana payout with the token balance change of its transaction on chain.
+//!
+//! Invariant: money leaves only here (and never inside an HTTP request).
+
+pub mod dev;
+pub mod journal;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use sqlx::Row;
+
+use settle_solana::{
+    Chain, ChainError, Confirmation, Discrepancy, PayError, Payer, PayerConfig, PayoutOutcome,
+    Pubkey, RpcChain, SettledPayout, SignatureStatuses, Tip, TokenDelta, Transfer, Treasury,
+    TreasuryError, check_mint, validate_wallet,
+};
+
+use crate::config::SolanaConfig;
+use crate::ledger::runs::failpoint;
+use crate::ledger::{Ledger, LedgerError};
+pub use journal::{LedgerJournal, RepairReport, failpoints};
+
+/// The USDC mint on mainnet-beta.
+pub const MAINNET_USDC_MINT: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
+/// The USDC mint on devnet.
+pub const DEVNET_USDC_MINT: &str = "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU";
+
+/// The explorer link of a transaction: no `?cluster=` on mainnet-beta; `custom` points the
+/// explorer at a local node.
+pub fn explorer_url(signature: &str, cluster: &str) -> String {
+    match cluster {
+        "" | "mainnet" | "mainnet-beta" => format!("https://explorer.solana.com/tx/{signature}"),
+        other => format!("https://explorer.solana.com/tx/{signature}?cluster={other}"),
+    }
+}
+
+/// Why the rail could not start or pay.
+#[derive(Debug, thiserror::Error)]
+pub enum SolanaRailError {
+    /// A configuration value is missing or malformed.
+    #[error("solana config: {0}")]
+    Config(String),
+    /// The treasury keypair file was refused (unreadable, readable by others, malformed).
+    #[error(transparent)]
+    Treasury(#[from] TreasuryError),
+    /// The mint is not an SPL Token mint with 6 decimals, or could not be read.
+    #[error("mint check failed: {0}")]
+    Mint(String),
+    /// The treasury does not cover the outbox: nothing new was sent.
+    #[error("preflight: nothing sent: {0}")]
+    Preflight(String),
+    /// The payer stopped (journal or chain trouble); what was journaled stays consistent
+    /// and the next pass resumes it.
+    #[error("payer stopped: {0}")]
+    Payer(String),
+    #[error("chain: {0}")]
+    Chain(#[from] ChainError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// What happened to one payout in a pass of [`SolanaRail::pay_pending`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PayoutResult {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub amount_micro_usdc: i64,
+    /// `settled`, `failed` (funds back to payable), `pending` (an open attempt, settled by
+    /// a later pass) or `not_sent` (still in the outbox).
+    pub status: &'static str,
+    pub signature: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// The result of one pass of the outbox worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PayPendingReport {
+    /// What the repair step applied before paying.
+    pub repaired: RepairReport,
+    /// Payouts taken from the outbox, and their sum.
+    pub outbox: usize,
+    pub outbox_micro_usdc: i64,
+    pub settled: usize,
+    pub settled_micro_usdc: i64,
+    pub failed: usize,
+    pub pending: usize,
+    pub not_sent: usize,
+    /// Transactions that landed in this pass.
+    pub transactions_landed: usize,
+    /// Per payout, in outbox order.
+    pub payouts: Vec<PayoutResult>,
+}
+
+/// One difference between the ledger and the chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReconcileDifference {
+    /// `amount_mismatch`, `transaction_not_found`, `bad_signature`, `bad_wallet`,
+    /// `no_landed_attempt` (the ledger settled a payout with a signature its journal does not
+    /// hold as landed) or `landed_not_settled` (a landed attempt whose payout is not settled).
+    pub kind: &'static str,
+    pub payout_ids: Vec<String>,
+    pub signature: Option<String>,
+    pub expected_micro_usdc: Option<i64>,
+    pub actual_micro_usdc: Option<i64>,
+}
+
+/// The result of [`SolanaRail::reconcile`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SolanaReconcileReport {
+    /// Settled Solana payouts checked, and those whose chain credit matches.
+    pub checked: usize,
+    pub matched: usize,
+    /// Transactions read from the chain.
+    pub transactions: usize,
+    pub differences: Vec<ReconcileDifference>,
+}
+
+impl SolanaReconcileReport {
+    pub fn ok(&self) -> bool {
+        self.differences.is_empty() && self.checked == self.matched
+    }
+}
+
+/// The rail: a chain, the treasury and the USDC mint.
+pub struct SolanaRail {
+    config: SolanaConfig,
+    chain: Arc<dyn Chain>,
+    treasury: Arc<Treasury>,
+    mint: Pubkey,
+}
+
+impl std::fmt::Debug for SolanaRail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SolanaRail")
+            .field("rpc_url", &self.config.rpc_url)
+            .field("mint", &self.mint)
+            .field("treasury", &self.treasury.pubkey())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a commitment name.
+pub fn parse_commitment(text: &str) -> Result<Confirmation, SolanaRailError> {
+    match text {
+        "processed" => Ok(Confirmation::Processed),
+        "confirmed" => Ok(Confirmation::Confirmed),
+        "finalized" => Ok(Confirmation::Finalized),
+        other => Err(SolanaRailError::Config(format!(
+            "commitment must be processed, confirmed or finalized, got {other:?}"
+        ))),
+    }
+}
+
+impl SolanaRail {
+    /// Connects to `config.rpc_url` through the production `RpcClient` adapter, loads the
+    /// treasury keypair (refused when group or others may read it; the key is never logged)
+    /// and checks the mint (SPL Token program, 6 decimals).
+    pub async fn connect(config: &SolanaConfig) -> Result<SolanaRail, SolanaRailError> {
+        if config.rpc_url.trim().is_empty() {
+            return Err(SolanaRailError::Config("rpc_url is empty".into()));
+        }
+        let commitment = parse_commitment(&config.commitment)?;
+        if config.treasury_keypair_path.trim().is_empty() {
+            return Err(SolanaRailError::Config(
+                "no treasury keypair file configured (treasury_keypair_path)".into(),
+            ));
+        }
+        let treasury = Treasury::load(&config.treasury_keypair_path)?;
+        let chain: Arc<dyn Chain> = Arc::new(RpcChain::new(config.rpc_url.clone(), commitment));
+        SolanaRail::with_chain(config, chain, Arc::new(treasury)).await
+    }
+
+    /// A rail on any [`Chain`] (the demo may use a `LocalChain` directly).
+    pub async fn with_chain(
+        config: &SolanaConfig,
+        chain: Arc<dyn Chain>,
+        treasury: Arc<Treasury>,
+    ) -> Result<SolanaRail, SolanaRailError> {
+        let mint: Pubkey = config
+            .mint
+            .trim()
+            .parse()
+            .map_err(|e| SolanaRailError::Config(format!("mint {:?}: {e}", config.mint)))?;
+        if config.transfers_per_tx_max == 0 {
+            return Err(SolanaRailError::Config(
+                "transfers_per_tx_max must be at least 1".into(),
+            ));
+        }
+        check_mint(chain.as_ref(), &mint)
+            .await
+            .map_err(|e| SolanaRailError::Mint(e.to_string()))?;
+        Ok(SolanaRail {
+            config: config.clone(),
+            chain: Arc::new(FailpointChain(chain)),
+            treasury,
+            mint,
+        })
+    }
+
+    pub fn mint(&self) -> Pubkey {
+        self.mint
+    }
+
+    pub fn treasury(&self) -> Pubkey {
+        self.treasury.pubkey()
+    }
+
+    pub fn chain(&self) -> &Arc<dyn Chain> {
+        &self.chain
+    }
+
+    pub fn config(&self) -> &SolanaConfig {
+        &self.config
+    }
+
+    /// The treasury's USDC (µUSDC, 0 without a token account) and SOL (lamports).
+    pub async fn treasury_balances(&self) -> Result<(u64, u64), SolanaRailError> {
+        let usdc = self
+            .chain
+            .token_balance(&self.treasury.token_account(&self.mint))
+            .await?
+            .unwrap_or(0);
+        let lamports = self.chain.sol_balance(&self.treasury.pubkey()).await?;
+        Ok((usdc, lamports))
+    }
+
+    fn payer_config(&self) -> PayerConfig {
+        let mut c = PayerConfig::new(self.mint);
+        c.priority_fee_micro_lamports = self.config.priority_fee_micro_lamports;
+        c.transfers_per_tx_max = self.config.transfers_per_tx_max;
+        c.poll_interval_ms = self.config.poll_interval_ms;
+        c.rebroadcast_interval_ms = self.config.rebroadcast_interval_ms;
+        c.wait_timeout_ms = self.config.wait_timeout_ms;
+        c.rpc_retries_max = self.config.rpc_retries_max;
+        c.rpc_backoff_ms_max = self.config.rpc_backoff_ms_max;
+        c.preflight = true;
+        c
+    }
+
+    /// One pass of the outbox worker: repair, resume open attempts, then pay every
+    /// `created`/`submitted` Solana payout that no open, landed or failed attempt holds.
+    ///
+    /// Before anything new is signed the treasury must cover the whole set (USDC, and SOL
+    /// for fees and new token accounts); otherwise nothing new is sent and
+    /// [`SolanaRailError::Preflight`] says what is missing. A transfer that simulation
+    /// proves impossible (e.g. a frozen token account) is never signed: its payout fails
+    /// and its amount returns to payable. A transaction that fails on chain fails its
+    /// payouts the same way.
+    pub async fn pay_pending(&self, ledger: &Ledger) -> Result<PayPendingReport, SolanaRailError> {
+        let journal = Arc::new(LedgerJournal::new(ledger.clone()));
+        let mut report = PayPendingReport {
+            repaired: journal.repair().await?,
+            ..PayPendingReport::default()
+        };
+        let outbox = journal::outbox(ledger).await?;
+        let mut transfers = Vec::with_capacity(outbox.len());
+        let mut results: Vec<PayoutResult> = Vec::with_capacity(outbox.len());
+        let mut invalid: HashMap<String, String> = HashMap::new();
+        for p in &outbox {
+            report.outbox_micro_usdc += p.amount_micro_usdc;
+            let wallet = journal::method_wallet(&p.method)
+                .ok_or_else(|| "the payout method is not a Solana wallet".to_owned())
+                .and_then(|w| validate_wallet(&w).map_err(|e| e.to_string()));
+            let amount = u64::try_from(p.amount_micro_usdc)
+                .ok()
+                .filter(|a| *a > 0)
+                .ok_or_else(|| format!("amount {} µUSDC cannot be paid", p.amount_micro_usdc));
+            match (wallet, amount) {
+                (Ok(wallet), Ok(amount_micro_usdc)) => transfers.push(Transfer {
+                    payout_id: p.payout_id.clone(),
+                    wallet,
+                    amount_micro_usdc,
+                }),
+                (Err(reason), _) | (_, Err(reason)) => {
+                    invalid.insert(p.payout_id.clone(), reason);
+                }
+            }
+            results.push(PayoutResult {
+                payout_id: p.payout_id.clone(),
+                provider_id: p.provider_id.clone(),
+                amount_micro_usdc: p.amount_micro_usdc,
+                status: "not_sent",
+                signature: None,
+                reason: None,
+            });
+        }
+        report.outbox = outbox.len();
+        tracing::info!(
+            payouts = outbox.len(),
+            amount_micro_usdc = report.outbox_micro_usdc,
+            "solana outbox"
+        );
+
+        let payer = Payer::new(
+            self.chain.clone(),
+            journal.clone(),
+            self.treasury.clone(),
+            self.payer_config(),
+        );
+        let paid = match payer.pay(transfers).await {
+            Ok(r) => r,
+            Err(PayError::Preflight(e)) => return Err(SolanaRailError::Preflight(e.to_string())),
+            Err(e) => return Err(SolanaRailError::Payer(e.to_string())),
+        };
+        report.transactions_landed = paid.landed_attempts().count();
+
+        for r in &mut results {
+            if let Some(reason) = invalid.get(&r.payout_id) {
+                journal.fail_unsent(&r.payout_id, reason).await?;
+                r.status = "failed";
+                r.reason = Some(reason.clone());
+                continue;
+            }
+            match paid.payouts.get(&r.payout_id) {
+                Some(PayoutOutcome::Settled { signature, .. }) => {
+                    r.status = "settled";
+                    r.signature = Some(signature.clone());
+                }
+                Some(PayoutOutcome::Failed {
+                    signature, reason, ..
+                }) => {
+                    r.status = "failed";
+                    r.signature = Some(signature.clone());
+                    r.reason = Some(reason.clone());
+                }
+                Some(PayoutOutcome::Rejected { reason }) => {
+                    let reason = format!("rejected by simulation, nothing sent: {reason}");
+                    journal.fail_unsent(&r.payout_id, &reason).await?;
+                    r.status = "failed";
+                    r.reason = Some(reason);
+                }
+                Some(PayoutOutcome::Pending { signature, .. }) => {
+                    r.status = "pending";
+                    r.signature = Some(signature.clone());
+                }
+                Some(PayoutOutcome::NotSent { reason }) => {
+                    r.reason = Some(reason.clone());
+                }
+                Some(PayoutOutcome::AlreadyResolved) | None => {}
+            }
+        }
+        // Payouts of attempts resumed in this pass that were not in the outbox (none in
+        // practice: the outbox holds every unfinished payout) are not reported.
+        for r in &results {
+            match r.status {
+                "settled" => {
+                    report.settled += 1;
+                    report.settled_micro_usdc += r.amount_micro_usdc;
+                }
+                "failed" => report.failed += 1,
+                "pending" => report.pending += 1,
+                _ => report.not_sent += 1,
+            }
+        }
+        report.payouts = results;
+        tracing::info!(
+            settled = report.settled,
+            failed = report.failed,
+            pending = report.pending,
+            not_sent = report.not_sent,
+            transactions = report.transactions_landed,
+            "solana pay pass done"
+        );
+        Ok(report)
+    }
+
+    /// Compares every settled Solana payout with the token balance change of its
+    /// transaction on chain, and the ledger's settled payouts with its landed attempts.
+    pub async fn reconcile(&self, ledger: &Ledger) -> Result<SolanaReconcileReport, SolanaRailError> {
+        let rows = sqlx::query(
+            "SELECT payout_id, amount_micro_usdc, method, reference FROM payouts WHERE rail = 'solana' AND status = 'settled' ORDER BY payout_id",
+        )
+        .fetch_all(ledger.store.pool())
+        .await
+        .map_err(LedgerError::from)?;
+        let landed = journal::landed_by_signature(ledger).await?;
+        let mut report = SolanaReconcileReport::default();
+        let mut settled = Vec::with_capacity(rows.len());
+        let mut settled_ids: HashMap<String, String> = HashMap::new();
+        for r in &rows {
+            let payout_id: String = r.try_get(0).map_err(LedgerError::from)?;
+            let amount: i64 = r.try_get(1).map_err(LedgerError::from)?;
+            let method: String = r.try_get(2).map_err(LedgerError::from)?;
+            let reference: Option<String> = r.try_get(3).map_err(LedgerError::from)?;
+            report.checked += 1;
+            let signature = reference.unwrap_or_default();
+            settled_ids.insert(payout_id.clone(), signature.clone());
+            let difference = |kind| ReconcileDifference {
+                kind,
+                payout_ids: vec![payout_id.clone()],
+                signature: Some(signature.clone()),
+                expected_micro_usdc: Some(amount),
+                actual_micro_usdc: None,
+            };
+            if !landed
+                .get(&signature)
+                .is_some_and(|a| a.payout_ids.contains(&payout_id))
+            {
+                report.differences.push(difference("no_landed_attempt"));
+            }
+            let wallet = journal::method_wallet(&method).and_then(|w| w.parse::<Pubkey>().ok());
+            match (wallet, u64::try_from(amount)) {
+                (Some(wallet), Ok(amount_micro_usdc)) => settled.push(SettledPayout {
+                    payout_id,
+                    wallet,
+                    amount_micro_usdc,
+                    signature,
+                }),
+                _ => report.differences.push(difference("bad_wallet")),
+            }
+        }
+        for attempt in landed.values() {
+            for id in &attempt.payout_ids {
+                if settled_ids.get(id) != Some(&attempt.signature) {
+                    report.differences.push(ReconcileDifference {
+                        kind: "landed_not_settled",
+                        payout_ids: vec![id.clone()],
+                        signature: Some(attempt.signature.clone()),
+                        expected_micro_usdc: None,
+                        actual_micro_usdc: None,
+                    });
+                }
+            }
+        }
+        let amounts: BTreeMap<&str, i64> = settled
+            .iter()
+            .map(|p| (p.payout_id.as_str(), p.amount_micro_usdc as i64))
+            .collect();
+        report.transactions = settled
+            .iter()
+            .map(|p| p.signature.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let chain = settle_solana::reconcile(self.chain.as_ref(), &self.mint, &settled).await?;
+        report.matched = chain.matched;
+        for d in chain.discrepancies {
+            report.differences.push(match d {
+                Discrepancy::BadSignature { payout_id } => ReconcileDifference {
+                    kind: "bad_signature",
+                    expected_micro_usdc: amounts.get(payout_id.as_str()).copied(),
+                    payout_ids: vec![payout_id],
+                    signature: None,
+                    actual_micro_usdc: None,
+                },
+                Discrepancy::TransactionNotFound {
+                    payout_id,
+                    signature,
+                } => ReconcileDifference {
+                    kind: "transaction_not_found",
+                    expected_micro_usdc: amounts.get(payout_id.as_str()).copied(),
+                    payout_ids: vec![payout_id],
+                    signature: Some(signature),
+                    actual_micro_usdc: None,
+                },
+                Discrepancy::AmountMismatch {
+                    payout_ids,
+                    signature,
+                    expected_micro_usdc,
+                    actual_micro_usdc,
+                    ..
+                } => ReconcileDifference {
+                    kind: "amount_mismatch",
+                    payout_ids,
+                    signature: Some(signature),
+                    expected_micro_usdc: i64::try_from(expected_micro_usdc).ok(),
+                    actual_micro_usdc: i64::try_from(actual_micro_usdc).ok(),
+                },
+            });
+        }
+        Ok(report)
+    }
+}
+
+/// Delegates to a chain and reaches the [`failpoints::AFTER_SEND`] failpoint after a send.
+struct FailpointChain(Arc<dyn Chain>);
+
+#[async_trait]
+impl Chain for FailpointChain {
+    async fn latest_blockhash(&self) -> Result<(settle_solana::Hash, u64), ChainError> {
+        self.0.latest_blockhash().await
+    }
+    async fn block_height(&self, commitment: Confirmation) -> Result<u64, ChainError> {
+        self.0.block_height(commitment).await
+    }
+    async fn tip(&self, commitment: Confirmation) -> Result<Tip, ChainError> {
+        self.0.tip(commitment).await
+    }
+    async fn send_transaction(
+        &self,
+        tx: &solana_transaction::Transaction,
+    ) -> Result<settle_solana::Signature, ChainError> {
+        let sent = self.0.send_transaction(tx).await;
+        failpoint(failpoints::AFTER_SEND);
+        sent
+    }
+    async fn simulate_units(&self, tx: &solana_transaction::Transaction) -> Result<u64, ChainError> {
+        self.0.simulate_units(tx).await
+    }
+    async fn signature_statuses(
+        &self,
+        signatures: &[settle_solana::Signature],
+        search_history: bool,
+    ) -> Result<SignatureStatuses, ChainError> {
+        self.0.signature_statuses(signatures, search_history).await
+    }
+    async fn accounts(
+        &self,
+        keys: &[Pubkey],
+    ) -> Result<Vec<Option<solana_account::Account>>, ChainError> {
+        self.0.accounts(keys).await
+    }
+    async fn account(&self, key: &Pubkey) -> Result<Option<solana_account::Account>, ChainError> {
+        self.0.account(key).await
+    }
+    async fn token_balance(&self, token_account: &Pubkey) -> Result<Option<u64>, ChainError> {
+        self.0.token_balance(token_account).await
+    }
+    async fn sol_balance(&self, key: &Pubkey) -> Result<u64, ChainError> {
+        self.0.sol_balance(key).await
+    }
+    async fn transaction_token_deltas(
+        &self,
+        signature: &settle_solana::Signature,
+    ) -> Result<Option<Vec<TokenDelta>>, ChainError> {
+        self.0.transaction_token_deltas(signature).await
+    }
+    async fn minimum_balance_for_rent_exemption(&self, data_len: usize) -> Result<u64, ChainError> {
+        self.0.minimum_balance_for_rent_exemption(data_len).await
+    }
+}

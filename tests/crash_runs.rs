@@ -1,0 +1,362 @@
+//! Crash safety of payout runs, through the real binary: a ledger with voids,
+//! adjustments, held, released and cancelled payouts is built with `settle import` and
+//! `settle payout …`; then `settle run …` is killed at every named failpoint and by
+//! SIGKILL at random instants, and restarted until it completes. A reference ledger
+//! fed the same commands in-process without any crash must produce the same run reports
+//! (every candidate decided exactly once, the same amounts and payout ids); the money
+//! invariants and `settle verify` hold after every run. Runs on SQLite, and on
+//! PostgreSQL when `SETTLE_TEST_PG_URL` is set.
+//!
+//! And two `settle run weekly` processes started at once finish one run with no
+//! duplicate payout.
+
+mod common;
+mod runs_support;
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use chrono::{NaiveDate, TimeDelta};
+use common::{TestDb, settle_bin};
+use rand::{Rng, SeedableRng};
+use runs_support::*;
+use settle::domain::time::{date_start_ms, format_ms};
+use settle::ledger::runs::{self, RunReport, failpoints};
+use settle::ledger::{Actor, Ledger};
+use settle_calendar::{Calendar, RunKey};
+use sqlx::Row;
+
+/// Providers: enough that a random kill lands in the middle of a run.
+const PROVIDERS: usize = 200;
+/// Kills per named failpoint, and random kills, at least.
+const KILLS_PER_FAILPOINT: usize = 5;
+const RANDOM_KILLS_MIN: usize = 50;
+const RUNS_MAX: usize = 30;
+
+fn pid(i: usize) -> String {
+    format!("prv_{i:03}")
+}
+
+/// Registration and the first week of usage.
+fn setup_lines() -> Vec<String> {
+    let mut lines = Vec::new();
+    for i in 0..PROVIDERS {
+        let p = pid(i);
+        let schedule = if i % 5 == 0 { "monthly" } else { "weekly" };
+        let method = if i % 17 == 0 {
+            String::new()
+        } else if i % 7 == 0 {
+            format!(r#","payout_method":{SEPA}"#)
+        } else if i % 11 == 0 {
+            format!(r#","payout_method":{ACH}"#)
+        } else {
+            format!(r#","payout_method":{SOLANA}"#)
+        };
+        lines.push(format!(
+            r#"{{"type":"provider.register","provider_id":"{p}","name":"Provider {i}","email":"ops@{p}.test","tier":"{}","schedule":"{schedule}"{method}}}"#,
+            if i % 3 == 0 { "enterprise" } else { "community" }
+        ));
+        lines.push(format!(r#"{{"type":"gpu.register","gpu_id":"{p}-g0","provider_id":"{p}","model":"H100-80GB"}}"#));
+        if i % 13 == 0 {
+            lines.push(format!(r#"{{"type":"provider.update","provider_id":"{p}","status":"on_hold"}}"#));
+        }
+        if i % 29 == 0 {
+            lines.push(format!(r#"{{"type":"provider.update","provider_id":"{p}","status":"suspended"}}"#));
+        }
+    }
+    lines
+}
+
+/// The commands booked before the run of `run_date` (the `round`-th import): usage two
+/// days before, voids of the previous round's usage, adjustments, payout method changes
+/// and a fresh FX rate.
+fn round_lines(round: usize, run_date: NaiveDate) -> Vec<String> {
+    let day = date_start_ms(run_date - TimeDelta::days(2));
+    let mut lines = Vec::new();
+    for i in 0..PROVIDERS {
+        let p = pid(i);
+        if i % 19 == 0 && round > 0 {
+            lines.push(format!(r#"{{"type":"usage.void","event_id":"u-{}-{i}","reason":"refund"}}"#, round - 1));
+        }
+        let minutes = if i % 4 == 0 { 5 } else { 20 * ((i % 9) as i64 + 1) + 4 * round as i64 };
+        let start = day + i as i64 * 60_000;
+        lines.push(format!(
+            r#"{{"type":"usage","event_id":"u-{round}-{i}","provider_id":"{p}","gpu_id":"{p}-g0","started_at":"{}","ended_at":"{}","rate_usdc_per_hour":"{}"}}"#,
+            format_ms(start),
+            format_ms(start + minutes * 60_000),
+            ["2.49", "3.1", "1.799999", "12"][i % 4]
+        ));
+        if i % 23 == 0 && round % 3 == 1 {
+            lines.push(format!(
+                r#"{{"type":"adjustment","adjustment_id":"adj-{round}-{i}","provider_id":"{p}","amount_usdc":"-60.000000","reason":"chargeback"}}"#
+            ));
+        }
+        if i % 31 == 0 {
+            lines.push(format!(
+                r#"{{"type":"adjustment","adjustment_id":"bonus-{round}-{i}","provider_id":"{p}","amount_usdc":"10.500001","reason":"bonus"}}"#
+            ));
+        }
+        if i % 37 == 0 && round % 4 == 2 {
+            let wallet = if round % 8 == 2 { SOLANA_2 } else { SOLANA };
+            lines.push(format!(r#"{{"type":"provider.update","provider_id":"{p}","payout_method":{wallet}}}"#));
+        }
+    }
+    lines.push(format!(r#"{{"type":"fx.rate_set","eur_per_usd":"0.9{}"}}"#, 100 + round));
+    lines
+}
+
+/// The ledger under test, driven through the binary.
+struct Crashed {
+    db: TestDb,
+    ledger: Ledger,
+    dir: tempfile::TempDir,
+    files: usize,
+}
+
+impl Crashed {
+    async fn new() -> Crashed {
+        let db = TestDb::new().await;
+        let (ledger, _) = db.ledger_at("2026-11-01T00:00:00Z").await;
+        Crashed { db, ledger, dir: tempfile::tempdir().unwrap(), files: 0 }
+    }
+
+    fn cli(&self, now_ms: i64, args: &[&str]) -> Command {
+        let mut c = Command::new(settle_bin());
+        c.arg("--database").arg(&self.db.url).arg("--now").arg(format_ms(now_ms)).args(args);
+        c.env_remove("SETTLE_FAILPOINT");
+        c
+    }
+
+    fn import(&mut self, now_ms: i64, lines: &[String]) {
+        self.files += 1;
+        let path = self.dir.path().join(format!("import-{}.ndjson", self.files));
+        let mut f = std::fs::File::create(&path).unwrap();
+        for l in lines {
+            writeln!(f, "{l}").unwrap();
+        }
+        drop(f);
+        let out = self.cli(now_ms, &["import", path.to_str().unwrap()]).output().unwrap();
+        assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    fn ok(&self, now_ms: i64, args: &[&str]) {
+        let out = self.cli(now_ms, args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn run_args(run: &RunKey) -> Vec<String> {
+        match run {
+            RunKey::Weekly { monday } => vec!["run".into(), "weekly".into(), "--date".into(), monday.to_string()],
+            RunKey::Monthly { .. } => vec!["run".into(), "monthly".into(), "--month".into(), run.key_string()],
+        }
+    }
+
+    fn spawn_run(&self, now_ms: i64, run: &RunKey, failpoint: Option<String>) -> Child {
+        let args = Crashed::run_args(run);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut c = self.cli(now_ms, &args);
+        if let Some(f) = failpoint {
+            c.env("SETTLE_FAILPOINT", f);
+        }
+        c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    }
+
+    async fn decided(&self, run: &RunKey) -> i64 {
+        sqlx::query("SELECT COUNT(*) FROM run_decisions WHERE run_kind = $1 AND run_key = $2")
+            .bind(run.kind())
+            .bind(run.key_string())
+            .fetch_one(self.ledger.store.pool())
+            .await
+            .unwrap()
+            .get::<i64, _>(0)
+    }
+
+    async fn report(&self, run: RunKey) -> Option<RunReport> {
+        runs::run_report(self.ledger.store.pool(), &Calendar::platform_default(), run).await.unwrap()
+    }
+}
+
+/// The providers a run must decide, from the reference ledger's registry.
+async fn expected_candidates(ledger: &Ledger, run: &RunKey) -> Vec<String> {
+    let sql = match run {
+        RunKey::Weekly { .. } => "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'",
+        RunKey::Monthly { .. } => "SELECT provider_id FROM providers WHERE status <> 'suspended'",
+    };
+    let mut ids: Vec<String> = sqlx::query(sql)
+        .fetch_all(ledger.store.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
+    let started = Instant::now();
+    let reference = World::new("2026-11-14T12:00:00Z").await;
+    let mut crashed = Crashed::new().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(
+        std::env::var("SETTLE_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random),
+    );
+
+    // Setup and a first, uncrashed run (which leaves held payouts), timed.
+    let mut now = settle::domain::time::parse_rfc3339_ms("2026-11-14T12:00:00Z").unwrap();
+    let mut lines = setup_lines();
+    lines.extend(round_lines(0, NaiveDate::from_ymd_opt(2026, 11, 16).unwrap()));
+    reference.import(&lines).await;
+    crashed.import(now, &lines);
+    let first = runs::weekly_key("2026-11-16").unwrap();
+    now = date_start_ms(NaiveDate::from_ymd_opt(2026, 11, 16).unwrap()) + 5 * 60_000;
+    reference.clock.set(now);
+    let t = Instant::now();
+    let expected = reference.try_run(first).await.unwrap();
+    let run_time = t.elapsed();
+    let t = Instant::now();
+    crashed.ok(now, &["calendar", "next-runs", "--count", "1"]);
+    let startup = t.elapsed();
+    crashed.ok(now, &["run", "weekly", "--date", "2026-11-16"]);
+    assert_eq!(crashed.report(first).await.as_ref(), Some(&expected));
+    assert!(expected.totals["held"].count > 0, "the setup leaves held payouts");
+    eprintln!("setup {:?}; a run takes {run_time:?} in-process, a process starts in {startup:?}", started.elapsed());
+
+    let schedule = settle_calendar::next_runs(
+        &Calendar::platform_default(),
+        NaiveDate::from_ymd_opt(2026, 11, 23).unwrap().and_hms_opt(0, 0, 0).unwrap(),
+        RUNS_MAX,
+    )
+    .unwrap();
+    let mut named_kills: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut random_kills = 0;
+    let mut last_date = NaiveDate::from_ymd_opt(2026, 11, 16).unwrap();
+    let mut round = 0;
+    let mut rounds_run = 0;
+    for scheduled in schedule {
+        let named_done = failpoints::ALL.iter().all(|f| named_kills.get(f).copied().unwrap_or(0) >= KILLS_PER_FAILPOINT);
+        if named_done && random_kills >= RANDOM_KILLS_MIN {
+            break;
+        }
+        let run = scheduled.key;
+        if scheduled.run_date != last_date {
+            round += 1;
+            last_date = scheduled.run_date;
+            now = now.max(date_start_ms(scheduled.run_date - TimeDelta::days(1)) + 12 * 3_600_000);
+            let lines = round_lines(round, scheduled.run_date);
+            reference.clock.set(now);
+            reference.import(&lines).await;
+            crashed.import(now, &lines);
+        }
+        now = now.max(date_start_ms(scheduled.run_date) + 5 * 60_000);
+        reference.clock.set(now);
+        let expected = reference.try_run(run).await.unwrap_or_else(|e| panic!("{run}: {e}"));
+        let candidates = expected_candidates(&reference.ledger, &run).await;
+        assert_eq!(
+            expected.candidates.iter().map(|c| c.provider_id.clone()).collect::<Vec<_>>(),
+            candidates
+        );
+
+        if !named_done {
+            // One kill at each named failpoint, in the order a run reaches them.
+            for f in failpoints::ALL {
+                let decided = crashed.decided(&run).await as usize;
+                let n = candidates.len();
+                let nth = match f {
+                    failpoints::BEFORE_DECIDE | failpoints::AFTER_DECIDE => rng.gen_range(1..=n),
+                    failpoints::DECIDE_BEFORE_COMMIT if decided < n => rng.gen_range(1..=n - decided),
+                    _ => 1,
+                };
+                let status = crashed.spawn_run(now, &run, Some(format!("{f}:{nth}"))).wait().unwrap();
+                if status.success() {
+                    continue; // nothing left to reach this point (e.g. every candidate decided)
+                }
+                *named_kills.entry(f).or_default() += 1;
+            }
+        } else {
+            // Random SIGKILLs until the run completes.
+            loop {
+                let decided = crashed.decided(&run).await as f64;
+                let remaining = 1.0 - decided / candidates.len().max(1) as f64;
+                let delay = startup.mul_f64(rng.gen_range(0.5..1.0)) + run_time.mul_f64(rng.gen_range(0.0..1.2) * remaining);
+                let mut child = crashed.spawn_run(now, &run, None);
+                std::thread::sleep(delay);
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                child.kill().unwrap();
+                let status = child.wait().unwrap();
+                if status.success() {
+                    break;
+                }
+                random_kills += 1;
+            }
+        }
+        // Restart without a failpoint: the run completes, identical to the reference.
+        crashed.ok(now, &Crashed::run_args(&run).iter().map(String::as_str).collect::<Vec<_>>());
+        let got = crashed.report(run).await.expect("the run is on the ledger");
+        assert_eq!(got, expected, "{run} after crashes equals the uncrashed run");
+        check_invariants(&crashed.ledger).await;
+        rounds_run += 1;
+
+        // Admin decisions on the held payouts, in both ledgers.
+        now += 60_000;
+        reference.clock.set(now);
+        for c in expected.candidates.iter().filter(|c| c.decision == "held") {
+            let id = c.payout_id.as_deref().unwrap();
+            let index: usize = c.provider_id[4..].parse().unwrap();
+            let admin = Actor::operator("test");
+            if index % 2 == 0 {
+                reference.ledger.cancel_payout(id, "ops review", &admin).await.unwrap();
+                crashed.ok(now, &["payout", "cancel", id, "--reason", "ops review"]);
+            } else if reference.payout(id).await.amount_eur_cents.is_some() || reference.payout(id).await.rail.as_str() != "sepa" {
+                reference.ledger.release_payout(id, &admin).await.unwrap();
+                crashed.ok(now, &["payout", "release", id]);
+            }
+        }
+    }
+    for f in failpoints::ALL {
+        assert!(named_kills.get(f).copied().unwrap_or(0) >= KILLS_PER_FAILPOINT, "killed at {f}: {named_kills:?}");
+    }
+    assert!(random_kills >= RANDOM_KILLS_MIN, "{random_kills} random kills in {rounds_run} runs");
+    let out = crashed.cli(now, &["verify"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    eprintln!(
+        "{rounds_run} runs, kills at failpoints {named_kills:?}, {random_kills} random kills, {:?} in all",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_starting_one_run_at_once_create_no_duplicate_payout() {
+    let mut crashed = Crashed::new().await;
+    let now = settle::domain::time::parse_rfc3339_ms("2026-11-21T12:00:00Z").unwrap();
+    let mut lines = setup_lines();
+    lines.extend(round_lines(0, NaiveDate::from_ymd_opt(2026, 11, 23).unwrap()));
+    crashed.import(now, &lines);
+    let run = runs::weekly_key("2026-11-23").unwrap();
+    let at = date_start_ms(NaiveDate::from_ymd_opt(2026, 11, 23).unwrap()) + 5 * 60_000;
+    for attempt in 0..2 {
+        let args = Crashed::run_args(&run);
+        let args: Vec<&str> = args.iter().map(String::as_str).chain(["--format", "json"]).collect();
+        let spawn = || crashed.cli(at, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (a, b) = (spawn(), spawn());
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        assert!(a.status.success() && b.status.success(), "{}{}", String::from_utf8_lossy(&a.stderr), String::from_utf8_lossy(&b.stderr));
+        let ja: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+        let jb: serde_json::Value = serde_json::from_slice(&b.stdout).unwrap();
+        assert_eq!(ja, jb, "both processes report the same run (attempt {attempt})");
+    }
+    let report = crashed.report(run).await.unwrap();
+    assert!(report.completed);
+    let pool = crashed.ledger.store.pool();
+    let count = |sql: &'static str| async move { sqlx::query(sql).fetch_one(pool).await.unwrap().get::<i64, _>(0) };
+    assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout.created'").await, report.payouts);
+    assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided'").await, report.candidates.len() as i64);
+    assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.completed'").await, 1);
+    assert!(report.payouts > 100, "a run worth racing: {} payouts", report.payouts);
+    check_invariants(&crashed.ledger).await;
+    let out = crashed.cli(at, &["verify"]).output().unwrap();
+    assert!(out.status.success());
+}
