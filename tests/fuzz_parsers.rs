@@ -1,0 +1,93 @@
+//! Fuzzing of every parser of outside input, as property tests that run in CI: arbitrary
+//! bytes and structured mutations never panic and always yield a value or a coded error.
+//! A longer run: `PROPTEST_CASES=200000 cargo test --release --test fuzz_parsers`.
+
+use proptest::prelude::*;
+use settle::domain::DomainError;
+use settle::domain::event::PayoutMethod;
+use settle::domain::ids::EventId;
+use settle::domain::money::{Rate, parse_micro_usdc};
+use settle::domain::time::{parse_instant_or_date_ms, parse_rfc3339_ms};
+use settle::ledger::methods::validate;
+use settle::wire::import::parse_line;
+
+fn coded(e: &DomainError) -> bool {
+    !e.code.is_empty() && e.code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') && !e.message.is_empty()
+}
+
+/// JSON-ish text built from fragments that parsers care about.
+fn jsonish() -> impl Strategy<Value = String> {
+    let fragment = prop_oneof![
+        Just("{".to_owned()), Just("}".to_owned()), Just("\"type\":".to_owned()), Just("\"usage\"".to_owned()),
+        Just("\"provider.register\"".to_owned()), Just("\"adjustment\"".to_owned()), Just(",".to_owned()),
+        Just("\"event_id\":".to_owned()), Just("\"started_at\":".to_owned()), Just("\"2026-11-23T10:00:00Z\"".to_owned()),
+        Just("\"amount_usdc\":".to_owned()), Just("\"-12.5\"".to_owned()), Just("1e309".to_owned()), Just("null".to_owned()),
+        Just("[".to_owned()), Just("]".to_owned()), Just("\"\\u0000\"".to_owned()), "\\PC{0,8}".prop_map(|s| s),
+    ];
+    proptest::collection::vec(fragment, 0..24).prop_map(|v| v.concat())
+}
+
+const VALID_LINES: &[&str] = &[
+    r#"{"type":"provider.register","provider_id":"prv_42","name":"Acme GPU","email":"ops@acme.test","tier":"community","schedule":"weekly","payout_method":{"kind":"sepa","iban":"DE89370400440532013000","holder":"Acme GPU GmbH"}}"#,
+    r#"{"type":"usage","event_id":"agt-19:000123","provider_id":"prv_42","gpu_id":"gpu_42_0","rental_id":"rnt_9001","started_at":"2026-11-23T10:00:00Z","ended_at":"2026-11-23T11:00:00Z","rate_usdc_per_hour":"2.49"}"#,
+    r#"{"type":"adjustment","adjustment_id":"adj-2026-001","provider_id":"prv_42","amount_usdc":"-12.500000","reason":"chargeback","reference":"case-77"}"#,
+    r#"{"type":"provider.update","provider_id":"prv_7","payout_method":{"kind":"ach","routing":"021000021","account":"123456789","account_type":"checking","holder":"Jane Doe","entity":"individual"}}"#,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn import_lines_never_panic(text in jsonish()) {
+        if let Err(e) = parse_line(&text) {
+            prop_assert!(coded(&e), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn mutated_valid_lines_never_panic(which in 0..VALID_LINES.len(), at in 0usize..400, byte in any::<u8>(), cut in any::<bool>()) {
+        let mut bytes = VALID_LINES[which].as_bytes().to_vec();
+        let i = at % bytes.len();
+        if cut { bytes.truncate(i) } else { bytes[i] = byte }
+        let text = String::from_utf8_lossy(&bytes);
+        if let Err(e) = parse_line(&text) {
+            prop_assert!(coded(&e), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn scalar_parsers_never_panic(text in "\\PC{0,64}") {
+        for r in [parse_micro_usdc(&text).map(|_| ()), Rate::parse(&text).map(|_| ()), parse_rfc3339_ms(&text).map(|_| ()),
+                  parse_instant_or_date_ms(&text).map(|_| ()), EventId::parse(&text).map(|_| ())] {
+            if let Err(e) = r {
+                prop_assert!(coded(&e), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn payout_method_validation_never_panics(wallet in "\\PC{0,60}", iban in "[A-Z0-9 ]{0,40}", routing in "[0-9]{0,12}", holder in "\\PC{0,90}") {
+        let methods = [
+            PayoutMethod::Solana { wallet: wallet.clone() },
+            PayoutMethod::Sepa { iban: iban.clone(), bic: Some(wallet.chars().take(11).collect()), holder: holder.clone() },
+            PayoutMethod::Ach { routing, account: iban, account_type: "checking".into(), holder, entity: "business".into() },
+        ];
+        for m in methods {
+            if let Err(e) = validate(&m) {
+                prop_assert!(coded(&e), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn bank_return_codes_never_panic(code in "\\PC{0,8}") {
+        let _ = settle_bank::ReturnReason::parse(&code);
+    }
+}
+
+#[test]
+fn valid_lines_parse() {
+    for line in VALID_LINES {
+        parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+}
