@@ -164,6 +164,74 @@ impl Default for BankConfig {
     }
 }
 
+/// The USDC payout rail on Solana (SPEC §6). The treasury keypair file is never logged and
+/// is refused when group or others may read it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SolanaConfig {
+    /// JSON-RPC endpoint of the cluster.
+    pub rpc_url: String,
+    /// Commitment of reads (`processed`, `confirmed`, `finalized`); payouts settle only at
+    /// `finalized` regardless.
+    pub commitment: String,
+    /// The USDC mint (mainnet `EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v`, devnet
+    /// `4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU`, or a local one).
+    pub mint: String,
+    /// solana-keygen keypair file of the treasury (mode 0600).
+    pub treasury_keypair_path: String,
+    /// Priority fee in micro-lamports per compute unit.
+    pub priority_fee_micro_lamports: u64,
+    /// Most transfers per transaction (the 1,232-byte limit usually binds first).
+    pub transfers_per_tx_max: usize,
+    /// Cluster of the explorer links: `mainnet-beta`, `devnet`, `testnet` or `custom`.
+    pub explorer_cluster: String,
+    /// Pause between two signature status polls.
+    pub poll_interval_ms: u64,
+    /// Pause between two broadcasts of the same unresolved transaction.
+    pub rebroadcast_interval_ms: u64,
+    /// How long one pass waits for outcomes before leaving attempts open for the next.
+    pub wait_timeout_ms: u64,
+    /// Consecutive RPC failures tolerated before a pass gives up (attempts stay open).
+    pub rpc_retries_max: u32,
+    /// Cap of the exponential backoff between RPC retries.
+    pub rpc_backoff_ms_max: u64,
+}
+
+impl Default for SolanaConfig {
+    fn default() -> Self {
+        SolanaConfig {
+            rpc_url: "https://api.mainnet-beta.solana.com".to_owned(),
+            commitment: "confirmed".to_owned(),
+            mint: "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v".to_owned(),
+            treasury_keypair_path: String::new(),
+            priority_fee_micro_lamports: 10_000,
+            transfers_per_tx_max: 64,
+            explorer_cluster: "mainnet-beta".to_owned(),
+            poll_interval_ms: 500,
+            rebroadcast_interval_ms: 2_000,
+            wait_timeout_ms: 180_000,
+            rpc_retries_max: 10,
+            rpc_backoff_ms_max: 8_000,
+        }
+    }
+}
+
+impl SolanaConfig {
+    /// Fast polling for a local chain (which produces a block per send and per poll).
+    pub fn local_fast() -> SolanaConfig {
+        SolanaConfig {
+            rpc_url: "http://127.0.0.1:8899".to_owned(),
+            priority_fee_micro_lamports: 1_000,
+            poll_interval_ms: 2,
+            rebroadcast_interval_ms: 20,
+            wait_timeout_ms: 120_000,
+            rpc_retries_max: 20,
+            rpc_backoff_ms_max: 200,
+            ..SolanaConfig::default()
+        }
+    }
+}
+
 /// A text field that the environment layer may have turned into an integer.
 fn de_digits<'de, D: serde::Deserializer<'de>>(d: D, width: usize) -> Result<String, D::Error> {
     #[derive(Deserialize)]
@@ -201,6 +269,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub scheduler: crate::jobs::scheduler::SchedulerConfig,
     pub bank: BankConfig,
+    pub solana: SolanaConfig,
 }
 
 /// A configuration problem, naming the file or variable.

@@ -7,12 +7,22 @@
 //! The generated input is written to `DIR/demo-input.ndjson` (`{"at": RFC3339, "line": …}`
 //! per line, in arrival order) so that anyone can recompute what the demo prints.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
 use chrono::{Datelike, Duration, NaiveDate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
+use settle_solana::Signer;
 
+use crate::config::{BankConfig, LedgerConfig, RunConfig};
+use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::{date_start_ms, format_ms};
+use crate::ledger::{Actor, Ledger, ManualClock};
+use crate::store::read::{EarningsBy, PayoutFilter};
+use crate::store::{Store, StoreOptions};
 
 /// A sample provider: id, name, tier, schedule, payout method kind, GPU models.
 pub struct DemoProvider {
@@ -121,6 +131,10 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
                 if rng.gen_range(0..25) == 0 {
                     at += 24 * hour;
                 }
+                if at >= week_end {
+                    // Reached the engine after Monday 00:00: booked, but paid the week after.
+                    at = week_end + rng.gen_range(1..4) * minute;
+                }
                 out.push(Arrival { at_ms: at, line: line.clone() });
                 if rng.gen_range(0..20) == 0 {
                     out.push(Arrival { at_ms: at + 30 * minute, line });
@@ -131,6 +145,213 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
     }
     out.sort_by_key(|a| a.at_ms);
     out
+}
+
+/// The deterministic wallet of a demo provider (its keypair derives from the id).
+pub fn demo_wallet(provider_id: &str) -> settle_solana::Keypair {
+    use sha2::{Digest, Sha256};
+    let seed: [u8; 32] = Sha256::digest(format!("settle-demo-wallet:{provider_id}").as_bytes()).into();
+    settle_solana::Keypair::new_from_array(seed)
+}
+
+/// Everything the demo did, as it prints it.
+#[derive(Debug, serde::Serialize)]
+pub struct DemoReport {
+    pub database: String,
+    pub week_start: String,
+    pub run_date: String,
+    pub input_file: String,
+    pub ingest: serde_json::Map<String, Value>,
+    pub earnings_per_gpu: Vec<Value>,
+    pub run: Value,
+    pub payouts: Vec<Value>,
+    pub chain: Value,
+    pub bank_files: Vec<Value>,
+    pub serve: String,
+}
+
+/// Runs the demo in `dir` (created; an earlier demo database there is replaced).
+pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    for f in ["settle.db", "settle.db-wal", "settle.db-shm"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    let outbox = dir.join("outbox");
+    let _ = std::fs::remove_dir_all(&outbox);
+    let url = format!("sqlite://{}", dir.join("settle.db").display());
+    let store = Store::open(&url, &StoreOptions::default()).await?;
+    store.migrate().await?;
+
+    // The week: the last full week whose Monday run (00:05 UTC) is already past.
+    let real_now = chrono::Utc::now().timestamp_millis();
+    let mut week = demo_week(chrono::Utc::now().date_naive());
+    let run_at = |w: NaiveDate| date_start_ms(w + Duration::days(7)) + 5 * 60_000;
+    if run_at(week) + 10 * 60_000 > real_now {
+        week -= Duration::days(7);
+    }
+    let monday = week + Duration::days(7);
+    let arrivals = generate(week, &|id| demo_wallet(id).pubkey().to_string(), 20261123);
+    let input_path = dir.join("demo-input.ndjson");
+    let mut input = String::new();
+    for a in &arrivals {
+        input.push_str(&json!({"at": format_ms(a.at_ms), "line": a.line}).to_string());
+        input.push('\n');
+    }
+    std::fs::write(&input_path, input)?;
+
+    // Book the week as it arrives.
+    let clock = Arc::new(ManualClock::new(arrivals.first().map(|a| a.at_ms).unwrap_or(0)));
+    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    let actor = Actor::system("demo");
+    let mut counts = serde_json::Map::new();
+    for a in &arrivals {
+        clock.set(a.at_ms);
+        let command = crate::wire::import::parse_line(&a.line.to_string()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let status = match crate::wire::import::apply(&ledger, &command, &actor).await {
+            Ok(applied) => applied.as_str().to_owned(),
+            Err(crate::ledger::LedgerError::Rejected(e)) => format!("rejected:{}", e.code),
+            Err(e) => return Err(e.into()),
+        };
+        let kind = a.line["type"].as_str().unwrap_or("?");
+        let key = if kind == "usage" { format!("usage_{status}") } else { status };
+        let n = counts.get(&key).and_then(Value::as_i64).unwrap_or(0);
+        counts.insert(key, json!(n + 1));
+    }
+
+    // The Monday run at 00:05 UTC.
+    clock.set(run_at(week));
+    let calendar = settle_calendar::Calendar::platform_default();
+    let run_key = settle_calendar::RunKey::Weekly { monday };
+    let report = ledger.run_payouts(run_key, &calendar, &RunConfig::default(), &Actor::system("scheduler")).await?;
+
+    // USDC on a local chain running the real SPL Token program, through the RpcClient adapter.
+    let chain = crate::rails::solana::dev::start_local_chain(&dir.join("chain"), 1_000_000 * 1_000_000, 100 * crate::rails::solana::dev::LAMPORTS_PER_SOL).await?;
+    let rail = crate::rails::solana::SolanaRail::connect(&chain.solana_config()).await?;
+    clock.advance(60_000);
+    let paid = rail.pay_pending(&ledger).await?;
+
+    // Bank files for the SEPA and ACH providers.
+    clock.advance(4 * 60_000);
+    let bank_config = BankConfig { outbox_dir: outbox.display().to_string(), ..BankConfig::default() };
+    let generated = crate::rails::bank::generate_batches(&ledger, &bank_config, &Actor::system("bank")).await?;
+
+    // What a provider's dashboard shows, and the books.
+    let pool = ledger.store.pool();
+    let mut earnings_per_gpu = Vec::new();
+    for p in PROVIDERS {
+        let r = crate::store::read::earnings(pool, p.id, date_start_ms(week), date_start_ms(monday), EarningsBy::Gpu).await?;
+        for g in r.groups {
+            earnings_per_gpu.push(json!({
+                "provider_id": p.id, "gpu_id": g.key, "model": g.model, "gpu_hours": g.totals.gpu_hours(),
+                "gross_usdc": format_micro_usdc(g.totals.gross_micro_usdc), "fee_usdc": format_micro_usdc(g.totals.fee_micro_usdc),
+                "net_usdc": format_micro_usdc(g.totals.net_micro_usdc),
+            }));
+        }
+    }
+    let payouts: Vec<Value> = crate::store::read::payouts(pool, None, PayoutFilter::All, None, 1000)
+        .await?
+        .into_iter()
+        .map(|p| json!({
+            "payout_id": p.payout_id, "provider_id": p.provider_id, "rail": p.rail, "status": p.status,
+            "amount_usdc": format_micro_usdc(p.amount_micro_usdc), "amount_eur": p.amount_eur_cents.map(format_cents),
+            "reference": p.reference, "end_to_end_id": p.end_to_end_id,
+        }))
+        .collect();
+    let mut balances = Vec::new();
+    for p in PROVIDERS.iter().filter(|p| p.rail == "solana") {
+        let wallet = demo_wallet(p.id).pubkey();
+        balances.push(json!({"provider_id": p.id, "wallet": wallet.to_string(), "usdc": format_micro_usdc(chain.usdc_of(&wallet) as i64)}));
+    }
+    let bank_files: Vec<Value> = generated
+        .batches
+        .iter()
+        .map(|b| json!({
+            "rail": b.batch.rail.as_str(), "batch_id": b.batch.batch_id, "path": b.path.display().to_string(), "sha256": b.batch.sha256,
+            "currency": b.batch.currency, "total": format_cents(b.batch.total_cents), "payouts": b.batch.payout_ids,
+        }))
+        .collect();
+    let verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
+    anyhow::ensure!(verify.ok(), "the demo ledger does not verify: {:?}", verify.problems);
+    let demo = DemoReport {
+        database: url.clone(),
+        week_start: week.to_string(),
+        run_date: monday.to_string(),
+        input_file: input_path.display().to_string(),
+        ingest: counts,
+        earnings_per_gpu,
+        run: serde_json::to_value(&report)?,
+        payouts,
+        chain: json!({
+            "rpc_url": chain.url, "mint": chain.mint.to_string(), "treasury": chain.treasury.to_string(),
+            "treasury_usdc": format_micro_usdc(chain.treasury_usdc() as i64),
+            "transactions_landed": paid.transactions_landed, "settled": paid.settled, "failed": paid.failed,
+            "balances": balances,
+        }),
+        bank_files,
+        serve: format!("settle --database {url} serve"),
+    };
+    ledger.store.close().await;
+    drop(chain);
+    Ok(demo)
+}
+
+/// Renders the report for a terminal.
+pub fn render_table(d: &DemoReport) -> String {
+    use crate::cli::output::Rows;
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "settle demo: the week of {} (Mon) paid on {}\n", d.week_start, d.run_date);
+    let _ = writeln!(out, "Database      {}", d.database);
+    let _ = writeln!(out, "Input         {} (one line per arrival, with its time)", d.input_file);
+    let ingest: Vec<String> = d.ingest.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(out, "Booked        {}\n", ingest.join(", "));
+    let _ = writeln!(out, "Earnings per GPU, week of {} (business time):", d.week_start);
+    let mut rows = Rows::new(vec!["provider_id", "gpu_id", "model", "gpu_hours", "gross_usdc", "fee_usdc", "net_usdc"]);
+    for e in &d.earnings_per_gpu {
+        rows.push(rows.columns.iter().map(|c| e[*c].clone()).collect());
+    }
+    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    let _ = writeln!(out, "\nWeekly run {} (cutoff {}):", d.run["run_key"].as_str().unwrap_or(""), format_ms(d.run["cutoff_ms"].as_i64().unwrap_or(0)));
+    let mut rows = Rows::new(vec!["provider_id", "decision", "available_usdc", "amount_usdc", "payout_id"]);
+    for c in d.run["candidates"].as_array().into_iter().flatten() {
+        rows.push(vec![
+            c["provider_id"].clone(), c["decision"].clone(),
+            json!(format_micro_usdc(c["available_micro_usdc"].as_i64().unwrap_or(0))),
+            json!(format_micro_usdc(c["amount_micro_usdc"].as_i64().unwrap_or(0))),
+            c["payout_id"].clone(),
+        ]);
+    }
+    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    let _ = writeln!(out, "\nPayouts:");
+    let mut rows = Rows::new(vec!["payout_id", "provider_id", "rail", "status", "amount_usdc", "amount_eur", "reference"]);
+    for p in &d.payouts {
+        rows.push(rows.columns.iter().map(|c| p[*c].clone()).collect());
+    }
+    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    let _ = writeln!(
+        out,
+        "\nSolana (local chain {}, real SPL Token program): {} transactions landed; treasury now {} USDC",
+        d.chain["rpc_url"].as_str().unwrap_or(""), d.chain["transactions_landed"], d.chain["treasury_usdc"].as_str().unwrap_or("")
+    );
+    let mut rows = Rows::new(vec!["provider_id", "wallet", "usdc"]);
+    for b in d.chain["balances"].as_array().into_iter().flatten() {
+        rows.push(rows.columns.iter().map(|c| b[*c].clone()).collect());
+    }
+    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    let _ = writeln!(out, "\nBank files:");
+    for f in &d.bank_files {
+        let _ = writeln!(out, "  {}  {} {} for {} payouts, sha256 {}", f["path"].as_str().unwrap_or(""), f["total"].as_str().unwrap_or(""), f["currency"].as_str().unwrap_or(""), f["payouts"].as_array().map(|a| a.len()).unwrap_or(0), f["sha256"].as_str().unwrap_or(""));
+    }
+    let _ = writeln!(out, "\nThe ledger verifies (hash chains, balanced lines, projections). Explore it:");
+    let _ = writeln!(out, "  {}", d.serve);
+    let _ = writeln!(out, "  settle --database {} token create --scope admin    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary", d.database);
+    out
+}
+
+/// Where `settle demo` works by default.
+pub fn default_dir() -> PathBuf {
+    PathBuf::from("settle-demo")
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! The `settle` command line (clap). Thin: parse arguments, call the ledger and the read
 //! models, render the result.
 
+pub mod bank;
 pub mod output;
 pub mod serve;
 pub mod reads;
 pub mod runs;
+pub mod solana;
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -76,6 +78,13 @@ pub struct Cli {
 pub enum Cmd {
     /// Create or upgrade the database schema (writes no ledger event).
     Migrate,
+    /// The whole job on a fresh machine: a SQLite file, sample providers, a generated week of
+    /// usage, the Monday run paying USDC on a local chain, SEPA and NACHA files.
+    Demo {
+        /// Working directory (database, input, chain state, bank outbox).
+        #[arg(long, default_value = "settle-demo")]
+        dir: std::path::PathBuf,
+    },
     /// The HTTP API, the payout-run scheduler and the rail workers in one process.
     Serve {
         /// Do not start the payout-run scheduler.
@@ -111,6 +120,17 @@ pub enum Cmd {
     /// API tokens: create (printed once), revoke, list.
     #[command(subcommand)]
     Token(reads::TokenCmd),
+    /// Bank transfer batches: generate, list, show, submitted, settled, return, regenerate.
+    Bank(bank::BankArgs),
+    /// Pay the outbox of a rail: `pay solana` (one pass of the USDC worker).
+    #[command(subcommand)]
+    Pay(solana::PayCmd),
+    /// Compare a rail with the ledger: `reconcile solana`.
+    #[command(subcommand)]
+    Reconcile(solana::ReconcileCmd),
+    /// Development chains: `chain local` (needs no database).
+    #[command(subcommand)]
+    Chain(solana::ChainCmd),
 }
 
 /// Opens the store and builds the ledger with the clock `--now` asks for.
@@ -153,9 +173,21 @@ pub fn redact(url: &str) -> String {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Cmd::Demo { dir } = &cli.command {
+        let report = crate::demo::run(dir).await?;
+        match cli.format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            _ => print!("{}", crate::demo::render_table(&report)),
+        }
+        return Ok(0);
+    }
+    if let Cmd::Chain(cmd) = &cli.command {
+        return solana::chain_cmd(cmd, cli.format).await;
+    }
     let ledger = open_ledger(&cli).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
+        Cmd::Demo { .. } => unreachable!("handled before opening the database"),
         Cmd::Serve { no_scheduler } => {
             let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
             serve::serve(ledger.clone(), config, !no_scheduler).await?;
@@ -186,6 +218,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Earnings(args) => reads::earnings(&ledger, args, cli.format, &mut stdout).await?,
         Cmd::Payouts(args) => reads::payouts(&ledger, args, cli.format, &mut stdout).await?,
         Cmd::Token(cmd) => reads::token(&ledger, cmd, cli.format, &mut stdout).await?,
+        Cmd::Bank(args) => {
+            bank::bank_cmd(&ledger, args, cli.config.as_deref(), cli.format, &mut stdout).await?
+        }
+        Cmd::Pay(cmd) => {
+            solana::pay_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
+        }
+        Cmd::Reconcile(cmd) => {
+            solana::reconcile_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
+                .await?
+        }
+        // Handled above, before a database is opened.
+        Cmd::Chain(cmd) => solana::chain_cmd(cmd, cli.format).await?,
     };
     ledger.store.close().await;
     Ok(code)

@@ -4,6 +4,7 @@
 //! reads through `store::read` over the projections; tokens through `auth`.
 
 pub mod admin;
+pub mod bank;
 pub mod dashboard;
 pub mod extract;
 pub mod openapi;
@@ -65,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/adjustments", post(admin::post_adjustment))
         .route("/v1/admin/import", post(admin::import))
         .route("/v1/admin/runs/{kind}/{key}", get(admin::run_report))
+        .merge(bank::routes())
         .route("/openapi.json", get(openapi_json))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

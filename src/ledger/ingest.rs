@@ -16,7 +16,7 @@ use crate::domain::ids::{EventId, GpuId, ProviderId, RentalId};
 use crate::domain::money::Rate;
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory, price_interval};
 use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
-use crate::store::{NewEvent, WriteTx};
+use crate::store::{Dialect, NewEvent, WriteTx};
 
 /// A usage event as received (SPEC §4 `usage.recorded` v1 input), fields still unparsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -219,11 +219,13 @@ impl Ledger {
                 Err(e) => results[i] = Some(UsageResult::rejected(input.event_id.clone(), e)),
             }
         }
-        for (provider_id, events) in by_provider {
-            let booked = crate::write_stream!(self, &provider_stream(&provider_id), |tx| {
-                    book_provider_usage(tx, &provider_id, &events, actor, now_ms).await
-                })?;
-            for (index, result) in booked {
+        let groups: Vec<(String, Vec<Parsed>)> = by_provider.into_iter().collect();
+        let providers_per_tx = match self.store.dialect() {
+            Dialect::Sqlite => PROVIDERS_PER_TX_MAX_SQLITE,
+            Dialect::Postgres => PROVIDERS_PER_TX_MAX_POSTGRES,
+        };
+        for chunk in groups.chunks(providers_per_tx) {
+            for (index, result) in self.book_usage(chunk, actor, now_ms).await? {
                 results[index] = Some(result);
             }
         }
@@ -236,21 +238,51 @@ impl Ledger {
     }
 }
 
+/// Providers booked per transaction. On SQLite (one writer, a sync per commit) a whole
+/// batch is one transaction; on PostgreSQL each provider's stream is an advisory lock held
+/// until the commit, so a batch that spans many providers commits in several transactions.
+/// Each provider's stream keeps its own sequence and hash chain either way.
+const PROVIDERS_PER_TX_MAX_SQLITE: usize = 1000;
+const PROVIDERS_PER_TX_MAX_POSTGRES: usize = 100;
+
 /// In-statement lists are chunked to stay far below bind-parameter limits.
 const IN_LIST_MAX: usize = 900;
 
-fn in_list(start: usize, count: usize) -> String {
-    (start..start + count)
-        .map(|i| format!("${}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",")
+/// Events per overlap query (four bind parameters each).
+const OVERLAP_EVENTS_PER_QUERY_MAX: usize = 200;
+
+impl Ledger {
+    /// Books the events of some providers in one transaction over their streams, retrying
+    /// the whole attempt (its reads included) when another writer got there first.
+    async fn book_usage(
+        &self,
+        groups: &[(String, Vec<Parsed>)],
+        actor: &Actor,
+        now_ms: i64,
+    ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
+        let streams: Vec<String> = groups.iter().map(|(p, _)| provider_stream(p)).collect();
+        let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+        let mut attempt: u32 = 0;
+        loop {
+            let result = async {
+                let mut tx = self.store.begin_streams(&names).await?;
+                let booked = book_groups(&mut tx, groups, actor, now_ms).await?;
+                tx.commit().await?;
+                Ok::<_, LedgerError>(booked)
+            }
+            .await;
+            match result {
+                Err(e) if self.retry_after(&e, &mut attempt).await => continue,
+                other => return other,
+            }
+        }
+    }
 }
 
 /// The pricing context of one provider, read inside its stream's transaction.
 struct ProviderContext {
     tiers: TierHistory,
     prices: PriceBook,
-    fees: FeeBook,
 }
 
 pub(crate) async fn load_fee_book(tx: &mut WriteTx) -> Result<FeeBook, LedgerError> {
@@ -266,62 +298,91 @@ pub(crate) async fn load_fee_book(tx: &mut WriteTx) -> Result<FeeBook, LedgerErr
     Ok(fees)
 }
 
-async fn load_context(tx: &mut WriteTx, provider_id: &str) -> Result<ProviderContext, LedgerError> {
-    let mut tiers = TierHistory::default();
-    let rows = sqlx::query("SELECT from_ms, tier FROM provider_tiers WHERE provider_id = $1")
-        .bind(provider_id)
-        .fetch_all(tx.conn())
-        .await?;
-    for r in rows {
-        tiers.set(r.try_get(0)?, Tier::parse(&r.try_get::<String, _>(1)?)?);
-    }
-    let mut prices = PriceBook::default();
-    let rows = sqlx::query(
-        "SELECT model, effective_from_ms, rate_usdc_per_hour FROM rates WHERE provider_id = $1",
-    )
-    .bind(provider_id)
-    .fetch_all(tx.conn())
-    .await?;
-    for r in rows {
-        prices.set(
-            &r.try_get::<String, _>(0)?,
-            r.try_get(1)?,
-            Rate::parse(&r.try_get::<String, _>(2)?)?,
+/// Tier histories and price books of `providers`.
+async fn load_contexts(
+    tx: &mut WriteTx,
+    providers: &[&str],
+) -> Result<HashMap<String, ProviderContext>, LedgerError> {
+    let mut out: HashMap<String, ProviderContext> = providers
+        .iter()
+        .map(|p| {
+            let context = ProviderContext {
+                tiers: TierHistory::default(),
+                prices: PriceBook::default(),
+            };
+            (p.to_string(), context)
+        })
+        .collect();
+    let dialect = tx.dialect();
+    for chunk in providers.chunks(IN_LIST_MAX) {
+        let sql = format!(
+            "SELECT provider_id, from_ms, tier FROM provider_tiers WHERE provider_id IN ({})",
+            dialect.placeholders(0, chunk.len())
         );
+        let mut q = sqlx::query(&sql);
+        for p in chunk {
+            q = q.bind(*p);
+        }
+        for r in q.fetch_all(tx.conn()).await? {
+            let provider: String = r.try_get(0)?;
+            if let Some(c) = out.get_mut(&provider) {
+                c.tiers
+                    .set(r.try_get(1)?, Tier::parse(&r.try_get::<String, _>(2)?)?);
+            }
+        }
+        let sql = format!(
+            "SELECT provider_id, model, effective_from_ms, rate_usdc_per_hour FROM rates WHERE provider_id IN ({})",
+            dialect.placeholders(0, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for p in chunk {
+            q = q.bind(*p);
+        }
+        for r in q.fetch_all(tx.conn()).await? {
+            let provider: String = r.try_get(0)?;
+            if let Some(c) = out.get_mut(&provider) {
+                c.prices.set(
+                    &r.try_get::<String, _>(1)?,
+                    r.try_get(2)?,
+                    Rate::parse(&r.try_get::<String, _>(3)?)?,
+                );
+            }
+        }
     }
-    let fees = load_fee_book(tx).await?;
-    Ok(ProviderContext {
-        tiers,
-        prices,
-        fees,
-    })
+    Ok(out)
 }
 
-async fn book_provider_usage(
+/// Books the events of each provider of `groups` on its stream, all inside `tx`, which
+/// holds the write locks of all their streams: the idempotency check, the overlap check
+/// and the append are atomic. The reads are done for all providers at once.
+async fn book_groups(
     tx: &mut WriteTx,
-    provider_id: &str,
-    events: &[Parsed],
+    groups: &[(String, Vec<Parsed>)],
     actor: &Actor,
     now_ms: i64,
 ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
-    let mut out = Vec::with_capacity(events.len());
+    let dialect = tx.dialect();
+    let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
+    let mut out = Vec::with_capacity(all.len());
+
     // Idempotency: which keys are booked already, with what content.
     let mut booked: HashMap<String, Option<Vec<u8>>> = HashMap::new();
-    for chunk in events.chunks(IN_LIST_MAX) {
+    for chunk in all.chunks(IN_LIST_MAX) {
         let sql = format!(
             "SELECT idem_key, content_hash FROM events WHERE idem_key IN ({})",
-            in_list(0, chunk.len())
+            dialect.placeholders(0, chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for e in chunk {
-            q = q.bind(format!("usage:{}", e.event_id));
+            q = q.bind(usage_key(&e.event_id));
         }
         for r in q.fetch_all(tx.conn()).await? {
             booked.insert(r.try_get(0)?, r.try_get(1)?);
         }
     }
-    // The GPUs named by the batch.
-    let gpu_ids: Vec<&str> = events
+
+    // The GPUs named by the events.
+    let gpu_ids: Vec<&str> = all
         .iter()
         .map(|e| e.gpu_id.as_str())
         .collect::<HashSet<_>>()
@@ -331,7 +392,7 @@ async fn book_provider_usage(
     for chunk in gpu_ids.chunks(IN_LIST_MAX) {
         let sql = format!(
             "SELECT gpu_id, provider_id, model FROM gpus WHERE gpu_id IN ({})",
-            in_list(0, chunk.len())
+            dialect.placeholders(0, chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for g in chunk {
@@ -341,166 +402,201 @@ async fn book_provider_usage(
             gpus.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
         }
     }
-    // Booked intervals of those GPUs in the batch's time window (overlap check).
-    let window_start = events.iter().map(|e| e.started_at_ms).min().unwrap_or(0);
-    let window_end = events.iter().map(|e| e.ended_at_ms).max().unwrap_or(0);
-    let mut intervals: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
-    let own_gpus: Vec<&str> = gpu_ids
+
+    // New events on their provider's own GPUs: the ones that may be booked.
+    let candidates: Vec<&Parsed> = all
         .iter()
         .copied()
-        .filter(|g| gpus.get(*g).is_some_and(|(p, _)| p == provider_id))
+        .filter(|e| {
+            !booked.contains_key(&usage_key(&e.event_id))
+                && gpus
+                    .get(&e.gpu_id)
+                    .is_some_and(|(p, _)| *p == e.provider_id)
+        })
         .collect();
-    for chunk in own_gpus.chunks(IN_LIST_MAX) {
+
+    // Booked, not voided usage overlapping a candidate, event by event. A day segment is
+    // at most one day long, so only segments starting less than a day before the event can
+    // reach into it: the index range stays short however long the GPU's history.
+    let mut overlaps: HashMap<usize, (i64, i64)> = HashMap::new();
+    for chunk in candidates.chunks(OVERLAP_EVENTS_PER_QUERY_MAX) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|i| format!("({})", dialect.placeholders(i * 4, 4)))
+            .collect();
         let sql = format!(
-            "SELECT gpu_id, started_at_ms, ended_at_ms FROM usage_segments WHERE gpu_id IN ({}) AND started_at_ms < ${} AND ended_at_ms > ${}",
-            in_list(0, chunk.len()),
-            chunk.len() + 1,
-            chunk.len() + 2
+            "WITH v(i, g, s, e) AS (VALUES {}) \
+             SELECT v.i, u.started_at_ms, u.ended_at_ms FROM v JOIN usage_segments u \
+             ON u.gpu_id = v.g AND u.started_at_ms > v.s - {MS_PER_DAY} \
+             AND u.started_at_ms < v.e AND u.ended_at_ms > v.s",
+            values.join(",")
         );
         let mut q = sqlx::query(&sql);
-        for g in chunk {
-            q = q.bind(*g);
+        for e in chunk {
+            q = q
+                .bind(e.index as i64)
+                .bind(e.gpu_id.as_str())
+                .bind(e.started_at_ms)
+                .bind(e.ended_at_ms);
         }
-        for r in q
-            .bind(window_end)
-            .bind(window_start)
-            .fetch_all(tx.conn())
-            .await?
-        {
-            intervals
-                .entry(r.try_get(0)?)
-                .or_default()
-                .push((r.try_get(1)?, r.try_get(2)?));
+        for r in q.fetch_all(tx.conn()).await? {
+            let index: i64 = r.try_get(0)?;
+            overlaps
+                .entry(index as usize)
+                .or_insert((r.try_get(1)?, r.try_get(2)?));
         }
     }
-    let mut context: Option<ProviderContext> = None;
+
+    // Pricing contexts of the providers with candidates.
+    let providers: Vec<&str> = candidates
+        .iter()
+        .map(|e| e.provider_id.as_str())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let (contexts, fees) = if providers.is_empty() {
+        (HashMap::new(), FeeBook::default())
+    } else {
+        (load_contexts(tx, &providers).await?, load_fee_book(tx).await?)
+    };
+
+    // Decide and append, provider by provider, each on its own stream.
     let mut in_batch: HashMap<String, Vec<u8>> = HashMap::new();
-    for e in events {
-        let key = format!("usage:{}", e.event_id);
-        let seen = booked
-            .get(&key)
-            .cloned()
-            .or_else(|| in_batch.get(&key).cloned().map(Some));
-        if let Some(stored) = seen {
-            let result = if stored.as_deref() == Some(e.hash.as_slice()) {
-                UsageResult::Duplicate {
-                    event_id: e.event_id.clone(),
-                }
-            } else {
-                UsageResult::rejected(
-                    Some(e.event_id.clone()),
-                    DomainError::new(
-                        "conflict",
-                        format!(
-                            "event_id {} was already booked with different content",
-                            e.event_id
+    let mut intervals: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
+    for (provider_id, events) in groups {
+        tx.use_stream(&provider_stream(provider_id));
+        for e in events {
+            let key = usage_key(&e.event_id);
+            let seen = booked
+                .get(&key)
+                .cloned()
+                .or_else(|| in_batch.get(&key).cloned().map(Some));
+            if let Some(stored) = seen {
+                let result = if stored.as_deref() == Some(e.hash.as_slice()) {
+                    UsageResult::Duplicate {
+                        event_id: e.event_id.clone(),
+                    }
+                } else {
+                    UsageResult::rejected(
+                        Some(e.event_id.clone()),
+                        DomainError::new(
+                            "conflict",
+                            format!(
+                                "event_id {} was already booked with different content",
+                                e.event_id
+                            ),
                         ),
-                    ),
+                    )
+                };
+                out.push((e.index, result));
+                continue;
+            }
+            let reject = |code: &'static str, message: String| {
+                (
+                    e.index,
+                    UsageResult::rejected(Some(e.event_id.clone()), DomainError::new(code, message)),
                 )
             };
-            out.push((e.index, result));
-            continue;
-        }
-        let reject = |code: &'static str, message: String| {
-            (
-                e.index,
-                UsageResult::rejected(Some(e.event_id.clone()), DomainError::new(code, message)),
-            )
-        };
-        let Some((gpu_provider, model)) = gpus.get(&e.gpu_id) else {
-            out.push(reject("unknown_gpu", format!("no GPU {}", e.gpu_id)));
-            continue;
-        };
-        if gpu_provider != provider_id {
-            out.push(reject(
-                "gpu_provider_mismatch",
-                format!("GPU {} does not belong to provider {provider_id}", e.gpu_id),
-            ));
-            continue;
-        }
-        let gpu_intervals = intervals.entry(e.gpu_id.clone()).or_default();
-        if let Some((s, t)) = gpu_intervals
-            .iter()
-            .find(|(s, t)| *s < e.ended_at_ms && *t > e.started_at_ms)
-        {
-            out.push(reject(
-                "overlapping_usage",
-                format!(
-                    "GPU {} already has usage booked in [{}, {})",
-                    e.gpu_id,
-                    format_ms(*s),
-                    format_ms(*t)
-                ),
-            ));
-            continue;
-        }
-        if context.is_none() {
-            context = Some(load_context(tx, provider_id).await?);
-        }
-        let ctx = context.as_ref().expect("loaded");
-        let (rate, rate_source) = match e.rate {
-            Some(rate) => (rate, "event"),
-            None => match ctx.prices.rate_at(model, e.started_at_ms) {
-                Some(rate) => (rate, "price_book"),
-                None => {
-                    out.push(reject(
-                        "no_rate",
-                        format!(
-                            "no rate for model {model} of provider {provider_id} at {}",
-                            format_ms(e.started_at_ms)
-                        ),
-                    ));
-                    continue;
-                }
-            },
-        };
-        let Some(_) = ctx.tiers.tier_at(e.started_at_ms) else {
-            out.push(reject(
-                "unknown_provider",
-                format!("no provider {provider_id}"),
-            ));
-            continue;
-        };
-        let segments = price_interval(e.started_at_ms, e.ended_at_ms, rate, |at| {
-            let tier = ctx.tiers.tier_at(at).expect("provider has a tier");
-            ctx.fees.fee_at(tier, at)
-        });
-        tx.append(NewEvent {
-            body: EventBody::UsageRecorded(UsageRecorded {
-                event_id: e.event_id.clone(),
-                provider_id: provider_id.to_owned(),
-                gpu_id: e.gpu_id.clone(),
-                model: model.clone(),
-                rental_id: e.rental_id.clone(),
-                started_at_ms: e.started_at_ms,
-                ended_at_ms: e.ended_at_ms,
-                rate_usdc_per_hour: rate.to_canonical(),
-                rate_source: rate_source.to_owned(),
-                segments: segments
+            let Some((gpu_provider, model)) = gpus.get(&e.gpu_id) else {
+                out.push(reject("unknown_gpu", format!("no GPU {}", e.gpu_id)));
+                continue;
+            };
+            if gpu_provider != provider_id {
+                out.push(reject(
+                    "gpu_provider_mismatch",
+                    format!("GPU {} does not belong to provider {provider_id}", e.gpu_id),
+                ));
+                continue;
+            }
+            let gpu_intervals = intervals.entry(e.gpu_id.as_str()).or_default();
+            let overlap = overlaps.get(&e.index).copied().or_else(|| {
+                gpu_intervals
                     .iter()
-                    .map(|s| Segment {
-                        started_at_ms: s.started_at_ms,
-                        ended_at_ms: s.ended_at_ms,
-                        fee_bps: s.fee_bps,
-                        gross_micro_usdc: s.gross_micro_usdc,
-                        fee_micro_usdc: s.fee_micro_usdc,
-                        net_micro_usdc: s.net_micro_usdc,
-                    })
-                    .collect(),
-            }),
-            actor: actor.0.clone(),
-            recorded_at_ms: now_ms,
-            idem_key: Some(key.clone()),
-            content_hash: Some(e.hash.clone()),
-        });
-        gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
-        in_batch.insert(key, e.hash.clone());
-        out.push((
-            e.index,
-            UsageResult::Accepted {
-                event_id: e.event_id.clone(),
-            },
-        ));
+                    .find(|(s, t)| *s < e.ended_at_ms && *t > e.started_at_ms)
+                    .copied()
+            });
+            if let Some((s, t)) = overlap {
+                out.push(reject(
+                    "overlapping_usage",
+                    format!(
+                        "GPU {} already has usage booked in [{}, {})",
+                        e.gpu_id,
+                        format_ms(s),
+                        format_ms(t)
+                    ),
+                ));
+                continue;
+            }
+            let ctx = contexts
+                .get(provider_id.as_str())
+                .expect("a context per provider with candidates");
+            let (rate, rate_source) = match e.rate {
+                Some(rate) => (rate, "event"),
+                None => match ctx.prices.rate_at(model, e.started_at_ms) {
+                    Some(rate) => (rate, "price_book"),
+                    None => {
+                        out.push(reject(
+                            "no_rate",
+                            format!(
+                                "no rate for model {model} of provider {provider_id} at {}",
+                                format_ms(e.started_at_ms)
+                            ),
+                        ));
+                        continue;
+                    }
+                },
+            };
+            let Some(_) = ctx.tiers.tier_at(e.started_at_ms) else {
+                out.push(reject(
+                    "unknown_provider",
+                    format!("no provider {provider_id}"),
+                ));
+                continue;
+            };
+            let segments = price_interval(e.started_at_ms, e.ended_at_ms, rate, |at| {
+                let tier = ctx.tiers.tier_at(at).expect("provider has a tier");
+                fees.fee_at(tier, at)
+            });
+            tx.append(NewEvent {
+                body: EventBody::UsageRecorded(UsageRecorded {
+                    event_id: e.event_id.clone(),
+                    provider_id: provider_id.to_owned(),
+                    gpu_id: e.gpu_id.clone(),
+                    model: model.clone(),
+                    rental_id: e.rental_id.clone(),
+                    started_at_ms: e.started_at_ms,
+                    ended_at_ms: e.ended_at_ms,
+                    rate_usdc_per_hour: rate.to_canonical(),
+                    rate_source: rate_source.to_owned(),
+                    segments: segments
+                        .iter()
+                        .map(|s| Segment {
+                            started_at_ms: s.started_at_ms,
+                            ended_at_ms: s.ended_at_ms,
+                            fee_bps: s.fee_bps,
+                            gross_micro_usdc: s.gross_micro_usdc,
+                            fee_micro_usdc: s.fee_micro_usdc,
+                            net_micro_usdc: s.net_micro_usdc,
+                        })
+                        .collect(),
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now_ms,
+                idem_key: Some(key.clone()),
+                content_hash: Some(e.hash.clone()),
+            });
+            gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
+            in_batch.insert(key, e.hash.clone());
+            out.push((
+                e.index,
+                UsageResult::Accepted {
+                    event_id: e.event_id.clone(),
+                },
+            ));
+        }
     }
     Ok(out)
+}
+
+fn usage_key(event_id: &str) -> String {
+    format!("usage:{event_id}")
 }

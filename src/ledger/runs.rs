@@ -10,7 +10,7 @@
 //!
 //! Crash tests abort the process at named [failpoints](failpoint).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,11 +40,13 @@ pub const FAILPOINT_ENV: &str = "SETTLE_FAILPOINT";
 pub mod failpoints {
     /// After the cutoff check, before any candidate is read.
     pub const RUN_START: &str = "run.start";
-    /// Before a candidate's transaction begins.
+    /// Before a candidate's transaction begins (reached once per candidate not decided
+    /// before this start).
     pub const BEFORE_DECIDE: &str = "run.before_decide";
     /// Inside a candidate's transaction, its events appended but not committed.
     pub const DECIDE_BEFORE_COMMIT: &str = "run.decide_before_commit";
-    /// After a candidate's transaction committed.
+    /// After a candidate's transaction committed (once per candidate not decided before
+    /// this start).
     pub const AFTER_DECIDE: &str = "run.after_decide";
     /// After every candidate is decided, before `payout_run.completed`.
     pub const BEFORE_COMPLETE: &str = "run.before_complete";
@@ -156,7 +158,8 @@ pub fn completion_key(run: &RunKey) -> String {
 /// of SHA-256(`kind|key|provider`), 27 characters (a SEPA EndToEndId holds 35).
 pub fn payout_id(run: &RunKey, provider_id: &str) -> String {
     let digest = Sha256::digest(format!("{}|{}|{provider_id}", run.kind(), run.key_string()));
-    format!("po_{}", &hex::encode(digest)[..24])
+    // `-`, not `_`: the id is the SEPA EndToEndId (Max35, SEPA character set).
+    format!("po-{}", &hex::encode(digest)[..24])
 }
 
 /// The run's cutoff in milliseconds.
@@ -550,8 +553,11 @@ impl Ledger {
         }
         failpoint(failpoints::RUN_START);
         let candidates = self.candidate_ids(&run).await?;
-        tracing::info!(run = %run, candidates = candidates.len(), "payout run started");
-        for provider_id in &candidates {
+        // A restart skips the candidates decided before without a transaction each; the
+        // decision's idempotency key still guards against a concurrent start.
+        let decided = self.decided_ids(&run).await?;
+        tracing::info!(run = %run, candidates = candidates.len(), decided = decided.len(), "payout run started");
+        for provider_id in candidates.iter().filter(|p| !decided.contains(*p)) {
             failpoint(failpoints::BEFORE_DECIDE);
             self.decide_candidate(&run, provider_id, config, actor)
                 .await?;
@@ -588,6 +594,18 @@ impl Ledger {
             .collect::<Result<Vec<_>, _>>()?;
         ids.sort_unstable();
         Ok(ids)
+    }
+
+    /// The providers already decided in the run.
+    async fn decided_ids(&self, run: &RunKey) -> Result<HashSet<String>, LedgerError> {
+        sqlx::query("SELECT provider_id FROM run_decisions WHERE run_kind = $1 AND run_key = $2")
+            .bind(run.kind())
+            .bind(run.key_string())
+            .fetch_all(self.store.pool())
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(LedgerError::from))
+            .collect()
     }
 
     /// Decides one candidate in one transaction on its stream.

@@ -3,4 +3,5 @@
 //! Invariant: money leaves only through here, never inside an HTTP request.
 
 pub mod bank;
+pub mod solana;
 pub mod wallet;

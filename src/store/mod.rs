@@ -13,6 +13,7 @@ pub mod read;
 
 pub use chain::{GENESIS_HASH, canonical_bytes, event_hash};
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,38 @@ use crate::domain::projection::{ProjOp, ops};
 pub enum Dialect {
     Sqlite,
     Postgres,
+}
+
+impl Dialect {
+    /// The dialect of an open connection.
+    pub fn of(conn: &AnyConnection) -> Dialect {
+        if conn.backend_name() == "PostgreSQL" {
+            Dialect::Postgres
+        } else {
+            Dialect::Sqlite
+        }
+    }
+
+    /// `count` comma-separated bind placeholders for parameters `start + 1 ..= start + count`,
+    /// bound in that order: `$n` on PostgreSQL, anonymous `?` on SQLite (binding numbered
+    /// parameters costs SQLite time quadratic in their number, which dominated multi-row
+    /// statements).
+    pub fn placeholders(self, start: usize, count: usize) -> String {
+        let mut out = String::with_capacity(count * 6);
+        for i in 0..count {
+            if i > 0 {
+                out.push(',');
+            }
+            match self {
+                Dialect::Sqlite => out.push('?'),
+                Dialect::Postgres => {
+                    use std::fmt::Write;
+                    let _ = write!(out, "${}", start + i + 1);
+                }
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -274,6 +307,85 @@ impl Store {
             head_recorded_at_ms: recorded_at_ms,
             pending: Vec::new(),
             ops: Vec::new(),
+            others: BTreeMap::new(),
+        })
+    }
+
+    /// Starts one write transaction over several streams (a usage batch that spans
+    /// providers, booked with one commit): takes every stream's write lock, in name order,
+    /// and reads their heads. Appends go to the first stream in name order until
+    /// [`WriteTx::use_stream`] switches. Each stream keeps its own sequence and hash chain;
+    /// the caller bounds the number of streams (each is a lock held until commit).
+    pub async fn begin_streams(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
+        /// Streams per lock or head statement (SQLite allows 500 terms in a compound select).
+        const STREAMS_PER_STATEMENT_MAX: usize = 100;
+        let mut names: Vec<&str> = streams.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert!(!names.is_empty(), "a write transaction needs a stream");
+        if names.len() == 1 {
+            return self.begin(names[0]).await;
+        }
+        let guard = match self.dialect {
+            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            Dialect::Postgres => None,
+        };
+        let mut tx = self.pool.begin().await.map_err(classify)?;
+        if self.dialect == Dialect::Postgres {
+            for chunk in names.chunks(STREAMS_PER_STATEMENT_MAX) {
+                // A VALUES list is scanned in order: every writer locks in name order, so
+                // writers of overlapping stream sets cannot deadlock.
+                let values: Vec<String> =
+                    (0..chunk.len()).map(|i| format!("(${})", i + 1)).collect();
+                let sql = format!(
+                    "SELECT COUNT(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(v.s, 0)) FROM (VALUES {}) AS v(s)) AS l",
+                    values.join(",")
+                );
+                let mut query = sqlx::query(&sql);
+                for name in chunk {
+                    query = query.bind(*name);
+                }
+                query.fetch_one(&mut *tx).await.map_err(classify)?;
+            }
+        }
+        let mut heads: BTreeMap<String, (i64, Vec<u8>, i64)> = names
+            .iter()
+            .map(|s| (s.to_string(), (0, GENESIS_HASH.to_vec(), i64::MIN)))
+            .collect();
+        for chunk in names.chunks(STREAMS_PER_STATEMENT_MAX) {
+            let parts: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    format!(
+                        "SELECT * FROM (SELECT stream, seq, hash, recorded_at_ms FROM events WHERE stream = {} ORDER BY seq DESC LIMIT 1) AS h{i}",
+                        self.dialect.placeholders(i, 1)
+                    )
+                })
+                .collect();
+            let sql = parts.join(" UNION ALL ");
+            let mut query = sqlx::query(&sql);
+            for name in chunk {
+                query = query.bind(*name);
+            }
+            for row in query.fetch_all(&mut *tx).await.map_err(classify)? {
+                heads.insert(
+                    row.try_get::<String, _>(0)?,
+                    (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
+                );
+            }
+        }
+        let first = names[0].to_owned();
+        let (seq, hash, recorded_at_ms) = heads.remove(&first).expect("a head per stream");
+        Ok(WriteTx {
+            tx,
+            _writer: guard,
+            dialect: self.dialect,
+            stream: first,
+            head_seq: seq,
+            head_hash: hash,
+            head_recorded_at_ms: recorded_at_ms,
+            pending: Vec::new(),
+            ops: Vec::new(),
+            others: heads,
         })
     }
 
@@ -380,9 +492,30 @@ pub struct WriteTx {
     head_recorded_at_ms: i64,
     pending: Vec<StoredEvent>,
     ops: Vec<ProjOp>,
+    /// The heads of the other streams locked by [`Store::begin_streams`].
+    others: BTreeMap<String, (i64, Vec<u8>, i64)>,
 }
 
 impl WriteTx {
+    /// Makes `stream`, one of the streams this transaction locked, the one appends go to.
+    /// Panics for a stream it did not lock: appending to it would race its other writers.
+    pub fn use_stream(&mut self, stream: &str) {
+        if stream == self.stream {
+            return;
+        }
+        let (seq, hash, recorded_at_ms) = self
+            .others
+            .remove(stream)
+            .unwrap_or_else(|| panic!("stream {stream} is not locked by this transaction"));
+        let previous = (
+            std::mem::replace(&mut self.head_seq, seq),
+            std::mem::replace(&mut self.head_hash, hash),
+            std::mem::replace(&mut self.head_recorded_at_ms, recorded_at_ms),
+        );
+        let previous_stream = std::mem::replace(&mut self.stream, stream.to_owned());
+        self.others.insert(previous_stream, previous);
+    }
+
     /// The connection, for the reads a command needs inside its transaction.
     pub fn conn(&mut self) -> &mut AnyConnection {
         &mut self.tx
@@ -453,22 +586,9 @@ impl WriteTx {
                 if i > 0 {
                     sql.push(',');
                 }
-                let b = i * 12;
-                sql.push_str(&format!(
-                    "(${},${},${},${},${},${},${},${},${},${},${},${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5,
-                    b + 6,
-                    b + 7,
-                    b + 8,
-                    b + 9,
-                    b + 10,
-                    b + 11,
-                    b + 12
-                ));
+                sql.push('(');
+                sql.push_str(&self.dialect.placeholders(i * 12, 12));
+                sql.push(')');
             }
             let mut query = sqlx::query(&sql);
             for e in chunk {

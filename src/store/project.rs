@@ -8,7 +8,7 @@ use sqlx::{Any, AnyConnection, Row};
 
 use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, table};
 
-use super::StoreError;
+use super::{Dialect, StoreError};
 
 /// Bind parameters per statement, below SQLite's 32766 and PostgreSQL's 65535.
 const PARAMS_PER_STATEMENT_MAX: usize = 30_000;
@@ -42,11 +42,8 @@ fn bind<'q>(
     }
 }
 
-fn placeholders(start: usize, count: usize) -> String {
-    let cells: Vec<String> = (start..start + count)
-        .map(|i| format!("${}", i + 1))
-        .collect();
-    format!("({})", cells.join(","))
+fn placeholders(dialect: Dialect, start: usize, count: usize) -> String {
+    format!("({})", dialect.placeholders(start, count))
 }
 
 fn columns(spec: &TableSpec) -> Vec<&'static str> {
@@ -64,9 +61,10 @@ async fn insert_rows(
     let cols = columns(spec);
     let per_row = cols.len();
     let rows_per_statement = (PARAMS_PER_STATEMENT_MAX / per_row).max(1);
+    let dialect = Dialect::of(conn);
     for chunk in rows.chunks(rows_per_statement) {
         let values: Vec<String> = (0..chunk.len())
-            .map(|i| placeholders(i * per_row, per_row))
+            .map(|i| placeholders(dialect, i * per_row, per_row))
             .collect();
         let mut sql = format!(
             "INSERT INTO {} ({}) VALUES {}",
@@ -124,6 +122,8 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
     let mut adds: BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>> = BTreeMap::new();
     let mut puts: Vec<(Vec<Val>, Vec<Val>)> = Vec::new();
     let mut put_table: Option<&'static str> = None;
+    // The keys in `puts` (a linear scan made large batches quadratic).
+    let mut put_keys: std::collections::BTreeSet<&Vec<Val>> = std::collections::BTreeSet::new();
 
     async fn flush(
         conn: &mut AnyConnection,
@@ -165,12 +165,17 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
                 key,
                 vals,
             } => {
+                if puts.is_empty() {
+                    put_keys.clear();
+                }
                 let same_table = put_table == Some(*t);
-                let duplicate_key = same_table && puts.iter().any(|(k, _)| k == key);
+                let duplicate_key = same_table && put_keys.contains(key);
                 if !same_table || duplicate_key {
                     flush(conn, put_table, &mut puts).await?;
+                    put_keys.clear();
                 }
                 put_table = Some(t);
+                put_keys.insert(key);
                 puts.push((key.clone(), vals.clone()));
             }
             ProjOp::Patch { table: t, key, set } => {

@@ -46,3 +46,6 @@ pub use solana_sdk::{
     pubkey::Pubkey,
     signature::{Keypair, Signature, Signer},
 };
+/// Re-exports of the Solana types in the [`Chain`] trait.
+pub use solana_account::Account;
+pub use solana_transaction::Transaction;

@@ -162,14 +162,17 @@ pub fn modifier_for(n: usize) -> char {
     FILE_ID_MODIFIERS[n % FILE_ID_MODIFIERS.len()] as char
 }
 
-/// The end-to-end id a payout travels with: SEPA `EndToEndId` = the payout id; ACH: the
-/// entry's identification number (the payout id, or its 15-digit hash when longer).
+/// The end-to-end id a payout travels with (recorded on `payout.submitted`, so a return
+/// can be matched by it). SEPA `EndToEndId`: the payout id with `_` (outside the SEPA
+/// character set) written as `-`, e.g. `po-0123…`; payout ids use `[A-Za-z0-9._:-]`, the
+/// rest of which SEPA allows. ACH: the entry's identification number (the payout id, or 15
+/// hex digits of its SHA-256 when it does not fit).
 pub fn end_to_end_id(rail: Rail, payout_id: &str) -> String {
     match rail {
         Rail::Ach => AchIndividualId::from_payout_id(payout_id)
             .as_str()
             .to_owned(),
-        _ => payout_id.to_owned(),
+        _ => payout_id.replace('_', "-"),
     }
 }
 
@@ -207,7 +210,8 @@ pub fn sepa_payment(p: &PayoutRecord, execution: NaiveDate) -> Result<SepaPaymen
     }
     Ok(SepaPayment {
         requested_execution_date: execution,
-        end_to_end_id: SepaId::parse(&p.payout_id).map_err(|e| unusable(p, e))?,
+        end_to_end_id: SepaId::parse(&end_to_end_id(Rail::Sepa, &p.payout_id))
+            .map_err(|e| unusable(p, e))?,
         amount_eur_cents,
         creditor_name: HolderName::parse(holder).map_err(|e| unusable(p, e))?,
         creditor_iban: iban,

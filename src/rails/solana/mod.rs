@@ -496,13 +496,13 @@ impl Chain for FailpointChain {
     }
     async fn send_transaction(
         &self,
-        tx: &solana_transaction::Transaction,
+        tx: &settle_solana::Transaction,
     ) -> Result<settle_solana::Signature, ChainError> {
         let sent = self.0.send_transaction(tx).await;
         failpoint(failpoints::AFTER_SEND);
         sent
     }
-    async fn simulate_units(&self, tx: &solana_transaction::Transaction) -> Result<u64, ChainError> {
+    async fn simulate_units(&self, tx: &settle_solana::Transaction) -> Result<u64, ChainError> {
         self.0.simulate_units(tx).await
     }
     async fn signature_statuses(
@@ -515,10 +515,10 @@ impl Chain for FailpointChain {
     async fn accounts(
         &self,
         keys: &[Pubkey],
-    ) -> Result<Vec<Option<solana_account::Account>>, ChainError> {
+    ) -> Result<Vec<Option<settle_solana::Account>>, ChainError> {
         self.0.accounts(keys).await
     }
-    async fn account(&self, key: &Pubkey) -> Result<Option<solana_account::Account>, ChainError> {
+    async fn account(&self, key: &Pubkey) -> Result<Option<settle_solana::Account>, ChainError> {
         self.0.account(key).await
     }
     async fn token_balance(&self, token_account: &Pubkey) -> Result<Option<u64>, ChainError> {

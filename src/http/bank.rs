@@ -1,0 +1,495 @@
+//! Admin endpoints of the bank rail (SPEC §6): generate the SEPA and NACHA files, list and
+//! show batches, download a batch's file (regenerated and checked against the SHA-256 on
+//! the ledger), record submitted and settled, and book returns. Admin tokens only.
+//!
+//! Generating writes files into the outbox; no money moves inside a request: the files go
+//! to the bank outside the engine.
+//!
+//! The bank configuration comes from an `Extension<Arc<BankConfig>>` on the router when
+//! one is layered (`routes_with`), otherwise from the `SETTLE_BANK__*` environment over
+//! the defaults.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, OpenApi, ToSchema};
+
+use super::AppState;
+use super::extract::{Auth, Page, Q, RawBody, page_of};
+use super::problem::Problem;
+use crate::auth::Scope;
+use crate::config::{BankConfig, Config};
+use crate::domain::money::{format_cents, format_micro_usdc};
+use crate::domain::time::format_ms;
+use crate::ledger::LedgerError;
+use crate::rails::bank::{self, BankBatch, BankError, Originator};
+
+/// The bank routes, to merge into the API router (state `AppState`).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/admin/bank/batches", get(list_batches))
+        .route("/v1/admin/bank/batches/generate", post(generate))
+        .route("/v1/admin/bank/batches/{id}", get(show_batch))
+        .route("/v1/admin/bank/batches/{id}/file", get(batch_file))
+        .route("/v1/admin/bank/batches/{id}/submitted", post(submitted))
+        .route("/v1/admin/bank/batches/{id}/settled", post(settled))
+        .route("/v1/admin/bank/returns", post(post_return))
+}
+
+/// The bank routes with an explicit configuration.
+pub fn routes_with(config: BankConfig) -> Router<AppState> {
+    routes().layer(Extension(Arc::new(config)))
+}
+
+/// The OpenAPI paths of the bank routes (merge into the API document).
+#[derive(OpenApi)]
+#[openapi(paths(
+    list_batches,
+    generate,
+    show_batch,
+    batch_file,
+    submitted,
+    settled,
+    post_return
+))]
+pub struct BankApiDoc;
+
+type BankCfg = Option<Extension<Arc<BankConfig>>>;
+
+fn bank_config(ext: BankCfg) -> Result<Arc<BankConfig>, Problem> {
+    match ext {
+        Some(Extension(c)) => Ok(c),
+        None => Config::load(None, std::env::vars())
+            .map(|c| Arc::new(c.bank))
+            .map_err(|e| {
+                Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "invalid_bank_config",
+                    e.to_string(),
+                )
+            }),
+    }
+}
+
+impl From<BankError> for Problem {
+    fn from(e: BankError) -> Problem {
+        match e {
+            BankError::Ledger(LedgerError::Rejected(d)) if d.code == "unknown_bank_batch" => {
+                Problem::new(StatusCode::NOT_FOUND, d.code, d.message)
+            }
+            BankError::Ledger(LedgerError::Rejected(d))
+                if matches!(d.code, "invalid_bank_config" | "bank_file_mismatch") =>
+            {
+                // The operator's configuration, not the request, is wrong: say so.
+                tracing::error!(code = d.code, message = %d.message, "bank rail misconfigured");
+                Problem::new(StatusCode::INTERNAL_SERVER_ERROR, d.code, d.message)
+            }
+            BankError::Ledger(l) => l.into(),
+            e @ BankError::Io { .. } => Problem::internal(&e),
+        }
+    }
+}
+
+/// A bank batch; money as a decimal string of its currency.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BatchView {
+    pub batch_id: String,
+    /// `sepa` or `ach`.
+    pub rail: String,
+    /// `generated`, `submitted` or `settled`.
+    pub status: String,
+    pub payout_ids: Vec<String>,
+    /// Total of the file, two fractional digits.
+    #[schema(example = "1234.56")]
+    pub total: String,
+    /// `EUR` or `USD`.
+    pub currency: String,
+    pub file_name: String,
+    /// SHA-256 of the file's bytes, lower-case hex.
+    pub sha256: String,
+    pub generated_at: String,
+    pub updated_at: String,
+}
+
+fn view(b: &BankBatch) -> BatchView {
+    BatchView {
+        batch_id: b.batch_id.clone(),
+        rail: b.rail.as_str().to_owned(),
+        status: b.status.clone(),
+        payout_ids: b.payout_ids.clone(),
+        total: format_cents(b.total_cents),
+        currency: b.currency.clone(),
+        file_name: b.file_name.clone(),
+        sha256: b.sha256.clone(),
+        generated_at: format_ms(b.generated_at_ms),
+        updated_at: format_ms(b.updated_at_ms),
+    }
+}
+
+/// `GET /v1/admin/bank/batches` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct BatchesQuery {
+    pub limit: Option<usize>,
+    pub cursor: Option<String>,
+}
+
+/// A page of batches, oldest first.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BatchPage {
+    pub items: Vec<BatchView>,
+    pub next_cursor: Option<String>,
+}
+
+/// List the bank batches, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/bank/batches",
+    tag = "admin",
+    params(BatchesQuery),
+    responses(
+        (status = 200, body = BatchPage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_batches(
+    State(state): State<AppState>,
+    auth: Auth,
+    Q(q): Q<BatchesQuery>,
+) -> Result<Json<BatchPage>, Problem> {
+    auth.require(&[Scope::Admin])?;
+    let page = Page::parse(&state, q.limit, q.cursor.as_deref(), "bank_batches")?;
+    let all: Vec<(String, BankBatch)> = bank::batches(state.ledger.store.pool())
+        .await?
+        .into_iter()
+        .map(|b| (format!("{:020}|{}", b.generated_at_ms, b.batch_id), b))
+        .collect();
+    let (items, next_cursor) = page_of(all, &page, "bank_batches", |(k, _)| k.as_str());
+    Ok(Json(BatchPage {
+        items: items.iter().map(|(_, b)| view(b)).collect(),
+        next_cursor,
+    }))
+}
+
+/// One batch of a generation.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct GeneratedView {
+    pub batch: BatchView,
+    /// Generated by this request (false: an interrupted earlier batch finished).
+    pub new: bool,
+    /// Payouts submitted by this request.
+    pub submitted: usize,
+    /// Payouts of the file that are no longer in transit: do not send it unchanged.
+    pub problems: Vec<String>,
+}
+
+/// A payout failed because it can never be written into a bank file.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct UnbankableView {
+    pub payout_id: String,
+    pub reason: String,
+}
+
+/// `POST /v1/admin/bank/batches/generate` response.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct GenerateResponse {
+    pub batches: Vec<GeneratedView>,
+    pub failed: Vec<UnbankableView>,
+}
+
+/// Write the SEPA and NACHA files of every created bank payout into the outbox and submit
+/// the payouts (finishes an interrupted generation first). Idempotent.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/bank/batches/generate",
+    tag = "admin",
+    responses(
+        (status = 200, body = GenerateResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 500, body = Problem, content_type = "application/problem+json", description = "invalid_bank_config, bank_file_mismatch"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn generate(
+    State(state): State<AppState>,
+    cfg: BankCfg,
+    auth: Auth,
+) -> Result<Json<GenerateResponse>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let config = bank_config(cfg)?;
+    let report = bank::generate_batches(&state.ledger, &config, &principal.actor()).await?;
+    Ok(Json(GenerateResponse {
+        batches: report
+            .batches
+            .iter()
+            .map(|o| GeneratedView {
+                batch: view(&o.batch),
+                new: o.new,
+                submitted: o.submitted,
+                problems: o.problems.clone(),
+            })
+            .collect(),
+        failed: report
+            .failed
+            .into_iter()
+            .map(|f| UnbankableView {
+                payout_id: f.payout_id,
+                reason: f.reason,
+            })
+            .collect(),
+    }))
+}
+
+/// A payout of a batch.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BatchPayoutView {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub status: String,
+    pub amount_usdc: String,
+    /// EUR payouts: the amount sent, two fractional digits.
+    pub amount_eur: Option<String>,
+    pub end_to_end_id: Option<String>,
+    pub failure_reason: Option<String>,
+}
+
+/// A batch with its payouts.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BatchDetail {
+    pub batch: BatchView,
+    pub payouts: Vec<BatchPayoutView>,
+}
+
+/// Show a batch and its payouts.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/bank/batches/{id}",
+    tag = "admin",
+    params(("id" = String, Path, description = "Batch id")),
+    responses(
+        (status = 200, body = BatchDetail),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_bank_batch"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn show_batch(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<BatchDetail>, Problem> {
+    auth.require(&[Scope::Admin])?;
+    let pool = state.ledger.store.pool();
+    let Some(b) = bank::batch(pool, &id).await? else {
+        return Err(unknown(&id));
+    };
+    let payouts = bank::batch_payouts(pool, &b).await?;
+    Ok(Json(BatchDetail {
+        batch: view(&b),
+        payouts: payouts
+            .into_iter()
+            .map(|p| BatchPayoutView {
+                payout_id: p.payout_id,
+                provider_id: p.provider_id,
+                status: p.status,
+                amount_usdc: format_micro_usdc(p.amount_micro_usdc),
+                amount_eur: p.amount_eur_cents.map(format_cents),
+                end_to_end_id: p.end_to_end_id,
+                failure_reason: p.failure_reason,
+            })
+            .collect(),
+    }))
+}
+
+fn unknown(id: &str) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "unknown_bank_batch",
+        format!("no bank batch {id}"),
+    )
+}
+
+/// Download a batch's file: regenerated from the ledger, byte for byte the file that was
+/// generated (its SHA-256 is checked against the one recorded).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/bank/batches/{id}/file",
+    tag = "admin",
+    params(("id" = String, Path, description = "Batch id")),
+    responses(
+        (status = 200, content_type = "application/xml", body = String, description = "SEPA pain.001.001.09 (application/xml) or NACHA (text/plain)"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_bank_batch"),
+        (status = 500, body = Problem, content_type = "application/problem+json", description = "bank_file_mismatch"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn batch_file(
+    State(state): State<AppState>,
+    cfg: BankCfg,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
+    auth.require(&[Scope::Admin])?;
+    let config = bank_config(cfg)?;
+    let originator = Originator::parse(&config).map_err(BankError::from)?;
+    let (b, file) = bank::regenerate(&state.ledger, &originator, &id).await?;
+    let content_type = match b.rail {
+        crate::domain::event::Rail::Sepa => "application/xml",
+        _ => "text/plain; charset=us-ascii",
+    };
+    let mut response = (StatusCode::OK, file.contents).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", b.file_name)) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&b.sha256) {
+        headers.insert("x-content-sha256", v);
+    }
+    Ok(response)
+}
+
+/// The result of a lifecycle step.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct LifecycleView {
+    pub batch: BatchView,
+    /// `accepted` (changed now) or `duplicate` (already so).
+    pub result: String,
+    /// Payouts submitted or settled by this request.
+    pub payouts_changed: usize,
+    pub problems: Vec<String>,
+}
+
+fn lifecycle(o: bank::LifecycleOutcome) -> LifecycleView {
+    LifecycleView {
+        batch: view(&o.batch),
+        result: o.status_change.to_owned(),
+        payouts_changed: o.payouts_changed,
+        problems: o.problems,
+    }
+}
+
+/// Record that the batch's file was handed to the bank (generated → submitted).
+#[utoipa::path(
+    post,
+    path = "/v1/admin/bank/batches/{id}/submitted",
+    tag = "admin",
+    params(("id" = String, Path, description = "Batch id")),
+    responses(
+        (status = 200, body = LifecycleView),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_bank_batch"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid_batch_state"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submitted(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<LifecycleView>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let o = bank::mark_submitted(&state.ledger, &id, &principal.actor()).await?;
+    Ok(Json(lifecycle(o)))
+}
+
+/// Record that the bank executed the batch (submitted → settled): its payouts settle
+/// (in transit → `platform:treasury:bank`).
+#[utoipa::path(
+    post,
+    path = "/v1/admin/bank/batches/{id}/settled",
+    tag = "admin",
+    params(("id" = String, Path, description = "Batch id")),
+    responses(
+        (status = 200, body = LifecycleView),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_bank_batch"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid_batch_state"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn settled(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<LifecycleView>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let o = bank::mark_settled(&state.ledger, &id, &principal.actor()).await?;
+    Ok(Json(lifecycle(o)))
+}
+
+/// `POST /v1/admin/bank/returns` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"payout_id": "po-0123456789abcdef01234567", "code": "AC04"}))]
+pub struct ReturnRequest {
+    pub payout_id: String,
+    /// SEPA (`AC04`, …) or ACH (`R03`, …) return reason code.
+    pub code: String,
+}
+
+/// The booked return.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ReturnView {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub batch_id: String,
+    pub code: String,
+    pub reason: String,
+    /// The provider's bank details are blocked until updated.
+    pub method_invalid: bool,
+    /// `accepted` or `duplicate`.
+    pub status: String,
+}
+
+/// Book a bank return of a payout: the funds go back to the provider's payable balance and,
+/// when the reason proves the account unusable, the bank details are marked invalid.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/bank/returns",
+    tag = "admin",
+    request_body = ReturnRequest,
+    responses(
+        (status = 200, body = ReturnView),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_payout"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "returned before with another code"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "unknown_return_code, return_code_rail_mismatch, invalid_payout_state"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn post_return(
+    State(state): State<AppState>,
+    auth: Auth,
+    RawBody(body): RawBody,
+) -> Result<Json<ReturnView>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let r: ReturnRequest = serde_json::from_slice(&body)
+        .map_err(|e| Problem::bad_request("invalid_body", e.to_string()))?;
+    let o = bank::return_payout(&state.ledger, &r.payout_id, &r.code, &principal.actor()).await?;
+    Ok(Json(ReturnView {
+        payout_id: o.payout_id,
+        provider_id: o.provider_id,
+        batch_id: o.batch_id,
+        code: o.code,
+        reason: o.reason,
+        method_invalid: o.method_invalid,
+        status: o.status.to_owned(),
+    }))
+}
