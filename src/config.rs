@@ -270,6 +270,33 @@ pub struct Config {
     pub scheduler: crate::jobs::scheduler::SchedulerConfig,
     pub bank: BankConfig,
     pub solana: SolanaConfig,
+    pub workers: WorkersConfig,
+}
+
+/// The rail workers of `settle serve`: the outbox of created payouts is drained by a Solana
+/// pass and a bank-batch generation at these intervals (each off unless enabled).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkersConfig {
+    /// Pay `created` Solana payouts (needs `[solana]` with a treasury keypair).
+    pub solana_enabled: bool,
+    /// Pause between two Solana passes.
+    pub solana_interval_ms: u64,
+    /// Write `created` SEPA/ACH payouts into bank files in `bank.outbox_dir`.
+    pub bank_enabled: bool,
+    /// Pause between two bank-batch generations.
+    pub bank_interval_ms: u64,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        WorkersConfig {
+            solana_enabled: false,
+            solana_interval_ms: 30_000,
+            bank_enabled: false,
+            bank_interval_ms: 3_600_000,
+        }
+    }
 }
 
 /// A configuration problem, naming the file or variable.

@@ -427,7 +427,7 @@ async fn names_beyond_the_sepa_set_and_limits_are_written_within_them() {
     w.at("2026-11-11T00:00:00Z");
     w.earn("eu_long", 1_250_001, "2026-11-10T01:00:00Z").await;
     w.earn("eu_quote", 80_000_000, "2026-11-10T01:00:00Z").await;
-    w.at("2026-12-31T12:00:00Z");
+    w.at("2027-01-03T12:00:00Z");
     w.fx("1.07").await;
     // New Year's Day is a TARGET2 closing day and Saturday-Sunday follow: executes Monday.
     w.at("2027-01-04T00:05:00Z");

@@ -235,6 +235,7 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     .unwrap();
     let mut named_kills: std::collections::BTreeMap<&str, usize> = Default::default();
     let mut random_kills = 0;
+    let mut mid_run_kills = 0;
     let mut last_date = NaiveDate::from_ymd_opt(2026, 11, 16).unwrap();
     let mut round = 0;
     let mut rounds_run = 0;
@@ -299,6 +300,10 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                     break;
                 }
                 random_kills += 1;
+                let now_decided = crashed.decided(&run).await as f64;
+                if now_decided > decided && now_decided < candidates.len() as f64 {
+                    mid_run_kills += 1;
+                }
             }
         }
         // Restart without a failpoint: the run completes, identical to the reference.
@@ -337,7 +342,7 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     let out = crashed.cli(now, &["verify"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     eprintln!(
-        "{rounds_run} runs, kills at failpoints {named_kills:?}, {random_kills} random kills, {:?} in all",
+        "{rounds_run} runs, kills at failpoints {named_kills:?}, {random_kills} random kills ({mid_run_kills} between two decisions), {:?} in all",
         started.elapsed()
     );
 }
@@ -369,7 +374,7 @@ async fn two_processes_starting_one_run_at_once_create_no_duplicate_payout() {
     assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout.created'").await, report.payouts);
     assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided'").await, report.candidates.len() as i64);
     assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.completed'").await, 1);
-    assert!(report.payouts > 100, "a run worth racing: {} payouts", report.payouts);
+    assert!(report.payouts > 50, "a run worth racing: {} payouts", report.payouts);
     check_invariants(&crashed.ledger).await;
     let out = crashed.cli(at, &["verify"]).output().unwrap();
     assert!(out.status.success());

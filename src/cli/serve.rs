@@ -49,6 +49,44 @@ async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
 }
 
 
+/// Runs `pass` now and then every `interval` until `stop` resolves; a pass in progress
+/// finishes first (each of its steps is its own transaction, so stopping between passes
+/// loses nothing).
+async fn every<F, Fut>(interval: Duration, stop: impl std::future::Future<Output = ()>, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    tokio::pin!(stop);
+    loop {
+        pass().await;
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// One pass of the Solana outbox worker, with the treasury balances as metrics.
+async fn solana_pass(rail: &crate::rails::solana::SolanaRail, ledger: &Ledger) {
+    match rail.pay_pending(ledger).await {
+        Ok(r) => {
+            let m = crate::metrics::global();
+            m.count("settle_solana_payouts_total", "Solana payouts resolved by the worker, by outcome.", &[("outcome", "settled")], r.settled as i64);
+            m.count("settle_solana_payouts_total", "Solana payouts resolved by the worker, by outcome.", &[("outcome", "failed")], r.failed as i64);
+            if r.outbox > 0 {
+                tracing::info!(outbox = r.outbox, settled = r.settled, failed = r.failed, pending = r.pending, "solana pass");
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "solana pass failed; retrying next pass"),
+    }
+    if let Ok((usdc, lamports)) = rail.treasury_balances().await {
+        let m = crate::metrics::global();
+        m.gauge("settle_treasury_usdc_micro", "Treasury USDC balance, micro-USDC.", &[], usdc as i64);
+        m.gauge("settle_treasury_sol_lamports", "Treasury SOL balance, lamports.", &[], lamports as i64);
+    }
+}
+
 /// Runs the service until a shutdown signal.
 pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -77,11 +115,42 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
         None
     };
 
+    let mut workers = Vec::new();
+    if config.workers.solana_enabled {
+        let rail = std::sync::Arc::new(
+            crate::rails::solana::SolanaRail::connect(&config.solana)
+                .await
+                .context("starting the Solana rail (mint and treasury checks)")?,
+        );
+        let ledger = ledger.clone();
+        let interval = Duration::from_millis(config.workers.solana_interval_ms);
+        workers.push(tokio::spawn(every(interval, stopped(stop_rx.clone()), move || {
+            let (rail, ledger) = (rail.clone(), ledger.clone());
+            async move { solana_pass(&rail, &ledger).await }
+        })));
+    }
+    if config.workers.bank_enabled {
+        let (ledger, bank) = (ledger.clone(), config.bank.clone());
+        let interval = Duration::from_millis(config.workers.bank_interval_ms);
+        workers.push(tokio::spawn(every(interval, stopped(stop_rx.clone()), move || {
+            let (ledger, bank) = (ledger.clone(), bank.clone());
+            async move {
+                match crate::rails::bank::generate_batches(&ledger, &bank, &crate::ledger::Actor::system("bank")).await {
+                    Ok(r) => tracing::info!(batches = r.batches.len(), failed = r.failed.len(), "bank batches generated"),
+                    Err(e) => tracing::error!(error = %e, "bank batch generation failed; retrying next pass"),
+                }
+            }
+        })));
+    }
+
     shutdown_signal().await;
     tracing::info!("shutdown requested: finishing requests in flight and stopping workers");
     let _ = stop_tx.send(true);
     if let Some(s) = scheduler {
         let _ = s.await;
+    }
+    for w in workers {
+        let _ = w.await;
     }
     match tokio::time::timeout(Duration::from_secs(30), http).await {
         Ok(Ok(Ok(()))) => {}

@@ -1,0 +1,223 @@
+//! Solana payout benchmark: a weekly run of N providers paid in USDC on the local chain
+//! (litesvm with the real SPL Token, ATA and Memo programs) through the production
+//! `RpcClient` adapter and the ledger journal, as `settle pay solana` does it. Reports
+//! payouts per transaction, lamports of fees per payout and the time to pay. See
+//! `ops/bench/solana.md` for the command and the figures.
+//!
+//! `cargo bench --bench solana -- [--payouts 10000] [--existing-atas-pct 50]
+//!  [--priority-fee 10000] [--database sqlite|postgres://…]`
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use settle::config::{LedgerConfig, RunConfig};
+use settle::domain::time::{format_ms, parse_rfc3339_ms};
+use settle::ledger::ingest::{SenderScope, UsageInput};
+use settle::ledger::{Actor, Ledger, ManualClock, runs};
+use settle::rails::solana::{SolanaRail, dev};
+use settle::store::{Store, StoreOptions};
+use settle::wire::import::{apply, parse_line};
+use settle_calendar::Calendar;
+use settle_solana::{Chain, Keypair, Signature, Signer};
+
+struct Args {
+    payouts: usize,
+    existing_atas_pct: usize,
+    priority_fee: u64,
+    database: String,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        payouts: 10_000,
+        existing_atas_pct: 50,
+        priority_fee: 10_000,
+        database: "sqlite".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--payouts" => a.payouts = val().parse().expect("--payouts N"),
+            "--existing-atas-pct" => {
+                a.existing_atas_pct = val().parse().expect("--existing-atas-pct N")
+            }
+            "--priority-fee" => a.priority_fee = val().parse().expect("--priority-fee N"),
+            "--database" => a.database = val(),
+            _ => {} // `cargo bench` passes `--bench`
+        }
+    }
+    a
+}
+
+async fn import(ledger: &Ledger, lines: &[String]) {
+    let actor = Actor::operator("bench");
+    for line in lines {
+        let command = parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        apply(ledger, &command, &actor)
+            .await
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(bench(args));
+}
+
+async fn bench(args: Args) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = if args.database == "sqlite" {
+        format!("sqlite://{}", dir.path().join("bench.db").display())
+    } else {
+        args.database.clone()
+    };
+    let store = Store::open(&url, &StoreOptions::default())
+        .await
+        .expect("open database");
+    store.migrate().await.expect("migrate");
+    let clock = Arc::new(ManualClock::new(
+        parse_rfc3339_ms("2026-11-20T00:00:00Z").unwrap(),
+    ));
+    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    let total_usdc = 100 * args.payouts as u64 * 1_000_000;
+    let chain = dev::start_local_chain(
+        &dir.path().join("chain"),
+        total_usdc,
+        1_000 * dev::LAMPORTS_PER_SOL,
+    )
+    .await
+    .expect("local chain");
+    eprintln!(
+        "solana bench: {} payouts, {}% of recipients with a USDC account, priority fee {} µlamports/CU, {}",
+        args.payouts,
+        args.existing_atas_pct,
+        args.priority_fee,
+        if args.database == "sqlite" { "SQLite" } else { "PostgreSQL" }
+    );
+
+    // Setup (timed apart): providers, one usage event each, the weekly run.
+    let started = Instant::now();
+    let day = parse_rfc3339_ms("2026-11-18T00:00:00Z").unwrap();
+    let mut usage = Vec::with_capacity(args.payouts);
+    let mut lines = Vec::with_capacity(2 * args.payouts);
+    for i in 0..args.payouts {
+        let id = format!("bp{i:06}");
+        let wallet = Keypair::new().pubkey();
+        if i * 100 < args.existing_atas_pct * args.payouts {
+            chain.chain.create_token_account(&chain.mint, &wallet);
+        }
+        lines.push(format!(
+            r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"{wallet}"}}}}"#
+        ));
+        lines.push(format!(
+            r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
+        ));
+        let gross = 40_000_000 + (i as i64 % 1000) * 7_919;
+        usage.push(UsageInput {
+            event_id: Some(format!("{id}-u0")),
+            provider_id: Some(id.clone()),
+            gpu_id: Some(format!("{id}-g0")),
+            rental_id: None,
+            started_at: Some(format_ms(day)),
+            ended_at: Some(format_ms(day + gross)),
+            rate_usdc_per_hour: Some("3.6".into()),
+        });
+    }
+    import(&ledger, &lines).await;
+    for chunk in usage.chunks(1000) {
+        ledger
+            .ingest_usage(chunk, &SenderScope::Admin, &Actor::operator("bench"))
+            .await
+            .expect("ingest");
+    }
+    clock.set(parse_rfc3339_ms("2026-11-23T06:00:00Z").unwrap());
+    let run = ledger
+        .run_payouts(
+            runs::weekly_key("2026-11-23").unwrap(),
+            &Calendar::platform_default(),
+            &RunConfig::default(),
+            &Actor::system("bench"),
+        )
+        .await
+        .expect("weekly run");
+    assert_eq!(run.payouts as usize, args.payouts);
+    eprintln!(
+        "setup: {} providers registered, usage booked, weekly run decided in {:.1} s",
+        args.payouts,
+        started.elapsed().as_secs_f64()
+    );
+
+    // The measured part: one pass of the outbox worker.
+    let mut config = chain.solana_config();
+    config.priority_fee_micro_lamports = args.priority_fee;
+    let rail = SolanaRail::connect(&config).await.expect("rail");
+    let lamports_before = chain.chain.lamports_of(&chain.treasury);
+    clock.set(parse_rfc3339_ms("2026-11-23T07:00:00Z").unwrap());
+    let started = Instant::now();
+    let report = rail.pay_pending(&ledger).await.expect("pay");
+    let pay_secs = started.elapsed().as_secs_f64();
+    assert_eq!(report.settled, args.payouts, "{report:?}");
+    let lamports_spent = lamports_before - chain.chain.lamports_of(&chain.treasury);
+
+    let signatures: BTreeSet<&str> = report
+        .payouts
+        .iter()
+        .filter_map(|p| p.signature.as_deref())
+        .collect();
+    let mut fees = 0u64;
+    let mut sizes = Vec::new();
+    for s in &signatures {
+        let signature: Signature = s.parse().unwrap();
+        let landed = chain.chain.landed_transaction(&signature).expect("landed");
+        fees += landed.fee;
+        sizes.push(
+            report
+                .payouts
+                .iter()
+                .filter(|p| p.signature.as_deref() == Some(*s))
+                .count(),
+        );
+    }
+    let rent = chain
+        .chain
+        .minimum_balance_for_rent_exemption(settle_solana::pack::TOKEN_ACCOUNT_LEN)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let rec = rail.reconcile(&ledger).await.expect("reconcile");
+    let reconcile_secs = started.elapsed().as_secs_f64();
+    assert!(rec.ok(), "{rec:?}");
+    let verify = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .expect("verify");
+    assert!(verify.ok(), "{:?}", verify.problems);
+
+    let n = args.payouts as f64;
+    let max = sizes.iter().max().copied().unwrap_or(0);
+    let min = sizes.iter().min().copied().unwrap_or(0);
+    println!(
+        "paid {} payouts ({} USDC) in {} transactions: {:.1} payouts per transaction (min {min}, max {max})",
+        args.payouts,
+        settle::domain::money::format_micro_usdc(report.settled_micro_usdc),
+        signatures.len(),
+        n / signatures.len() as f64
+    );
+    println!(
+        "fees: {fees} lamports = {:.0} lamports per payout (priority fee {} µlamports/CU); \
+         treasury SOL spent {lamports_spent} lamports incl. rent of {} new token accounts ({rent} each)",
+        fees as f64 / n,
+        args.priority_fee,
+        (lamports_spent - fees) / rent.max(1)
+    );
+    println!(
+        "time to pay: {pay_secs:.1} s ({:.0} payouts/s) through RpcClient → local JSON-RPC, journaled on the ledger; reconcile {reconcile_secs:.1} s; verify clean",
+        n / pay_secs
+    );
+    chain.server.shutdown().await;
+}
