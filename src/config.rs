@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 /// Limits and rules of the ledger's commands (SPEC §4).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LedgerConfig {
     /// Oldest accepted `started_at`, in days before now.
@@ -38,7 +38,7 @@ impl Default for LedgerConfig {
 }
 
 /// Rules of the payout runs (SPEC §5) and of EUR payouts (SPEC §6).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     /// Smallest payout of a weekly run (25 USDC).
@@ -75,7 +75,7 @@ impl Default for RunConfig {
 }
 
 /// The HTTP API (SPEC §7).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     /// Address to listen on; port 0 picks a free port (tests).
@@ -108,7 +108,7 @@ impl Default for HttpConfig {
 /// (a test IBAN and a routing number with a correct check digit); production sets its own.
 /// Numeric fields may be given as integers in the environment (`SETTLE_BANK__…`); routing
 /// numbers and the immediate origin are zero-padded back to their fixed width.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct BankConfig {
     /// Directory the bank files are written to (created when missing): `outbox/bank`.
@@ -166,7 +166,7 @@ impl Default for BankConfig {
 
 /// The USDC payout rail on Solana (SPEC §6). The treasury keypair file is never logged and
 /// is refused when group or others may read it.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SolanaConfig {
     /// JSON-RPC endpoint of the cluster.
@@ -261,7 +261,7 @@ fn de_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// The whole configuration: a TOML file (every key optional, see
 /// `ops/config.example.toml`), then `SETTLE_*` environment overrides where `__` separates
 /// sections: `SETTLE_HTTP__BIND=0.0.0.0:8080`, `SETTLE_RUNS__COOLING_OFF_HOURS=24`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub ledger: LedgerConfig,
@@ -275,7 +275,7 @@ pub struct Config {
 
 /// The rail workers of `settle serve`: the outbox of created payouts is drained by a Solana
 /// pass and a bank-batch generation at these intervals (each off unless enabled).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkersConfig {
     /// Pay `created` Solana payouts (needs `[solana]` with a treasury keypair).
@@ -384,5 +384,28 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("settle-config-{}-{}", std::process::id(), rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    /// `ops/config.example.toml` documents every key, with its default, and nothing else.
+    #[test]
+    fn the_example_lists_every_key_with_its_default() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/ops/config.example.toml");
+        let text = std::fs::read_to_string(path).expect("ops/config.example.toml exists");
+        let example: toml::Table = text.parse().expect("the example is TOML");
+        let parsed = Config::load(Some(std::path::Path::new(path)), std::iter::empty()).expect("the example loads");
+        let defaults = toml::Table::try_from(Config::default()).expect("serializes");
+        let loaded = toml::Table::try_from(parsed).expect("serializes");
+        assert_eq!(loaded, defaults, "the example states the defaults");
+        for (section, keys) in &defaults {
+            let listed = example.get(section).and_then(|s| s.as_table()).unwrap_or_else(|| panic!("section [{section}] missing"));
+            for key in keys.as_table().expect("a section").keys() {
+                assert!(listed.contains_key(key), "[{section}] {key} is not documented");
+            }
+        }
     }
 }

@@ -236,6 +236,7 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     let mut named_kills: std::collections::BTreeMap<&str, usize> = Default::default();
     let mut random_kills = 0;
     let mut mid_run_kills = 0;
+    let mut scale = 1.0_f64;
     let mut last_date = NaiveDate::from_ymd_opt(2026, 11, 16).unwrap();
     let mut round = 0;
     let mut rounds_run = 0;
@@ -288,12 +289,16 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                 // land in the middle of it (some during start-up and migration).
                 let decided = crashed.decided(&run).await as f64;
                 let remaining = 1.0 - decided / candidates.len().max(1) as f64;
-                let delay = cli_run_time.mul_f64(rng.gen_range(0.0..1.2) * (0.1 + 0.9 * remaining));
+                // `scale` adapts to the speed of the machine and database: it shrinks when a
+                // process finished before its kill and grows when it was killed.
+                let delay = cli_run_time.mul_f64(scale * rng.gen_range(0.0..1.2) * (0.1 + 0.9 * remaining));
                 let mut child = crashed.spawn_run(now, &run, None);
                 std::thread::sleep(delay);
                 if child.try_wait().unwrap().is_some() {
+                    scale *= 0.8;
                     break;
                 }
+                scale = (scale * 1.03).min(4.0);
                 child.kill().unwrap();
                 let status = child.wait().unwrap();
                 if status.success() {

@@ -121,7 +121,11 @@ fn print_problems(problems: &[String]) -> i32 {
     for p in problems {
         eprintln!("warning: {p}");
     }
-    if problems.is_empty() { 0 } else { EXIT_REJECTED }
+    if problems.is_empty() {
+        0
+    } else {
+        EXIT_REJECTED
+    }
 }
 
 pub async fn bank_cmd(
@@ -141,7 +145,14 @@ pub async fn bank_cmd(
             };
             let mut problems = Vec::new();
             let mut rows = Rows::new(vec![
-                "batch_id", "rail", "new", "payouts", "submitted", "total", "currency", "path",
+                "batch_id",
+                "rail",
+                "new",
+                "payouts",
+                "submitted",
+                "total",
+                "currency",
+                "path",
                 "sha256",
             ]);
             for o in &report.batches {
@@ -281,7 +292,10 @@ pub async fn bank_cmd(
             write!(out, "{}", rows.render(format))?;
             Ok(0)
         }
-        BankCmd::Regenerate { batch_id, out: dest } => {
+        BankCmd::Regenerate {
+            batch_id,
+            out: dest,
+        } => {
             let originator = match Originator::parse(&config) {
                 Ok(o) => o,
                 Err(e) => return rejected(e.into()),

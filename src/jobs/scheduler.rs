@@ -26,7 +26,7 @@ pub const SLEEP_MAX: Duration = Duration::from_secs(60);
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// When the scheduler fires and how far back it catches up.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     /// Time of day (UTC) of the daily check, `HH:MM` or `HH:MM:SS` (default `00:05`).

@@ -23,7 +23,8 @@ use crate::common::TestDb;
 
 pub const SOLANA: &str =
     r#"{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}"#;
-pub const SEPA_DE: &str = r#"{"kind":"sepa","iban":"DE89370400440532013000","bic":"COBADEFFXXX","holder":"Bee GmbH"}"#;
+pub const SEPA_DE: &str =
+    r#"{"kind":"sepa","iban":"DE89370400440532013000","bic":"COBADEFFXXX","holder":"Bee GmbH"}"#;
 /// A French IBAN and a holder the SEPA set cannot write as entered.
 pub const SEPA_FR: &str = r#"{"kind":"sepa","iban":"FR1420041010050500013M02606","holder":"Zoë Müller-Łukasiewicz & Søn «GPU»"}"#;
 pub const SEPA_DE_NEW: &str =
@@ -187,7 +188,8 @@ impl World {
     }
 
     pub async fn in_transit(&self, provider: &str) -> i64 {
-        self.balance(provider, &accounts::in_transit(provider)).await
+        self.balance(provider, &accounts::in_transit(provider))
+            .await
     }
 
     /// `verify` clean, every event matches its schema, and every provider's in-transit
@@ -366,7 +368,10 @@ pub fn check_sepa_rules(xml: &str) -> (String, i64, Vec<SepaTx>) {
     let group_sum = cents(element(group, "CtrlSum"));
     let group_count: usize = element(group, "NbOfTxs").parse().unwrap();
     assert!(
-        unescape(element(element(group, "InitgPty"), "Nm")).chars().count() <= 70,
+        unescape(element(element(group, "InitgPty"), "Nm"))
+            .chars()
+            .count()
+            <= 70,
         "InitgPty name too long"
     );
     let mut txs = Vec::new();
@@ -375,7 +380,10 @@ pub fn check_sepa_rules(xml: &str) -> (String, i64, Vec<SepaTx>) {
         assert!(id.chars().count() <= 35, "PmtInfId {id} too long");
         let date = element(element(info, "ReqdExctnDt"), "Dt").to_owned();
         assert!(
-            unescape(element(element(info, "Dbtr"), "Nm")).chars().count() <= 70,
+            unescape(element(element(info, "Dbtr"), "Nm"))
+                .chars()
+                .count()
+                <= 70,
             "debtor name too long"
         );
         let mut sum = 0;
@@ -465,7 +473,10 @@ pub struct AchEntry {
 }
 
 fn num(s: &str) -> i64 {
-    assert!(s.bytes().all(|b| b.is_ascii_digit()), "{s:?} is not numeric");
+    assert!(
+        s.bytes().all(|b| b.is_ascii_digit()),
+        "{s:?} is not numeric"
+    );
     s.parse().unwrap()
 }
 
@@ -486,7 +497,11 @@ pub fn check_nacha(text: &str) -> (Vec<AchEntry>, i64) {
     assert_eq!(&header[0..1], "1", "file header first");
     assert_eq!(&header[1..3], "01", "priority code");
     assert_eq!(&header[3..4], " ");
-    assert!(aba_ok(&header[4..13]), "immediate destination {}", &header[4..13]);
+    assert!(
+        aba_ok(&header[4..13]),
+        "immediate destination {}",
+        &header[4..13]
+    );
     assert_eq!(&header[34..37], "094", "record size");
     assert_eq!(&header[37..39], "10", "blocking factor");
     assert_eq!(&header[39..40], "1", "format code");
@@ -513,7 +528,10 @@ pub fn check_nacha(text: &str) -> (Vec<AchEntry>, i64) {
         while lines[i].starts_with('6') {
             let e = lines[i];
             let code = &e[1..3];
-            assert!(code == "22" || code == "32", "credit transaction code {code}");
+            assert!(
+                code == "22" || code == "32",
+                "credit transaction code {code}"
+            );
             let routing = &e[3..12];
             assert!(aba_ok(routing), "RDFI routing {routing} check digit");
             let amount = num(&e[29..39]);
@@ -558,7 +576,11 @@ pub fn check_nacha(text: &str) -> (Vec<AchEntry>, i64) {
     assert_eq!(num(&fc[1..7]), batches, "file batch count");
     assert_eq!(num(&fc[7..13]) as usize, lines.len() / 10, "block count");
     assert_eq!(num(&fc[13..21]) as usize, entries.len(), "file entry count");
-    assert_eq!(num(&fc[21..31]), file_hash % 10_000_000_000, "file entry hash");
+    assert_eq!(
+        num(&fc[21..31]),
+        file_hash % 10_000_000_000,
+        "file entry hash"
+    );
     assert_eq!(num(&fc[31..43]), 0, "file debit total");
     assert_eq!(num(&fc[43..55]), file_credit, "file credit total");
     for filler in &lines[i + 1..] {
@@ -570,10 +592,15 @@ pub fn check_nacha(text: &str) -> (Vec<AchEntry>, i64) {
 /// SHA-256 hex of a file's bytes.
 pub fn sha256_file(path: &Path) -> String {
     use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("read file")))
+    hex::encode(sha2::Sha256::digest(
+        std::fs::read(path).expect("read file"),
+    ))
 }
 
 /// Payouts by id.
 pub fn by_id(payouts: Vec<PayoutRecord>) -> BTreeMap<String, PayoutRecord> {
-    payouts.into_iter().map(|p| (p.payout_id.clone(), p)).collect()
+    payouts
+        .into_iter()
+        .map(|p| (p.payout_id.clone(), p))
+        .collect()
 }

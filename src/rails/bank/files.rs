@@ -45,9 +45,8 @@ fn config_error(field: &str, e: impl std::fmt::Display) -> DomainError {
 impl Originator {
     /// Parses and checks the bank configuration (by writing a one-entry file of each kind).
     pub fn parse(config: &BankConfig) -> Result<Originator, DomainError> {
-        let holder = |field: &str, text: &str| {
-            HolderName::parse(text).map_err(|e| config_error(field, e))
-        };
+        let holder =
+            |field: &str, text: &str| HolderName::parse(text).map_err(|e| config_error(field, e));
         let iban = Iban::parse(&config.sepa_debtor_iban)
             .map_err(|e| config_error("sepa_debtor_iban", e))?;
         if !iban.is_sepa() {
@@ -133,7 +132,11 @@ pub fn batch_id(rail: Rail, payout_ids: &[String]) -> String {
         hasher.update(b"\n");
         hasher.update(id.as_bytes());
     }
-    format!("{}-{}", rail.as_str(), &hex::encode(hasher.finalize())[..24])
+    format!(
+        "{}-{}",
+        rail.as_str(),
+        &hex::encode(hasher.finalize())[..24]
+    )
 }
 
 /// The file name of a batch: `{YYYYMMDD}-{batch_id}.xml` (SEPA) or
@@ -379,7 +382,9 @@ mod tests {
 
     #[test]
     fn modifiers_round_trip_through_file_names() {
-        let t = DateTime::from_timestamp(1_764_547_200, 0).unwrap().naive_utc();
+        let t = DateTime::from_timestamp(1_764_547_200, 0)
+            .unwrap()
+            .naive_utc();
         for n in [0, 1, 25, 26, 35, 36] {
             let name = file_name(Rail::Ach, "ach-0123", t, modifier_for(n));
             assert_eq!(modifier_of(&name), Some(modifier_for(n)), "{name}");

@@ -34,9 +34,7 @@ use sqlx::{AnyConnection, AnyPool, Row};
 
 use crate::config::BankConfig;
 use crate::domain::DomainError;
-use crate::domain::event::{
-    BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail,
-};
+use crate::domain::event::{BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail};
 use crate::domain::time::day_number;
 use crate::ledger::payouts::{self, PayoutRecord};
 use crate::ledger::runs::failpoint;
@@ -149,9 +147,7 @@ async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, Ledger
         .iter()
         .map(batch_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    out.sort_by(|a, b| {
-        (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id))
-    });
+    out.sort_by(|a, b| (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id)));
     Ok(out)
 }
 
@@ -256,7 +252,10 @@ async fn rebuild(
             None => {
                 return rejected(
                     "corrupt_projection",
-                    format!("batch {} has no file id modifier in {}", b.batch_id, b.file_name),
+                    format!(
+                        "batch {} has no file id modifier in {}",
+                        b.batch_id, b.file_name
+                    ),
                 );
             }
         },
@@ -441,7 +440,9 @@ pub async fn generate_batches(
         // 1. Finish what an earlier (crashed or concurrent) generation left.
         for b in &existing {
             let unfinished = b.status == "generated"
-                || b.payout_ids.iter().any(|id| created_ids.contains(id.as_str()));
+                || b.payout_ids
+                    .iter()
+                    .any(|id| created_ids.contains(id.as_str()));
             if !unfinished || finished.contains(&b.batch_id) {
                 continue;
             }
@@ -495,7 +496,9 @@ pub async fn generate_batches(
                 continue;
             }
             let chosen: Vec<PayoutRecord> = chosen.into_iter().cloned().collect();
-            if let Some(outcome) = generate_one(ledger, config, &originator, rail, &chosen, actor).await? {
+            if let Some(outcome) =
+                generate_one(ledger, config, &originator, rail, &chosen, actor).await?
+            {
                 finished.insert(outcome.batch.batch_id.clone());
                 report.batches.push(outcome);
             }
@@ -731,7 +734,8 @@ pub async fn return_payout(
     code: &str,
     actor: &Actor,
 ) -> Result<ReturnOutcome, BankError> {
-    let reason = ReturnReason::parse(code).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
+    let reason =
+        ReturnReason::parse(code).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
     let pool = ledger.store.pool();
     let Some(p) = payouts::payout(pool, payout_id).await? else {
         return rejected("unknown_payout", format!("no payout {payout_id}"));
@@ -776,7 +780,10 @@ pub async fn return_payout(
         "returned" => {
             // Same code again: a duplicate (nothing booked; `method_invalid` reports false).
             let prefix = format!("{}: ", reason.code());
-            if p.failure_reason.as_deref().is_some_and(|r| r.starts_with(&prefix)) {
+            if p.failure_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(&prefix))
+            {
                 return Ok(outcome);
             }
             return rejected(

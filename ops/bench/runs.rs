@@ -1,0 +1,275 @@
+//! Payout run benchmark: a weekly run over N providers (default 100,000), each with one
+//! usage event of the week, on SQLite or PostgreSQL. See `ops/bench/runs.md`.
+//!
+//! ```text
+//! cargo bench --bench runs -- --db sqlite --providers 100000
+//! cargo bench --bench runs -- --db postgres --providers 100000
+//! ```
+//!
+//! The parent process runs each phase in a child process of this same binary, so each
+//! phase reports its own peak memory (VmHWM from /proc/self/status):
+//! - `setup`: registers the providers (weekly, Solana wallet), one GPU each, and one
+//!   usage event each (1 h at 40 USDC/h, net 32 USDC: above the weekly minimum), through
+//!   the ledger's commands; timed apart.
+//! - `run`: `Ledger::run_payouts` of the weekly run of 2026-11-23 (cutoff that Monday),
+//!   which decides every provider in its own transaction and creates a payout each.
+//! - `rerun`: the same run started again (idempotent: reads the completed report).
+
+use std::time::Instant;
+
+use settle::config::LedgerConfig;
+use settle::domain::event::{PayoutMethod, Schedule, Tier};
+use settle::domain::ids::{GpuId, GpuModel, ProviderId};
+use settle::domain::time::{format_ms, parse_rfc3339_ms};
+use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider};
+use settle::ledger::runs::{RunConfig, weekly_key};
+use settle::ledger::{Actor, Ledger, ManualClock};
+use settle::store::{Store, StoreOptions};
+use settle_calendar::Calendar;
+
+const WALLET: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
+const SETUP_AT: &str = "2026-11-20T00:00:00Z";
+const USAGE_START: &str = "2026-11-19T10:00:00Z";
+const RUN_MONDAY: &str = "2026-11-23";
+const RUN_AT: &str = "2026-11-23T00:05:00Z";
+
+struct Args {
+    db: String,
+    providers: usize,
+    pg_url: String,
+    sqlite_path: String,
+    reuse: bool,
+    loaders: usize,
+    connections: u32,
+    phase: Option<String>,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        db: "sqlite".into(),
+        providers: 100_000,
+        pg_url: std::env::var("SETTLE_BENCH_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        sqlite_path: "/tmp/settle-bench-runs.db".into(),
+        reuse: false,
+        loaders: 0,
+        connections: 8,
+        phase: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--db" => a.db = val(),
+            "--providers" => a.providers = val().parse().expect("--providers N"),
+            "--pg-url" => a.pg_url = val(),
+            "--sqlite-path" => a.sqlite_path = val(),
+            "--reuse" => a.reuse = true,
+            "--loaders" => a.loaders = val().parse().expect("--loaders N"),
+            "--connections" => a.connections = val().parse().expect("--connections N"),
+            "--phase" => a.phase = Some(val()),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    if a.loaders == 0 {
+        a.loaders = if a.db == "postgres" { 8 } else { 1 };
+    }
+    a
+}
+
+const PG_DB: &str = "settle_bench_runs";
+
+fn url(args: &Args) -> String {
+    if args.db == "postgres" {
+        let base = args.pg_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg_url);
+        format!("{base}/{PG_DB}")
+    } else {
+        format!("sqlite://{}", args.sqlite_path)
+    }
+}
+
+/// Drops and creates the benchmark database.
+async fn fresh_database(args: &Args) {
+    if args.db == "postgres" {
+        sqlx::any::install_default_drivers();
+        let admin = sqlx::AnyPool::connect(&args.pg_url).await.expect("connect --pg-url");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)"))
+            .execute(&admin)
+            .await
+            .expect("drop bench database");
+        sqlx::query(&format!("CREATE DATABASE {PG_DB}"))
+            .execute(&admin)
+            .await
+            .expect("create bench database");
+        admin.close().await;
+    } else {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", args.sqlite_path));
+        }
+    }
+}
+
+async fn open(args: &Args, now: &str) -> (Ledger, std::sync::Arc<ManualClock>) {
+    let options = StoreOptions {
+        connections_max: args.connections,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&url(args), &options).await.expect("open store");
+    store.migrate().await.expect("migrate");
+    let clock = std::sync::Arc::new(ManualClock::new(parse_rfc3339_ms(now).unwrap()));
+    (Ledger::new(store, clock.clone(), LedgerConfig::default()), clock)
+}
+
+fn pid(p: usize) -> String {
+    format!("prv_{p:06}")
+}
+
+async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>) {
+    let operator = Actor::operator("bench");
+    let start = parse_rfc3339_ms(USAGE_START).unwrap();
+    for p in range {
+        let provider_id = ProviderId::parse(&pid(p)).unwrap();
+        ledger
+            .register_provider(
+                &RegisterProvider {
+                    provider_id: provider_id.clone(),
+                    name: format!("Provider {p}"),
+                    email: format!("ops@{p}.test"),
+                    tier: Tier::Community,
+                    schedule: Schedule::Weekly,
+                    payout_method: Some(PayoutMethod::Solana {
+                        wallet: WALLET.into(),
+                    }),
+                },
+                &operator,
+            )
+            .await
+            .expect("register provider");
+        ledger
+            .register_gpu(
+                &RegisterGpu {
+                    gpu_id: GpuId::parse(&format!("{}-g0", pid(p))).unwrap(),
+                    provider_id,
+                    model: GpuModel::parse("H100-80GB").unwrap(),
+                },
+                &operator,
+            )
+            .await
+            .expect("register gpu");
+        let results = ledger
+            .ingest_usage(
+                &[UsageInput {
+                    event_id: Some(format!("bench:{p}")),
+                    provider_id: Some(pid(p)),
+                    gpu_id: Some(format!("{}-g0", pid(p))),
+                    rental_id: None,
+                    started_at: Some(format_ms(start)),
+                    ended_at: Some(format_ms(start + 3_600_000)),
+                    rate_usdc_per_hour: Some("40".into()),
+                }],
+                &SenderScope::Metering,
+                &operator,
+            )
+            .await
+            .expect("ingest");
+        assert!(
+            matches!(results[0], UsageResult::Accepted { .. } | UsageResult::Duplicate { .. }),
+            "{:?}",
+            results[0]
+        );
+    }
+}
+
+fn vmhwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+async fn phase(args: &Args, phase: &str) {
+    match phase {
+        "setup" => {
+            fresh_database(args).await;
+            let (ledger, _) = open(args, SETUP_AT).await;
+            let t = Instant::now();
+            let per = args.providers.div_ceil(args.loaders);
+            let mut tasks = Vec::new();
+            for l in 0..args.loaders {
+                let ledger = ledger.clone();
+                let range = (l * per).min(args.providers)..((l + 1) * per).min(args.providers);
+                tasks.push(tokio::spawn(async move { setup_range(&ledger, range).await }));
+            }
+            for t in tasks {
+                t.await.expect("loader");
+            }
+            let events = ledger.store.event_count().await.unwrap();
+            println!(
+                "{{\"phase\":\"setup\",\"db\":\"{}\",\"providers\":{},\"events\":{events},\"seconds\":{:.2},\"vmhwm_kib\":{}}}",
+                args.db,
+                args.providers,
+                t.elapsed().as_secs_f64(),
+                vmhwm_kib()
+            );
+        }
+        "run" | "rerun" => {
+            let (ledger, _) = open(args, RUN_AT).await;
+            let before = ledger.store.event_count().await.unwrap();
+            let t = Instant::now();
+            let report = ledger
+                .run_payouts(
+                    weekly_key(RUN_MONDAY).unwrap(),
+                    &Calendar::platform_default(),
+                    &RunConfig::default(),
+                    &Actor::system("bench"),
+                )
+                .await
+                .expect("run");
+            let seconds = t.elapsed().as_secs_f64();
+            let after = ledger.store.event_count().await.unwrap();
+            println!(
+                "{{\"phase\":\"{phase}\",\"db\":\"{}\",\"providers\":{},\"candidates\":{},\"payouts\":{},\"payouts_micro_usdc\":{},\"events_appended\":{},\"seconds\":{seconds:.2},\"candidates_per_second\":{:.0},\"vmhwm_kib\":{}}}",
+                args.db,
+                args.providers,
+                report.candidates.len(),
+                report.payouts,
+                report.payouts_micro_usdc,
+                after - before,
+                report.candidates.len() as f64 / seconds,
+                vmhwm_kib()
+            );
+        }
+        other => panic!("unknown phase {other}"),
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    if let Some(p) = &args.phase {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(phase(&args, p));
+        return;
+    }
+    // Parent: each phase in its own process, for its own peak memory.
+    let exe = std::env::current_exe().expect("own path");
+    let own: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let phases: &[&str] = if args.reuse {
+        &["run", "rerun"]
+    } else {
+        &["setup", "run", "rerun"]
+    };
+    for p in phases {
+        let status = std::process::Command::new(&exe)
+            .args(&own)
+            .args(["--phase", p])
+            .status()
+            .expect("run phase");
+        assert!(status.success(), "phase {p} failed");
+    }
+}
