@@ -200,12 +200,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Import { file } => import(&ledger, file, false, cli.format, &mut stdout).await?,
         Cmd::Ingest { file } => import(&ledger, file, true, cli.format, &mut stdout).await?,
         Cmd::Verify => {
-            let report = crate::verify::verify(&ledger.store, &|_| {}).await?;
+            let total = ledger.store.event_count().await?;
+            let bar = counter_bar("verify", total);
+            let report = crate::verify::verify(&ledger.store, &|n| tick(&bar, n)).await?;
+            finish(bar);
             print_report(&report, cli.format, &mut stdout)?;
             if report.ok() { 0 } else { 1 }
         }
         Cmd::Rebuild => {
-            let report = crate::verify::rebuild(&ledger.store, &|_| {}).await?;
+            let total = ledger.store.event_count().await?;
+            let bar = counter_bar("rebuild", total);
+            let report = crate::verify::rebuild(&ledger.store, &|n| tick(&bar, n)).await?;
+            finish(bar);
             print_report(&report, cli.format, &mut stdout)?;
             if report.ok() { 0 } else { 1 }
         }
@@ -470,6 +476,32 @@ fn describe(command: &Command) -> (String, Option<String>) {
             ("adjustment".into(), Some(adjustment_id.to_string()))
         }
         Command::SetFx { .. } => ("fx.rate_set".into(), None),
+    }
+}
+
+/// A progress bar over `total` events on stderr, when stderr is a terminal.
+fn counter_bar(what: &str, total: i64) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total.max(0) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})").ok()?,
+    );
+    bar.set_message(what.to_owned());
+    Some(bar)
+}
+
+fn tick(bar: &Option<indicatif::ProgressBar>, events: i64) {
+    if let Some(b) = bar {
+        b.set_position(events.max(0) as u64);
+    }
+}
+
+fn finish(bar: Option<indicatif::ProgressBar>) {
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
 }
 

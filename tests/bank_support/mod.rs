@@ -349,17 +349,15 @@ pub fn check_sepa_rules(xml: &str) -> (String, i64, Vec<SepaTx>) {
     // Every text node is in the SEPA set (after unescaping).
     for (i, line) in xml.lines().enumerate().skip(1) {
         let t = line.trim();
-        if let Some(open_end) = t.find('>') {
-            if let Some(close) = t.rfind("</") {
-                if close > open_end {
-                    let text = unescape(&t[open_end + 1..close]);
-                    assert!(
-                        text.chars().all(is_sepa_char),
-                        "line {}: {text:?} leaves the SEPA character set",
-                        i + 1
-                    );
-                }
-            }
+        if let (Some(open_end), Some(close)) = (t.find('>'), t.rfind("</"))
+            && close > open_end
+        {
+            let text = unescape(&t[open_end + 1..close]);
+            assert!(
+                text.chars().all(is_sepa_char),
+                "line {}: {text:?} leaves the SEPA character set",
+                i + 1
+            );
         }
     }
     let group = element(xml, "GrpHdr");
