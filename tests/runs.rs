@@ -508,7 +508,7 @@ async fn the_cli_runs_shows_releases_cancels_and_lists_the_calendar() {
     let (code, out, _) = cli(&["run", "show", "--kind", "weekly", "--key", "2026-11-23", "--format", "csv"]);
     assert_eq!(code, 0);
     assert_eq!(out.lines().next(), Some("provider_id,decision,available_usdc,amount_usdc,payout_id"));
-    assert!(out.contains("a,paid,40.000000,40.000000,po_"), "{out}");
+    assert!(out.contains("a,paid,40.000000,40.000000,po-"), "{out}");
     let (code, out, _) = cli(&["run", "show", "--kind", "weekly", "--key", "2026-11-23"]);
     assert_eq!(code, 0);
     assert!(out.contains("completed") && out.contains("3 candidates, 3 payouts totalling 120.000000 USDC"), "{out}");
