@@ -798,6 +798,7 @@ async fn openapi_document_lists_the_routes_and_health_answers() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["status"], "ok");
     assert_problem(app.get(None, "/v1/nothing-here").await, 404, "not_found").await;
+    assert_problem(app.get(None, "/v1/usage").await, 405, "method_not_allowed").await;
     app.ledger.store.close().await;
     assert_eq!(app.get(None, "/readyz").await.status(), 503);
 }

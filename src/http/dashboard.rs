@@ -139,9 +139,12 @@ pub async fn summary(
     auth.read_provider(&state, &id).await?;
     let pool = state.ledger.store.pool();
     let now_ms = state.ledger.now_ms();
-    let periods = read::period_totals(pool, &id, now_ms).await?;
-    let b = read::provider_balances(pool, &id).await?;
-    let next_payout = next_payout(&state, &id, now_ms).await?;
+    // Independent reads, on separate connections.
+    let (periods, b, next_payout) = tokio::try_join!(
+        async { Ok::<_, Problem>(read::period_totals(pool, &id, now_ms).await?) },
+        async { Ok::<_, Problem>(read::provider_balances(pool, &id).await?) },
+        next_payout(&state, &id, now_ms),
+    )?;
     Ok(Json(Summary {
         provider_id: id,
         as_of: format_ms(now_ms),

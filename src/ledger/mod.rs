@@ -164,7 +164,7 @@ impl Ledger {
 /// Runs a command in a write transaction on one stream and commits it, retrying the whole
 /// command (its reads included) when another writer got there first:
 ///
-/// ```ignore
+/// ```text
 /// let applied = write_stream!(ledger, &stream, |tx| {
 ///     if find_idem(tx, &key).await?.is_some() { return Ok(Applied::Duplicate); }
 ///     tx.append(event);
