@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Executor, Row};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::domain::event::{EventBody, lines_to_json};
@@ -271,7 +272,7 @@ impl Store {
             Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             Dialect::Postgres => None,
         };
-        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let mut tx = TxConn::begin(&self.pool, self.dialect).await.map_err(classify)?;
         if self.dialect == Dialect::Postgres {
             // Serialise writers of one stream without blocking other streams.
             sqlx::query(
@@ -330,7 +331,7 @@ impl Store {
             Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             Dialect::Postgres => None,
         };
-        let mut tx = self.pool.begin().await.map_err(classify)?;
+        let mut tx = TxConn::begin(&self.pool, self.dialect).await.map_err(classify)?;
         if self.dialect == Dialect::Postgres {
             for chunk in names.chunks(STREAMS_PER_STATEMENT_MAX) {
                 // A VALUES list is scanned in order: every writer locks in name order, so
@@ -460,7 +461,7 @@ impl Store {
             Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             Dialect::Postgres => None,
         };
-        let mut tx = self.pool.begin().await?;
+        let mut tx = TxConn::begin(&self.pool, self.dialect).await?;
         if self.dialect == Dialect::Postgres {
             sqlx::query("LOCK TABLE events IN SHARE MODE")
                 .execute(&mut *tx)
@@ -481,9 +482,62 @@ impl Store {
     }
 }
 
+/// A database transaction on a connection of its own, begun and committed explicitly.
+///
+/// Unless it committed, its connection is closed (which rolls the transaction back) instead of
+/// going back to the pool: after a failed `COMMIT` (disk full, lost connection) the driver's
+/// idea of the transaction state cannot be trusted, and a pooled connection left inside a
+/// transaction would silently swallow the "commits" of later writers. Found by the disk-full
+/// fault test.
+pub struct TxConn {
+    conn: Option<PoolConnection<Any>>,
+}
+
+impl TxConn {
+    /// `BEGIN IMMEDIATE` on SQLite (the write lock up front: a read-then-write transaction
+    /// never fails to upgrade against a writer in another process), `BEGIN` on PostgreSQL.
+    pub async fn begin(pool: &AnyPool, dialect: Dialect) -> Result<TxConn, sqlx::Error> {
+        let mut tx = TxConn { conn: Some(pool.acquire().await?) };
+        let begin = match dialect {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        };
+        tx.execute(begin).await?;
+        Ok(tx)
+    }
+
+    /// Commits; the connection goes back to the pool only when the commit succeeded.
+    pub async fn commit(mut self) -> Result<(), sqlx::Error> {
+        self.execute("COMMIT").await?;
+        drop(self.conn.take());
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for TxConn {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        self.conn.as_ref().expect("open transaction")
+    }
+}
+
+impl std::ops::DerefMut for TxConn {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        self.conn.as_mut().expect("open transaction")
+    }
+}
+
+impl Drop for TxConn {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(conn.detach());
+        }
+    }
+}
+
 /// A write transaction on one stream. Dropping it without `commit` rolls everything back.
 pub struct WriteTx {
-    tx: Transaction<'static, Any>,
+    tx: TxConn,
     _writer: Option<OwnedMutexGuard<()>>,
     dialect: Dialect,
     stream: String,
