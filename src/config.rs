@@ -89,6 +89,10 @@ pub struct HttpConfig {
     /// Solana cluster of the explorer links: `mainnet-beta` (no `?cluster=`), `devnet`,
     /// `testnet`, or `custom`.
     pub explorer_cluster: String,
+    /// Failed authentications allowed per client address and window; then 429.
+    pub auth_failures_max: u32,
+    /// The window of `auth_failures_max`, in milliseconds.
+    pub auth_failure_window_ms: u64,
 }
 
 impl Default for HttpConfig {
@@ -99,6 +103,8 @@ impl Default for HttpConfig {
             page_size_max: 1000,
             page_size_default: 100,
             explorer_cluster: "mainnet-beta".to_owned(),
+            auth_failures_max: 20,
+            auth_failure_window_ms: 60_000,
         }
     }
 }

@@ -126,7 +126,10 @@ async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration) {
             _ => panic!("settle pay solana failed: {status}\n{stderr}"),
         }
     }
-    assert!(done, "the pass did not complete after {RESTARTS_MAX} restarts");
+    assert!(
+        done,
+        "the pass did not complete after {RESTARTS_MAX} restarts"
+    );
 
     // Exactly once: every provider holds exactly its payout, the treasury paid the total.
     let total: i64 = providers.iter().map(|p| p.net_micro_usdc).sum();
@@ -139,7 +142,10 @@ async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration) {
     assert_eq!(w.dev.treasury_usdc(), treasury_before - total as u64);
     // Every transaction on chain is a landed attempt on the ledger, and vice versa; no
     // attempt is left open.
-    let attempts = LedgerJournal::new(w.ledger.clone()).attempts().await.unwrap();
+    let attempts = LedgerJournal::new(w.ledger.clone())
+        .attempts()
+        .await
+        .unwrap();
     assert!(attempts.iter().all(|a| a.outcome.is_some()), "{attempts:?}");
     let landed: BTreeSet<String> = attempts
         .iter()

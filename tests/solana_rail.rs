@@ -41,7 +41,12 @@ async fn a_weekly_run_of_250_solana_providers_is_paid_exactly_once() {
     assert_eq!(report.outbox, 250);
     assert_eq!(report.outbox_micro_usdc, total);
     assert_eq!(
-        (report.settled, report.failed, report.pending, report.not_sent),
+        (
+            report.settled,
+            report.failed,
+            report.pending,
+            report.not_sent
+        ),
         (250, 0, 0, 0),
         "{report:?}"
     );
@@ -89,7 +94,11 @@ async fn a_weekly_run_of_250_solana_providers_is_paid_exactly_once() {
         .minimum_balance_for_rent_exemption(settle_solana::pack::TOKEN_ACCOUNT_LEN)
         .await
         .unwrap();
-    assert_eq!(spent, fees + 125 * rent, "fees plus the rent of 125 new accounts");
+    assert_eq!(
+        spent,
+        fees + 125 * rent,
+        "fees plus the rent of 125 new accounts"
+    );
     println!(
         "250 payouts in {} transactions (payouts per transaction {:?}); fees {} lamports = {:.0} per payout; rent of 125 new token accounts {} lamports",
         signatures.len(),
@@ -132,8 +141,10 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
         w.dev.chain.create_token_account(&w.dev.mint, &p.wallet);
     }
     w.weekly(MONDAY, RUN_AT).await;
-    let by_provider: BTreeMap<String, Provider> =
-        providers.iter().map(|p| (p.id.clone(), p.clone())).collect();
+    let by_provider: BTreeMap<String, Provider> = providers
+        .iter()
+        .map(|p| (p.id.clone(), p.clone()))
+        .collect();
     let payouts = w.run_payouts(MONDAY).await; // in payout id order = outbox order
     let wallet_of = |provider: &str| by_provider[provider].wallet;
     // Frozen before the run: simulation proves the transfer impossible; it is never signed.
@@ -180,7 +191,11 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
             assert_eq!(now.status, "failed", "{}", p.payout_id);
             let reason = now.failure_reason.unwrap();
             assert!(reason.contains("failed on chain"), "{reason}");
-            assert_eq!(w.usdc_of(&wallet), 0, "the failed transaction moved nothing");
+            assert_eq!(
+                w.usdc_of(&wallet),
+                0,
+                "the failed transaction moved nothing"
+            );
         } else {
             assert_eq!(now.status, "settled", "{}", p.payout_id);
             assert_eq!(w.usdc_of(&wallet), now.amount_micro_usdc as u64);
@@ -289,8 +304,10 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     let w = World::new(TREASURY_USDC, 10 * SOL).await;
     let providers = w.providers("jn", 3).await;
     w.weekly(MONDAY, RUN_AT).await;
-    let by_provider: BTreeMap<String, Provider> =
-        providers.iter().map(|p| (p.id.clone(), p.clone())).collect();
+    let by_provider: BTreeMap<String, Provider> = providers
+        .iter()
+        .map(|p| (p.id.clone(), p.clone()))
+        .collect();
     let payouts = w.run_payouts(MONDAY).await;
     let transfer = |i: usize| Transfer {
         payout_id: payouts[i].payout_id.clone(),
@@ -298,14 +315,18 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
         amount_micro_usdc: payouts[i].amount_micro_usdc as u64,
     };
     let journal = LedgerJournal::new(w.ledger.clone());
-    let ids = |n: usize| -> Vec<String> { payouts[..n].iter().map(|p| p.payout_id.clone()).collect() };
+    let ids =
+        |n: usize| -> Vec<String> { payouts[..n].iter().map(|p| p.payout_id.clone()).collect() };
 
     let a1 = attempt("att-1", "sig-one", vec![transfer(0), transfer(1)]);
     journal.record_signed(&a1).await.unwrap();
     assert_eq!(journal.open_attempts().await.unwrap(), vec![a1.clone()]);
     for i in 0..2 {
         let p = w.payouts_of(&payouts[i].provider_id).await.remove(0);
-        assert_eq!((p.status.as_str(), p.reference.as_deref()), ("submitted", Some("sig-one")));
+        assert_eq!(
+            (p.status.as_str(), p.reference.as_deref()),
+            ("submitted", Some("sig-one"))
+        );
     }
     // Recording the same attempt again is a duplicate; a second live attempt is refused.
     journal.record_signed(&a1).await.unwrap();
@@ -313,24 +334,43 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
         .record_signed(&attempt("att-2", "sig-two", vec![transfer(1)]))
         .await
         .unwrap_err();
-    assert!(err.0.contains("payout_in_flight") || err.0.contains("already belongs"), "{}", err.0);
+    assert!(
+        err.0.contains("payout_in_flight") || err.0.contains("already belongs"),
+        "{}",
+        err.0
+    );
     // Transfers that do not match the ledger are refused.
     let mut wrong_amount = transfer(2);
     wrong_amount.amount_micro_usdc += 1;
-    assert!(journal.record_signed(&attempt("att-3", "s3", vec![wrong_amount])).await.is_err());
+    assert!(
+        journal
+            .record_signed(&attempt("att-3", "s3", vec![wrong_amount]))
+            .await
+            .is_err()
+    );
     let mut wrong_wallet = transfer(2);
     wrong_wallet.wallet = Keypair::new().pubkey();
-    assert!(journal.record_signed(&attempt("att-4", "s4", vec![wrong_wallet])).await.is_err());
+    assert!(
+        journal
+            .record_signed(&attempt("att-4", "s4", vec![wrong_wallet]))
+            .await
+            .is_err()
+    );
     assert_eq!(journal.open_attempts().await.unwrap().len(), 1);
 
     // Expired: nothing happens to the payouts; they may be signed again.
-    journal.record_outcome("att-1", &AttemptOutcome::Expired).await.unwrap();
+    journal
+        .record_outcome("att-1", &AttemptOutcome::Expired)
+        .await
+        .unwrap();
     assert!(journal.open_attempts().await.unwrap().is_empty());
     assert!(journal.resolved_payouts(&ids(3)).await.unwrap().is_empty());
     let a5 = attempt("att-5", "sig-five", vec![transfer(0), transfer(1)]);
     journal.record_signed(&a5).await.unwrap();
     assert_eq!(
-        w.payouts_of(&payouts[0].provider_id).await[0].reference.as_deref(),
+        w.payouts_of(&payouts[0].provider_id).await[0]
+            .reference
+            .as_deref(),
         Some("sig-five")
     );
     // Landed: settled with the signature, once.
@@ -351,7 +391,10 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     );
     for i in 0..2 {
         let p = w.payouts_of(&payouts[i].provider_id).await.remove(0);
-        assert_eq!((p.status.as_str(), p.reference.as_deref()), ("settled", Some("sig-five")));
+        assert_eq!(
+            (p.status.as_str(), p.reference.as_deref()),
+            ("settled", Some("sig-five"))
+        );
     }
     let mut resolved = journal.resolved_payouts(&ids(3)).await.unwrap();
     resolved.sort();
@@ -359,11 +402,19 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     expected.sort();
     assert_eq!(resolved, expected);
     // A settled payout is never signed again.
-    assert!(journal.record_signed(&attempt("att-6", "s6", vec![transfer(0)])).await.is_err());
+    assert!(
+        journal
+            .record_signed(&attempt("att-6", "s6", vec![transfer(0)]))
+            .await
+            .is_err()
+    );
     assert_eq!(w.count_events("payout.settled").await, 2);
 
     // A crash between `solana_tx.resolved` and the payout events: repair applies it.
-    journal.record_signed(&attempt("att-7", "sig-seven", vec![transfer(2)])).await.unwrap();
+    journal
+        .record_signed(&attempt("att-7", "sig-seven", vec![transfer(2)]))
+        .await
+        .unwrap();
     let body = EventBody::SolanaTxResolved(SolanaTxResolved {
         attempt_id: "att-7".into(),
         outcome: "failed".into(),
@@ -388,15 +439,24 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     })
     .unwrap();
     assert_eq!(applied, Applied::Accepted);
-    assert_eq!(w.payouts_of(&payouts[2].provider_id).await[0].status, "submitted");
+    assert_eq!(
+        w.payouts_of(&payouts[2].provider_id).await[0].status,
+        "submitted"
+    );
     let repaired = journal.repair().await.unwrap();
     assert_eq!((repaired.failed, repaired.settled), (1, 0));
     let p = w.payouts_of(&payouts[2].provider_id).await.remove(0);
     assert_eq!(p.status, "failed");
     assert!(p.failure_reason.unwrap().contains("0x11"));
-    assert_eq!(journal.repair().await.unwrap().failed, 0, "repair is idempotent");
+    assert_eq!(
+        journal.repair().await.unwrap().failed,
+        0,
+        "repair is idempotent"
+    );
 
-    let report = settle::verify::verify(&w.ledger.store, &|_| {}).await.unwrap();
+    let report = settle::verify::verify(&w.ledger.store, &|_| {})
+        .await
+        .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     common::assert_events_match_schemas(&w.ledger.store).await;
 }

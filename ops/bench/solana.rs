@@ -98,7 +98,11 @@ async fn bench(args: Args) {
         args.payouts,
         args.existing_atas_pct,
         args.priority_fee,
-        if args.database == "sqlite" { "SQLite" } else { "PostgreSQL" }
+        if args.database == "sqlite" {
+            "SQLite"
+        } else {
+            "PostgreSQL"
+        }
     );
 
     // Setup (timed apart): providers, one usage event each, the weekly run.

@@ -249,8 +249,8 @@ pub async fn reconcile_cmd(
 /// `settle chain local`: needs no database.
 pub async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
     let ChainCmd::Local(args) = cmd;
-    let usdc_micro = parse_micro_usdc(&args.usdc)
-        .map_err(|e| anyhow::anyhow!("--usdc: {}", e.message))?;
+    let usdc_micro =
+        parse_micro_usdc(&args.usdc).map_err(|e| anyhow::anyhow!("--usdc: {}", e.message))?;
     let usdc_micro = u64::try_from(usdc_micro).context("--usdc must not be negative")?;
     let lamports = args
         .sol
@@ -276,7 +276,10 @@ pub async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
         match format {
             Format::Json => writeln!(out, "{}", serde_json::to_string(&info)?)?,
             _ => {
-                writeln!(out, "local chain serving (SPL Token, ATA and Memo programs)")?;
+                writeln!(
+                    out,
+                    "local chain serving (SPL Token, ATA and Memo programs)"
+                )?;
                 writeln!(out, "rpc_url:          {}", chain.url)?;
                 writeln!(out, "mint:             {}", chain.mint)?;
                 writeln!(out, "treasury:         {}", chain.treasury)?;

@@ -18,6 +18,31 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
+        let client = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        if let Some(ip) = client {
+            if let Some(retry_after_s) = super::limit::blocked(ip, &state.config) {
+                return Err(Problem::too_many_requests(
+                    "too_many_auth_failures",
+                    format!("too many failed authentications from this address; retry in {retry_after_s} s"),
+                    retry_after_s,
+                ));
+            }
+        }
+        let result = authenticate(parts, state).await;
+        if let (Err(problem), Some(ip)) = (&result, client) {
+            if problem.status == 401 {
+                super::limit::failed(ip, &state.config);
+            }
+        }
+        result
+    }
+}
+
+async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
+    {
         let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
             return Err(Problem::unauthorized(
                 "unauthenticated",

@@ -3,6 +3,7 @@
 //! Invariant: handlers never write SQL for changes. Writes go through `ledger::Ledger`,
 //! reads through `store::read` over the projections; tokens through `auth`.
 
+pub mod limit;
 pub mod admin;
 pub mod bank;
 pub mod dashboard;
@@ -212,7 +213,11 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         tracing::info!(addr = %self.addr, "HTTP API listening");
-        axum::serve(self.listener, self.router)
+        axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
             .with_graceful_shutdown(shutdown)
             .await
     }

@@ -35,6 +35,9 @@ pub struct Problem {
     pub detail: String,
     /// The stable machine-readable code (part of the API contract).
     pub code: String,
+    /// Seconds to wait before retrying (sent as `Retry-After`).
+    #[serde(skip)]
+    pub retry_after_s: Option<u64>,
 }
 
 impl Problem {
@@ -45,6 +48,15 @@ impl Problem {
             status: status.as_u16(),
             detail: detail.into(),
             code: code.to_owned(),
+            retry_after_s: None,
+        }
+    }
+
+    /// 429, with the seconds after which the client may try again.
+    pub fn too_many_requests(code: &str, detail: impl Into<String>, retry_after_s: u64) -> Problem {
+        Problem {
+            retry_after_s: Some(retry_after_s),
+            ..Problem::new(StatusCode::TOO_MANY_REQUESTS, code, detail)
         }
     }
 
@@ -103,6 +115,9 @@ impl IntoResponse for Problem {
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(seconds) = self.retry_after_s {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,

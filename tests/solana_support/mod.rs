@@ -90,7 +90,10 @@ impl World {
 
     pub fn at(&self, now: &str) {
         let t = parse_rfc3339_ms(now).expect("valid instant");
-        assert!(t >= self.ledger.now_ms(), "the clock only moves forward: {now}");
+        assert!(
+            t >= self.ledger.now_ms(),
+            "the clock only moves forward: {now}"
+        );
         self.clock.set(t);
     }
 

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use async_trait::async_trait;
 use base64::Engine;
+use futures::StreamExt;
 use sqlx::{AnyConnection, Row};
 
 use settle_solana::{AttemptOutcome, Journal, JournalError, Pubkey, SignedAttempt, Transfer};
@@ -74,6 +75,8 @@ pub mod failpoints {
 const CHAIN_REASON_CHARS_MAX: usize = 300;
 /// Payout ids per `IN (…)` query.
 const IDS_PER_QUERY_MAX: usize = 500;
+/// Per-payout transactions (on distinct provider streams) in flight at once.
+const PAYOUT_WRITES_CONCURRENCY: usize = 8;
 
 /// A signed attempt as the `solana_attempts` projection holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -344,8 +347,7 @@ impl LedgerJournal {
         if unfinished.is_empty() {
             return Ok(report);
         }
-        let attempts =
-            attempts_where(&mut conn, "outcome IS NULL OR outcome <> 'expired'").await?;
+        let attempts = attempts_where(&mut conn, "outcome IS NULL OR outcome <> 'expired'").await?;
         drop(conn);
         for attempt in attempts {
             let pending: Vec<&String> = attempt
@@ -406,7 +408,11 @@ impl LedgerJournal {
         let payout_id = facts.payout_id.as_str();
         crate::write_stream!(&self.ledger, &provider_stream(&facts.provider_id), |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
-                return duplicate_or_conflict(&stored, &hash, &format!("submission of {payout_id}"));
+                return duplicate_or_conflict(
+                    &stored,
+                    &hash,
+                    &format!("submission of {payout_id}"),
+                );
             }
             let status: Option<String> =
                 sqlx::query("SELECT status FROM payouts WHERE payout_id = $1")
@@ -443,36 +449,54 @@ impl LedgerJournal {
         })
     }
 
-    /// Applies a landed/failed attempt to its payouts; returns how many changed now.
+    /// Applies a landed/failed attempt to its payouts (one transaction per payout, on its
+    /// provider stream; the first alone, then the others concurrently); returns how many
+    /// changed now.
     async fn apply_resolved(&self, attempt: &AttemptRow) -> Result<usize, LedgerError> {
+        let Some((first, rest)) = attempt.payout_ids.split_first() else {
+            return Ok(0);
+        };
         let mut changed = 0;
-        for (i, payout_id) in attempt.payout_ids.iter().enumerate() {
-            let applied = match attempt.outcome.as_deref() {
-                Some("landed") => {
-                    self.ledger
-                        .settle_payout(payout_id, &attempt.signature, &self.actor)
-                        .await?
-                }
-                Some("failed") => {
-                    let reason = format!(
-                        "solana transaction {} failed on chain: {}",
-                        attempt.signature,
-                        attempt.reason.as_deref().unwrap_or("unknown error")
-                    );
-                    self.ledger
-                        .fail_payout(payout_id, &reason, &self.actor)
-                        .await?
-                }
-                _ => return Ok(changed),
-            };
-            if applied == Applied::Accepted {
+        if self.apply_one(attempt, first).await? == Applied::Accepted {
+            changed += 1;
+        }
+        failpoint(failpoints::MID_APPLY);
+        let applied: Vec<Result<Applied, LedgerError>> = futures::stream::iter(rest)
+            .map(|payout_id| self.apply_one(attempt, payout_id))
+            .buffer_unordered(PAYOUT_WRITES_CONCURRENCY)
+            .collect()
+            .await;
+        for a in applied {
+            if a? == Applied::Accepted {
                 changed += 1;
-            }
-            if i == 0 {
-                failpoint(failpoints::MID_APPLY);
             }
         }
         Ok(changed)
+    }
+
+    async fn apply_one(
+        &self,
+        attempt: &AttemptRow,
+        payout_id: &str,
+    ) -> Result<Applied, LedgerError> {
+        match attempt.outcome.as_deref() {
+            Some("landed") => {
+                self.ledger
+                    .settle_payout(payout_id, &attempt.signature, &self.actor)
+                    .await
+            }
+            Some("failed") => {
+                let reason = format!(
+                    "solana transaction {} failed on chain: {}",
+                    attempt.signature,
+                    attempt.reason.as_deref().unwrap_or("unknown error")
+                );
+                self.ledger
+                    .fail_payout(payout_id, &reason, &self.actor)
+                    .await
+            }
+            _ => Ok(Applied::Duplicate),
+        }
     }
 
     /// Fails a payout the payer never signed (e.g. its simulation proved the transfer
@@ -483,7 +507,10 @@ impl LedgerJournal {
             .await
     }
 
-    async fn persist_signed(&self, attempt: &SignedAttempt) -> Result<Vec<PayoutFacts>, LedgerError> {
+    async fn persist_signed(
+        &self,
+        attempt: &SignedAttempt,
+    ) -> Result<Vec<PayoutFacts>, LedgerError> {
         if !is_schema_id(&attempt.attempt_id) {
             return reject(
                 "invalid_attempt",
@@ -563,7 +590,10 @@ impl LedgerJournal {
                 if !matches!(p.status.as_str(), "created" | "submitted") {
                     return reject(
                         "invalid_payout_state",
-                        format!("payout {id} is {}; only created or submitted payouts are signed", p.status),
+                        format!(
+                            "payout {id} is {}; only created or submitted payouts are signed",
+                            p.status
+                        ),
                     );
                 }
                 if i64::try_from(t.amount_micro_usdc).ok() != Some(p.amount_micro_usdc) {
@@ -664,10 +694,13 @@ impl Journal for LedgerJournal {
         failpoint(failpoints::AFTER_SIGN);
         let facts = self.persist_signed(attempt).await.map_err(journal_error)?;
         failpoint(failpoints::AFTER_PERSIST);
-        for p in &facts {
-            self.mark_submitted(p, &attempt.attempt_id, &attempt.signature)
-                .await
-                .map_err(journal_error)?;
+        let marked: Vec<Result<Applied, LedgerError>> = futures::stream::iter(&facts)
+            .map(|p| self.mark_submitted(p, &attempt.attempt_id, &attempt.signature))
+            .buffer_unordered(PAYOUT_WRITES_CONCURRENCY)
+            .collect()
+            .await;
+        for m in marked {
+            m.map_err(journal_error)?;
         }
         failpoint(failpoints::BEFORE_SEND);
         Ok(())

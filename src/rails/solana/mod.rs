@@ -375,7 +375,10 @@ impl SolanaRail {
 
     /// Compares every settled Solana payout with the token balance change of its
     /// transaction on chain, and the ledger's settled payouts with its landed attempts.
-    pub async fn reconcile(&self, ledger: &Ledger) -> Result<SolanaReconcileReport, SolanaRailError> {
+    pub async fn reconcile(
+        &self,
+        ledger: &Ledger,
+    ) -> Result<SolanaReconcileReport, SolanaRailError> {
         let rows = sqlx::query(
             "SELECT payout_id, amount_micro_usdc, method, reference FROM payouts WHERE rail = 'solana' AND status = 'settled' ORDER BY payout_id",
         )
