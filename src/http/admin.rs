@@ -57,6 +57,7 @@ pub struct CommandResult {
         (status = 200, body = CommandResult),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_event"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     ),
@@ -106,6 +107,7 @@ pub struct AdjustmentRequest {
         (status = 200, body = CommandResult),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_provider"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "adjustment_id reused with other content"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
@@ -251,6 +253,7 @@ async fn flush(
         (status = 200, body = ImportResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -371,6 +374,7 @@ pub struct RunReportView {
     responses(
         (status = 200, body = RunReportView),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_run"),
         (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid run key"),
     ),

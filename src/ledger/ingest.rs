@@ -319,7 +319,7 @@ async fn load_contexts(
             "SELECT provider_id, from_ms, tier FROM provider_tiers WHERE provider_id IN ({})",
             dialect.placeholders(0, chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query(&sql).persistent(false);
         for p in chunk {
             q = q.bind(*p);
         }
@@ -334,7 +334,7 @@ async fn load_contexts(
             "SELECT provider_id, model, effective_from_ms, rate_usdc_per_hour FROM rates WHERE provider_id IN ({})",
             dialect.placeholders(0, chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query(&sql).persistent(false);
         for p in chunk {
             q = q.bind(*p);
         }
@@ -372,7 +372,7 @@ async fn book_groups(
             "SELECT idem_key, content_hash FROM events WHERE idem_key IN ({})",
             dialect.placeholders(0, chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query(&sql).persistent(false);
         for e in chunk {
             q = q.bind(usage_key(&e.event_id));
         }
@@ -394,7 +394,7 @@ async fn book_groups(
             "SELECT gpu_id, provider_id, model FROM gpus WHERE gpu_id IN ({})",
             dialect.placeholders(0, chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query(&sql).persistent(false);
         for g in chunk {
             q = q.bind(*g);
         }
@@ -430,7 +430,7 @@ async fn book_groups(
              AND u.started_at_ms < v.e AND u.ended_at_ms > v.s",
             values.join(",")
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query(&sql).persistent(false);
         for e in chunk {
             q = q
                 .bind(e.index as i64)

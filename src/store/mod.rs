@@ -342,7 +342,7 @@ impl Store {
                     "SELECT COUNT(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(v.s, 0)) FROM (VALUES {}) AS v(s)) AS l",
                     values.join(",")
                 );
-                let mut query = sqlx::query(&sql);
+                let mut query = sqlx::query(&sql).persistent(false);
                 for name in chunk {
                     query = query.bind(*name);
                 }
@@ -363,7 +363,7 @@ impl Store {
                 })
                 .collect();
             let sql = parts.join(" UNION ALL ");
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query(&sql).persistent(false);
             for name in chunk {
                 query = query.bind(*name);
             }
@@ -644,7 +644,9 @@ impl WriteTx {
                 sql.push_str(&self.dialect.placeholders(i * 12, 12));
                 sql.push(')');
             }
-            let mut query = sqlx::query(&sql);
+            // Not kept in the statement cache: multi-row statements vary in shape, and every
+            // cached one keeps its compiled form per connection.
+            let mut query = sqlx::query(&sql).persistent(false);
             for e in chunk {
                 query = query
                     .bind(&e.stream)

@@ -96,7 +96,8 @@ async fn insert_rows(
                     .join(", ")
             )),
         }
-        let mut query = sqlx::query(&sql);
+        // Not cached: the shape varies with the row count (see `WriteTx::commit`).
+        let mut query = sqlx::query(&sql).persistent(false);
         for (key, vals) in chunk {
             for (v, c) in key.iter().chain(vals.iter()).zip(cols.iter()) {
                 query = bind(query, v, c);

@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use async_trait::async_trait;
 use base64::Engine;
-use futures::StreamExt;
 use sqlx::{AnyConnection, Row};
 
 use settle_solana::{AttemptOutcome, Journal, JournalError, Pubkey, SignedAttempt, Transfer};
@@ -461,11 +460,14 @@ impl LedgerJournal {
             changed += 1;
         }
         failpoint(failpoints::MID_APPLY);
-        let applied: Vec<Result<Applied, LedgerError>> = futures::stream::iter(rest)
-            .map(|payout_id| self.apply_one(attempt, payout_id))
-            .buffer_unordered(PAYOUT_WRITES_CONCURRENCY)
-            .collect()
-            .await;
+        let mut applied: Vec<Result<Applied, LedgerError>> = Vec::with_capacity(rest.len());
+        for chunk in rest.chunks(PAYOUT_WRITES_CONCURRENCY) {
+            let mut writes = Vec::with_capacity(chunk.len());
+            for payout_id in chunk {
+                writes.push(self.apply_one(attempt, payout_id));
+            }
+            applied.extend(futures::future::join_all(writes).await);
+        }
         for a in applied {
             if a? == Applied::Accepted {
                 changed += 1;
@@ -694,11 +696,14 @@ impl Journal for LedgerJournal {
         failpoint(failpoints::AFTER_SIGN);
         let facts = self.persist_signed(attempt).await.map_err(journal_error)?;
         failpoint(failpoints::AFTER_PERSIST);
-        let marked: Vec<Result<Applied, LedgerError>> = futures::stream::iter(&facts)
-            .map(|p| self.mark_submitted(p, &attempt.attempt_id, &attempt.signature))
-            .buffer_unordered(PAYOUT_WRITES_CONCURRENCY)
-            .collect()
-            .await;
+        let mut marked: Vec<Result<Applied, LedgerError>> = Vec::with_capacity(facts.len());
+        for chunk in facts.chunks(PAYOUT_WRITES_CONCURRENCY) {
+            let mut writes = Vec::with_capacity(chunk.len());
+            for p in chunk {
+                writes.push(self.mark_submitted(p, &attempt.attempt_id, &attempt.signature));
+            }
+            marked.extend(futures::future::join_all(writes).await);
+        }
         for m in marked {
             m.map_err(journal_error)?;
         }
