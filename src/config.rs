@@ -52,6 +52,9 @@ pub struct RunConfig {
     pub cooling_off_hours: i64,
     /// An FX rate older than this many hours holds EUR payouts with `fx_stale` (48 hours).
     pub fx_stale_hours: i64,
+    /// Candidates decided at once on PostgreSQL, each in its own transaction on its own
+    /// stream (4; keep it below the connection pool size). SQLite has one writer: 1.
+    pub candidates_in_flight: usize,
 }
 
 impl RunConfig {
@@ -60,6 +63,7 @@ impl RunConfig {
     pub const DEFAULT_PAYOUT_LIMIT_MICRO_USDC: i64 = 100_000_000_000;
     pub const DEFAULT_COOLING_OFF_HOURS: i64 = 72;
     pub const DEFAULT_FX_STALE_HOURS: i64 = 48;
+    pub const DEFAULT_CANDIDATES_IN_FLIGHT: usize = 4;
 }
 
 impl Default for RunConfig {
@@ -70,6 +74,7 @@ impl Default for RunConfig {
             payout_limit_micro_usdc: Self::DEFAULT_PAYOUT_LIMIT_MICRO_USDC,
             cooling_off_hours: Self::DEFAULT_COOLING_OFF_HOURS,
             fx_stale_hours: Self::DEFAULT_FX_STALE_HOURS,
+            candidates_in_flight: Self::DEFAULT_CANDIDATES_IN_FLIGHT,
         }
     }
 }

@@ -81,7 +81,7 @@ async fn run_to_end(w: &World, failpoint: Option<&str>) -> (ExitStatus, String, 
 /// One scenario: a weekly run of [`PROVIDERS`] providers, a crashed payer, restarts until
 /// the pass completes, then the checks. Returns whether the crash hit a running process
 /// and the duration of the last (complete) pass.
-async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration) {
+async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration, State) {
     let w = World::new(1_000_000 * USDC, 10 * SOL).await;
     let providers = w.providers("cr", PROVIDERS).await;
     for p in providers.iter().step_by(2) {
@@ -109,6 +109,10 @@ async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration) {
             running
         }
     };
+    let state = snapshot(&w).await;
+    if let Crash::Failpoint(name) = &crash {
+        assert_state_at(name, &state);
+    }
     if advance_while_down {
         w.dev.chain.advance(200);
     }
@@ -164,7 +168,126 @@ async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration) {
     w.assert_clean(&rail).await;
     let (code, stdout, stderr) = common::run_cli(&w.db.url, &["verify"]);
     assert_eq!(code, 0, "settle verify: {stdout}{stderr}");
-    (hit, last)
+    (hit, last, state)
+}
+
+/// What a crash left behind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct State {
+    open: usize,
+    landed: usize,
+    expired: usize,
+    /// Payouts by status: created, submitted, settled.
+    created: usize,
+    submitted: usize,
+    settled: usize,
+    /// Transactions sent to / landed on the chain.
+    sends: u64,
+    on_chain: usize,
+}
+
+impl State {
+    /// A short description, to see which windows the random kills hit.
+    fn window(&self) -> &'static str {
+        if self.open + self.landed + self.expired == 0 {
+            "nothing signed"
+        } else if self.settled == PROVIDERS {
+            "all settled"
+        } else if self.landed > 0 && self.settled < 2 * self.landed {
+            "landed, payouts not yet settled"
+        } else if self.open > 0 && self.sends == 0 {
+            "signed and persisted, not sent"
+        } else if self.open > 0 {
+            "sent, outcome not recorded"
+        } else {
+            "partly settled"
+        }
+    }
+}
+
+async fn snapshot(w: &World) -> State {
+    let attempts = LedgerJournal::new(w.ledger.clone())
+        .attempts()
+        .await
+        .unwrap();
+    let count = |o: Option<&str>| {
+        attempts
+            .iter()
+            .filter(|a| a.outcome.as_deref() == o)
+            .count()
+    };
+    let mut state = State {
+        open: count(None),
+        landed: count(Some("landed")),
+        expired: count(Some("expired")),
+        sends: w.dev.chain.stats().send_calls,
+        on_chain: w.dev.chain.landed_signatures().len(),
+        ..State::default()
+    };
+    for p in w.run_payouts(MONDAY).await {
+        match p.status.as_str() {
+            "created" => state.created += 1,
+            "submitted" => state.submitted += 1,
+            "settled" => state.settled += 1,
+            other => panic!("payout {} is {other}", p.payout_id),
+        }
+    }
+    state
+}
+
+/// The state each failpoint leaves on its first hit: proves where it sits.
+fn assert_state_at(failpoint: &str, s: &State) {
+    let expected = match failpoint {
+        "solana.after_sign:1" => State {
+            created: 4,
+            ..State::default()
+        },
+        "solana.after_persist:1" => State {
+            open: 1,
+            created: 4,
+            ..State::default()
+        },
+        "solana.before_send:1" => State {
+            open: 1,
+            created: 2,
+            submitted: 2,
+            ..State::default()
+        },
+        "solana.after_send:1" => State {
+            open: 1,
+            created: 2,
+            submitted: 2,
+            sends: 1,
+            on_chain: 1,
+            ..State::default()
+        },
+        "solana.before_confirm:1" => State {
+            open: 2,
+            submitted: 4,
+            sends: s.sends.max(2),
+            on_chain: 2,
+            ..State::default()
+        },
+        "solana.after_confirm:1" => State {
+            open: 1,
+            landed: 1,
+            submitted: 4,
+            sends: s.sends.max(2),
+            on_chain: 2,
+            ..State::default()
+        },
+        "solana.mid_apply:1" => State {
+            open: 1,
+            landed: 1,
+            submitted: 3,
+            settled: 1,
+            sends: s.sends.max(2),
+            on_chain: 2,
+            ..State::default()
+        },
+        _ => return,
+    };
+    assert_eq!(s, &expected, "state left by {failpoint}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +296,9 @@ async fn the_payer_killed_at_every_failpoint_pays_each_provider_exactly_once() {
     for name in failpoints::ALL {
         for hit in [1, 2] {
             for advance in [false, true] {
-                scenario(Crash::Failpoint(format!("{name}:{hit}")), advance).await;
+                let (_, _, state) =
+                    scenario(Crash::Failpoint(format!("{name}:{hit}")), advance).await;
+                println!("{name}:{hit} left: {}", state.window());
                 scenarios += 1;
             }
         }
@@ -192,15 +317,19 @@ async fn random_kills(seed_offset: u64) {
     // The kill instant is drawn over the length of a whole pass, measured as we go.
     let mut pass = Duration::from_millis(400);
     let mut hits = 0;
+    let mut windows: std::collections::BTreeMap<&str, usize> = Default::default();
     for i in 0..RANDOM_KILLS {
         let delay = Duration::from_millis(rng.gen_range(0..=pass.as_millis() as u64));
-        let (hit, last) = scenario(Crash::KillAfter(delay), i % 2 == 1).await;
+        let (hit, last, state) = scenario(Crash::KillAfter(delay), i % 2 == 1).await;
         if hit {
             hits += 1;
         }
+        *windows.entry(state.window()).or_default() += 1;
         pass = (pass * 3 + last) / 4;
     }
-    println!("{RANDOM_KILLS} random SIGKILLs, {hits} of them while the payer ran");
+    println!(
+        "{RANDOM_KILLS} random SIGKILLs, {hits} of them while the payer ran; left: {windows:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

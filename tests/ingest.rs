@@ -279,6 +279,51 @@ async fn one_bad_event_does_not_reject_the_good_ones() {
 }
 
 #[tokio::test]
+async fn a_batch_across_providers_books_each_event_on_its_providers_stream() {
+    let db = TestDb::new().await;
+    let (ledger, _) = db.ledger_at(NOW).await;
+    for p in ["prv_a", "prv_b", "prv_c"] {
+        provider(&ledger, p, 1).await;
+    }
+    let u = |id: &str, p: &str, s: &str, e: &str| usage(id, p, &format!("{p}-g0"), s, e, None);
+    let batch = [
+        u("x1", "prv_c", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z"),
+        u("x2", "prv_a", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z"),
+        u("x3", "prv_b", "2026-11-23T08:00:00Z", "2026-11-23T08:30:00Z"),
+        u("x4", "prv_a", "2026-11-23T09:00:00Z", "2026-11-23T10:00:00Z"),
+        // The same id for another provider in the same batch: a conflict, whichever is
+        // booked first.
+        u("x1", "prv_a", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"),
+        u("x5", "prv_c", "2026-11-23T09:00:00Z", "2026-11-23T09:30:00Z"),
+    ];
+    let results = ingest(&ledger, &batch, &SenderScope::Metering).await;
+    let got = outcomes(&results);
+    assert_eq!(got.iter().filter(|o| *o == "accepted").count(), 5, "{got:?}");
+    assert_eq!(got.iter().filter(|o| *o == "rejected:conflict").count(), 1, "{got:?}");
+    assert!(got[0] == "rejected:conflict" || got[4] == "rejected:conflict", "{got:?}");
+    let rows = sqlx::query("SELECT stream, payload FROM events WHERE event_type = 'usage.recorded' ORDER BY stream, seq")
+        .fetch_all(ledger.store.pool())
+        .await
+        .unwrap();
+    for r in &rows {
+        let payload: serde_json::Value = serde_json::from_str(&r.get::<String, _>(1)).unwrap();
+        assert_eq!(r.get::<String, _>(0), provider_stream(payload["provider_id"].as_str().unwrap()));
+    }
+    assert_eq!(rows.len(), 5);
+    // Each stream stays gapless and chained (verify), and a second batch continues them.
+    let more = [u("x6", "prv_b", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"), u("x7", "prv_c", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z")];
+    assert_eq!(outcomes(&ingest(&ledger, &more, &SenderScope::Metering).await), ["accepted", "accepted"]);
+    let hour = price(2_490_000, 3_600_000, 2000).2;
+    let half = price(2_490_000, 1_800_000, 2000).2;
+    let a = if got[0] == "accepted" { 2 * hour } else { 3 * hour };
+    let c = if got[0] == "accepted" { hour + half + hour } else { half + hour };
+    assert_eq!(payable(&ledger, "prv_a").await, a);
+    assert_eq!(payable(&ledger, "prv_b").await, half + hour);
+    assert_eq!(payable(&ledger, "prv_c").await, c);
+    assert_verified(&ledger).await;
+}
+
+#[tokio::test]
 async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
     let db = TestDb::new().await;
     let (ledger, _) = db.ledger_at(NOW).await;

@@ -321,8 +321,8 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     let a1 = attempt("att-1", "sig-one", vec![transfer(0), transfer(1)]);
     journal.record_signed(&a1).await.unwrap();
     assert_eq!(journal.open_attempts().await.unwrap(), vec![a1.clone()]);
-    for i in 0..2 {
-        let p = w.payouts_of(&payouts[i].provider_id).await.remove(0);
+    for payout in &payouts[..2] {
+        let p = w.payouts_of(&payout.provider_id).await.remove(0);
         assert_eq!(
             (p.status.as_str(), p.reference.as_deref()),
             ("submitted", Some("sig-one"))
@@ -389,8 +389,8 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
             .is_err(),
         "a second, different outcome is refused"
     );
-    for i in 0..2 {
-        let p = w.payouts_of(&payouts[i].provider_id).await.remove(0);
+    for payout in &payouts[..2] {
+        let p = w.payouts_of(&payout.provider_id).await.remove(0);
         assert_eq!(
             (p.status.as_str(), p.reference.as_deref()),
             ("settled", Some("sig-five"))

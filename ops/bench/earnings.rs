@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use settle::auth::{NewToken, Scope, create_token};
 use settle::config::{HttpConfig, LedgerConfig};
-use settle::domain::event::{Schedule, Tier};
+use settle::domain::event::{PayoutMethod, Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
 use settle::domain::money::Rate;
 use settle::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use settle::http::Application;
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate, UpdateProvider};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::{Store, StoreOptions};
 use sqlx::Row;
@@ -98,6 +98,43 @@ fn parse_args() -> Args {
         a.loaders = if a.db == "postgres" { 4 } else { 1 };
     }
     a
+}
+
+/// Every bench provider is paid to this (valid, on-curve) wallet.
+fn wallet() -> PayoutMethod {
+    PayoutMethod::Solana {
+        wallet: "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin".into(),
+    }
+}
+
+/// Gives providers loaded without a payout method one (databases loaded by an earlier
+/// version of this bench), so the projected next payout is computed as in production.
+async fn ensure_methods(ledger: &Ledger) {
+    let rows = sqlx::query("SELECT provider_id FROM providers WHERE payout_method IS NULL")
+        .fetch_all(ledger.store.pool())
+        .await
+        .unwrap();
+    for r in &rows {
+        let id: String = r.get(0);
+        ledger
+            .update_provider(
+                &UpdateProvider {
+                    provider_id: ProviderId::parse(&id).unwrap(),
+                    name: None,
+                    email: None,
+                    tier: None,
+                    schedule: None,
+                    status: None,
+                    payout_method: Some(wallet()),
+                },
+                &Actor::operator("bench"),
+            )
+            .await
+            .expect("update provider");
+    }
+    if !rows.is_empty() {
+        eprintln!("set the payout method of {} providers", rows.len());
+    }
 }
 
 fn pid(p: usize) -> String {
@@ -196,7 +233,7 @@ async fn load(args: &Args, ledger: &Ledger, clock: &ManualClock) {
                     } else {
                         Schedule::Monthly
                     },
-                    payout_method: None,
+                    payout_method: Some(wallet()),
                 },
                 &operator,
             )
@@ -352,6 +389,7 @@ async fn main() {
         .get(0);
     let now_ms = last_ms + 3_600_000;
     clock.set(now_ms.max(store.max_recorded_at_ms().await.unwrap().unwrap_or(0)));
+    ensure_methods(&ledger).await;
     let to_day = last_ms.div_euclid(MS_PER_DAY) + 1;
     let (from, to) = (
         format_ms(to_day * MS_PER_DAY - 90 * MS_PER_DAY)[..10].to_owned(),

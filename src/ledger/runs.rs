@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{Datelike, NaiveDate, Weekday};
+use futures::TryStreamExt;
 use rust_decimal::Decimal;
 use serde::Serialize;
 use settle_calendar::{Calendar, CalendarError, RunKey};
@@ -28,7 +29,7 @@ use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
-use crate::store::{NewEvent, Store};
+use crate::store::{Dialect, NewEvent, Store};
 
 const MS_PER_HOUR: i64 = 3_600_000;
 
@@ -557,12 +558,25 @@ impl Ledger {
         // decision's idempotency key still guards against a concurrent start.
         let decided = self.decided_ids(&run).await?;
         tracing::info!(run = %run, candidates = candidates.len(), decided = decided.len(), "payout run started");
-        for provider_id in candidates.iter().filter(|p| !decided.contains(*p)) {
+        let in_flight = match self.store.dialect() {
+            Dialect::Postgres => config.candidates_in_flight.max(1),
+            Dialect::Sqlite => 1,
+        };
+        let run_ref = &run;
+        futures::stream::iter(
+            candidates
+                .iter()
+                .filter(|p| !decided.contains(*p))
+                .map(Ok::<&String, LedgerError>),
+        )
+        .try_for_each_concurrent(in_flight, |provider_id| async move {
             failpoint(failpoints::BEFORE_DECIDE);
-            self.decide_candidate(&run, provider_id, config, actor)
+            self.decide_candidate(run_ref, provider_id, config, actor)
                 .await?;
             failpoint(failpoints::AFTER_DECIDE);
-        }
+            Ok(())
+        })
+        .await?;
         failpoint(failpoints::BEFORE_COMPLETE);
         self.complete_run(&run, cutoff, actor).await?;
         failpoint(failpoints::AFTER_COMPLETE);

@@ -616,16 +616,14 @@ impl LedgerJournal {
                         ),
                     );
                 }
-                if let Some(held) = claimed.get(id) {
-                    if let Some((other, outcome)) = held.first() {
-                        return reject(
-                            "payout_in_flight",
-                            format!(
-                                "payout {id} already belongs to attempt {other} ({})",
-                                outcome.as_deref().unwrap_or("open")
-                            ),
-                        );
-                    }
+                if let Some((other, outcome)) = claimed.get(id).and_then(|held| held.first()) {
+                    return reject(
+                        "payout_in_flight",
+                        format!(
+                            "payout {id} already belongs to attempt {other} ({})",
+                            outcome.as_deref().unwrap_or("open")
+                        ),
+                    );
                 }
                 ordered.push(p.clone());
             }
