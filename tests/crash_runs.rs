@@ -57,12 +57,18 @@ fn setup_lines() -> Vec<String> {
             r#"{{"type":"provider.register","provider_id":"{p}","name":"Provider {i}","email":"ops@{p}.test","tier":"{}","schedule":"{schedule}"{method}}}"#,
             if i % 3 == 0 { "enterprise" } else { "community" }
         ));
-        lines.push(format!(r#"{{"type":"gpu.register","gpu_id":"{p}-g0","provider_id":"{p}","model":"H100-80GB"}}"#));
+        lines.push(format!(
+            r#"{{"type":"gpu.register","gpu_id":"{p}-g0","provider_id":"{p}","model":"H100-80GB"}}"#
+        ));
         if i % 13 == 0 {
-            lines.push(format!(r#"{{"type":"provider.update","provider_id":"{p}","status":"on_hold"}}"#));
+            lines.push(format!(
+                r#"{{"type":"provider.update","provider_id":"{p}","status":"on_hold"}}"#
+            ));
         }
         if i % 29 == 0 {
-            lines.push(format!(r#"{{"type":"provider.update","provider_id":"{p}","status":"suspended"}}"#));
+            lines.push(format!(
+                r#"{{"type":"provider.update","provider_id":"{p}","status":"suspended"}}"#
+            ));
         }
     }
     lines
@@ -77,9 +83,16 @@ fn round_lines(round: usize, run_date: NaiveDate) -> Vec<String> {
     for i in 0..PROVIDERS {
         let p = pid(i);
         if i % 19 == 0 && round > 0 {
-            lines.push(format!(r#"{{"type":"usage.void","event_id":"u-{}-{i}","reason":"refund"}}"#, round - 1));
+            lines.push(format!(
+                r#"{{"type":"usage.void","event_id":"u-{}-{i}","reason":"refund"}}"#,
+                round - 1
+            ));
         }
-        let minutes = if i % 4 == 0 { 5 } else { 60 * ((i % 9) as i64 + 1) + 4 * round as i64 };
+        let minutes = if i % 4 == 0 {
+            5
+        } else {
+            60 * ((i % 9) as i64 + 1) + 4 * round as i64
+        };
         let start = day + i as i64 * 60_000;
         lines.push(format!(
             r#"{{"type":"usage","event_id":"u-{round}-{i}","provider_id":"{p}","gpu_id":"{p}-g0","started_at":"{}","ended_at":"{}","rate_usdc_per_hour":"{}"}}"#,
@@ -99,10 +112,15 @@ fn round_lines(round: usize, run_date: NaiveDate) -> Vec<String> {
         }
         if i % 37 == 0 && round % 4 == 2 {
             let wallet = if round % 8 == 2 { SOLANA_2 } else { SOLANA };
-            lines.push(format!(r#"{{"type":"provider.update","provider_id":"{p}","payout_method":{wallet}}}"#));
+            lines.push(format!(
+                r#"{{"type":"provider.update","provider_id":"{p}","payout_method":{wallet}}}"#
+            ));
         }
     }
-    lines.push(format!(r#"{{"type":"fx.rate_set","eur_per_usd":"0.9{}"}}"#, 100 + round));
+    lines.push(format!(
+        r#"{{"type":"fx.rate_set","eur_per_usd":"0.9{}"}}"#,
+        100 + round
+    ));
     lines
 }
 
@@ -123,37 +141,72 @@ impl Crashed {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("settle");
         std::fs::copy(settle_bin(), &bin).expect("copy the settle binary");
-        Crashed { db, ledger, dir, files: 0, bin }
+        Crashed {
+            db,
+            ledger,
+            dir,
+            files: 0,
+            bin,
+        }
     }
 
     fn cli(&self, now_ms: i64, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
-        c.arg("--database").arg(&self.db.url).arg("--now").arg(format_ms(now_ms)).args(args);
+        c.arg("--database")
+            .arg(&self.db.url)
+            .arg("--now")
+            .arg(format_ms(now_ms))
+            .args(args);
         c.env_remove("SETTLE_FAILPOINT");
         c
     }
 
     fn import(&mut self, now_ms: i64, lines: &[String]) {
         self.files += 1;
-        let path = self.dir.path().join(format!("import-{}.ndjson", self.files));
+        let path = self
+            .dir
+            .path()
+            .join(format!("import-{}.ndjson", self.files));
         let mut f = std::fs::File::create(&path).unwrap();
         for l in lines {
             writeln!(f, "{l}").unwrap();
         }
         drop(f);
-        let out = self.cli(now_ms, &["import", path.to_str().unwrap()]).output().unwrap();
-        assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stdout));
+        let out = self
+            .cli(now_ms, &["import", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
 
     fn ok(&self, now_ms: i64, args: &[&str]) {
         let out = self.cli(now_ms, args).output().unwrap();
-        assert!(out.status.success(), "{args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn run_args(run: &RunKey) -> Vec<String> {
         match run {
-            RunKey::Weekly { monday } => vec!["run".into(), "weekly".into(), "--date".into(), monday.to_string()],
-            RunKey::Monthly { .. } => vec!["run".into(), "monthly".into(), "--month".into(), run.key_string()],
+            RunKey::Weekly { monday } => vec![
+                "run".into(),
+                "weekly".into(),
+                "--date".into(),
+                monday.to_string(),
+            ],
+            RunKey::Monthly { .. } => vec![
+                "run".into(),
+                "monthly".into(),
+                "--month".into(),
+                run.key_string(),
+            ],
         }
     }
 
@@ -164,7 +217,10 @@ impl Crashed {
         if let Some(f) = failpoint {
             c.env("SETTLE_FAILPOINT", f);
         }
-        c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
     }
 
     async fn decided(&self, run: &RunKey) -> i64 {
@@ -178,14 +234,18 @@ impl Crashed {
     }
 
     async fn report(&self, run: RunKey) -> Option<RunReport> {
-        runs::run_report(self.ledger.store.pool(), &Calendar::platform_default(), run).await.unwrap()
+        runs::run_report(self.ledger.store.pool(), &Calendar::platform_default(), run)
+            .await
+            .unwrap()
     }
 }
 
 /// The providers a run must decide, from the reference ledger's registry.
 async fn expected_candidates(ledger: &Ledger, run: &RunKey) -> Vec<String> {
     let sql = match run {
-        RunKey::Weekly { .. } => "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'",
+        RunKey::Weekly { .. } => {
+            "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
+        }
         RunKey::Monthly { .. } => "SELECT provider_id FROM providers WHERE status <> 'suspended'",
     };
     let mut ids: Vec<String> = sqlx::query(sql)
@@ -205,13 +265,19 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     let reference = World::new("2026-11-14T12:00:00Z").await;
     let mut crashed = Crashed::new().await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(
-        std::env::var("SETTLE_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random),
+        std::env::var("SETTLE_CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random),
     );
 
     // Setup and a first, uncrashed run (which leaves held payouts), timed.
     let mut now = settle::domain::time::parse_rfc3339_ms("2026-11-14T12:00:00Z").unwrap();
     let mut lines = setup_lines();
-    lines.extend(round_lines(0, NaiveDate::from_ymd_opt(2026, 11, 16).unwrap()));
+    lines.extend(round_lines(
+        0,
+        NaiveDate::from_ymd_opt(2026, 11, 16).unwrap(),
+    ));
     reference.import(&lines).await;
     crashed.import(now, &lines);
     let first = runs::weekly_key("2026-11-16").unwrap();
@@ -224,12 +290,21 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     crashed.ok(now, &["run", "weekly", "--date", "2026-11-16"]);
     let cli_run_time = t.elapsed();
     assert_eq!(crashed.report(first).await.as_ref(), Some(&expected));
-    assert!(expected.totals["held"].count > 0, "the setup leaves held payouts");
-    eprintln!("setup {:?}; a run takes {run_time:?} in-process, {cli_run_time:?} through the binary", started.elapsed());
+    assert!(
+        expected.totals["held"].count > 0,
+        "the setup leaves held payouts"
+    );
+    eprintln!(
+        "setup {:?}; a run takes {run_time:?} in-process, {cli_run_time:?} through the binary",
+        started.elapsed()
+    );
 
     let schedule = settle_calendar::next_runs(
         &Calendar::platform_default(),
-        NaiveDate::from_ymd_opt(2026, 11, 23).unwrap().and_hms_opt(0, 0, 0).unwrap(),
+        NaiveDate::from_ymd_opt(2026, 11, 23)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap(),
         RUNS_MAX,
     )
     .unwrap();
@@ -241,7 +316,9 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     let mut round = 0;
     let mut rounds_run = 0;
     for scheduled in schedule {
-        let named_done = failpoints::ALL.iter().all(|f| named_kills.get(f).copied().unwrap_or(0) >= KILLS_PER_FAILPOINT);
+        let named_done = failpoints::ALL
+            .iter()
+            .all(|f| named_kills.get(f).copied().unwrap_or(0) >= KILLS_PER_FAILPOINT);
         if named_done && random_kills >= RANDOM_KILLS_MIN {
             break;
         }
@@ -257,10 +334,17 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
         }
         now = now.max(date_start_ms(scheduled.run_date) + 5 * 60_000);
         reference.clock.set(now);
-        let expected = reference.try_run(run).await.unwrap_or_else(|e| panic!("{run}: {e}"));
+        let expected = reference
+            .try_run(run)
+            .await
+            .unwrap_or_else(|e| panic!("{run}: {e}"));
         let candidates = expected_candidates(&reference.ledger, &run).await;
         assert_eq!(
-            expected.candidates.iter().map(|c| c.provider_id.clone()).collect::<Vec<_>>(),
+            expected
+                .candidates
+                .iter()
+                .map(|c| c.provider_id.clone())
+                .collect::<Vec<_>>(),
             candidates
         );
 
@@ -271,12 +355,19 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                 let n = candidates.len();
                 // The per-candidate failpoints are reached once per candidate not yet decided.
                 let nth = match f {
-                    failpoints::BEFORE_DECIDE | failpoints::DECIDE_BEFORE_COMMIT | failpoints::AFTER_DECIDE if decided < n => {
+                    failpoints::BEFORE_DECIDE
+                    | failpoints::DECIDE_BEFORE_COMMIT
+                    | failpoints::AFTER_DECIDE
+                        if decided < n =>
+                    {
                         rng.gen_range(1..=n - decided)
                     }
                     _ => 1,
                 };
-                let status = crashed.spawn_run(now, &run, Some(format!("{f}:{nth}"))).wait().unwrap();
+                let status = crashed
+                    .spawn_run(now, &run, Some(format!("{f}:{nth}")))
+                    .wait()
+                    .unwrap();
                 if status.success() {
                     continue; // nothing left to reach this point (e.g. every candidate decided)
                 }
@@ -291,7 +382,8 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                 let remaining = 1.0 - decided / candidates.len().max(1) as f64;
                 // `scale` adapts to the speed of the machine and database: it shrinks when a
                 // process finished before its kill and grows when it was killed.
-                let delay = cli_run_time.mul_f64(scale * rng.gen_range(0.0..1.2) * (0.1 + 0.9 * remaining));
+                let delay =
+                    cli_run_time.mul_f64(scale * rng.gen_range(0.0..1.2) * (0.1 + 0.9 * remaining));
                 let mut child = crashed.spawn_run(now, &run, None);
                 std::thread::sleep(delay);
                 if child.try_wait().unwrap().is_some() {
@@ -312,16 +404,28 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
             }
         }
         // Restart without a failpoint: the run completes, identical to the reference.
-        crashed.ok(now, &Crashed::run_args(&run).iter().map(String::as_str).collect::<Vec<_>>());
+        crashed.ok(
+            now,
+            &Crashed::run_args(&run)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
         let got = crashed.report(run).await.expect("the run is on the ledger");
-        assert_eq!(got, expected, "{run} after crashes equals the uncrashed run");
+        assert_eq!(
+            got, expected,
+            "{run} after crashes equals the uncrashed run"
+        );
         if rounds_run % 4 == 0 {
             check_invariants(&crashed.ledger).await;
         } else {
             check_money(&crashed.ledger).await;
         }
         rounds_run += 1;
-        eprintln!("{run}: done at {:?}; kills {named_kills:?} + {random_kills} random", started.elapsed());
+        eprintln!(
+            "{run}: done at {:?}; kills {named_kills:?} + {random_kills} random",
+            started.elapsed()
+        );
 
         // Admin decisions on the held payouts, in both ledgers.
         now += 60_000;
@@ -331,21 +435,37 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
             let index: usize = c.provider_id[4..].parse().unwrap();
             let admin = Actor::operator("test");
             if index % 2 == 0 {
-                reference.ledger.cancel_payout(id, "ops review", &admin).await.unwrap();
+                reference
+                    .ledger
+                    .cancel_payout(id, "ops review", &admin)
+                    .await
+                    .unwrap();
                 crashed.ok(now, &["payout", "cancel", id, "--reason", "ops review"]);
-            } else if reference.payout(id).await.amount_eur_cents.is_some() || reference.payout(id).await.rail.as_str() != "sepa" {
+            } else if reference.payout(id).await.amount_eur_cents.is_some()
+                || reference.payout(id).await.rail.as_str() != "sepa"
+            {
                 reference.ledger.release_payout(id, &admin).await.unwrap();
                 crashed.ok(now, &["payout", "release", id]);
             }
         }
     }
     for f in failpoints::ALL {
-        assert!(named_kills.get(f).copied().unwrap_or(0) >= KILLS_PER_FAILPOINT, "killed at {f}: {named_kills:?}");
+        assert!(
+            named_kills.get(f).copied().unwrap_or(0) >= KILLS_PER_FAILPOINT,
+            "killed at {f}: {named_kills:?}"
+        );
     }
-    assert!(random_kills >= RANDOM_KILLS_MIN, "{random_kills} random kills in {rounds_run} runs");
+    assert!(
+        random_kills >= RANDOM_KILLS_MIN,
+        "{random_kills} random kills in {rounds_run} runs"
+    );
     check_invariants(&crashed.ledger).await;
     let out = crashed.cli(now, &["verify"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     eprintln!(
         "{rounds_run} runs, kills at failpoints {named_kills:?}, {random_kills} random kills ({mid_run_kills} between two decisions), {:?} in all",
         started.elapsed()
@@ -357,29 +477,70 @@ async fn two_processes_starting_one_run_at_once_create_no_duplicate_payout() {
     let mut crashed = Crashed::new().await;
     let now = settle::domain::time::parse_rfc3339_ms("2026-11-21T12:00:00Z").unwrap();
     let mut lines = setup_lines();
-    lines.extend(round_lines(0, NaiveDate::from_ymd_opt(2026, 11, 23).unwrap()));
+    lines.extend(round_lines(
+        0,
+        NaiveDate::from_ymd_opt(2026, 11, 23).unwrap(),
+    ));
     crashed.import(now, &lines);
     let run = runs::weekly_key("2026-11-23").unwrap();
     let at = date_start_ms(NaiveDate::from_ymd_opt(2026, 11, 23).unwrap()) + 5 * 60_000;
     for attempt in 0..2 {
         let args = Crashed::run_args(&run);
-        let args: Vec<&str> = args.iter().map(String::as_str).chain(["--format", "json"]).collect();
-        let spawn = || crashed.cli(at, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let args: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .chain(["--format", "json"])
+            .collect();
+        let spawn = || {
+            crashed
+                .cli(at, &args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
         let (a, b) = (spawn(), spawn());
         let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-        assert!(a.status.success() && b.status.success(), "{}{}", String::from_utf8_lossy(&a.stderr), String::from_utf8_lossy(&b.stderr));
+        assert!(
+            a.status.success() && b.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&a.stderr),
+            String::from_utf8_lossy(&b.stderr)
+        );
         let ja: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
         let jb: serde_json::Value = serde_json::from_slice(&b.stdout).unwrap();
-        assert_eq!(ja, jb, "both processes report the same run (attempt {attempt})");
+        assert_eq!(
+            ja, jb,
+            "both processes report the same run (attempt {attempt})"
+        );
     }
     let report = crashed.report(run).await.unwrap();
     assert!(report.completed);
     let pool = crashed.ledger.store.pool();
-    let count = |sql: &'static str| async move { sqlx::query(sql).fetch_one(pool).await.unwrap().get::<i64, _>(0) };
-    assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout.created'").await, report.payouts);
-    assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided'").await, report.candidates.len() as i64);
-    assert_eq!(count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.completed'").await, 1);
-    assert!(report.payouts > 50, "a run worth racing: {} payouts", report.payouts);
+    let count = |sql: &'static str| async move {
+        sqlx::query(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .get::<i64, _>(0)
+    };
+    assert_eq!(
+        count("SELECT COUNT(*) FROM events WHERE event_type = 'payout.created'").await,
+        report.payouts
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided'").await,
+        report.candidates.len() as i64
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.completed'").await,
+        1
+    );
+    assert!(
+        report.payouts > 50,
+        "a run worth racing: {} payouts",
+        report.payouts
+    );
     check_invariants(&crashed.ledger).await;
     let out = crashed.cli(at, &["verify"]).output().unwrap();
     assert!(out.status.success());

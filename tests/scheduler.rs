@@ -18,7 +18,12 @@ const HOUR_MS: i64 = 3_600_000;
 
 fn scheduler(w: &World) -> Scheduler {
     let clock: Arc<dyn Clock> = w.clock.clone();
-    Scheduler::new(w.ledger.clone(), clock, w.calendar.clone(), w.config.clone())
+    Scheduler::new(
+        w.ledger.clone(),
+        clock,
+        w.calendar.clone(),
+        w.config.clone(),
+    )
 }
 
 fn keys(started: &[settle::jobs::scheduler::Started]) -> Vec<String> {
@@ -36,7 +41,14 @@ async fn ten_weeks_hour_by_hour_start_every_run_once_at_its_fire_time_in_order()
     let first = s.tick().await.unwrap();
     assert_eq!(
         keys(&first),
-        ["weekly 2026-09-21", "weekly 2026-09-28", "monthly 2026-10", "weekly 2026-10-05", "weekly 2026-10-12", "weekly 2026-10-19"]
+        [
+            "weekly 2026-09-21",
+            "weekly 2026-09-28",
+            "monthly 2026-10",
+            "weekly 2026-10-05",
+            "weekly 2026-10-12",
+            "weekly 2026-10-19"
+        ]
     );
     assert!(first.iter().all(|s| s.report.payouts == 0));
 
@@ -77,7 +89,10 @@ async fn ten_weeks_hour_by_hour_start_every_run_once_at_its_fire_time_in_order()
     // Each weekly run paid the weekly provider its week (6 USDC a day ≥ 25 after 5 days).
     let payouts = w.payouts_of("wk").await;
     let weekly_paid = payouts.iter().filter(|p| p.run_kind == "weekly").count();
-    assert_eq!(weekly_paid, 12, "every weekly run from 2026-10-26 on paid it");
+    assert_eq!(
+        weekly_paid, 12,
+        "every weekly run from 2026-10-26 on paid it"
+    );
     // Monday's cutoff leaves the Monday earnings of 2026-11-30 to the monthly run of
     // 2026-12-01 (cutoff the 1st), which sweeps them; on 2026-11-02 and 2027-01-04 the
     // weekly run went first and left the monthly run nothing.
@@ -88,7 +103,10 @@ async fn ten_weeks_hour_by_hour_start_every_run_once_at_its_fire_time_in_order()
         .collect();
     assert_eq!(swept, [("2026-12", 6 * USDC)]);
     let mo = w.payouts_of("mo").await;
-    assert_eq!(mo.iter().map(|p| p.run_key.as_str()).collect::<Vec<_>>(), ["2026-11", "2026-12", "2027-01"]);
+    assert_eq!(
+        mo.iter().map(|p| p.run_key.as_str()).collect::<Vec<_>>(),
+        ["2026-11", "2026-12", "2027-01"]
+    );
     w.check_invariants().await;
     // Nothing more is due until the next fire time.
     assert!(s.tick().await.unwrap().is_empty());
@@ -102,23 +120,51 @@ async fn after_downtime_the_missed_runs_are_caught_up_in_date_order_once() {
     w.earn("wk", 50_000_000, "2026-10-30T01:00:00Z").await;
     let mut s = scheduler(&w).with_catch_up_window_days(3);
     let first = s.tick().await.unwrap();
-    assert!(first.is_empty(), "no fire instant within 3 days had a run: {:?}", keys(&first));
-    assert_eq!(s.last_checked().map(|t| t.to_string()).as_deref(), Some("2026-10-31 00:00:00"));
+    assert!(
+        first.is_empty(),
+        "no fire instant within 3 days had a run: {:?}",
+        keys(&first)
+    );
+    assert_eq!(
+        s.last_checked().map(|t| t.to_string()).as_deref(),
+        Some("2026-10-31 00:00:00")
+    );
     // Down from 2026-10-31 to 2026-11-20 12:00; the window is 3 days, so only the
     // runs of the last 3 days would be caught up; widen it for a second scheduler.
     w.at("2026-11-20T12:00:00Z");
     let mut narrow = scheduler(&w).with_catch_up_window_days(3);
-    assert!(narrow.due().unwrap().is_empty(), "runs older than the window are left to an operator");
+    assert!(
+        narrow.due().unwrap().is_empty(),
+        "runs older than the window are left to an operator"
+    );
     let mut wide = scheduler(&w);
     let due: Vec<String> = wide.due().unwrap().iter().map(|r| r.to_string()).collect();
     assert_eq!(due.len(), 6, "{due:?}");
     assert_eq!(due[0], "weekly 2026-10-19", "35 days back");
     s = s.with_catch_up_window_days(35);
     let caught = s.tick().await.unwrap();
-    assert_eq!(keys(&caught), ["weekly 2026-11-02", "monthly 2026-11", "weekly 2026-11-09", "weekly 2026-11-16"]);
+    assert_eq!(
+        keys(&caught),
+        [
+            "weekly 2026-11-02",
+            "monthly 2026-11",
+            "weekly 2026-11-09",
+            "weekly 2026-11-16"
+        ]
+    );
     let weekly = &caught[0].report;
-    assert_eq!((decision(weekly, "wk"), candidate(weekly, "wk").amount_micro_usdc), ("paid".to_owned(), 40 * USDC));
-    assert_eq!(decision(&caught[1].report, "wk"), "nothing_due", "the weekly run of the shared date went first");
+    assert_eq!(
+        (
+            decision(weekly, "wk"),
+            candidate(weekly, "wk").amount_micro_usdc
+        ),
+        ("paid".to_owned(), 40 * USDC)
+    );
+    assert_eq!(
+        decision(&caught[1].report, "wk"),
+        "nothing_due",
+        "the weekly run of the shared date went first"
+    );
     assert!(s.tick().await.unwrap().is_empty(), "caught up once");
     // A second scheduler (another instance, or after a restart) finds the same runs done.
     let again = wide.tick().await.unwrap();
@@ -136,14 +182,23 @@ async fn the_fire_time_is_configurable_and_nothing_starts_before_it() {
         fire_time: "06:30".into(),
         ..Default::default()
     };
-    let mut s = scheduler(&w).with_config(&config).unwrap().with_catch_up_window_days(1);
+    let mut s = scheduler(&w)
+        .with_config(&config)
+        .unwrap()
+        .with_catch_up_window_days(1);
     assert!(s.tick().await.unwrap().is_empty());
     w.at("2026-11-23T06:29:59Z");
     assert!(s.tick().await.unwrap().is_empty(), "not before 06:30");
     w.at("2026-11-23T06:30:00Z");
     assert_eq!(keys(&s.tick().await.unwrap()), ["weekly 2026-11-23"]);
     assert_eq!(
-        s.next_fire_after(chrono::NaiveDate::from_ymd_opt(2026, 11, 23).unwrap().and_hms_opt(6, 30, 0).unwrap()).to_string(),
+        s.next_fire_after(
+            chrono::NaiveDate::from_ymd_opt(2026, 11, 23)
+                .unwrap()
+                .and_hms_opt(6, 30, 0)
+                .unwrap()
+        )
+        .to_string(),
         "2026-11-24 06:30:00"
     );
     let bad = SchedulerConfig {
@@ -151,7 +206,10 @@ async fn the_fire_time_is_configurable_and_nothing_starts_before_it() {
         ..Default::default()
     };
     assert_eq!(bad.schedule().unwrap_err().code, "invalid_fire_time");
-    assert_eq!(Schedule::new(NaiveTime::from_hms_opt(0, 5, 0).unwrap()), Schedule::default());
+    assert_eq!(
+        Schedule::new(NaiveTime::from_hms_opt(0, 5, 0).unwrap()),
+        Schedule::default()
+    );
 }
 
 #[tokio::test]
@@ -162,7 +220,8 @@ async fn a_failed_tick_is_retried_from_the_same_point() {
     let broken = w.db.ledger_at("2026-11-23T12:00:00Z").await.0;
     broken.store.close().await;
     let clock: Arc<dyn Clock> = w.clock.clone();
-    let mut s = Scheduler::new(broken, clock, w.calendar.clone(), w.config.clone()).with_catch_up_window_days(1);
+    let mut s = Scheduler::new(broken, clock, w.calendar.clone(), w.config.clone())
+        .with_catch_up_window_days(1);
     assert!(s.tick().await.is_err());
     assert_eq!(s.last_checked(), None);
     assert_eq!(s.due().unwrap().len(), 1, "still due");
@@ -183,7 +242,10 @@ async fn the_loop_catches_up_on_start_and_stops_on_shutdown() {
     let key = settle::ledger::runs::weekly_key("2026-11-23").unwrap();
     let mut done = false;
     for _ in 0..600 {
-        if let Some(r) = settle::ledger::runs::run_report(w.ledger.store.pool(), &w.calendar, key).await.unwrap() {
+        if let Some(r) = settle::ledger::runs::run_report(w.ledger.store.pool(), &w.calendar, key)
+            .await
+            .unwrap()
+        {
             if r.completed {
                 done = true;
                 break;

@@ -83,7 +83,11 @@ const PG_DB: &str = "settle_bench_runs";
 
 fn url(args: &Args) -> String {
     if args.db == "postgres" {
-        let base = args.pg_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg_url);
+        let base = args
+            .pg_url
+            .rsplit_once('/')
+            .map(|(b, _)| b)
+            .unwrap_or(&args.pg_url);
         format!("{base}/{PG_DB}")
     } else {
         format!("sqlite://{}", args.sqlite_path)
@@ -94,7 +98,9 @@ fn url(args: &Args) -> String {
 async fn fresh_database(args: &Args) {
     if args.db == "postgres" {
         sqlx::any::install_default_drivers();
-        let admin = sqlx::AnyPool::connect(&args.pg_url).await.expect("connect --pg-url");
+        let admin = sqlx::AnyPool::connect(&args.pg_url)
+            .await
+            .expect("connect --pg-url");
         sqlx::query(&format!("DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)"))
             .execute(&admin)
             .await
@@ -119,7 +125,10 @@ async fn open(args: &Args, now: &str) -> (Ledger, std::sync::Arc<ManualClock>) {
     let store = Store::open(&url(args), &options).await.expect("open store");
     store.migrate().await.expect("migrate");
     let clock = std::sync::Arc::new(ManualClock::new(parse_rfc3339_ms(now).unwrap()));
-    (Ledger::new(store, clock.clone(), LedgerConfig::default()), clock)
+    (
+        Ledger::new(store, clock.clone(), LedgerConfig::default()),
+        clock,
+    )
 }
 
 fn pid(p: usize) -> String {
@@ -175,7 +184,10 @@ async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>) {
             .await
             .expect("ingest");
         assert!(
-            matches!(results[0], UsageResult::Accepted { .. } | UsageResult::Duplicate { .. }),
+            matches!(
+                results[0],
+                UsageResult::Accepted { .. } | UsageResult::Duplicate { .. }
+            ),
             "{:?}",
             results[0]
         );
@@ -204,7 +216,9 @@ async fn phase(args: &Args, phase: &str) {
             for l in 0..args.loaders {
                 let ledger = ledger.clone();
                 let range = (l * per).min(args.providers)..((l + 1) * per).min(args.providers);
-                tasks.push(tokio::spawn(async move { setup_range(&ledger, range).await }));
+                tasks.push(tokio::spawn(
+                    async move { setup_range(&ledger, range).await },
+                ));
             }
             for t in tasks {
                 t.await.expect("loader");
@@ -258,7 +272,10 @@ fn main() {
     }
     // Parent: each phase in its own process, for its own peak memory.
     let exe = std::env::current_exe().expect("own path");
-    let own: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let own: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let phases: &[&str] = if args.reuse {
         &["run", "rerun"]
     } else {

@@ -158,7 +158,11 @@ pub async fn run_cmd(
 
 /// Renders a run report: JSON (the whole report, money as decimal strings), CSV (one row
 /// per candidate) or a table with the totals.
-pub fn print_report(report: &RunReport, format: Format, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn print_report(
+    report: &RunReport,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let mut rows = Rows::new(vec![
         "provider_id",
         "decision",
@@ -210,7 +214,11 @@ pub fn print_report(report: &RunReport, format: Format, out: &mut impl Write) ->
                 report.run_key,
                 format_ms(report.cutoff_ms),
                 report.run_date,
-                if report.completed { "completed" } else { "in progress" }
+                if report.completed {
+                    "completed"
+                } else {
+                    "in progress"
+                }
             )?;
             write!(out, "{}", rows.render(format))?;
             let mut t = Rows::new(vec!["decision", "count", "amount_usdc"]);

@@ -54,7 +54,10 @@ impl SchedulerConfig {
             .map_err(|_| {
                 DomainError::new(
                     "invalid_fire_time",
-                    format!("fire_time must be HH:MM or HH:MM:SS, got {:?}", self.fire_time),
+                    format!(
+                        "fire_time must be HH:MM or HH:MM:SS, got {:?}",
+                        self.fire_time
+                    ),
                 )
             })
     }
@@ -169,8 +172,7 @@ impl Scheduler {
         if today > now {
             today
         } else {
-            self.schedule
-                .fire_instant(now.date() + TimeDelta::days(1))
+            self.schedule.fire_instant(now.date() + TimeDelta::days(1))
         }
     }
 

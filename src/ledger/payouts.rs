@@ -76,7 +76,10 @@ fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, LedgerError> {
     })
 }
 
-async fn load(conn: &mut AnyConnection, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
+async fn load(
+    conn: &mut AnyConnection,
+    payout_id: &str,
+) -> Result<Option<PayoutRecord>, LedgerError> {
     let row = sqlx::query(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1"
     ))
@@ -105,7 +108,10 @@ pub async fn run_payouts(
     .bind(run_key)
     .fetch_all(pool)
     .await?;
-    let mut out = rows.iter().map(payout_from_row).collect::<Result<Vec<_>, _>>()?;
+    let mut out = rows
+        .iter()
+        .map(payout_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
     out.sort_by(|a, b| a.payout_id.cmp(&b.payout_id));
     Ok(out)
 }
@@ -193,7 +199,11 @@ impl Ledger {
     ///
     /// A EUR payout held for `fx_stale` carries no EUR amount and cannot be released
     /// (`fx_rate_missing`): cancel it, and the next run pays at a fresh rate.
-    pub async fn release_payout(&self, payout_id: &str, actor: &Actor) -> Result<Applied, LedgerError> {
+    pub async fn release_payout(
+        &self,
+        payout_id: &str,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
         if let Some(p) = payout(self.store.pool(), payout_id).await? {
             if p.status == "held" && p.rail == Rail::Sepa && p.amount_eur_cents.is_none() {
                 return reject(

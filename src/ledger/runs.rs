@@ -241,7 +241,10 @@ pub async fn latest_fx_rate(
     let Some(row) = row else { return Ok(None) };
     let text: String = row.try_get(1)?;
     let rate = text.parse::<Decimal>().map_err(|_| {
-        DomainError::new("corrupt_projection", format!("fx rate {text:?} is no decimal"))
+        DomainError::new(
+            "corrupt_projection",
+            format!("fx rate {text:?} is no decimal"),
+        )
     })?;
     Ok(Some((row.try_get(0)?, rate)))
 }
@@ -257,17 +260,13 @@ pub fn eur_cents(amount_micro_usdc: i64, eur_per_usd: Decimal) -> Option<i64> {
         .to_i64()
 }
 
-async fn run_completed(
-    conn: &mut AnyConnection,
-    run: &RunKey,
-) -> Result<Option<i64>, LedgerError> {
-    let row = sqlx::query(
-        "SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2",
-    )
-    .bind(run.kind())
-    .bind(run.key_string())
-    .fetch_optional(&mut *conn)
-    .await?;
+async fn run_completed(conn: &mut AnyConnection, run: &RunKey) -> Result<Option<i64>, LedgerError> {
+    let row =
+        sqlx::query("SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2")
+            .bind(run.kind())
+            .bind(run.key_string())
+            .fetch_optional(&mut *conn)
+            .await?;
     Ok(match row {
         Some(r) => Some(r.try_get(0)?),
         None => None,
@@ -398,8 +397,7 @@ async fn candidate_facts(
         method_invalid: provider.method_invalid,
         method_set_at_ms: provider.method_set_at_ms,
         status: provider.status,
-        payable_balance_micro_usdc: payable_balance_micro_usdc(conn, &provider.provider_id)
-            .await?,
+        payable_balance_micro_usdc: payable_balance_micro_usdc(conn, &provider.provider_id).await?,
         available_micro_usdc: available_micro_usdc(conn, &provider.provider_id, cutoff_ms).await?,
         external_hold_reason: None,
     })
@@ -598,7 +596,9 @@ impl Ledger {
             RunKey::Weekly { .. } => {
                 "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
             }
-            RunKey::Monthly { .. } => "SELECT provider_id FROM providers WHERE status <> 'suspended'",
+            RunKey::Monthly { .. } => {
+                "SELECT provider_id FROM providers WHERE status <> 'suspended'"
+            }
         };
         let mut ids = sqlx::query(sql)
             .fetch_all(self.store.pool())
@@ -658,7 +658,9 @@ impl Ledger {
                 amount_micro_usdc,
                 hold_reason,
             } = decide(&facts, &policy(run, config, now));
-            let payout = decision.creates_payout().then(|| payout_id(run, provider_id));
+            let payout = decision
+                .creates_payout()
+                .then(|| payout_id(run, provider_id));
             tx.append(NewEvent {
                 body: EventBody::PayoutRunDecided(PayoutRunDecided {
                     run_kind: run.kind().to_owned(),

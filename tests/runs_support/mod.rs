@@ -18,9 +18,11 @@ use sqlx::Row;
 
 use crate::common::TestDb;
 
-pub const SOLANA: &str = r#"{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}"#;
+pub const SOLANA: &str =
+    r#"{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}"#;
 /// The ed25519 base point: a valid, on-curve wallet.
-pub const SOLANA_2: &str = r#"{"kind":"solana","wallet":"6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH"}"#;
+pub const SOLANA_2: &str =
+    r#"{"kind":"solana","wallet":"6x5SYnLroiN7WYq8NQYU9KHcH4YjpBbwpUfVu3EB7ieH"}"#;
 pub const SEPA: &str = r#"{"kind":"sepa","iban":"DE89370400440532013000","holder":"Bee GmbH"}"#;
 pub const ACH: &str = r#"{"kind":"ach","routing":"021000021","account":"123456789","account_type":"checking","holder":"Jane Doe","entity":"individual"}"#;
 
@@ -84,7 +86,9 @@ impl World {
     /// Registers a provider (with one GPU `{id}-g0`) on `schedule` with a payout method
     /// given as JSON (or none).
     pub async fn provider(&self, id: &str, schedule: &str, method: Option<&str>) {
-        let method = method.map(|m| format!(r#","payout_method":{m}"#)).unwrap_or_default();
+        let method = method
+            .map(|m| format!(r#","payout_method":{m}"#))
+            .unwrap_or_default();
         self.import(&[
             format!(
                 r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"{schedule}"{method}}}"#
@@ -95,16 +99,27 @@ impl World {
     }
 
     pub async fn update(&self, id: &str, fields: &str) {
-        self.import(&[format!(r#"{{"type":"provider.update","provider_id":"{id}",{fields}}}"#)])
-            .await;
+        self.import(&[format!(
+            r#"{{"type":"provider.update","provider_id":"{id}",{fields}}}"#
+        )])
+        .await;
     }
 
     /// Books a usage event of exactly `gross_micro_usdc` (rate 3.6 USDC/h = 1 µUSDC per ms)
     /// starting at `started_at` (within one UTC day); returns `(event_id, net)`.
-    pub async fn earn(&self, provider: &str, gross_micro_usdc: i64, started_at: &str) -> (String, i64) {
+    pub async fn earn(
+        &self,
+        provider: &str,
+        gross_micro_usdc: i64,
+        started_at: &str,
+    ) -> (String, i64) {
         let start = parse_rfc3339_ms(started_at).expect("valid start");
         let end = start + gross_micro_usdc;
-        assert_eq!(start / 86_400_000, (end - 1) / 86_400_000, "earn within one UTC day");
+        assert_eq!(
+            start / 86_400_000,
+            (end - 1) / 86_400_000,
+            "earn within one UTC day"
+        );
         let event_id = format!("ev-{}", self.next_event.fetch_add(1, Ordering::SeqCst));
         self.import(&[format!(
             r#"{{"type":"usage","event_id":"{event_id}","provider_id":"{provider}","gpu_id":"{provider}-g0","started_at":"{}","ended_at":"{}","rate_usdc_per_hour":"3.6"}}"#,
@@ -124,18 +139,27 @@ impl World {
     }
 
     pub async fn void(&self, event_id: &str) {
-        self.import(&[format!(r#"{{"type":"usage.void","event_id":"{event_id}","reason":"refund"}}"#)])
-            .await;
+        self.import(&[format!(
+            r#"{{"type":"usage.void","event_id":"{event_id}","reason":"refund"}}"#
+        )])
+        .await;
     }
 
     pub async fn fx(&self, eur_per_usd: &str) {
-        self.import(&[format!(r#"{{"type":"fx.rate_set","eur_per_usd":"{eur_per_usd}"}}"#)])
-            .await;
+        self.import(&[format!(
+            r#"{{"type":"fx.rate_set","eur_per_usd":"{eur_per_usd}"}}"#
+        )])
+        .await;
     }
 
     pub async fn try_run(&self, run: RunKey) -> Result<RunReport, LedgerError> {
         self.ledger
-            .run_payouts(run, &self.calendar, &self.config, &Actor::system("test-run"))
+            .run_payouts(
+                run,
+                &self.calendar,
+                &self.config,
+                &Actor::system("test-run"),
+            )
             .await
     }
 
@@ -174,11 +198,13 @@ impl World {
 
     /// `(payable, held, in_transit, paid)` of a provider from the account projection.
     pub async fn balances(&self, provider: &str) -> (i64, i64, i64, i64) {
-        let rows = sqlx::query("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
-            .bind(format!("provider:{provider}"))
-            .fetch_all(self.ledger.store.pool())
-            .await
-            .unwrap();
+        let rows = sqlx::query(
+            "SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1",
+        )
+        .bind(format!("provider:{provider}"))
+        .fetch_all(self.ledger.store.pool())
+        .await
+        .unwrap();
         let (mut payable, mut held, mut in_transit, mut paid) = (0, 0, 0, 0);
         for r in rows {
             let account: String = r.get(0);
@@ -208,7 +234,9 @@ impl World {
 
 pub async fn check_invariants(ledger: &Ledger) {
     check_money(ledger).await;
-    let report = settle::verify::verify(&ledger.store, &|_| {}).await.unwrap();
+    let report = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .unwrap();
     assert!(report.ok(), "verify: {:?}", report.problems);
     crate::common::assert_events_match_schemas(&ledger.store).await;
 }
@@ -219,7 +247,9 @@ pub async fn check_money(ledger: &Ledger) {
     let mut booked: BTreeMap<String, i64> = BTreeMap::new();
     let mut decided: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for stream in store.streams().await.unwrap() {
-        let Some(provider) = stream.strip_prefix("provider:") else { continue };
+        let Some(provider) = stream.strip_prefix("provider:") else {
+            continue;
+        };
         let mut after = 0;
         loop {
             let page = store.stream_events(&stream, after, 1000).await.unwrap();
@@ -228,14 +258,21 @@ pub async fn check_money(ledger: &Ledger) {
             }
             for e in &page {
                 after = e.seq;
-                let body = EventBody::from_json(&e.event_type, e.version as u32, &e.payload).unwrap();
+                let body =
+                    EventBody::from_json(&e.event_type, e.version as u32, &e.payload).unwrap();
                 let entry = booked.entry(provider.to_owned()).or_default();
                 match body {
-                    EventBody::UsageRecorded(u) => *entry += u.segments.iter().map(|s| s.net_micro_usdc).sum::<i64>(),
-                    EventBody::UsageVoided(v) => *entry -= v.segments.iter().map(|s| s.net_micro_usdc).sum::<i64>(),
+                    EventBody::UsageRecorded(u) => {
+                        *entry += u.segments.iter().map(|s| s.net_micro_usdc).sum::<i64>()
+                    }
+                    EventBody::UsageVoided(v) => {
+                        *entry -= v.segments.iter().map(|s| s.net_micro_usdc).sum::<i64>()
+                    }
                     EventBody::AdjustmentPosted(a) => *entry += a.amount_micro_usdc,
                     EventBody::PayoutRunDecided(d) => {
-                        *decided.entry((d.run_kind, d.run_key, d.provider_id)).or_default() += 1;
+                        *decided
+                            .entry((d.run_kind, d.run_key, d.provider_id))
+                            .or_default() += 1;
                     }
                     _ => {}
                 }
@@ -247,11 +284,13 @@ pub async fn check_money(ledger: &Ledger) {
     }
     let pool = store.pool();
     for (provider, net) in &booked {
-        let rows = sqlx::query("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
-            .bind(format!("provider:{provider}"))
-            .fetch_all(pool)
-            .await
-            .unwrap();
+        let rows = sqlx::query(
+            "SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1",
+        )
+        .bind(format!("provider:{provider}"))
+        .fetch_all(pool)
+        .await
+        .unwrap();
         let provider_accounts = [
             accounts::payable(provider),
             accounts::held(provider),
@@ -268,7 +307,9 @@ pub async fn check_money(ledger: &Ledger) {
             total, *net,
             "{provider}: payable + held + in_transit + paid must equal net earnings + adjustments - voids"
         );
-        let payouts = settle::ledger::payouts::provider_payouts(pool, provider).await.unwrap();
+        let payouts = settle::ledger::payouts::provider_payouts(pool, provider)
+            .await
+            .unwrap();
         let in_state = |states: &[&str]| -> i64 {
             payouts
                 .iter()
@@ -282,7 +323,11 @@ pub async fn check_money(ledger: &Ledger) {
                 .map(|r| r.get::<i64, _>(1))
                 .sum::<i64>()
         };
-        assert_eq!(balance(accounts::held(provider)), in_state(&["held"]), "{provider}: held");
+        assert_eq!(
+            balance(accounts::held(provider)),
+            in_state(&["held"]),
+            "{provider}: held"
+        );
         assert_eq!(
             balance(accounts::in_transit(provider)),
             in_state(&["created", "submitted"]),
@@ -290,10 +335,15 @@ pub async fn check_money(ledger: &Ledger) {
         );
         let mut runs_paid: BTreeMap<(String, String), usize> = BTreeMap::new();
         for p in &payouts {
-            *runs_paid.entry((p.run_kind.clone(), p.run_key.clone())).or_default() += 1;
+            *runs_paid
+                .entry((p.run_kind.clone(), p.run_key.clone()))
+                .or_default() += 1;
             assert!(p.payout_id.len() <= 35, "payout id fits a SEPA EndToEndId");
         }
-        assert!(runs_paid.values().all(|n| *n == 1), "{provider}: one payout per run: {runs_paid:?}");
+        assert!(
+            runs_paid.values().all(|n| *n == 1),
+            "{provider}: one payout per run: {runs_paid:?}"
+        );
     }
 }
 
@@ -303,7 +353,12 @@ pub fn candidate<'a>(report: &'a RunReport, provider: &str) -> &'a runs::RunCand
         .candidates
         .iter()
         .find(|c| c.provider_id == provider)
-        .unwrap_or_else(|| panic!("{provider} is no candidate of {} {}", report.run_kind, report.run_key))
+        .unwrap_or_else(|| {
+            panic!(
+                "{provider} is no candidate of {} {}",
+                report.run_kind, report.run_key
+            )
+        })
 }
 
 pub fn decision(report: &RunReport, provider: &str) -> String {
