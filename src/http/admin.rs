@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::extract::{Auth, RawBody};
+use super::extract::{Auth, Page, Q, RawBody, page_of};
 use super::problem::Problem;
 use crate::auth::Scope;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
@@ -353,9 +353,11 @@ pub struct RunReportView {
     /// Whether `payout_run.completed` is on the ledger.
     pub completed: bool,
     pub completed_at: Option<String>,
-    /// In provider id order.
+    /// One page of the candidates, in provider id order.
     pub candidates: Vec<RunCandidateView>,
-    /// Per decision (every decision listed).
+    /// The cursor of the next page of candidates; null on the last page.
+    pub next_cursor: Option<String>,
+    /// Per decision over every candidate (every decision listed).
     pub totals: std::collections::BTreeMap<String, DecisionTotalView>,
     /// Payouts created (paid and held) and their sum.
     pub payouts: i64,
@@ -370,6 +372,7 @@ pub struct RunReportView {
     params(
         ("kind" = String, Path, description = "`weekly` or `monthly`"),
         ("key" = String, Path, description = "The run's Monday (`YYYY-MM-DD`) or month (`YYYY-MM`)"),
+        super::dashboard::PageQuery,
     ),
     responses(
         (status = 200, body = RunReportView),
@@ -384,10 +387,12 @@ pub async fn run_report(
     State(state): State<AppState>,
     auth: Auth,
     Path((kind, key)): Path<(String, String)>,
+    Q(q): Q<super::dashboard::PageQuery>,
 ) -> Result<Json<RunReportView>, Problem> {
     use crate::domain::money::format_micro_usdc;
     use crate::domain::time::format_ms;
     auth.require(&[Scope::Admin])?;
+    let page = Page::parse(&state, q.limit, q.cursor.as_deref(), "run_candidates")?;
     let run = settle_calendar::RunKey::parse(&kind, &key)
         .map_err(|e| domain(crate::domain::DomainError::new(e.code(), e.to_string())))?;
     let Some(r) =
@@ -399,15 +404,18 @@ pub async fn run_report(
             format!("no {kind} run {key} on the ledger"),
         ));
     };
+    let (candidates, next_cursor) = page_of(r.candidates, &page, "run_candidates", |c| {
+        c.provider_id.as_str()
+    });
     Ok(Json(RunReportView {
+        next_cursor,
         run_kind: r.run_kind,
         run_key: r.run_key,
         cutoff: format_ms(r.cutoff_ms),
         run_date: r.run_date,
         completed: r.completed,
         completed_at: r.completed_at_ms.map(format_ms),
-        candidates: r
-            .candidates
+        candidates: candidates
             .into_iter()
             .map(|c| RunCandidateView {
                 provider_id: c.provider_id,

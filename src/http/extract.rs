@@ -22,20 +22,22 @@ impl FromRequestParts<AppState> for Auth {
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| c.0.ip());
-        if let Some(ip) = client {
-            if let Some(retry_after_s) = super::limit::blocked(ip, &state.config) {
-                return Err(Problem::too_many_requests(
-                    "too_many_auth_failures",
-                    format!("too many failed authentications from this address; retry in {retry_after_s} s"),
-                    retry_after_s,
-                ));
-            }
+        if let Some(ip) = client
+            && let Some(retry_after_s) = super::limit::blocked(ip, &state.config)
+        {
+            return Err(Problem::too_many_requests(
+                "too_many_auth_failures",
+                format!(
+                    "too many failed authentications from this address; retry in {retry_after_s} s"
+                ),
+                retry_after_s,
+            ));
         }
         let result = authenticate(parts, state).await;
-        if let (Err(problem), Some(ip)) = (&result, client) {
-            if problem.status == 401 {
-                super::limit::failed(ip, &state.config);
-            }
+        if let (Err(problem), Some(ip)) = (&result, client)
+            && problem.status == 401
+        {
+            super::limit::failed(ip, &state.config);
         }
         result
     }

@@ -44,16 +44,27 @@ pub fn failed(ip: IpAddr, config: &HttpConfig) {
     let span = window(config);
     if table.len() >= CLIENTS_TRACKED_MAX && !table.contains_key(&ip) {
         table.retain(|_, w| w.started.elapsed() < span);
-        if table.len() >= CLIENTS_TRACKED_MAX {
-            if let Some(oldest) = table.iter().min_by_key(|(_, w)| w.started).map(|(k, _)| *k) {
-                table.remove(&oldest);
-            }
+        if table.len() >= CLIENTS_TRACKED_MAX
+            && let Some(oldest) = table.iter().min_by_key(|(_, w)| w.started).map(|(k, _)| *k)
+        {
+            table.remove(&oldest);
         }
     }
-    let w = table.entry(ip).or_insert(Window { started: Instant::now(), failures: 0 });
+    let w = table.entry(ip).or_insert(Window {
+        started: Instant::now(),
+        failures: 0,
+    });
     if w.started.elapsed() >= span {
-        *w = Window { started: Instant::now(), failures: 0 };
+        *w = Window {
+            started: Instant::now(),
+            failures: 0,
+        };
     }
     w.failures = w.failures.saturating_add(1);
-    crate::metrics::global().count("settle_auth_failures_total", "Failed authentications.", &[], 1);
+    crate::metrics::global().count(
+        "settle_auth_failures_total",
+        "Failed authentications.",
+        &[],
+        1,
+    );
 }

@@ -3,11 +3,11 @@
 //! Invariant: handlers never write SQL for changes. Writes go through `ledger::Ledger`,
 //! reads through `store::read` over the projections; tokens through `auth`.
 
-pub mod limit;
 pub mod admin;
 pub mod bank;
 pub mod dashboard;
 pub mod extract;
+pub mod limit;
 pub mod openapi;
 pub mod problem;
 pub mod usage;
@@ -218,7 +218,7 @@ impl Application {
             self.router
                 .into_make_service_with_connect_info::<SocketAddr>(),
         )
-            .with_graceful_shutdown(shutdown)
-            .await
+        .with_graceful_shutdown(shutdown)
+        .await
     }
 }
