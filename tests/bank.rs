@@ -225,6 +225,9 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         assert_eq!(p.status, "submitted", "{id}");
         assert_eq!(p.reference.as_deref(), Some(batch.batch.batch_id.as_str()));
         assert!(p.end_to_end_id.is_some());
+        // Once in a file, a bank payout cannot be failed by hand: only a return undoes it.
+        let err = w.ledger.fail_payout(id, "operator mistake", &w.actor()).await.unwrap_err();
+        assert_eq!(err.code(), "invalid_payout_state", "{id}");
     }
     assert_eq!(
         w.payout(&po_de).await.end_to_end_id,

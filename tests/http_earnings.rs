@@ -635,6 +635,40 @@ async fn payouts_with_rail_details_pages_and_csv() {
     assert!(lines[2].contains(&format!(
         ",{SIG},,https://explorer.solana.com/tx/{SIG}?cluster=devnet,"
     )));
+
+    // The CLI reads the same payouts (mainnet explorer links).
+    let now = settle::domain::time::format_ms(app.ledger.now_ms());
+    let (code, out, err) = common::run_cli(
+        &app.db.url,
+        &[
+            "--now",
+            &now,
+            "--format",
+            "json",
+            "payouts",
+            "--provider",
+            "prv_a",
+            "--status",
+            "history",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let cli: Value = serde_json::from_str(&out).unwrap();
+    let ids: Vec<&str> = cli
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["payout_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["po_4", "po_1"]);
+    assert_eq!(
+        cli[1]["explorer_url"],
+        format!("https://explorer.solana.com/tx/{SIG}")
+    );
+    let (code, out, _) =
+        common::run_cli(&app.db.url, &["--now", &now, "--format", "csv", "payouts"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 6, "{out}");
 }
 
 #[tokio::test]
@@ -884,6 +918,21 @@ async fn next_payout_projection_and_run_report() {
         report["totals"]["paid"],
         json!({"count": 1, "amount_usdc": "32.000000"})
     );
+    let all: Vec<Value> = report["candidates"].as_array().unwrap().clone();
+    assert_eq!(report["next_cursor"], Value::Null);
+    assert!(all.len() >= 2);
+    let mut walked: Vec<Value> = Vec::new();
+    let mut path = "/v1/admin/runs/weekly/2026-11-30?limit=1".to_owned();
+    loop {
+        let page = app.get_json(&admin, &path).await;
+        assert_eq!(page["totals"], report["totals"]);
+        walked.extend(page["candidates"].as_array().unwrap().iter().cloned());
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/admin/runs/weekly/2026-11-30?limit=1&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(walked, all);
     let provider = app.token(Scope::Provider, Some("prv_w")).await;
     assert_problem(
         app.get(Some(&provider), "/v1/admin/runs/weekly/2026-11-30")

@@ -184,6 +184,16 @@ impl Ledger {
                     ),
                 );
             }
+            if step.kind == "failed" && current.rail.is_bank() {
+                if let Some(batch) = &current.reference {
+                    // The file may already be at the bank: the money can only come back
+                    // through the bank, as a return.
+                    return reject(
+                        "invalid_payout_state",
+                        format!("payout {payout_id} is in bank batch {batch}; once the file is written only a bank return undoes it"),
+                    );
+                }
+            }
             tx.append(NewEvent {
                 body: (step.make)(&current),
                 actor: actor.0.clone(),
