@@ -74,6 +74,13 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_bytes_max))
+        // A bug that panics in a handler answers 500 problem+json (logged), never a dropped
+        // connection; nothing was committed by the panicking request.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                axum::response::IntoResponse::into_response(Problem::internal(&"a handler panicked"))
+            },
+        ))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
                 // The path only: query strings may carry cursors, not worth logging.

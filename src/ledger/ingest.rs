@@ -1,9 +1,10 @@
 //! Usage ingestion (SPEC §4): exactly-once booking of metered usage.
 //!
 //! A batch is validated event by event (one bad event never rejects the others), grouped by
-//! provider, and each provider's events are booked in one transaction on that provider's
-//! stream: the idempotency check, the overlap check and the append are atomic, so an event
-//! is counted once even with concurrent senders, retries and crashes.
+//! provider, and each provider's events are appended to that provider's stream inside a
+//! transaction that holds the stream's write lock (several providers share one transaction,
+//! see `PROVIDERS_PER_TX_MAX_*`): the idempotency check, the overlap check and the append
+//! are atomic, so an event is counted once even with concurrent senders, retries and crashes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
