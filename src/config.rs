@@ -321,24 +321,37 @@ pub enum ConfigError {
 
 impl Config {
     /// Loads the file (when given) and applies the `SETTLE_*` variables of `env`.
-    pub fn load(path: Option<&std::path::Path>, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+    pub fn load(
+        path: Option<&std::path::Path>,
+        env: impl Iterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
         let mut root = match path {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::Read { path: p.display().to_string(), message: e.to_string() })?;
-                text.parse::<toml::Table>().map_err(|e| ConfigError::Invalid(format!("{}: {e}", p.display())))?
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::Read {
+                    path: p.display().to_string(),
+                    message: e.to_string(),
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", p.display())))?
             }
             None => toml::Table::new(),
         };
         for (key, value) in env {
-            let Some(rest) = key.strip_prefix("SETTLE_") else { continue };
+            let Some(rest) = key.strip_prefix("SETTLE_") else {
+                continue;
+            };
             let path: Vec<String> = rest.split("__").map(|s| s.to_ascii_lowercase()).collect();
             if path.len() < 2 || path.iter().any(|s| s.is_empty()) {
                 continue; // not a config key (e.g. SETTLE_TEST_PG_URL, SETTLE_FAILPOINT)
             }
             let mut table = &mut root;
             for section in &path[..path.len() - 1] {
-                let entry = table.entry(section.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-                table = entry.as_table_mut().ok_or_else(|| ConfigError::Invalid(format!("{key}: {section} is not a section")))?;
+                let entry = table
+                    .entry(section.clone())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                table = entry.as_table_mut().ok_or_else(|| {
+                    ConfigError::Invalid(format!("{key}: {section} is not a section"))
+                })?;
             }
             table.insert(path[path.len() - 1].clone(), env_value(&value));
         }
@@ -376,7 +389,11 @@ mod tests {
     fn file_then_environment() {
         let dir = tempfile_dir();
         let path = dir.join("settle.toml");
-        std::fs::write(&path, "[http]\nbind = \"127.0.0.1:9000\"\n[runs]\ncooling_off_hours = 48\n").unwrap();
+        std::fs::write(
+            &path,
+            "[http]\nbind = \"127.0.0.1:9000\"\n[runs]\ncooling_off_hours = 48\n",
+        )
+        .unwrap();
         let env = vec![
             ("SETTLE_RUNS__COOLING_OFF_HOURS".to_owned(), "24".to_owned()),
             ("SETTLE_TEST_PG_URL".to_owned(), "ignored".to_owned()),
@@ -388,11 +405,18 @@ mod tests {
         assert_eq!(c.scheduler.fire_time, "01:30");
         assert_eq!(c.ledger.batch_events_max, 1000);
         let bad = vec![("SETTLE_RUNS__NO_SUCH_KEY".to_owned(), "1".to_owned())];
-        assert!(Config::load(None, bad.into_iter()).is_err(), "unknown keys are refused");
+        assert!(
+            Config::load(None, bad.into_iter()).is_err(),
+            "unknown keys are refused"
+        );
     }
 
     fn tempfile_dir() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("settle-config-{}-{}", std::process::id(), rand::random::<u32>()));
+        let dir = std::env::temp_dir().join(format!(
+            "settle-config-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
@@ -408,14 +432,21 @@ mod example_tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/ops/config.example.toml");
         let text = std::fs::read_to_string(path).expect("ops/config.example.toml exists");
         let example: toml::Table = text.parse().expect("the example is TOML");
-        let parsed = Config::load(Some(std::path::Path::new(path)), std::iter::empty()).expect("the example loads");
+        let parsed = Config::load(Some(std::path::Path::new(path)), std::iter::empty())
+            .expect("the example loads");
         let defaults = toml::Table::try_from(Config::default()).expect("serializes");
         let loaded = toml::Table::try_from(parsed).expect("serializes");
         assert_eq!(loaded, defaults, "the example states the defaults");
         for (section, keys) in &defaults {
-            let listed = example.get(section).and_then(|s| s.as_table()).unwrap_or_else(|| panic!("section [{section}] missing"));
+            let listed = example
+                .get(section)
+                .and_then(|s| s.as_table())
+                .unwrap_or_else(|| panic!("section [{section}] missing"));
             for key in keys.as_table().expect("a section").keys() {
-                assert!(listed.contains_key(key), "[{section}] {key} is not documented");
+                assert!(
+                    listed.contains_key(key),
+                    "[{section}] {key} is not documented"
+                );
             }
         }
     }

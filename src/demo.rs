@@ -37,12 +37,60 @@ pub struct DemoProvider {
 }
 
 pub const PROVIDERS: &[DemoProvider] = &[
-    DemoProvider { id: "prv_atlas", name: "Atlas Compute", tier: "enterprise", schedule: "weekly", rail: "solana", gpus: &["H100-80GB", "H100-80GB", "A100-80GB", "L40S-48GB"], busy_hours: (8, 20) },
-    DemoProvider { id: "prv_borealis", name: "Borealis GPU Co-op", tier: "community", schedule: "weekly", rail: "solana", gpus: &["A100-40GB", "RTX4090-24GB", "RTX4090-24GB"], busy_hours: (4, 14) },
-    DemoProvider { id: "prv_cumulus", name: "Cumulus Rechenzentrum GmbH", tier: "enterprise", schedule: "weekly", rail: "sepa", gpus: &["H100-80GB", "L40S-48GB"], busy_hours: (6, 18) },
-    DemoProvider { id: "prv_delta", name: "Delta Render LLC", tier: "community", schedule: "weekly", rail: "ach", gpus: &["A100-80GB", "RTXA6000-48GB"], busy_hours: (5, 16) },
-    DemoProvider { id: "prv_equinox", name: "Equinox Labs", tier: "community", schedule: "monthly", rail: "solana", gpus: &["L4-24GB", "RTX4090-24GB"], busy_hours: (3, 12) },
-    DemoProvider { id: "prv_fjord", name: "Fjord Home Lab", tier: "community", schedule: "weekly", rail: "solana", gpus: &["L4-24GB"], busy_hours: (1, 4) },
+    DemoProvider {
+        id: "prv_atlas",
+        name: "Atlas Compute",
+        tier: "enterprise",
+        schedule: "weekly",
+        rail: "solana",
+        gpus: &["H100-80GB", "H100-80GB", "A100-80GB", "L40S-48GB"],
+        busy_hours: (8, 20),
+    },
+    DemoProvider {
+        id: "prv_borealis",
+        name: "Borealis GPU Co-op",
+        tier: "community",
+        schedule: "weekly",
+        rail: "solana",
+        gpus: &["A100-40GB", "RTX4090-24GB", "RTX4090-24GB"],
+        busy_hours: (4, 14),
+    },
+    DemoProvider {
+        id: "prv_cumulus",
+        name: "Cumulus Rechenzentrum GmbH",
+        tier: "enterprise",
+        schedule: "weekly",
+        rail: "sepa",
+        gpus: &["H100-80GB", "L40S-48GB"],
+        busy_hours: (6, 18),
+    },
+    DemoProvider {
+        id: "prv_delta",
+        name: "Delta Render LLC",
+        tier: "community",
+        schedule: "weekly",
+        rail: "ach",
+        gpus: &["A100-80GB", "RTXA6000-48GB"],
+        busy_hours: (5, 16),
+    },
+    DemoProvider {
+        id: "prv_equinox",
+        name: "Equinox Labs",
+        tier: "community",
+        schedule: "monthly",
+        rail: "solana",
+        gpus: &["L4-24GB", "RTX4090-24GB"],
+        busy_hours: (3, 12),
+    },
+    DemoProvider {
+        id: "prv_fjord",
+        name: "Fjord Home Lab",
+        tier: "community",
+        schedule: "weekly",
+        rail: "solana",
+        gpus: &["L4-24GB"],
+        busy_hours: (1, 4),
+    },
 ];
 
 /// The price book of the demo, USDC per GPU-hour.
@@ -83,8 +131,12 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
     for p in PROVIDERS {
         let method = match p.rail {
             "solana" => json!({"kind": "solana", "wallet": wallets(p.id)}),
-            "sepa" => json!({"kind": "sepa", "iban": "DE89370400440532013000", "bic": "COBADEFFXXX", "holder": p.name}),
-            _ => json!({"kind": "ach", "routing": "021000021", "account": "123456789", "account_type": "checking", "holder": p.name, "entity": "business"}),
+            "sepa" => {
+                json!({"kind": "sepa", "iban": "DE89370400440532013000", "bic": "COBADEFFXXX", "holder": p.name})
+            }
+            _ => {
+                json!({"kind": "ach", "routing": "021000021", "account": "123456789", "account_type": "checking", "holder": p.name, "entity": "business"})
+            }
         };
         out.push(Arrival {
             at_ms: setup_at,
@@ -106,7 +158,10 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
         }
     }
     // EUR per USD, fresh for the Monday run (SEPA payouts are paid in EUR).
-    out.push(Arrival { at_ms: week_ms + 6 * 24 * hour + 12 * hour, line: json!({"type": "fx.rate_set", "eur_per_usd": "0.9214"}) });
+    out.push(Arrival {
+        at_ms: week_ms + 6 * 24 * hour + 12 * hour,
+        line: json!({"type": "fx.rate_set", "eur_per_usd": "0.9214"}),
+    });
 
     let mut sequence = 0u32;
     for p in PROVIDERS {
@@ -135,9 +190,15 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
                     // Reached the engine after Monday 00:00: booked, but paid the week after.
                     at = week_end + rng.gen_range(1..4) * minute;
                 }
-                out.push(Arrival { at_ms: at, line: line.clone() });
+                out.push(Arrival {
+                    at_ms: at,
+                    line: line.clone(),
+                });
                 if rng.gen_range(0..20) == 0 {
-                    out.push(Arrival { at_ms: at + 30 * minute, line });
+                    out.push(Arrival {
+                        at_ms: at + 30 * minute,
+                        line,
+                    });
                 }
                 cursor = end + rng.gen_range(30..(8 * 60)) * minute;
             }
@@ -150,7 +211,8 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
 /// The deterministic wallet of a demo provider (its keypair derives from the id).
 pub fn demo_wallet(provider_id: &str) -> settle_solana::Keypair {
     use sha2::{Digest, Sha256};
-    let seed: [u8; 32] = Sha256::digest(format!("settle-demo-wallet:{provider_id}").as_bytes()).into();
+    let seed: [u8; 32] =
+        Sha256::digest(format!("settle-demo-wallet:{provider_id}").as_bytes()).into();
     settle_solana::Keypair::new_from_array(seed)
 }
 
@@ -201,20 +263,27 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
     std::fs::write(&input_path, input)?;
 
     // Book the week as it arrives.
-    let clock = Arc::new(ManualClock::new(arrivals.first().map(|a| a.at_ms).unwrap_or(0)));
+    let clock = Arc::new(ManualClock::new(
+        arrivals.first().map(|a| a.at_ms).unwrap_or(0),
+    ));
     let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
     let actor = Actor::system("demo");
     let mut counts = serde_json::Map::new();
     for a in &arrivals {
         clock.set(a.at_ms);
-        let command = crate::wire::import::parse_line(&a.line.to_string()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let command = crate::wire::import::parse_line(&a.line.to_string())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let status = match crate::wire::import::apply(&ledger, &command, &actor).await {
             Ok(applied) => applied.as_str().to_owned(),
             Err(crate::ledger::LedgerError::Rejected(e)) => format!("rejected:{}", e.code),
             Err(e) => return Err(e.into()),
         };
         let kind = a.line["type"].as_str().unwrap_or("?");
-        let key = if kind == "usage" { format!("usage_{status}") } else { status };
+        let key = if kind == "usage" {
+            format!("usage_{status}")
+        } else {
+            status
+        };
         let n = counts.get(&key).and_then(Value::as_i64).unwrap_or(0);
         counts.insert(key, json!(n + 1));
     }
@@ -223,24 +292,47 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
     clock.set(run_at(week));
     let calendar = settle_calendar::Calendar::platform_default();
     let run_key = settle_calendar::RunKey::Weekly { monday };
-    let report = ledger.run_payouts(run_key, &calendar, &RunConfig::default(), &Actor::system("scheduler")).await?;
+    let report = ledger
+        .run_payouts(
+            run_key,
+            &calendar,
+            &RunConfig::default(),
+            &Actor::system("scheduler"),
+        )
+        .await?;
 
     // USDC on a local chain running the real SPL Token program, through the RpcClient adapter.
-    let chain = crate::rails::solana::dev::start_local_chain(&dir.join("chain"), 1_000_000 * 1_000_000, 100 * crate::rails::solana::dev::LAMPORTS_PER_SOL).await?;
+    let chain = crate::rails::solana::dev::start_local_chain(
+        &dir.join("chain"),
+        1_000_000 * 1_000_000,
+        100 * crate::rails::solana::dev::LAMPORTS_PER_SOL,
+    )
+    .await?;
     let rail = crate::rails::solana::SolanaRail::connect(&chain.solana_config()).await?;
     clock.advance(60_000);
     let paid = rail.pay_pending(&ledger).await?;
 
     // Bank files for the SEPA and ACH providers.
     clock.advance(4 * 60_000);
-    let bank_config = BankConfig { outbox_dir: outbox.display().to_string(), ..BankConfig::default() };
-    let generated = crate::rails::bank::generate_batches(&ledger, &bank_config, &Actor::system("bank")).await?;
+    let bank_config = BankConfig {
+        outbox_dir: outbox.display().to_string(),
+        ..BankConfig::default()
+    };
+    let generated =
+        crate::rails::bank::generate_batches(&ledger, &bank_config, &Actor::system("bank")).await?;
 
     // What a provider's dashboard shows, and the books.
     let pool = ledger.store.pool();
     let mut earnings_per_gpu = Vec::new();
     for p in PROVIDERS {
-        let r = crate::store::read::earnings(pool, p.id, date_start_ms(week), date_start_ms(monday), EarningsBy::Gpu).await?;
+        let r = crate::store::read::earnings(
+            pool,
+            p.id,
+            date_start_ms(week),
+            date_start_ms(monday),
+            EarningsBy::Gpu,
+        )
+        .await?;
         for g in r.groups {
             earnings_per_gpu.push(json!({
                 "provider_id": p.id, "gpu_id": g.key, "model": g.model, "gpu_hours": g.totals.gpu_hours(),
@@ -272,7 +364,11 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
         }))
         .collect();
     let verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
-    anyhow::ensure!(verify.ok(), "the demo ledger does not verify: {:?}", verify.problems);
+    anyhow::ensure!(
+        verify.ok(),
+        "the demo ledger does not verify: {:?}",
+        verify.problems
+    );
     let demo = DemoReport {
         database: url.clone(),
         week_start: week.to_string(),
@@ -301,30 +397,74 @@ pub fn render_table(d: &DemoReport) -> String {
     use crate::cli::output::Rows;
     use std::fmt::Write;
     let mut out = String::new();
-    let _ = writeln!(out, "settle demo: the week of {} (Mon) paid on {}\n", d.week_start, d.run_date);
+    let _ = writeln!(
+        out,
+        "settle demo: the week of {} (Mon) paid on {}\n",
+        d.week_start, d.run_date
+    );
     let _ = writeln!(out, "Database      {}", d.database);
-    let _ = writeln!(out, "Input         {} (one line per arrival, with its time)", d.input_file);
+    let _ = writeln!(
+        out,
+        "Input         {} (one line per arrival, with its time)",
+        d.input_file
+    );
     let ingest: Vec<String> = d.ingest.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(out, "Booked        {}\n", ingest.join(", "));
-    let _ = writeln!(out, "Earnings per GPU, week of {} (business time):", d.week_start);
-    let mut rows = Rows::new(vec!["provider_id", "gpu_id", "model", "gpu_hours", "gross_usdc", "fee_usdc", "net_usdc"]);
+    let _ = writeln!(
+        out,
+        "Earnings per GPU, week of {} (business time):",
+        d.week_start
+    );
+    let mut rows = Rows::new(vec![
+        "provider_id",
+        "gpu_id",
+        "model",
+        "gpu_hours",
+        "gross_usdc",
+        "fee_usdc",
+        "net_usdc",
+    ]);
     for e in &d.earnings_per_gpu {
         rows.push(rows.columns.iter().map(|c| e[*c].clone()).collect());
     }
     out.push_str(&rows.render(crate::cli::output::Format::Table));
-    let _ = writeln!(out, "\nWeekly run {} (cutoff {}):", d.run["run_key"].as_str().unwrap_or(""), format_ms(d.run["cutoff_ms"].as_i64().unwrap_or(0)));
-    let mut rows = Rows::new(vec!["provider_id", "decision", "available_usdc", "amount_usdc", "payout_id"]);
+    let _ = writeln!(
+        out,
+        "\nWeekly run {} (cutoff {}):",
+        d.run["run_key"].as_str().unwrap_or(""),
+        format_ms(d.run["cutoff_ms"].as_i64().unwrap_or(0))
+    );
+    let mut rows = Rows::new(vec![
+        "provider_id",
+        "decision",
+        "available_usdc",
+        "amount_usdc",
+        "payout_id",
+    ]);
     for c in d.run["candidates"].as_array().into_iter().flatten() {
         rows.push(vec![
-            c["provider_id"].clone(), c["decision"].clone(),
-            json!(format_micro_usdc(c["available_micro_usdc"].as_i64().unwrap_or(0))),
-            json!(format_micro_usdc(c["amount_micro_usdc"].as_i64().unwrap_or(0))),
+            c["provider_id"].clone(),
+            c["decision"].clone(),
+            json!(format_micro_usdc(
+                c["available_micro_usdc"].as_i64().unwrap_or(0)
+            )),
+            json!(format_micro_usdc(
+                c["amount_micro_usdc"].as_i64().unwrap_or(0)
+            )),
             c["payout_id"].clone(),
         ]);
     }
     out.push_str(&rows.render(crate::cli::output::Format::Table));
     let _ = writeln!(out, "\nPayouts:");
-    let mut rows = Rows::new(vec!["payout_id", "provider_id", "rail", "status", "amount_usdc", "amount_eur", "reference"]);
+    let mut rows = Rows::new(vec![
+        "payout_id",
+        "provider_id",
+        "rail",
+        "status",
+        "amount_usdc",
+        "amount_eur",
+        "reference",
+    ]);
     for p in &d.payouts {
         rows.push(rows.columns.iter().map(|c| p[*c].clone()).collect());
     }
@@ -332,7 +472,9 @@ pub fn render_table(d: &DemoReport) -> String {
     let _ = writeln!(
         out,
         "\nSolana (local chain {}, real SPL Token program): {} transactions landed; treasury now {} USDC",
-        d.chain["rpc_url"].as_str().unwrap_or(""), d.chain["transactions_landed"], d.chain["treasury_usdc"].as_str().unwrap_or("")
+        d.chain["rpc_url"].as_str().unwrap_or(""),
+        d.chain["transactions_landed"],
+        d.chain["treasury_usdc"].as_str().unwrap_or("")
     );
     let mut rows = Rows::new(vec!["provider_id", "wallet", "usdc"]);
     for b in d.chain["balances"].as_array().into_iter().flatten() {
@@ -341,11 +483,26 @@ pub fn render_table(d: &DemoReport) -> String {
     out.push_str(&rows.render(crate::cli::output::Format::Table));
     let _ = writeln!(out, "\nBank files:");
     for f in &d.bank_files {
-        let _ = writeln!(out, "  {}  {} {} for {} payouts, sha256 {}", f["path"].as_str().unwrap_or(""), f["total"].as_str().unwrap_or(""), f["currency"].as_str().unwrap_or(""), f["payouts"].as_array().map(|a| a.len()).unwrap_or(0), f["sha256"].as_str().unwrap_or(""));
+        let _ = writeln!(
+            out,
+            "  {}  {} {} for {} payouts, sha256 {}",
+            f["path"].as_str().unwrap_or(""),
+            f["total"].as_str().unwrap_or(""),
+            f["currency"].as_str().unwrap_or(""),
+            f["payouts"].as_array().map(|a| a.len()).unwrap_or(0),
+            f["sha256"].as_str().unwrap_or("")
+        );
     }
-    let _ = writeln!(out, "\nThe ledger verifies (hash chains, balanced lines, projections). Explore it:");
+    let _ = writeln!(
+        out,
+        "\nThe ledger verifies (hash chains, balanced lines, projections). Explore it:"
+    );
     let _ = writeln!(out, "  {}", d.serve);
-    let _ = writeln!(out, "  settle --database {} token create --scope admin    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary", d.database);
+    let _ = writeln!(
+        out,
+        "  settle --database {} token create --scope admin    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary",
+        d.database
+    );
     out
 }
 
@@ -366,9 +523,14 @@ mod tests {
         let a = generate(week, &wallets, 7);
         let b = generate(week, &wallets, 7);
         assert_eq!(a.len(), b.len());
-        assert!(a.iter().zip(&b).all(|(x, y)| x.at_ms == y.at_ms && x.line == y.line));
+        assert!(
+            a.iter()
+                .zip(&b)
+                .all(|(x, y)| x.at_ms == y.at_ms && x.line == y.line)
+        );
         for arrival in &a {
-            crate::wire::import::parse_line(&arrival.line.to_string()).expect("every generated line parses");
+            crate::wire::import::parse_line(&arrival.line.to_string())
+                .expect("every generated line parses");
         }
         assert!(a.iter().filter(|x| x.line["type"] == "usage").count() > 100);
     }

@@ -26,20 +26,44 @@ pub fn global() -> &'static Metrics {
 }
 
 impl Metrics {
-    fn update(&self, name: &'static str, kind: &'static str, help: &'static str, labels: &[(&'static str, &str)], f: impl FnOnce(&mut i64)) {
+    fn update(
+        &self,
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+        f: impl FnOnce(&mut i64),
+    ) {
         let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
-        let family = families.entry(name).or_insert_with(|| Family { help, kind, ..Default::default() });
-        let key: Vec<(&'static str, String)> = labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        let family = families.entry(name).or_insert_with(|| Family {
+            help,
+            kind,
+            ..Default::default()
+        });
+        let key: Vec<(&'static str, String)> =
+            labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
         f(family.values.entry(key).or_insert(0));
     }
 
     /// Adds to a counter.
-    pub fn count(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)], by: i64) {
+    pub fn count(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+        by: i64,
+    ) {
         self.update(name, "counter", help, labels, |v| *v += by);
     }
 
     /// Sets a gauge.
-    pub fn gauge(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)], value: i64) {
+    pub fn gauge(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+        value: i64,
+    ) {
         self.update(name, "gauge", help, labels, |v| *v = value);
     }
 
@@ -64,7 +88,14 @@ fn render_labels(labels: &[(&'static str, String)]) -> String {
     }
     let inner: Vec<String> = labels
         .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")))
+        .map(|(k, v)| {
+            format!(
+                "{k}=\"{}\"",
+                v.replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n")
+            )
+        })
         .collect();
     format!("{{{}}}", inner.join(","))
 }
@@ -80,14 +111,36 @@ pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, 
     for r in rows {
         let (status, rail): (String, String) = (r.try_get(0)?, r.try_get(1)?);
         let labels = [("status", status.as_str()), ("rail", rail.as_str())];
-        metrics.gauge("settle_payouts", "Payouts by status and rail.", &labels, r.try_get(2)?);
-        metrics.gauge("settle_payouts_micro_usdc", "Payout amounts by status and rail, micro-USDC.", &labels, r.try_get(3)?);
+        metrics.gauge(
+            "settle_payouts",
+            "Payouts by status and rail.",
+            &labels,
+            r.try_get(2)?,
+        );
+        metrics.gauge(
+            "settle_payouts_micro_usdc",
+            "Payout amounts by status and rail, micro-USDC.",
+            &labels,
+            r.try_get(3)?,
+        );
     }
-    let latest: Option<i64> = sqlx::query("SELECT MAX(recorded_at_ms) FROM events").fetch_one(pool).await?.try_get(0)?;
+    let latest: Option<i64> = sqlx::query("SELECT MAX(recorded_at_ms) FROM events")
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
     if let Some(latest) = latest {
-        metrics.gauge("settle_ledger_last_booking_age_seconds", "Seconds since the ledger last booked an event.", &[], (now_ms - latest).max(0) / 1000);
+        metrics.gauge(
+            "settle_ledger_last_booking_age_seconds",
+            "Seconds since the ledger last booked an event.",
+            &[],
+            (now_ms - latest).max(0) / 1000,
+        );
     }
-    let oldest: Option<i64> = sqlx::query("SELECT MIN(updated_at_ms) FROM payouts WHERE status = 'created'").fetch_one(pool).await?.try_get(0)?;
+    let oldest: Option<i64> =
+        sqlx::query("SELECT MIN(updated_at_ms) FROM payouts WHERE status = 'created'")
+            .fetch_one(pool)
+            .await?
+            .try_get(0)?;
     metrics.gauge(
         "settle_outbox_oldest_created_payout_age_seconds",
         "Age of the oldest payout waiting for its rail (0 when none).",
@@ -104,8 +157,18 @@ mod tests {
     #[test]
     fn renders_the_text_format() {
         let m = Metrics::default();
-        m.count("settle_usage_events_total", "Usage events by result.", &[("status", "accepted")], 3);
-        m.count("settle_usage_events_total", "Usage events by result.", &[("status", "accepted")], 2);
+        m.count(
+            "settle_usage_events_total",
+            "Usage events by result.",
+            &[("status", "accepted")],
+            3,
+        );
+        m.count(
+            "settle_usage_events_total",
+            "Usage events by result.",
+            &[("status", "accepted")],
+            2,
+        );
         m.gauge("settle_treasury_usdc_micro", "Treasury balance.", &[], 7);
         let text = m.render();
         assert!(text.contains("# TYPE settle_usage_events_total counter"));
@@ -118,9 +181,19 @@ mod tests {
 pub fn record_usage(results: &[crate::ledger::ingest::UsageResult]) {
     let metrics = global();
     for r in results {
-        metrics.count("settle_usage_events_total", "Usage events received, by result.", &[("status", r.status())], 1);
+        metrics.count(
+            "settle_usage_events_total",
+            "Usage events received, by result.",
+            &[("status", r.status())],
+            1,
+        );
         if let crate::ledger::ingest::UsageResult::Rejected { code, .. } = r {
-            metrics.count("settle_usage_rejected_total", "Usage events rejected, by code.", &[("code", code)], 1);
+            metrics.count(
+                "settle_usage_rejected_total",
+                "Usage events rejected, by code.",
+                &[("code", code)],
+                1,
+            );
         }
     }
 }

@@ -10,24 +10,55 @@ use settle::config::HttpConfig;
 
 #[tokio::test]
 async fn repeated_bad_tokens_get_429_then_nothing_is_answered_to_that_client() {
-    let config = HttpConfig { auth_failures_max: 3, auth_failure_window_ms: 60_000, ..HttpConfig::default() };
+    let config = HttpConfig {
+        auth_failures_max: 3,
+        auth_failure_window_ms: 60_000,
+        ..HttpConfig::default()
+    };
     let app = spawn_app_with("2026-11-30T12:00:00Z", config).await;
     let good = app.token(Scope::Admin, None).await;
     let url = format!("{}/v1/admin/bank/batches", app.base);
     // A valid token works before any failure.
-    let r = app.client.get(&url).bearer_auth(&good).send().await.unwrap();
+    let r = app
+        .client
+        .get(&url)
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     for i in 0..3 {
-        let r = app.client.get(&url).bearer_auth(format!("stl_nope{i}.secret")).send().await.unwrap();
+        let r = app
+            .client
+            .get(&url)
+            .bearer_auth(format!("stl_nope{i}.secret"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 401, "failure {i}");
     }
-    let r = app.client.get(&url).bearer_auth("stl_nope.secret").send().await.unwrap();
+    let r = app
+        .client
+        .get(&url)
+        .bearer_auth("stl_nope.secret")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     assert!(r.headers().get("retry-after").is_some());
-    assert_eq!(r.headers().get("content-type").unwrap(), "application/problem+json");
+    assert_eq!(
+        r.headers().get("content-type").unwrap(),
+        "application/problem+json"
+    );
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["code"], "too_many_auth_failures");
     // The address is locked out for the window, even with a valid token.
-    let r = app.client.get(&url).bearer_auth(&good).send().await.unwrap();
+    let r = app
+        .client
+        .get(&url)
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
 }

@@ -226,7 +226,11 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         assert_eq!(p.reference.as_deref(), Some(batch.batch.batch_id.as_str()));
         assert!(p.end_to_end_id.is_some());
         // Once in a file, a bank payout cannot be failed by hand: only a return undoes it.
-        let err = w.ledger.fail_payout(id, "operator mistake", &w.actor()).await.unwrap_err();
+        let err = w
+            .ledger
+            .fail_payout(id, "operator mistake", &w.actor())
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), "invalid_payout_state", "{id}");
     }
     assert_eq!(

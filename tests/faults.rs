@@ -24,11 +24,23 @@ const NOW: &str = "2026-11-30T12:00:00Z";
 async fn setup(ledger: &Ledger, providers: usize) {
     for p in 0..providers {
         for line in [
-            format!(r#"{{"type":"provider.register","provider_id":"f{p}","name":"F {p}","email":"f{p}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#),
-            format!(r#"{{"type":"gpu.register","gpu_id":"f{p}-g","provider_id":"f{p}","model":"H100-80GB"}}"#),
-            format!(r#"{{"type":"rate.set","provider_id":"f{p}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}}"#),
+            format!(
+                r#"{{"type":"provider.register","provider_id":"f{p}","name":"F {p}","email":"f{p}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
+            ),
+            format!(
+                r#"{{"type":"gpu.register","gpu_id":"f{p}-g","provider_id":"f{p}","model":"H100-80GB"}}"#
+            ),
+            format!(
+                r#"{{"type":"rate.set","provider_id":"f{p}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}}"#
+            ),
         ] {
-            apply(ledger, &parse_line(&line).unwrap(), &Actor::operator("test")).await.unwrap();
+            apply(
+                ledger,
+                &parse_line(&line).unwrap(),
+                &Actor::operator("test"),
+            )
+            .await
+            .unwrap();
         }
     }
 }
@@ -50,7 +62,10 @@ fn batch(p: usize, from: usize, count: usize) -> Vec<UsageInput> {
 }
 
 fn acked(results: &[UsageResult]) -> impl Iterator<Item = String> + '_ {
-    results.iter().filter(|r| r.status() != "rejected").filter_map(|r| r.event_id().map(str::to_owned))
+    results
+        .iter()
+        .filter(|r| r.status() != "rejected")
+        .filter_map(|r| r.event_id().map(str::to_owned))
 }
 
 async fn booked_usage(store: &Store) -> Vec<String> {
@@ -59,7 +74,11 @@ async fn booked_usage(store: &Store) -> Vec<String> {
         .await
         .unwrap()
         .iter()
-        .map(|r| r.get::<String, _>(0).trim_start_matches("usage:").to_owned())
+        .map(|r| {
+            r.get::<String, _>(0)
+                .trim_start_matches("usage:")
+                .to_owned()
+        })
         .collect()
 }
 
@@ -68,7 +87,13 @@ async fn assert_exactly_once(store: &Store, acknowledged: &HashSet<String>, expe
     let set: HashSet<String> = booked.iter().cloned().collect();
     assert_eq!(booked.len(), set.len(), "no event booked twice");
     let missing: Vec<&String> = acknowledged.difference(&set).collect();
-    assert!(missing.is_empty(), "every acknowledged event is booked; missing {} of {}: {:?}", missing.len(), acknowledged.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "every acknowledged event is booked; missing {} of {}: {:?}",
+        missing.len(),
+        acknowledged.len(),
+        &missing[..missing.len().min(5)]
+    );
     assert_eq!(set.len(), expected_total);
     let report = settle::verify::verify(store, &|_| {}).await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);
@@ -81,10 +106,16 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     let dir = tempfile::tempdir().unwrap();
     let mount = dir.path().join("small");
     std::fs::create_dir_all(&mount).unwrap();
-    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=32m", "tmpfs"]).arg(&mount).status();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32m", "tmpfs"])
+        .arg(&mount)
+        .status();
     if !matches!(mounted, Ok(s) if s.success()) {
         // Needs root (CI runs as root); say so rather than pretend.
-        panic!("cannot mount a 32 MiB tmpfs at {} (this fault test needs root)", mount.display());
+        panic!(
+            "cannot mount a 32 MiB tmpfs at {} (this fault test needs root)",
+            mount.display()
+        );
     }
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
@@ -103,13 +134,24 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     // Leave about 400 KiB free.
     let free = fs_free_bytes(&mount);
     let filler = mount.join("filler");
-    std::fs::write(&filler, vec![0u8; (free.saturating_sub(400 * 1024)) as usize]).unwrap();
+    std::fs::write(
+        &filler,
+        vec![0u8; (free.saturating_sub(400 * 1024)) as usize],
+    )
+    .unwrap();
 
     let mut acknowledged = HashSet::new();
     let mut failures = 0;
     let batches = 40;
     for b in 0..batches {
-        match ledger.ingest_usage(&batch(0, b * 100, 100), &SenderScope::Metering, &Actor::operator("t")).await {
+        match ledger
+            .ingest_usage(
+                &batch(0, b * 100, 100),
+                &SenderScope::Metering,
+                &Actor::operator("t"),
+            )
+            .await
+        {
             Ok(results) => acknowledged.extend(acked(&results)),
             Err(e) => {
                 eprintln!("batch {b}: {e}");
@@ -122,7 +164,14 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     // Space comes back; the senders retry everything.
     std::fs::remove_file(&filler).unwrap();
     for b in 0..batches {
-        let results = ledger.ingest_usage(&batch(0, b * 100, 100), &SenderScope::Metering, &Actor::operator("t")).await.unwrap();
+        let results = ledger
+            .ingest_usage(
+                &batch(0, b * 100, 100),
+                &SenderScope::Metering,
+                &Actor::operator("t"),
+            )
+            .await
+            .unwrap();
         assert!(results.iter().all(|r| r.status() != "rejected"));
     }
     assert_exactly_once(&store, &acknowledged, batches * 100).await;
@@ -130,8 +179,18 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
 }
 
 fn fs_free_bytes(path: &std::path::Path) -> u64 {
-    let out = std::process::Command::new("df").args(["-B1", "--output=avail"]).arg(path).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap()
+    let out = std::process::Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// PostgreSQL drops every connection of the database, again and again, while 4 senders
@@ -171,7 +230,14 @@ async fn dropped_database_connections_lose_nothing() {
             let mut errors = 0;
             for b in 0..25 {
                 let p = (s * 10) + (b % 10);
-                match ledger.ingest_usage(&batch(p, (b / 10) * 50, 50), &SenderScope::Metering, &Actor::operator("t")).await {
+                match ledger
+                    .ingest_usage(
+                        &batch(p, (b / 10) * 50, 50),
+                        &SenderScope::Metering,
+                        &Actor::operator("t"),
+                    )
+                    .await
+                {
                     Ok(results) => acknowledged.extend(acked(&results)),
                     Err(_) => errors += 1,
                 }
@@ -188,11 +254,21 @@ async fn dropped_database_connections_lose_nothing() {
     let (ledger, clock) = db.ledger_at(NOW).await;
     clock.set(parse_rfc3339_ms("2026-12-07T00:10:00Z").unwrap());
     let calendar = settle_calendar::Calendar::platform_default();
-    let run = settle_calendar::RunKey::Weekly { monday: chrono::NaiveDate::from_ymd_opt(2026, 12, 7).unwrap() };
+    let run = settle_calendar::RunKey::Weekly {
+        monday: chrono::NaiveDate::from_ymd_opt(2026, 12, 7).unwrap(),
+    };
     let mut attempts = 0;
     let report = loop {
         attempts += 1;
-        match ledger.run_payouts(run, &calendar, &RunConfig::default(), &Actor::system("test")).await {
+        match ledger
+            .run_payouts(
+                run,
+                &calendar,
+                &RunConfig::default(),
+                &Actor::system("test"),
+            )
+            .await
+        {
             Ok(r) if r.completed => break r,
             Ok(_) | Err(_) if attempts < 200 => tokio::time::sleep(Duration::from_millis(20)).await,
             other => panic!("the run never completed: {other:?}"),
@@ -207,17 +283,38 @@ async fn dropped_database_connections_lose_nothing() {
     for s in 0..4 {
         for b in 0..25 {
             let p = (s * 10) + (b % 10);
-            let results = ledger.ingest_usage(&batch(p, (b / 10) * 50, 50), &SenderScope::Metering, &Actor::operator("t")).await.unwrap();
-            assert!(results.iter().all(|r| r.status() != "rejected"), "{results:?}");
+            let results = ledger
+                .ingest_usage(
+                    &batch(p, (b / 10) * 50, 50),
+                    &SenderScope::Metering,
+                    &Actor::operator("t"),
+                )
+                .await
+                .unwrap();
+            assert!(
+                results.iter().all(|r| r.status() != "rejected"),
+                "{results:?}"
+            );
         }
     }
     let store = db.store().await;
     assert_exactly_once(&store, &acknowledged, 4 * 25 * 50).await;
     // The run decided each of the 40 providers once.
-    let decided: i64 = sqlx::query("SELECT COUNT(*) FROM run_decisions WHERE run_kind = 'weekly' AND run_key = '2026-12-07'").fetch_one(store.pool()).await.unwrap().get(0);
+    let decided: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM run_decisions WHERE run_kind = 'weekly' AND run_key = '2026-12-07'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+    .get(0);
     assert_eq!(decided, 40);
     assert_eq!(report.candidates.len(), 40);
-    let events: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided'").fetch_one(store.pool()).await.unwrap().get(0);
+    let events: i64 =
+        sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+            .get(0);
     assert_eq!(events, 40, "no candidate decided twice");
 }
 
@@ -230,7 +327,14 @@ async fn killed_rebuild_leaves_consistent_projections() {
     setup(&ledger, 4).await;
     for p in 0..4 {
         for b in 0..10 {
-            ledger.ingest_usage(&batch(p, b * 500, 500), &SenderScope::Metering, &Actor::operator("t")).await.unwrap();
+            ledger
+                .ingest_usage(
+                    &batch(p, b * 500, 500),
+                    &SenderScope::Metering,
+                    &Actor::operator("t"),
+                )
+                .await
+                .unwrap();
         }
     }
     ledger.store.close().await;

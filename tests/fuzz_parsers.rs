@@ -12,17 +12,34 @@ use settle::ledger::methods::validate;
 use settle::wire::import::parse_line;
 
 fn coded(e: &DomainError) -> bool {
-    !e.code.is_empty() && e.code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') && !e.message.is_empty()
+    !e.code.is_empty()
+        && e.code
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !e.message.is_empty()
 }
 
 /// JSON-ish text built from fragments that parsers care about.
 fn jsonish() -> impl Strategy<Value = String> {
     let fragment = prop_oneof![
-        Just("{".to_owned()), Just("}".to_owned()), Just("\"type\":".to_owned()), Just("\"usage\"".to_owned()),
-        Just("\"provider.register\"".to_owned()), Just("\"adjustment\"".to_owned()), Just(",".to_owned()),
-        Just("\"event_id\":".to_owned()), Just("\"started_at\":".to_owned()), Just("\"2026-11-23T10:00:00Z\"".to_owned()),
-        Just("\"amount_usdc\":".to_owned()), Just("\"-12.5\"".to_owned()), Just("1e309".to_owned()), Just("null".to_owned()),
-        Just("[".to_owned()), Just("]".to_owned()), Just("\"\\u0000\"".to_owned()), "\\PC{0,8}".prop_map(|s| s),
+        Just("{".to_owned()),
+        Just("}".to_owned()),
+        Just("\"type\":".to_owned()),
+        Just("\"usage\"".to_owned()),
+        Just("\"provider.register\"".to_owned()),
+        Just("\"adjustment\"".to_owned()),
+        Just(",".to_owned()),
+        Just("\"event_id\":".to_owned()),
+        Just("\"started_at\":".to_owned()),
+        Just("\"2026-11-23T10:00:00Z\"".to_owned()),
+        Just("\"amount_usdc\":".to_owned()),
+        Just("\"-12.5\"".to_owned()),
+        Just("1e309".to_owned()),
+        Just("null".to_owned()),
+        Just("[".to_owned()),
+        Just("]".to_owned()),
+        Just("\"\\u0000\"".to_owned()),
+        "\\PC{0,8}".prop_map(|s| s),
     ];
     proptest::collection::vec(fragment, 0..24).prop_map(|v| v.concat())
 }

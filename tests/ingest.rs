@@ -33,7 +33,11 @@ async fn import_lines(ledger: &Ledger, lines: &[String]) -> Vec<Applied> {
     let mut out = Vec::new();
     for line in lines {
         let command = parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-        out.push(apply(ledger, &command, &actor()).await.unwrap_or_else(|e| panic!("{line}: {e}")));
+        out.push(
+            apply(ledger, &command, &actor())
+                .await
+                .unwrap_or_else(|e| panic!("{line}: {e}")),
+        );
     }
     out
 }
@@ -45,7 +49,9 @@ fn provider_line(provider: &str, tier: &str) -> String {
 }
 
 fn gpu_line(gpu: &str, provider: &str, model: &str) -> String {
-    format!(r#"{{"type":"gpu.register","gpu_id":"{gpu}","provider_id":"{provider}","model":"{model}"}}"#)
+    format!(
+        r#"{{"type":"gpu.register","gpu_id":"{gpu}","provider_id":"{provider}","model":"{model}"}}"#
+    )
 }
 
 fn rate_line(provider: &str, model: &str, rate: &str, effective_from: &str) -> String {
@@ -60,11 +66,23 @@ async fn provider(ledger: &Ledger, provider: &str, gpus: usize) {
     for g in 0..gpus {
         lines.push(gpu_line(&format!("{provider}-g{g}"), provider, "H100-80GB"));
     }
-    lines.push(rate_line(provider, "H100-80GB", "2.49", "2026-01-01T00:00:00Z"));
+    lines.push(rate_line(
+        provider,
+        "H100-80GB",
+        "2.49",
+        "2026-01-01T00:00:00Z",
+    ));
     import_lines(ledger, &lines).await;
 }
 
-fn usage(id: &str, provider: &str, gpu: &str, started: &str, ended: &str, rate: Option<&str>) -> UsageInput {
+fn usage(
+    id: &str,
+    provider: &str,
+    gpu: &str,
+    started: &str,
+    ended: &str,
+    rate: Option<&str>,
+) -> UsageInput {
     UsageInput {
         event_id: Some(id.into()),
         provider_id: Some(provider.into()),
@@ -77,7 +95,10 @@ fn usage(id: &str, provider: &str, gpu: &str, started: &str, ended: &str, rate: 
 }
 
 async fn ingest(ledger: &Ledger, inputs: &[UsageInput], scope: &SenderScope) -> Vec<UsageResult> {
-    let results = ledger.ingest_usage(inputs, scope, &actor()).await.expect("ingest");
+    let results = ledger
+        .ingest_usage(inputs, scope, &actor())
+        .await
+        .expect("ingest");
     assert_eq!(results.len(), inputs.len(), "one result per input");
     results
 }
@@ -129,11 +150,17 @@ async fn accounts(ledger: &Ledger, provider: &str) -> BTreeMap<String, i64> {
 }
 
 async fn payable(ledger: &Ledger, provider: &str) -> i64 {
-    accounts(ledger, provider).await.get(&format!("provider:{provider}:payable")).copied().unwrap_or(0)
+    accounts(ledger, provider)
+        .await
+        .get(&format!("provider:{provider}:payable"))
+        .copied()
+        .unwrap_or(0)
 }
 
 async fn assert_verified(ledger: &Ledger) {
-    let report = settle::verify::verify(&ledger.store, &|_| {}).await.expect("verify runs");
+    let report = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .expect("verify runs");
     assert!(report.ok(), "verify found problems: {:#?}", report.problems);
 }
 
@@ -167,27 +194,103 @@ async fn duplicates_and_conflicts_compare_normalised_content() {
     let (ledger, _) = db.ledger_at(NOW).await;
     provider(&ledger, "prv_a", 2).await;
     let m = SenderScope::Metering;
-    let original = usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z", Some("2.49"));
-    assert_eq!(outcomes(&ingest(&ledger, &[original.clone()], &m).await), ["accepted"]);
+    let original = usage(
+        "e1",
+        "prv_a",
+        "prv_a-g0",
+        "2026-11-23T10:00:00Z",
+        "2026-11-23T11:00:00Z",
+        Some("2.49"),
+    );
+    assert_eq!(
+        outcomes(&ingest(&ledger, &[original.clone()], &m).await),
+        ["accepted"]
+    );
 
     // The same content, written differently: a duplicate, nothing booked twice.
     let same = [
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z", Some("2.490000")),
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00.000+00:00", "2026-11-23T11:00:00.000+00:00", Some("2.49")),
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T11:00:00+01:00", "2026-11-23T06:00:00-05:00", Some("02.4900")),
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00.000999Z", "2026-11-23T11:00:00.0009999Z", Some("2.49")),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+            Some("2.490000"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00.000+00:00",
+            "2026-11-23T11:00:00.000+00:00",
+            Some("2.49"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T11:00:00+01:00",
+            "2026-11-23T06:00:00-05:00",
+            Some("02.4900"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00.000999Z",
+            "2026-11-23T11:00:00.0009999Z",
+            Some("2.49"),
+        ),
     ];
-    assert_eq!(outcomes(&ingest(&ledger, &same, &m).await), ["duplicate"; 4]);
+    assert_eq!(
+        outcomes(&ingest(&ledger, &same, &m).await),
+        ["duplicate"; 4]
+    );
 
     // Same id, different content (each field in turn): a conflict.
     let mut no_rental = original.clone();
     no_rental.rental_id = None;
     let conflicts = [
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z", Some("2.491")),
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00.001Z", Some("2.49")),
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00.001Z", "2026-11-23T11:00:00Z", Some("2.49")),
-        usage("e1", "prv_a", "prv_a-g1", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z", Some("2.49")),
-        usage("e1", "prv_a", "prv_a-g0", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z", None),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+            Some("2.491"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00.001Z",
+            Some("2.49"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00.001Z",
+            "2026-11-23T11:00:00Z",
+            Some("2.49"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+            Some("2.49"),
+        ),
+        usage(
+            "e1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+            None,
+        ),
         no_rental,
     ];
     let results = ingest(&ledger, &conflicts, &m).await;
@@ -198,10 +301,38 @@ async fn duplicates_and_conflicts_compare_normalised_content() {
 
     // Within one batch: the second copy is a duplicate, a changed copy a conflict.
     let batch = [
-        usage("e2", "prv_a", "prv_a-g1", "2026-11-23T10:00:00Z", "2026-11-23T10:30:00Z", None),
-        usage("e2", "prv_a", "prv_a-g1", "2026-11-23T10:00:00.000+00:00", "2026-11-23T10:30:00Z", None),
-        usage("e3", "prv_a", "prv_a-g1", "2026-11-23T10:30:00Z", "2026-11-23T11:00:00Z", None),
-        usage("e3", "prv_a", "prv_a-g1", "2026-11-23T10:30:00Z", "2026-11-23T11:15:00Z", None),
+        usage(
+            "e2",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T10:30:00Z",
+            None,
+        ),
+        usage(
+            "e2",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T10:00:00.000+00:00",
+            "2026-11-23T10:30:00Z",
+            None,
+        ),
+        usage(
+            "e3",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T10:30:00Z",
+            "2026-11-23T11:00:00Z",
+            None,
+        ),
+        usage(
+            "e3",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T10:30:00Z",
+            "2026-11-23T11:15:00Z",
+            None,
+        ),
     ];
     assert_eq!(
         outcomes(&ingest(&ledger, &batch, &m).await),
@@ -210,10 +341,20 @@ async fn duplicates_and_conflicts_compare_normalised_content() {
 
     // Across a restart: a new ledger on the same database still knows every id.
     let (restarted, _) = db.ledger_at(NOW).await;
-    let again = [same[2].clone(), conflicts[0].clone(), batch[0].clone(), batch[3].clone()];
+    let again = [
+        same[2].clone(),
+        conflicts[0].clone(),
+        batch[0].clone(),
+        batch[3].clone(),
+    ];
     assert_eq!(
         outcomes(&ingest(&restarted, &again, &m).await),
-        ["duplicate", "rejected:conflict", "duplicate", "rejected:conflict"]
+        [
+            "duplicate",
+            "rejected:conflict",
+            "duplicate",
+            "rejected:conflict"
+        ]
     );
 
     let mut booked = booked_usage_ids(&restarted).await;
@@ -235,14 +376,70 @@ async fn one_bad_event_does_not_reject_the_good_ones() {
     provider(&ledger, "prv_a", 2).await;
     provider(&ledger, "prv_b", 1).await;
     let batch = [
-        usage("ok-1", "prv_a", "prv_a-g0", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z", None),
-        usage("bad-gpu", "prv_a", "gpu_nope", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z", None),
-        usage("ok-2", "prv_b", "prv_b-g0", "2026-11-23T08:00:00Z", "2026-11-23T09:30:00Z", Some("4.2")),
-        usage("bad-overlap", "prv_a", "prv_a-g0", "2026-11-23T08:59:59.999Z", "2026-11-23T09:30:00Z", None),
-        usage("bad id", "prv_a", "prv_a-g1", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z", None),
-        usage("bad-interval", "prv_b", "prv_b-g0", "2026-11-23T10:00:00Z", "2026-11-23T10:00:00Z", None),
-        usage("bad-mismatch", "prv_b", "prv_a-g1", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z", None),
-        usage("ok-3", "prv_a", "prv_a-g1", "2026-11-23T08:00:00Z", "2026-11-23T08:45:00Z", None),
+        usage(
+            "ok-1",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T09:00:00Z",
+            None,
+        ),
+        usage(
+            "bad-gpu",
+            "prv_a",
+            "gpu_nope",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T09:00:00Z",
+            None,
+        ),
+        usage(
+            "ok-2",
+            "prv_b",
+            "prv_b-g0",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T09:30:00Z",
+            Some("4.2"),
+        ),
+        usage(
+            "bad-overlap",
+            "prv_a",
+            "prv_a-g0",
+            "2026-11-23T08:59:59.999Z",
+            "2026-11-23T09:30:00Z",
+            None,
+        ),
+        usage(
+            "bad id",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T09:00:00Z",
+            None,
+        ),
+        usage(
+            "bad-interval",
+            "prv_b",
+            "prv_b-g0",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T10:00:00Z",
+            None,
+        ),
+        usage(
+            "bad-mismatch",
+            "prv_b",
+            "prv_a-g1",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+            None,
+        ),
+        usage(
+            "ok-3",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T08:45:00Z",
+            None,
+        ),
     ];
     let results = ingest(&ledger, &batch, &SenderScope::Metering).await;
     assert_eq!(
@@ -259,22 +456,43 @@ async fn one_bad_event_does_not_reject_the_good_ones() {
         ]
     );
     for (r, input) in results.iter().zip(&batch) {
-        assert_eq!(r.event_id(), input.event_id.as_deref(), "results keep input order");
+        assert_eq!(
+            r.event_id(),
+            input.event_id.as_deref(),
+            "results keep input order"
+        );
         if let UsageResult::Rejected { message, .. } = r {
             assert!(!message.is_empty(), "a rejection explains itself");
         }
     }
     let mut booked = booked_usage_ids(&ledger).await;
     booked.sort();
-    assert_eq!(booked, ["ok-1", "ok-2", "ok-3"], "only the good events are booked");
+    assert_eq!(
+        booked,
+        ["ok-1", "ok-2", "ok-3"],
+        "only the good events are booked"
+    );
     assert_eq!(
         payable(&ledger, "prv_a").await,
         price(2_490_000, 3_600_000, 2000).2 + price(2_490_000, 2_700_000, 2000).2
     );
-    assert_eq!(payable(&ledger, "prv_b").await, price(4_200_000, 5_400_000, 2000).2);
+    assert_eq!(
+        payable(&ledger, "prv_b").await,
+        price(4_200_000, 5_400_000, 2000).2
+    );
     // A rejected event left no trace: its id is still free.
-    let retry = [usage("bad-overlap", "prv_a", "prv_a-g0", "2026-11-23T09:00:00Z", "2026-11-23T09:30:00Z", None)];
-    assert_eq!(outcomes(&ingest(&ledger, &retry, &SenderScope::Metering).await), ["accepted"]);
+    let retry = [usage(
+        "bad-overlap",
+        "prv_a",
+        "prv_a-g0",
+        "2026-11-23T09:00:00Z",
+        "2026-11-23T09:30:00Z",
+        None,
+    )];
+    assert_eq!(
+        outcomes(&ingest(&ledger, &retry, &SenderScope::Metering).await),
+        ["accepted"]
+    );
     assert_verified(&ledger).await;
 }
 
@@ -287,36 +505,104 @@ async fn a_batch_across_providers_books_each_event_on_its_providers_stream() {
     }
     let u = |id: &str, p: &str, s: &str, e: &str| usage(id, p, &format!("{p}-g0"), s, e, None);
     let batch = [
-        u("x1", "prv_c", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z"),
-        u("x2", "prv_a", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z"),
-        u("x3", "prv_b", "2026-11-23T08:00:00Z", "2026-11-23T08:30:00Z"),
-        u("x4", "prv_a", "2026-11-23T09:00:00Z", "2026-11-23T10:00:00Z"),
+        u(
+            "x1",
+            "prv_c",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T09:00:00Z",
+        ),
+        u(
+            "x2",
+            "prv_a",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T09:00:00Z",
+        ),
+        u(
+            "x3",
+            "prv_b",
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T08:30:00Z",
+        ),
+        u(
+            "x4",
+            "prv_a",
+            "2026-11-23T09:00:00Z",
+            "2026-11-23T10:00:00Z",
+        ),
         // The same id for another provider in the same batch: a conflict, whichever is
         // booked first.
-        u("x1", "prv_a", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"),
-        u("x5", "prv_c", "2026-11-23T09:00:00Z", "2026-11-23T09:30:00Z"),
+        u(
+            "x1",
+            "prv_a",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+        ),
+        u(
+            "x5",
+            "prv_c",
+            "2026-11-23T09:00:00Z",
+            "2026-11-23T09:30:00Z",
+        ),
     ];
     let results = ingest(&ledger, &batch, &SenderScope::Metering).await;
     let got = outcomes(&results);
-    assert_eq!(got.iter().filter(|o| *o == "accepted").count(), 5, "{got:?}");
-    assert_eq!(got.iter().filter(|o| *o == "rejected:conflict").count(), 1, "{got:?}");
-    assert!(got[0] == "rejected:conflict" || got[4] == "rejected:conflict", "{got:?}");
+    assert_eq!(
+        got.iter().filter(|o| *o == "accepted").count(),
+        5,
+        "{got:?}"
+    );
+    assert_eq!(
+        got.iter().filter(|o| *o == "rejected:conflict").count(),
+        1,
+        "{got:?}"
+    );
+    assert!(
+        got[0] == "rejected:conflict" || got[4] == "rejected:conflict",
+        "{got:?}"
+    );
     let rows = sqlx::query("SELECT stream, payload FROM events WHERE event_type = 'usage.recorded' ORDER BY stream, seq")
         .fetch_all(ledger.store.pool())
         .await
         .unwrap();
     for r in &rows {
         let payload: serde_json::Value = serde_json::from_str(&r.get::<String, _>(1)).unwrap();
-        assert_eq!(r.get::<String, _>(0), provider_stream(payload["provider_id"].as_str().unwrap()));
+        assert_eq!(
+            r.get::<String, _>(0),
+            provider_stream(payload["provider_id"].as_str().unwrap())
+        );
     }
     assert_eq!(rows.len(), 5);
     // Each stream stays gapless and chained (verify), and a second batch continues them.
-    let more = [u("x6", "prv_b", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"), u("x7", "prv_c", "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z")];
-    assert_eq!(outcomes(&ingest(&ledger, &more, &SenderScope::Metering).await), ["accepted", "accepted"]);
+    let more = [
+        u(
+            "x6",
+            "prv_b",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+        ),
+        u(
+            "x7",
+            "prv_c",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+        ),
+    ];
+    assert_eq!(
+        outcomes(&ingest(&ledger, &more, &SenderScope::Metering).await),
+        ["accepted", "accepted"]
+    );
     let hour = price(2_490_000, 3_600_000, 2000).2;
     let half = price(2_490_000, 1_800_000, 2000).2;
-    let a = if got[0] == "accepted" { 2 * hour } else { 3 * hour };
-    let c = if got[0] == "accepted" { hour + half + hour } else { half + hour };
+    let a = if got[0] == "accepted" {
+        2 * hour
+    } else {
+        3 * hour
+    };
+    let c = if got[0] == "accepted" {
+        hour + half + hour
+    } else {
+        half + hour
+    };
     assert_eq!(payable(&ledger, "prv_a").await, a);
     assert_eq!(payable(&ledger, "prv_b").await, half + hour);
     assert_eq!(payable(&ledger, "prv_c").await, c);
@@ -329,68 +615,248 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
     let (ledger, _) = db.ledger_at(NOW).await;
     provider(&ledger, "prv_a", 4).await;
     provider(&ledger, "prv_b", 1).await;
-    import_lines(&ledger, &[gpu_line("prv_a-l4", "prv_a", "L4-24GB"), gpu_line("prv_a-a100", "prv_a", "A100-80GB")]).await;
-    import_lines(&ledger, &[rate_line("prv_a", "A100-80GB", "1.1", "2026-11-20T00:00:00Z")]).await;
+    import_lines(
+        &ledger,
+        &[
+            gpu_line("prv_a-l4", "prv_a", "L4-24GB"),
+            gpu_line("prv_a-a100", "prv_a", "A100-80GB"),
+        ],
+    )
+    .await;
+    import_lines(
+        &ledger,
+        &[rate_line(
+            "prv_a",
+            "A100-80GB",
+            "1.1",
+            "2026-11-20T00:00:00Z",
+        )],
+    )
+    .await;
 
     let now = ms(NOW);
     let t = format_ms;
     let oldest = now - 90 * MS_PER_DAY;
     let week = 7 * MS_PER_DAY;
-    let base = usage("x", "prv_a", "prv_a-g0", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z", None);
+    let base = usage(
+        "x",
+        "prv_a",
+        "prv_a-g0",
+        "2026-11-23T08:00:00Z",
+        "2026-11-23T09:00:00Z",
+        None,
+    );
     let with = |f: &dyn Fn(&mut UsageInput)| {
         let mut u = base.clone();
         f(&mut u);
         u
     };
     let long_id = "a".repeat(129);
-    let ingest_a = SenderScope::Ingest { provider_id: "prv_a".into() };
+    let ingest_a = SenderScope::Ingest {
+        provider_id: "prv_a".into(),
+    };
     let m = SenderScope::Metering;
     let cases: Vec<(&str, UsageInput, &SenderScope, &str)> = vec![
-        ("unknown GPU", with(&|u| u.gpu_id = Some("gpu_nope".into())), &m, "unknown_gpu"),
-        ("GPU of another provider", with(&|u| u.gpu_id = Some("prv_b-g0".into())), &m, "gpu_provider_mismatch"),
-        ("ended = started", with(&|u| u.ended_at = u.started_at.clone()), &m, "invalid_interval"),
-        ("ended < started", with(&|u| u.ended_at = Some("2026-11-23T07:59:59.999Z".into())), &m, "invalid_interval"),
-        ("7 days + 1 ms", with(&|u| {
-            u.started_at = Some(t(now - week - 1));
-            u.ended_at = Some(t(now));
-        }), &m, "interval_too_long"),
-        ("ended 5 min + 1 ms ahead", with(&|u| u.ended_at = Some(t(now + 300_001))), &m, "in_future"),
-        ("started 90 days + 1 ms ago", with(&|u| {
-            u.started_at = Some(t(oldest - 1));
-            u.ended_at = Some(t(oldest + 3_600_000));
-        }), &m, "too_late"),
-        ("model without a rate", with(&|u| u.gpu_id = Some("prv_a-l4".into())), &m, "no_rate"),
-        ("started before the first rate", with(&|u| {
-            u.gpu_id = Some("prv_a-a100".into());
-            u.started_at = Some("2026-11-19T23:59:59.999Z".into());
-            u.ended_at = Some("2026-11-20T01:00:00Z".into());
-        }), &m, "no_rate"),
-        ("rate from an ingest token", with(&|u| u.rate_usdc_per_hour = Some("2.49".into())), &ingest_a, "rate_not_allowed"),
-        ("ingest token of another provider", with(&|u| {
-            u.provider_id = Some("prv_b".into());
-            u.gpu_id = Some("prv_b-g0".into());
-        }), &ingest_a, "forbidden_provider"),
-        ("event_id with a space", with(&|u| u.event_id = Some("e 1".into())), &m, "invalid_event_id"),
-        ("empty event_id", with(&|u| u.event_id = Some(String::new())), &m, "invalid_event_id"),
-        ("event_id of 129 characters", with(&|u| u.event_id = Some(long_id.clone())), &m, "invalid_event_id"),
-        ("event_id with a slash", with(&|u| u.event_id = Some("agt/1".into())), &m, "invalid_event_id"),
-        ("timestamp without zone", with(&|u| u.started_at = Some("2026-11-23T08:00:00".into())), &m, "invalid_timestamp"),
-        ("timestamp without seconds", with(&|u| u.ended_at = Some("2026-11-23T09:00Z".into())), &m, "invalid_timestamp"),
-        ("hour 25", with(&|u| u.ended_at = Some("2026-11-23T25:00:00Z".into())), &m, "invalid_timestamp"),
-        ("30 February", with(&|u| u.started_at = Some("2026-02-30T08:00:00Z".into())), &m, "invalid_timestamp"),
-        ("timestamp as words", with(&|u| u.ended_at = Some("yesterday".into())), &m, "invalid_timestamp"),
-        ("rate with a comma", with(&|u| u.rate_usdc_per_hour = Some("2,49".into())), &m, "invalid_rate"),
-        ("rate zero", with(&|u| u.rate_usdc_per_hour = Some("0".into())), &m, "invalid_rate"),
-        ("negative rate", with(&|u| u.rate_usdc_per_hour = Some("-1".into())), &m, "invalid_rate"),
-        ("rate above 10000", with(&|u| u.rate_usdc_per_hour = Some("10000.000001".into())), &m, "invalid_rate"),
-        ("rate with 7 decimals", with(&|u| u.rate_usdc_per_hour = Some("1.0000001".into())), &m, "invalid_rate"),
-        ("rate in exponent form", with(&|u| u.rate_usdc_per_hour = Some("2.49e0".into())), &m, "invalid_rate"),
-        ("empty rate", with(&|u| u.rate_usdc_per_hour = Some(String::new())), &m, "invalid_rate"),
-        ("no event_id", with(&|u| u.event_id = None), &m, "missing_field"),
-        ("no provider_id", with(&|u| u.provider_id = None), &m, "missing_field"),
+        (
+            "unknown GPU",
+            with(&|u| u.gpu_id = Some("gpu_nope".into())),
+            &m,
+            "unknown_gpu",
+        ),
+        (
+            "GPU of another provider",
+            with(&|u| u.gpu_id = Some("prv_b-g0".into())),
+            &m,
+            "gpu_provider_mismatch",
+        ),
+        (
+            "ended = started",
+            with(&|u| u.ended_at = u.started_at.clone()),
+            &m,
+            "invalid_interval",
+        ),
+        (
+            "ended < started",
+            with(&|u| u.ended_at = Some("2026-11-23T07:59:59.999Z".into())),
+            &m,
+            "invalid_interval",
+        ),
+        (
+            "7 days + 1 ms",
+            with(&|u| {
+                u.started_at = Some(t(now - week - 1));
+                u.ended_at = Some(t(now));
+            }),
+            &m,
+            "interval_too_long",
+        ),
+        (
+            "ended 5 min + 1 ms ahead",
+            with(&|u| u.ended_at = Some(t(now + 300_001))),
+            &m,
+            "in_future",
+        ),
+        (
+            "started 90 days + 1 ms ago",
+            with(&|u| {
+                u.started_at = Some(t(oldest - 1));
+                u.ended_at = Some(t(oldest + 3_600_000));
+            }),
+            &m,
+            "too_late",
+        ),
+        (
+            "model without a rate",
+            with(&|u| u.gpu_id = Some("prv_a-l4".into())),
+            &m,
+            "no_rate",
+        ),
+        (
+            "started before the first rate",
+            with(&|u| {
+                u.gpu_id = Some("prv_a-a100".into());
+                u.started_at = Some("2026-11-19T23:59:59.999Z".into());
+                u.ended_at = Some("2026-11-20T01:00:00Z".into());
+            }),
+            &m,
+            "no_rate",
+        ),
+        (
+            "rate from an ingest token",
+            with(&|u| u.rate_usdc_per_hour = Some("2.49".into())),
+            &ingest_a,
+            "rate_not_allowed",
+        ),
+        (
+            "ingest token of another provider",
+            with(&|u| {
+                u.provider_id = Some("prv_b".into());
+                u.gpu_id = Some("prv_b-g0".into());
+            }),
+            &ingest_a,
+            "forbidden_provider",
+        ),
+        (
+            "event_id with a space",
+            with(&|u| u.event_id = Some("e 1".into())),
+            &m,
+            "invalid_event_id",
+        ),
+        (
+            "empty event_id",
+            with(&|u| u.event_id = Some(String::new())),
+            &m,
+            "invalid_event_id",
+        ),
+        (
+            "event_id of 129 characters",
+            with(&|u| u.event_id = Some(long_id.clone())),
+            &m,
+            "invalid_event_id",
+        ),
+        (
+            "event_id with a slash",
+            with(&|u| u.event_id = Some("agt/1".into())),
+            &m,
+            "invalid_event_id",
+        ),
+        (
+            "timestamp without zone",
+            with(&|u| u.started_at = Some("2026-11-23T08:00:00".into())),
+            &m,
+            "invalid_timestamp",
+        ),
+        (
+            "timestamp without seconds",
+            with(&|u| u.ended_at = Some("2026-11-23T09:00Z".into())),
+            &m,
+            "invalid_timestamp",
+        ),
+        (
+            "hour 25",
+            with(&|u| u.ended_at = Some("2026-11-23T25:00:00Z".into())),
+            &m,
+            "invalid_timestamp",
+        ),
+        (
+            "30 February",
+            with(&|u| u.started_at = Some("2026-02-30T08:00:00Z".into())),
+            &m,
+            "invalid_timestamp",
+        ),
+        (
+            "timestamp as words",
+            with(&|u| u.ended_at = Some("yesterday".into())),
+            &m,
+            "invalid_timestamp",
+        ),
+        (
+            "rate with a comma",
+            with(&|u| u.rate_usdc_per_hour = Some("2,49".into())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "rate zero",
+            with(&|u| u.rate_usdc_per_hour = Some("0".into())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "negative rate",
+            with(&|u| u.rate_usdc_per_hour = Some("-1".into())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "rate above 10000",
+            with(&|u| u.rate_usdc_per_hour = Some("10000.000001".into())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "rate with 7 decimals",
+            with(&|u| u.rate_usdc_per_hour = Some("1.0000001".into())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "rate in exponent form",
+            with(&|u| u.rate_usdc_per_hour = Some("2.49e0".into())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "empty rate",
+            with(&|u| u.rate_usdc_per_hour = Some(String::new())),
+            &m,
+            "invalid_rate",
+        ),
+        (
+            "no event_id",
+            with(&|u| u.event_id = None),
+            &m,
+            "missing_field",
+        ),
+        (
+            "no provider_id",
+            with(&|u| u.provider_id = None),
+            &m,
+            "missing_field",
+        ),
         ("no gpu_id", with(&|u| u.gpu_id = None), &m, "missing_field"),
-        ("no started_at", with(&|u| u.started_at = None), &m, "missing_field"),
-        ("no ended_at", with(&|u| u.ended_at = None), &m, "missing_field"),
+        (
+            "no started_at",
+            with(&|u| u.started_at = None),
+            &m,
+            "missing_field",
+        ),
+        (
+            "no ended_at",
+            with(&|u| u.ended_at = None),
+            &m,
+            "missing_field",
+        ),
     ];
     for (n, (what, input, scope, code)) in cases.iter().enumerate() {
         let mut input = input.clone();
@@ -398,22 +864,128 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
             input.event_id = Some(format!("bad-{n}"));
         }
         let results = ingest(&ledger, &[input.clone()], scope).await;
-        assert_eq!(outcomes(&results), [format!("rejected:{code}")], "{what}: {input:?}");
+        assert_eq!(
+            outcomes(&results),
+            [format!("rejected:{code}")],
+            "{what}: {input:?}"
+        );
         assert_eq!(results[0].event_id(), input.event_id.as_deref(), "{what}");
     }
-    assert!(booked_usage_ids(&ledger).await.is_empty(), "no rejected event was booked");
+    assert!(
+        booked_usage_ids(&ledger).await.is_empty(),
+        "no rejected event was booked"
+    );
 
     // Exactly at each limit: accepted.
     let boundaries = [
-        ("7 days exactly", usage("ok-week", "prv_a", "prv_a-g1", &t(now - week), &t(now), None), &m),
-        ("ended exactly 5 min ahead", usage("ok-future", "prv_a", "prv_a-g0", &t(now), &t(now + 300_000), None), &m),
-        ("started exactly 90 days ago", usage("ok-late", "prv_a", "prv_a-g2", &t(oldest), &t(oldest + 60_000), None), &m),
-        ("1 ms interval", usage("ok-1ms", "prv_a", "prv_a-g3", "2026-11-23T08:00:00Z", "2026-11-23T08:00:00.001Z", None), &m),
-        ("rate exactly 10000", usage("ok-max-rate", "prv_a", "prv_a-g3", "2026-11-23T09:00:00Z", "2026-11-23T09:00:01Z", Some("10000")), &m),
-        ("rate from an admin", usage("ok-admin-rate", "prv_a", "prv_a-g3", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", Some("0.000001")), &SenderScope::Admin),
-        ("ingest token of its own provider", usage("ok-ingest", "prv_a", "prv_a-a100", "2026-11-20T00:00:00Z", "2026-11-20T01:00:00Z", None), &ingest_a),
-        ("128-character id", usage(&"b".repeat(128), "prv_a", "prv_a-g3", "2026-11-23T11:00:00Z", "2026-11-23T11:01:00Z", None), &m),
-        ("every id character", usage("Az09._:-", "prv_a", "prv_a-g3", "2026-11-23T11:01:00Z", "2026-11-23T11:02:00Z", None), &m),
+        (
+            "7 days exactly",
+            usage(
+                "ok-week",
+                "prv_a",
+                "prv_a-g1",
+                &t(now - week),
+                &t(now),
+                None,
+            ),
+            &m,
+        ),
+        (
+            "ended exactly 5 min ahead",
+            usage(
+                "ok-future",
+                "prv_a",
+                "prv_a-g0",
+                &t(now),
+                &t(now + 300_000),
+                None,
+            ),
+            &m,
+        ),
+        (
+            "started exactly 90 days ago",
+            usage(
+                "ok-late",
+                "prv_a",
+                "prv_a-g2",
+                &t(oldest),
+                &t(oldest + 60_000),
+                None,
+            ),
+            &m,
+        ),
+        (
+            "1 ms interval",
+            usage(
+                "ok-1ms",
+                "prv_a",
+                "prv_a-g3",
+                "2026-11-23T08:00:00Z",
+                "2026-11-23T08:00:00.001Z",
+                None,
+            ),
+            &m,
+        ),
+        (
+            "rate exactly 10000",
+            usage(
+                "ok-max-rate",
+                "prv_a",
+                "prv_a-g3",
+                "2026-11-23T09:00:00Z",
+                "2026-11-23T09:00:01Z",
+                Some("10000"),
+            ),
+            &m,
+        ),
+        (
+            "rate from an admin",
+            usage(
+                "ok-admin-rate",
+                "prv_a",
+                "prv_a-g3",
+                "2026-11-23T10:00:00Z",
+                "2026-11-23T10:01:00Z",
+                Some("0.000001"),
+            ),
+            &SenderScope::Admin,
+        ),
+        (
+            "ingest token of its own provider",
+            usage(
+                "ok-ingest",
+                "prv_a",
+                "prv_a-a100",
+                "2026-11-20T00:00:00Z",
+                "2026-11-20T01:00:00Z",
+                None,
+            ),
+            &ingest_a,
+        ),
+        (
+            "128-character id",
+            usage(
+                &"b".repeat(128),
+                "prv_a",
+                "prv_a-g3",
+                "2026-11-23T11:00:00Z",
+                "2026-11-23T11:01:00Z",
+                None,
+            ),
+            &m,
+        ),
+        (
+            "every id character",
+            usage(
+                "Az09._:-",
+                "prv_a",
+                "prv_a-g3",
+                "2026-11-23T11:01:00Z",
+                "2026-11-23T11:02:00Z",
+                None,
+            ),
+            &m,
+        ),
     ];
     for (what, input, scope) in &boundaries {
         let results = ingest(&ledger, std::slice::from_ref(input), scope).await;
@@ -423,8 +995,14 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
     let max_rate = usage_payload(&ledger, "ok-max-rate").await;
     assert_eq!(max_rate["rate_usdc_per_hour"], "10000.000000");
     assert_eq!(max_rate["rate_source"], "event");
-    assert_eq!(max_rate["segments"][0]["gross_micro_usdc"], price(10_000_000_000, 1000, 2000).0);
-    assert_eq!(usage_payload(&ledger, "ok-ingest").await["rate_source"], "price_book");
+    assert_eq!(
+        max_rate["segments"][0]["gross_micro_usdc"],
+        price(10_000_000_000, 1000, 2000).0
+    );
+    assert_eq!(
+        usage_payload(&ledger, "ok-ingest").await["rate_source"],
+        "price_book"
+    );
     assert_verified(&ledger).await;
 }
 
@@ -441,19 +1019,66 @@ async fn overlapping_usage_on_one_gpu_is_rejected_adjacent_is_not() {
     let g0 = "prv_a-g0";
     let g1 = "prv_a-g1";
     assert_eq!(
-        outcomes(&ingest(&ledger, &[u("base", g0, "2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z")], &m).await),
+        outcomes(
+            &ingest(
+                &ledger,
+                &[u(
+                    "base",
+                    g0,
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T11:00:00Z"
+                )],
+                &m
+            )
+            .await
+        ),
         ["accepted"]
     );
     let probes = [
         u("o-tail", g0, "2026-11-22T10:30:00Z", "2026-11-22T11:30:00Z"),
-        u("o-head", g0, "2026-11-22T09:00:00Z", "2026-11-22T10:00:00.001Z"),
-        u("o-inside", g0, "2026-11-22T10:15:00Z", "2026-11-22T10:45:00Z"),
-        u("o-around", g0, "2026-11-22T08:00:00Z", "2026-11-22T13:00:00Z"),
+        u(
+            "o-head",
+            g0,
+            "2026-11-22T09:00:00Z",
+            "2026-11-22T10:00:00.001Z",
+        ),
+        u(
+            "o-inside",
+            g0,
+            "2026-11-22T10:15:00Z",
+            "2026-11-22T10:45:00Z",
+        ),
+        u(
+            "o-around",
+            g0,
+            "2026-11-22T08:00:00Z",
+            "2026-11-22T13:00:00Z",
+        ),
         u("o-same", g0, "2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z"),
-        u("o-last-ms", g0, "2026-11-22T10:59:59.999Z", "2026-11-22T12:00:00Z"),
-        u("adj-after", g0, "2026-11-22T11:00:00Z", "2026-11-22T12:00:00Z"),
-        u("adj-before", g0, "2026-11-22T09:00:00Z", "2026-11-22T10:00:00Z"),
-        u("other-gpu", g1, "2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z"),
+        u(
+            "o-last-ms",
+            g0,
+            "2026-11-22T10:59:59.999Z",
+            "2026-11-22T12:00:00Z",
+        ),
+        u(
+            "adj-after",
+            g0,
+            "2026-11-22T11:00:00Z",
+            "2026-11-22T12:00:00Z",
+        ),
+        u(
+            "adj-before",
+            g0,
+            "2026-11-22T09:00:00Z",
+            "2026-11-22T10:00:00Z",
+        ),
+        u(
+            "other-gpu",
+            g1,
+            "2026-11-22T10:00:00Z",
+            "2026-11-22T11:00:00Z",
+        ),
     ];
     assert_eq!(
         outcomes(&ingest(&ledger, &probes, &m).await),
@@ -473,31 +1098,76 @@ async fn overlapping_usage_on_one_gpu_is_rejected_adjacent_is_not() {
     // Within one batch, and against the second day of an interval that crosses midnight.
     let batch = [
         u("night", g1, "2026-11-22T23:00:00Z", "2026-11-23T01:00:00Z"),
-        u("night-overlap", g1, "2026-11-23T00:30:00Z", "2026-11-23T00:45:00Z"),
+        u(
+            "night-overlap",
+            g1,
+            "2026-11-23T00:30:00Z",
+            "2026-11-23T00:45:00Z",
+        ),
         u("b1", g0, "2026-11-22T13:00:00Z", "2026-11-22T14:00:00Z"),
         u("b2", g0, "2026-11-22T13:59:00Z", "2026-11-22T14:30:00Z"),
         u("b3", g0, "2026-11-22T14:00:00Z", "2026-11-22T14:30:00Z"),
     ];
     assert_eq!(
         outcomes(&ingest(&ledger, &batch, &m).await),
-        ["accepted", "rejected:overlapping_usage", "accepted", "rejected:overlapping_usage", "accepted"]
+        [
+            "accepted",
+            "rejected:overlapping_usage",
+            "accepted",
+            "rejected:overlapping_usage",
+            "accepted"
+        ]
     );
-    let later = [u("night-later", g1, "2026-11-23T00:59:59.999Z", "2026-11-23T02:00:00Z")];
-    assert_eq!(outcomes(&ingest(&ledger, &later, &m).await), ["rejected:overlapping_usage"]);
+    let later = [u(
+        "night-later",
+        g1,
+        "2026-11-23T00:59:59.999Z",
+        "2026-11-23T02:00:00Z",
+    )];
+    assert_eq!(
+        outcomes(&ingest(&ledger, &later, &m).await),
+        ["rejected:overlapping_usage"]
+    );
 
     // After a void the interval is free again; the voided id itself stays taken.
-    ledger.void_usage(&EventId::parse("base").unwrap(), "metering error", &actor()).await.unwrap();
+    ledger
+        .void_usage(&EventId::parse("base").unwrap(), "metering error", &actor())
+        .await
+        .unwrap();
     let rebook = [
         u("base", g0, "2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z"),
         u("rebook", g0, "2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z"),
     ];
-    assert_eq!(outcomes(&ingest(&ledger, &rebook, &m).await), ["duplicate", "accepted"]);
-    let again = [u("rebook-2", g0, "2026-11-22T10:30:00Z", "2026-11-22T10:45:00Z")];
-    assert_eq!(outcomes(&ingest(&ledger, &again, &m).await), ["rejected:overlapping_usage"]);
+    assert_eq!(
+        outcomes(&ingest(&ledger, &rebook, &m).await),
+        ["duplicate", "accepted"]
+    );
+    let again = [u(
+        "rebook-2",
+        g0,
+        "2026-11-22T10:30:00Z",
+        "2026-11-22T10:45:00Z",
+    )];
+    assert_eq!(
+        outcomes(&ingest(&ledger, &again, &m).await),
+        ["rejected:overlapping_usage"]
+    );
 
     let mut booked = booked_usage_ids(&ledger).await;
     booked.sort();
-    assert_eq!(booked, ["adj-after", "adj-before", "b1", "b3", "base", "night", "other-gpu", "rebook"]);
+    assert_eq!(
+        booked,
+        [
+            "adj-after",
+            "adj-before",
+            "b1",
+            "b3",
+            "base",
+            "night",
+            "other-gpu",
+            "rebook"
+        ]
+    );
     // Hours booked and not voided: adj-after 1, adj-before 1, b1 1, b3 0.5, night 2,
     // other-gpu 1, rebook 1 = 7.5 h at 2.49, each event priced on its own.
     let hour = price(2_490_000, 3_600_000, 2000).2;
@@ -538,7 +1208,12 @@ async fn pricing_end_to_end_matches_an_independent_integer_computation() {
         &ledger,
         &[
             rate_line(p, "H100-80GB", "3.333333", "2026-11-20T00:00:00Z"),
-            rate_line(p, "H100-80GB", "3.333333000", "2026-11-20T00:00:00.000+00:00"),
+            rate_line(
+                p,
+                "H100-80GB",
+                "3.333333000",
+                "2026-11-20T00:00:00.000+00:00",
+            ),
         ],
     )
     .await;
@@ -553,51 +1228,205 @@ async fn pricing_end_to_end_matches_an_independent_integer_computation() {
     assert_eq!(applied, [Applied::Accepted]);
     clock.set(ms(NOW));
 
-    let u = |id: &str, gpu: &str, s: &str, e: &str, rate: Option<&str>| usage(id, p, gpu, s, e, rate);
+    let u =
+        |id: &str, gpu: &str, s: &str, e: &str, rate: Option<&str>| usage(id, p, gpu, s, e, rate);
     let events: Vec<(UsageInput, Vec<Expect>)> = vec![
         // The rate in force at started_at prices the whole event, across midnight.
-        (u("a", "p-g0", "2026-11-19T22:00:00Z", "2026-11-20T02:00:00Z", None), vec![
-            Expect("2026-11-19T22:00:00Z", "2026-11-20T00:00:00Z", 2_490_000, 2000),
-            Expect("2026-11-20T00:00:00Z", "2026-11-20T02:00:00Z", 2_490_000, 2000),
-        ]),
+        (
+            u(
+                "a",
+                "p-g0",
+                "2026-11-19T22:00:00Z",
+                "2026-11-20T02:00:00Z",
+                None,
+            ),
+            vec![
+                Expect(
+                    "2026-11-19T22:00:00Z",
+                    "2026-11-20T00:00:00Z",
+                    2_490_000,
+                    2000,
+                ),
+                Expect(
+                    "2026-11-20T00:00:00Z",
+                    "2026-11-20T02:00:00Z",
+                    2_490_000,
+                    2000,
+                ),
+            ],
+        ),
         // Later rate.set of the same effective_from wins; the fee changes at midnight.
-        (u("b", "p-g0", "2026-11-20T22:30:00Z", "2026-11-21T01:15:00.123Z", None), vec![
-            Expect("2026-11-20T22:30:00Z", "2026-11-21T00:00:00Z", 3_333_333, 2000),
-            Expect("2026-11-21T00:00:00Z", "2026-11-21T01:15:00.123Z", 3_333_333, 1800),
-        ]),
+        (
+            u(
+                "b",
+                "p-g0",
+                "2026-11-20T22:30:00Z",
+                "2026-11-21T01:15:00.123Z",
+                None,
+            ),
+            vec![
+                Expect(
+                    "2026-11-20T22:30:00Z",
+                    "2026-11-21T00:00:00Z",
+                    3_333_333,
+                    2000,
+                ),
+                Expect(
+                    "2026-11-21T00:00:00Z",
+                    "2026-11-21T01:15:00.123Z",
+                    3_333_333,
+                    1800,
+                ),
+            ],
+        ),
         // A fee change inside a segment: the fee in force at the segment's start applies.
-        (u("c", "p-g0", "2026-11-21T11:00:00Z", "2026-11-21T13:00:00Z", None), vec![
-            Expect("2026-11-21T11:00:00Z", "2026-11-21T13:00:00Z", 3_333_333, 1800),
-        ]),
-        (u("d", "p-g0", "2026-11-21T13:00:00Z", "2026-11-21T14:00:00Z", None), vec![
-            Expect("2026-11-21T13:00:00Z", "2026-11-21T14:00:00Z", 3_333_333, 1700),
-        ]),
-        (u("e", "p-g1", "2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z", None), vec![
-            Expect("2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z", 1_234_567, 1700),
-        ]),
+        (
+            u(
+                "c",
+                "p-g0",
+                "2026-11-21T11:00:00Z",
+                "2026-11-21T13:00:00Z",
+                None,
+            ),
+            vec![Expect(
+                "2026-11-21T11:00:00Z",
+                "2026-11-21T13:00:00Z",
+                3_333_333,
+                1800,
+            )],
+        ),
+        (
+            u(
+                "d",
+                "p-g0",
+                "2026-11-21T13:00:00Z",
+                "2026-11-21T14:00:00Z",
+                None,
+            ),
+            vec![Expect(
+                "2026-11-21T13:00:00Z",
+                "2026-11-21T14:00:00Z",
+                3_333_333,
+                1700,
+            )],
+        ),
+        (
+            u(
+                "e",
+                "p-g1",
+                "2026-11-22T10:00:00Z",
+                "2026-11-22T11:00:00Z",
+                None,
+            ),
+            vec![Expect(
+                "2026-11-22T10:00:00Z",
+                "2026-11-22T11:00:00Z",
+                1_234_567,
+                1700,
+            )],
+        ),
         // The segment starts before the tier change: community fee for all of it.
-        (u("f", "p-g1", "2026-11-22T11:30:00Z", "2026-11-22T12:30:00Z", None), vec![
-            Expect("2026-11-22T11:30:00Z", "2026-11-22T12:30:00Z", 1_234_567, 1700),
-        ]),
-        (u("g", "p-g2", "2026-11-22T12:00:00Z", "2026-11-22T13:00:00Z", None), vec![
-            Expect("2026-11-22T12:00:00Z", "2026-11-22T13:00:00Z", 3_333_333, 1500),
-        ]),
-        (u("h", "p-g2", "2026-11-22T23:00:00Z", "2026-11-23T01:00:00.007Z", None), vec![
-            Expect("2026-11-22T23:00:00Z", "2026-11-23T00:00:00Z", 3_333_333, 1500),
-            Expect("2026-11-23T00:00:00Z", "2026-11-23T01:00:00.007Z", 3_333_333, 1500),
-        ]),
+        (
+            u(
+                "f",
+                "p-g1",
+                "2026-11-22T11:30:00Z",
+                "2026-11-22T12:30:00Z",
+                None,
+            ),
+            vec![Expect(
+                "2026-11-22T11:30:00Z",
+                "2026-11-22T12:30:00Z",
+                1_234_567,
+                1700,
+            )],
+        ),
+        (
+            u(
+                "g",
+                "p-g2",
+                "2026-11-22T12:00:00Z",
+                "2026-11-22T13:00:00Z",
+                None,
+            ),
+            vec![Expect(
+                "2026-11-22T12:00:00Z",
+                "2026-11-22T13:00:00Z",
+                3_333_333,
+                1500,
+            )],
+        ),
+        (
+            u(
+                "h",
+                "p-g2",
+                "2026-11-22T23:00:00Z",
+                "2026-11-23T01:00:00.007Z",
+                None,
+            ),
+            vec![
+                Expect(
+                    "2026-11-22T23:00:00Z",
+                    "2026-11-23T00:00:00Z",
+                    3_333_333,
+                    1500,
+                ),
+                Expect(
+                    "2026-11-23T00:00:00Z",
+                    "2026-11-23T01:00:00.007Z",
+                    3_333_333,
+                    1500,
+                ),
+            ],
+        ),
         // The event's own rate beats the price book (SPEC example: 480 ms at 6770.501250).
-        (u("i", "p-g0", "2026-11-22T05:00:00Z", "2026-11-22T05:00:00.480Z", Some("6770.50125")), vec![
-            Expect("2026-11-22T05:00:00Z", "2026-11-22T05:00:00.480Z", 6_770_501_250, 1700),
-        ]),
+        (
+            u(
+                "i",
+                "p-g0",
+                "2026-11-22T05:00:00Z",
+                "2026-11-22T05:00:00.480Z",
+                Some("6770.50125"),
+            ),
+            vec![Expect(
+                "2026-11-22T05:00:00Z",
+                "2026-11-22T05:00:00.480Z",
+                6_770_501_250,
+                1700,
+            )],
+        ),
         // 1 ms at 1.8: zero.
-        (u("j", "p-g0", "2026-11-22T06:00:00Z", "2026-11-22T06:00:00.001Z", Some("1.8")), vec![
-            Expect("2026-11-22T06:00:00Z", "2026-11-22T06:00:00.001Z", 1_800_000, 1700),
-        ]),
+        (
+            u(
+                "j",
+                "p-g0",
+                "2026-11-22T06:00:00Z",
+                "2026-11-22T06:00:00.001Z",
+                Some("1.8"),
+            ),
+            vec![Expect(
+                "2026-11-22T06:00:00Z",
+                "2026-11-22T06:00:00.001Z",
+                1_800_000,
+                1700,
+            )],
+        ),
         // A tiny agreed rate (7 µUSDC/h) over 1 h 7 min 30.5 s: a sub-µUSDC remainder rounds.
-        (u("k", "p-g1", "2026-11-22T14:00:00Z", "2026-11-22T15:07:30.500Z", Some("0.000007")), vec![
-            Expect("2026-11-22T14:00:00Z", "2026-11-22T15:07:30.500Z", 7, 1500),
-        ]),
+        (
+            u(
+                "k",
+                "p-g1",
+                "2026-11-22T14:00:00Z",
+                "2026-11-22T15:07:30.500Z",
+                Some("0.000007"),
+            ),
+            vec![Expect(
+                "2026-11-22T14:00:00Z",
+                "2026-11-22T15:07:30.500Z",
+                7,
+                1500,
+            )],
+        ),
     ];
     let inputs: Vec<UsageInput> = events.iter().map(|(i, _)| i.clone()).collect();
     let results = ingest(&ledger, &inputs, &SenderScope::Metering).await;
@@ -620,7 +1449,12 @@ async fn pricing_end_to_end_matches_an_independent_integer_computation() {
                 s["fee_micro_usdc"].as_i64().unwrap(),
                 s["net_micro_usdc"].as_i64().unwrap(),
             );
-            assert_eq!(got, (start, end, *bps, gross, fee, net), "{id}: segment {}", format_ms(start));
+            assert_eq!(
+                got,
+                (start, end, *bps, gross, fee, net),
+                "{id}: segment {}",
+                format_ms(start)
+            );
             gross_total += gross;
             fee_total += fee;
             net_total += net;
@@ -646,12 +1480,37 @@ async fn pricing_end_to_end_matches_an_independent_integer_computation() {
         ],
     )
     .await;
-    assert_eq!(accounts(&ledger, p).await, balances, "booked lines unchanged");
-    let late = [u("l", "p-g0", "2026-11-23T08:00:00Z", "2026-11-23T09:00:00Z", None)];
-    assert_eq!(outcomes(&ingest(&ledger, &late, &SenderScope::Metering).await), ["accepted"]);
-    assert_eq!(payable(&ledger, p).await, net_total + price(4_000_000, 3_600_000, 1500).2);
-    let early = [u("m", "p-g2", "2026-11-19T10:00:00Z", "2026-11-19T11:00:00Z", None)];
-    assert_eq!(outcomes(&ingest(&ledger, &early, &SenderScope::Metering).await), ["accepted"]);
+    assert_eq!(
+        accounts(&ledger, p).await,
+        balances,
+        "booked lines unchanged"
+    );
+    let late = [u(
+        "l",
+        "p-g0",
+        "2026-11-23T08:00:00Z",
+        "2026-11-23T09:00:00Z",
+        None,
+    )];
+    assert_eq!(
+        outcomes(&ingest(&ledger, &late, &SenderScope::Metering).await),
+        ["accepted"]
+    );
+    assert_eq!(
+        payable(&ledger, p).await,
+        net_total + price(4_000_000, 3_600_000, 1500).2
+    );
+    let early = [u(
+        "m",
+        "p-g2",
+        "2026-11-19T10:00:00Z",
+        "2026-11-19T11:00:00Z",
+        None,
+    )];
+    assert_eq!(
+        outcomes(&ingest(&ledger, &early, &SenderScope::Metering).await),
+        ["accepted"]
+    );
     assert_eq!(
         payable(&ledger, p).await,
         net_total + price(4_000_000, 3_600_000, 1500).2 + price(9_990_000, 3_600_000, 2000).2
@@ -668,45 +1527,117 @@ async fn voids_and_adjustments_are_idempotent() {
     let (ledger, clock) = db.ledger_at(NOW).await;
     provider(&ledger, "prv_a", 1).await;
     provider(&ledger, "prv_b", 1).await;
-    let batch = [usage("e1", "prv_a", "prv_a-g0", "2026-11-23T08:00:00Z", "2026-11-23T10:00:00Z", None)];
+    let batch = [usage(
+        "e1",
+        "prv_a",
+        "prv_a-g0",
+        "2026-11-23T08:00:00Z",
+        "2026-11-23T10:00:00Z",
+        None,
+    )];
     ingest(&ledger, &batch, &SenderScope::Metering).await;
     let net = price(2_490_000, 7_200_000, 2000).2;
     assert_eq!(payable(&ledger, "prv_a").await, net);
 
     let e1 = EventId::parse("e1").unwrap();
     clock.advance(1000);
-    assert_eq!(ledger.void_usage(&e1, "customer refund", &actor()).await.unwrap(), Applied::Accepted);
+    assert_eq!(
+        ledger
+            .void_usage(&e1, "customer refund", &actor())
+            .await
+            .unwrap(),
+        Applied::Accepted
+    );
     assert_eq!(payable(&ledger, "prv_a").await, 0);
     let a = accounts(&ledger, "prv_a").await;
-    assert_eq!((a["platform:fees"], a["platform:receivable"]), (0, 0), "a void reverses every line");
+    assert_eq!(
+        (a["platform:fees"], a["platform:receivable"]),
+        (0, 0),
+        "a void reverses every line"
+    );
     clock.advance(1000);
-    assert_eq!(ledger.void_usage(&e1, "customer refund", &actor()).await.unwrap(), Applied::Duplicate);
-    assert_eq!(ledger.void_usage(&e1, "another reason", &actor()).await.unwrap(), Applied::Duplicate);
+    assert_eq!(
+        ledger
+            .void_usage(&e1, "customer refund", &actor())
+            .await
+            .unwrap(),
+        Applied::Duplicate
+    );
+    assert_eq!(
+        ledger
+            .void_usage(&e1, "another reason", &actor())
+            .await
+            .unwrap(),
+        Applied::Duplicate
+    );
     let (restarted, _) = db.ledger_at(NOW).await;
-    assert_eq!(restarted.void_usage(&e1, "customer refund", &actor()).await.unwrap(), Applied::Duplicate);
-    let unknown = ledger.void_usage(&EventId::parse("nope").unwrap(), "x", &actor()).await.unwrap_err();
+    assert_eq!(
+        restarted
+            .void_usage(&e1, "customer refund", &actor())
+            .await
+            .unwrap(),
+        Applied::Duplicate
+    );
+    let unknown = ledger
+        .void_usage(&EventId::parse("nope").unwrap(), "x", &actor())
+        .await
+        .unwrap_err();
     assert_eq!(unknown.code(), "unknown_event");
     assert_eq!(payable(&ledger, "prv_a").await, 0, "voided once");
 
     let adj = AdjustmentId::parse("adj-1").unwrap();
-    let (pa, pb) = (ProviderId::parse("prv_a").unwrap(), ProviderId::parse("prv_b").unwrap());
+    let (pa, pb) = (
+        ProviderId::parse("prv_a").unwrap(),
+        ProviderId::parse("prv_b").unwrap(),
+    );
     let post = |ledger: &Ledger, provider: &ProviderId, amount: i64| {
         let (ledger, provider, adj) = (ledger.clone(), provider.clone(), adj.clone());
-        async move { ledger.post_adjustment(&adj, &provider, amount, "chargeback", Some("case-77"), &actor()).await }
+        async move {
+            ledger
+                .post_adjustment(
+                    &adj,
+                    &provider,
+                    amount,
+                    "chargeback",
+                    Some("case-77"),
+                    &actor(),
+                )
+                .await
+        }
     };
-    assert_eq!(post(&ledger, &pa, -12_500_000).await.unwrap(), Applied::Accepted);
-    assert_eq!(post(&ledger, &pa, -12_500_000).await.unwrap(), Applied::Duplicate);
-    assert_eq!(post(&restarted, &pa, -12_500_000).await.unwrap(), Applied::Duplicate);
-    assert_eq!(post(&ledger, &pa, -12_500_001).await.unwrap_err().code(), "conflict");
-    assert_eq!(post(&ledger, &pb, -12_500_000).await.unwrap_err().code(), "conflict");
+    assert_eq!(
+        post(&ledger, &pa, -12_500_000).await.unwrap(),
+        Applied::Accepted
+    );
+    assert_eq!(
+        post(&ledger, &pa, -12_500_000).await.unwrap(),
+        Applied::Duplicate
+    );
+    assert_eq!(
+        post(&restarted, &pa, -12_500_000).await.unwrap(),
+        Applied::Duplicate
+    );
+    assert_eq!(
+        post(&ledger, &pa, -12_500_001).await.unwrap_err().code(),
+        "conflict"
+    );
+    assert_eq!(
+        post(&ledger, &pb, -12_500_000).await.unwrap_err().code(),
+        "conflict"
+    );
     assert_eq!(payable(&ledger, "prv_a").await, -12_500_000);
-    assert_eq!(accounts(&ledger, "prv_a").await["platform:adjustments"], 12_500_000);
+    assert_eq!(
+        accounts(&ledger, "prv_a").await["platform:adjustments"],
+        12_500_000
+    );
     assert_eq!(payable(&ledger, "prv_b").await, 0);
-    let count: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type IN ('usage.voided', 'adjustment.posted')")
-        .fetch_one(ledger.store.pool())
-        .await
-        .unwrap()
-        .get(0);
+    let count: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM events WHERE event_type IN ('usage.voided', 'adjustment.posted')",
+    )
+    .fetch_one(ledger.store.pool())
+    .await
+    .unwrap()
+    .get(0);
     assert_eq!(count, 2);
     assert_verified(&ledger).await;
 }
@@ -736,8 +1667,13 @@ async fn concurrent_senders_book_every_event_exactly_once() {
         for g in 0..GPUS {
             for n in 0..EVENTS_PER_GPU {
                 let (s, e) = (start + n as i64 * 420_000, start + (n as i64 + 1) * 420_000);
-                let rate_micro = if n % 2 == 0 { 2_490_000 } else { 1_000_000 + (p * 7919 + g * 104_729 + n * 31) as i64 };
-                let rate = (n % 2 == 1).then(|| settle::domain::money::format_micro_usdc(rate_micro));
+                let rate_micro = if n % 2 == 0 {
+                    2_490_000
+                } else {
+                    1_000_000 + (p * 7919 + g * 104_729 + n * 31) as i64
+                };
+                let rate =
+                    (n % 2 == 1).then(|| settle::domain::money::format_micro_usdc(rate_micro));
                 let provider = format!("prv_{p}");
                 *expected.entry(provider.clone()).or_default() += price(rate_micro, e - s, 2000).2;
                 events.push(usage(
@@ -760,7 +1696,10 @@ async fn concurrent_senders_book_every_event_exactly_once() {
         let url = db.url.clone();
         tasks.push(tokio::spawn(async move {
             // Each sender: its own pool, its own ledger, all 10,000 events in its own order.
-            let options = StoreOptions { connections_max: 2, ..StoreOptions::default() };
+            let options = StoreOptions {
+                connections_max: 2,
+                ..StoreOptions::default()
+            };
             let store = Store::open(&url, &options).await.expect("open store");
             let clock = Arc::new(ManualClock::new(ms(NOW)));
             let ledger = Ledger::new(store, clock, LedgerConfig::default());
@@ -776,14 +1715,22 @@ async fn concurrent_senders_book_every_event_exactly_once() {
                 rest = tail;
                 let batch: Vec<UsageInput> = chunk.iter().map(|&i| events[i].clone()).collect();
                 let results = ledger
-                    .ingest_usage(&batch, &SenderScope::Metering, &Actor::token(&format!("sender-{sender}")))
+                    .ingest_usage(
+                        &batch,
+                        &SenderScope::Metering,
+                        &Actor::token(&format!("sender-{sender}")),
+                    )
                     .await
                     .unwrap_or_else(|e| panic!("sender {sender}: {e}"));
                 for r in results {
                     match r {
                         UsageResult::Accepted { event_id } => accepted.push(event_id),
                         UsageResult::Duplicate { .. } => duplicates += 1,
-                        UsageResult::Rejected { event_id, code, message } => {
+                        UsageResult::Rejected {
+                            event_id,
+                            code,
+                            message,
+                        } => {
                             panic!("sender {sender}: {event_id:?} rejected: {code}: {message}")
                         }
                     }
@@ -797,24 +1744,42 @@ async fn concurrent_senders_book_every_event_exactly_once() {
     let mut duplicates_total = 0;
     for task in tasks {
         let (accepted, duplicates) = task.await.expect("sender task");
-        assert_eq!(accepted.len() + duplicates, 10_000, "every event got an answer");
+        assert_eq!(
+            accepted.len() + duplicates,
+            10_000,
+            "every event got an answer"
+        );
         accepted_by_anyone.extend(accepted);
         duplicates_total += duplicates;
     }
     let accepted_set: BTreeSet<String> = accepted_by_anyone.iter().cloned().collect();
-    assert_eq!(accepted_set.len(), accepted_by_anyone.len(), "no event accepted twice");
+    assert_eq!(
+        accepted_set.len(),
+        accepted_by_anyone.len(),
+        "no event accepted twice"
+    );
     assert_eq!(accepted_by_anyone.len(), 10_000);
     assert_eq!(duplicates_total, 10_000 * (SENDERS as usize - 1));
 
     let booked = booked_usage_ids(&ledger).await;
     assert_eq!(booked.len(), 10_000, "usage.recorded events");
     let booked_set: BTreeSet<String> = booked.into_iter().collect();
-    assert_eq!(booked_set, accepted_set, "booked = acknowledged as accepted");
-    let all: HashSet<&str> = events.iter().map(|e| e.event_id.as_deref().unwrap()).collect();
+    assert_eq!(
+        booked_set, accepted_set,
+        "booked = acknowledged as accepted"
+    );
+    let all: HashSet<&str> = events
+        .iter()
+        .map(|e| e.event_id.as_deref().unwrap())
+        .collect();
     assert!(booked_set.iter().all(|id| all.contains(id.as_str())));
 
     for (provider, net) in &expected {
-        assert_eq!(payable(&ledger, provider).await, *net, "{provider}: sum of nets");
+        assert_eq!(
+            payable(&ledger, provider).await,
+            *net,
+            "{provider}: sum of nets"
+        );
     }
     assert_verified(&ledger).await;
 }
@@ -837,7 +1802,10 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
         .join("\n"),
     )
     .unwrap();
-    let (code, _, stderr) = run_cli(&db.url, &["--now", NOW, "import", registry.to_str().unwrap()]);
+    let (code, _, stderr) = run_cli(
+        &db.url,
+        &["--now", NOW, "import", registry.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{stderr}");
 
     let file = dir.path().join("usage.ndjson");
@@ -857,7 +1825,10 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
     .unwrap();
     let path = file.to_str().unwrap();
     let (code, stdout, stderr) = run_cli(&db.url, &["--now", NOW, "ingest", path]);
-    assert_eq!(code, 2, "exit code 2 when a line was rejected: {stdout}{stderr}");
+    assert_eq!(
+        code, 2,
+        "exit code 2 when a line was rejected: {stdout}{stderr}"
+    );
     let row = |line: usize| {
         stdout
             .lines()
@@ -865,23 +1836,52 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
             .unwrap_or_else(|| panic!("no row for line {line}:\n{stdout}"))
             .to_owned()
     };
-    assert!(row(1).contains("c1") && row(1).contains("accepted"), "{stdout}");
-    assert!(row(2).contains("c1") && row(2).contains("duplicate"), "{stdout}");
-    assert!(row(4).contains("c2") && row(4).contains("unknown_gpu"), "{stdout}");
-    assert!(row(5).contains("rejected") && row(5).contains("malformed_json"), "{stdout}");
-    assert!(row(6).contains("c3") && row(6).contains("accepted"), "{stdout}");
-    assert!(row(7).contains("c4") && row(7).contains("overlapping_usage"), "{stdout}");
-    assert!(stdout.contains("accepted 2, duplicate 1, rejected 3"), "{stdout}");
+    assert!(
+        row(1).contains("c1") && row(1).contains("accepted"),
+        "{stdout}"
+    );
+    assert!(
+        row(2).contains("c1") && row(2).contains("duplicate"),
+        "{stdout}"
+    );
+    assert!(
+        row(4).contains("c2") && row(4).contains("unknown_gpu"),
+        "{stdout}"
+    );
+    assert!(
+        row(5).contains("rejected") && row(5).contains("malformed_json"),
+        "{stdout}"
+    );
+    assert!(
+        row(6).contains("c3") && row(6).contains("accepted"),
+        "{stdout}"
+    );
+    assert!(
+        row(7).contains("c4") && row(7).contains("overlapping_usage"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("accepted 2, duplicate 1, rejected 3"),
+        "{stdout}"
+    );
 
     // Again, as JSON: everything booked is now a duplicate; the bad lines stay rejected.
-    let (code, stdout, stderr) = run_cli(&db.url, &["--now", NOW, "--format", "json", "ingest", path]);
+    let (code, stdout, stderr) =
+        run_cli(&db.url, &["--now", NOW, "--format", "json", "ingest", path]);
     assert_eq!(code, 2, "{stderr}");
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     let lines: Vec<(i64, String, Option<String>)> = report["lines"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["line"].as_i64().unwrap(), l["status"].as_str().unwrap().to_owned(), l["code"].as_str().map(str::to_owned)))
+        .map(|l| {
+            (
+                l["line"].as_i64().unwrap(),
+                l["status"].as_str().unwrap().to_owned(),
+                l["code"].as_str().map(str::to_owned),
+            )
+        })
         .collect();
     let s = |t: &str| t.to_owned();
     assert_eq!(
@@ -895,7 +1895,10 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
             (7, s("rejected"), Some(s("overlapping_usage"))),
         ]
     );
-    assert_eq!(report["totals"], serde_json::json!({"accepted": 0, "duplicate": 3, "rejected": 3}));
+    assert_eq!(
+        report["totals"],
+        serde_json::json!({"accepted": 0, "duplicate": 3, "rejected": 3})
+    );
 
     // A clean file exits 0.
     let clean = dir.path().join("clean.ndjson");
@@ -904,9 +1907,13 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
         r#"{"event_id":"c5","provider_id":"prv_a","gpu_id":"prv_a-g0","started_at":"2026-11-23T10:00:00Z","ended_at":"2026-11-23T10:30:00Z"}"#,
     )
     .unwrap();
-    let (code, stdout, stderr) = run_cli(&db.url, &["--now", NOW, "ingest", clean.to_str().unwrap()]);
+    let (code, stdout, stderr) =
+        run_cli(&db.url, &["--now", NOW, "ingest", clean.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(stdout.contains("accepted 1, duplicate 0, rejected 0"), "{stdout}");
+    assert!(
+        stdout.contains("accepted 1, duplicate 0, rejected 0"),
+        "{stdout}"
+    );
 
     let (ledger, _) = db.ledger_at(NOW).await;
     let mut booked = booked_usage_ids(&ledger).await;
@@ -914,7 +1921,9 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
     assert_eq!(booked, ["c1", "c3", "c5"]);
     assert_eq!(
         payable(&ledger, "prv_a").await,
-        price(2_490_000, 3_600_000, 2000).2 + price(3_500_000, 1_800_000, 2000).2 + price(2_490_000, 1_800_000, 2000).2
+        price(2_490_000, 3_600_000, 2000).2
+            + price(3_500_000, 1_800_000, 2000).2
+            + price(2_490_000, 1_800_000, 2000).2
     );
     assert_verified(&ledger).await;
 }

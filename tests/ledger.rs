@@ -20,7 +20,9 @@ const NOW: &str = "2026-11-30T12:00:00Z";
 async fn import_lines(ledger: &Ledger, lines: &[String]) {
     for line in lines {
         let command = parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-        apply(ledger, &command, &Actor::operator("test")).await.unwrap_or_else(|e| panic!("{line}: {e}"));
+        apply(ledger, &command, &Actor::operator("test"))
+            .await
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
     }
 }
 
@@ -70,25 +72,56 @@ async fn append_only_tables_refuse_update_delete_and_truncate() {
         .await
         .expect("inserts are allowed");
     let cases = [
-        ("events", "UPDATE events SET actor = 'mallory'", "DELETE FROM events"),
-        ("api_tokens", "UPDATE api_tokens SET scope = 'admin'", "DELETE FROM api_tokens"),
-        ("api_token_revocations", "UPDATE api_token_revocations SET revoked_at_ms = 0", "DELETE FROM api_token_revocations"),
+        (
+            "events",
+            "UPDATE events SET actor = 'mallory'",
+            "DELETE FROM events",
+        ),
+        (
+            "api_tokens",
+            "UPDATE api_tokens SET scope = 'admin'",
+            "DELETE FROM api_tokens",
+        ),
+        (
+            "api_token_revocations",
+            "UPDATE api_token_revocations SET revoked_at_ms = 0",
+            "DELETE FROM api_token_revocations",
+        ),
     ];
     for (table, update, delete) in cases {
-        let before: i64 = sqlx::query(&format!("SELECT COUNT(*) FROM {table}")).fetch_one(pool).await.unwrap().get(0);
+        let before: i64 = sqlx::query(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .get(0);
         assert!(before > 0, "{table} has rows to protect");
         for sql in [update, delete] {
-            let err = sqlx::query(sql).execute(pool).await.expect_err(&format!("{sql} must be refused"));
+            let err = sqlx::query(sql)
+                .execute(pool)
+                .await
+                .expect_err(&format!("{sql} must be refused"));
             assert!(err.to_string().contains("append-only"), "{sql}: {err}");
         }
         if db.is_postgres() {
-            let err = sqlx::query(&format!("TRUNCATE {table}")).execute(pool).await.expect_err("TRUNCATE must be refused");
-            assert!(err.to_string().contains("append-only"), "TRUNCATE {table}: {err}");
+            let err = sqlx::query(&format!("TRUNCATE {table}"))
+                .execute(pool)
+                .await
+                .expect_err("TRUNCATE must be refused");
+            assert!(
+                err.to_string().contains("append-only"),
+                "TRUNCATE {table}: {err}"
+            );
         }
-        let after: i64 = sqlx::query(&format!("SELECT COUNT(*) FROM {table}")).fetch_one(pool).await.unwrap().get(0);
+        let after: i64 = sqlx::query(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(before, after, "{table} unchanged");
     }
-    let report = settle::verify::verify(&ledger.store, &|_| {}).await.unwrap();
+    let report = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
 }
 
@@ -110,7 +143,10 @@ async fn verify_names_the_stream_and_sequence_of_a_tampered_event() {
     } else {
         "DROP TRIGGER events_refuse_update"
     };
-    sqlx::query(drop_guard).execute(ledger.store.pool()).await.unwrap();
+    sqlx::query(drop_guard)
+        .execute(ledger.store.pool())
+        .await
+        .unwrap();
     sqlx::query("UPDATE events SET payload = REPLACE(payload, '\"net_micro_usdc\":', '\"net_micro_usdc\":1') WHERE idem_key = 'usage:u1'")
         .execute(ledger.store.pool())
         .await
@@ -120,7 +156,9 @@ async fn verify_names_the_stream_and_sequence_of_a_tampered_event() {
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     let problems = report["problems"].as_array().unwrap();
     assert!(
-        problems.iter().any(|p| p["stream"] == "provider:prv_a" && p["seq"] == seq && p["kind"] == "hash_mismatch"),
+        problems.iter().any(|p| p["stream"] == "provider:prv_a"
+            && p["seq"] == seq
+            && p["kind"] == "hash_mismatch"),
         "verify names provider:prv_a seq {seq}: {out}"
     );
 }
@@ -155,8 +193,15 @@ async fn rebuild_of_100k_events_equals_the_live_projections() {
             }
         }
         for chunk in batch.chunks(1000) {
-            let results = ledger.ingest_usage(chunk, &SenderScope::Metering, &Actor::operator("test")).await.unwrap();
-            assert!(results.iter().all(|r| r.status() == "accepted"), "{:?}", results.iter().find(|r| r.status() != "accepted"));
+            let results = ledger
+                .ingest_usage(chunk, &SenderScope::Metering, &Actor::operator("test"))
+                .await
+                .unwrap();
+            assert!(
+                results.iter().all(|r| r.status() == "accepted"),
+                "{:?}",
+                results.iter().find(|r| r.status() != "accepted")
+            );
         }
     }
     let events = ledger.store.event_count().await.unwrap();
@@ -165,13 +210,24 @@ async fn rebuild_of_100k_events_equals_the_live_projections() {
     for spec in TABLES {
         live.insert(spec.name, ledger.store.load_projection(spec).await.unwrap());
     }
-    let report = settle::verify::rebuild(&ledger.store, &|_| {}).await.unwrap();
+    let report = settle::verify::rebuild(&ledger.store, &|_| {})
+        .await
+        .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.events, events);
     for spec in TABLES {
         let rebuilt = ledger.store.load_projection(spec).await.unwrap();
-        assert_eq!(live[spec.name].len(), rebuilt.len(), "{} row count", spec.name);
-        assert!(live[spec.name] == rebuilt, "{} differs after rebuild", spec.name);
+        assert_eq!(
+            live[spec.name].len(),
+            rebuilt.len(),
+            "{} row count",
+            spec.name
+        );
+        assert!(
+            live[spec.name] == rebuilt,
+            "{} differs after rebuild",
+            spec.name
+        );
     }
     assert!(!live["usage_segments"].is_empty());
 }
@@ -194,14 +250,28 @@ async fn eight_concurrent_writers_leave_gapless_valid_chains() {
                 let provider = format!("c{}", (w + i) % 3);
                 let id = format!("adj-w{w}-{i}");
                 let r = ledger
-                    .post_adjustment(&AdjustmentId::parse(&id).unwrap(), &ProviderId::parse(&provider).unwrap(), 1_000 + i as i64, "bonus", None, &Actor::operator("writer"))
+                    .post_adjustment(
+                        &AdjustmentId::parse(&id).unwrap(),
+                        &ProviderId::parse(&provider).unwrap(),
+                        1_000 + i as i64,
+                        "bonus",
+                        None,
+                        &Actor::operator("writer"),
+                    )
                     .await
                     .unwrap();
                 assert_eq!(r, Applied::Accepted);
                 // Every writer also replays one of its earlier adjustments: a duplicate.
                 let j = i / 2;
                 let again = ledger
-                    .post_adjustment(&AdjustmentId::parse(&format!("adj-w{w}-{j}")).unwrap(), &ProviderId::parse(&format!("c{}", (w + j) % 3)).unwrap(), 1_000 + j as i64, "bonus", None, &Actor::operator("writer"))
+                    .post_adjustment(
+                        &AdjustmentId::parse(&format!("adj-w{w}-{j}")).unwrap(),
+                        &ProviderId::parse(&format!("c{}", (w + j) % 3)).unwrap(),
+                        1_000 + j as i64,
+                        "bonus",
+                        None,
+                        &Actor::operator("writer"),
+                    )
                     .await
                     .unwrap();
                 assert_eq!(again, Applied::Duplicate);
@@ -215,11 +285,16 @@ async fn eight_concurrent_writers_leave_gapless_valid_chains() {
     for t in tasks {
         expected.extend(t.await.unwrap());
     }
-    let rows = sqlx::query("SELECT idem_key, stream, seq FROM events WHERE event_type = 'adjustment.posted'")
-        .fetch_all(ledger.store.pool())
-        .await
-        .unwrap();
-    let booked: Vec<String> = rows.iter().map(|r| r.get::<String, _>(0).trim_start_matches("adj:").to_owned()).collect();
+    let rows = sqlx::query(
+        "SELECT idem_key, stream, seq FROM events WHERE event_type = 'adjustment.posted'",
+    )
+    .fetch_all(ledger.store.pool())
+    .await
+    .unwrap();
+    let booked: Vec<String> = rows
+        .iter()
+        .map(|r| r.get::<String, _>(0).trim_start_matches("adj:").to_owned())
+        .collect();
     assert_eq!(booked.len(), writers * per_writer, "each adjustment once");
     assert_eq!(booked.iter().cloned().collect::<HashSet<_>>(), expected);
     for p in ["c0", "c1", "c2"] {
@@ -231,13 +306,23 @@ async fn eight_concurrent_writers_leave_gapless_valid_chains() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "gapless {p}");
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as i64).collect::<Vec<_>>(),
+            "gapless {p}"
+        );
     }
-    let balances = settle::store::read::balances(ledger.store.pool(), None).await.unwrap();
+    let balances = settle::store::read::balances(ledger.store.pool(), None)
+        .await
+        .unwrap();
     let total: i64 = balances.iter().map(|b| b.payable_micro_usdc).sum();
-    let expected_total: i64 = (0..writers).map(|_| (0..per_writer).map(|i| 1_000 + i as i64).sum::<i64>()).sum();
+    let expected_total: i64 = (0..writers)
+        .map(|_| (0..per_writer).map(|i| 1_000 + i as i64).sum::<i64>())
+        .sum();
     assert_eq!(total, expected_total);
-    let report = settle::verify::verify(&ledger.store, &|_| {}).await.unwrap();
+    let report = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
 }
 
@@ -247,13 +332,29 @@ async fn every_emitted_event_matches_its_json_schema() {
     let (ledger, _) = db.ledger_at(NOW).await;
     seed(&ledger).await;
     let checked = common::assert_events_match_schemas(&ledger.store).await;
-    for t in ["provider.registered", "provider.updated", "gpu.registered", "rate.set", "fee_schedule.set", "usage.recorded", "usage.voided", "adjustment.posted", "fx.rate_set"] {
+    for t in [
+        "provider.registered",
+        "provider.updated",
+        "gpu.registered",
+        "rate.set",
+        "fee_schedule.set",
+        "usage.recorded",
+        "usage.voided",
+        "adjustment.posted",
+        "fx.rate_set",
+    ] {
         assert!(checked.contains(t), "the seed emits {t}");
     }
     // Every known type has a schema file.
     for (t, v) in EVENT_TYPES {
-        let path = format!("{}/ledger-schemas/{t}.v{v}.json", env!("CARGO_MANIFEST_DIR"));
-        assert!(std::path::Path::new(&path).exists(), "missing schema {path}");
+        let path = format!(
+            "{}/ledger-schemas/{t}.v{v}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        assert!(
+            std::path::Path::new(&path).exists(),
+            "missing schema {path}"
+        );
     }
 }
 
@@ -265,14 +366,38 @@ async fn import_reports_bad_lines_by_number_and_applies_the_good_ones() {
     let mut lines = provider_lines("prv_x", 1);
     lines.insert(1, "{not json".into());
     lines.push(r#"{"type":"teleport","provider_id":"prv_x"}"#.into());
-    lines.push(r#"{"type":"gpu.register","gpu_id":"bad id!","provider_id":"prv_x","model":"H100-80GB"}"#.into());
+    lines.push(
+        r#"{"type":"gpu.register","gpu_id":"bad id!","provider_id":"prv_x","model":"H100-80GB"}"#
+            .into(),
+    );
     lines.push(r#"{"type":"usage","event_id":"x1","provider_id":"prv_x","gpu_id":"prv_x-g0","started_at":"2026-11-23T10:00:00Z","ended_at":"2026-11-23T11:00:00Z"}"#.into());
-    lines.push(r#"{"type":"gpu.register","gpu_id":"prv_x-g0","provider_id":"prv_x","model":"H100-80GB"}"#.into());
+    lines.push(
+        r#"{"type":"gpu.register","gpu_id":"prv_x-g0","provider_id":"prv_x","model":"H100-80GB"}"#
+            .into(),
+    );
     std::fs::write(&file, lines.join("\n")).unwrap();
-    let (code, out, err) = run_cli(&db.url, &["--now", NOW, "--format", "json", "import", file.to_str().unwrap()]);
+    let (code, out, err) = run_cli(
+        &db.url,
+        &[
+            "--now",
+            NOW,
+            "--format",
+            "json",
+            "import",
+            file.to_str().unwrap(),
+        ],
+    );
     assert_eq!(code, 2, "rejected lines make a non-zero exit: {err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let by_line = |n: u64| report["lines"].as_array().unwrap().iter().find(|l| l["line"] == n).cloned().unwrap();
+    let by_line = |n: u64| {
+        report["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["line"] == n)
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(by_line(1)["status"], "accepted");
     assert_eq!(by_line(2)["code"], "malformed_json");
     assert_eq!(by_line(3)["status"], "accepted");
@@ -282,15 +407,34 @@ async fn import_reports_bad_lines_by_number_and_applies_the_good_ones() {
     assert_eq!(by_line(8)["status"], "duplicate");
     assert_eq!(report["totals"]["rejected"], 3);
     // The good lines took effect: 1 hour at 2.49 minus the 20% community fee.
-    let (_, out, _) = run_cli(&db.url, &["--format", "json", "balance", "--provider", "prv_x"]);
+    let (_, out, _) = run_cli(
+        &db.url,
+        &["--format", "json", "balance", "--provider", "prv_x"],
+    );
     let balances: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(balances[0]["available_usdc"], "1.992000");
     // Replaying the file books nothing twice.
-    let (_, out, _) = run_cli(&db.url, &["--now", NOW, "--format", "json", "import", file.to_str().unwrap()]);
+    let (_, out, _) = run_cli(
+        &db.url,
+        &[
+            "--now",
+            NOW,
+            "--format",
+            "json",
+            "import",
+            file.to_str().unwrap(),
+        ],
+    );
     let replay: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(replay["totals"]["accepted"], 0, "{out}");
-    let (_, out, _) = run_cli(&db.url, &["--format", "json", "balance", "--provider", "prv_x"]);
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()[0]["available_usdc"], "1.992000");
+    let (_, out, _) = run_cli(
+        &db.url,
+        &["--format", "json", "balance", "--provider", "prv_x"],
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()[0]["available_usdc"],
+        "1.992000"
+    );
 }
 
 #[tokio::test]

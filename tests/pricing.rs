@@ -20,15 +20,31 @@ fn oracle_div(n: u128, d: u128) -> u128 {
 
 /// The oracle: walk the interval day by day through calendar dates (chrono), price each
 /// piece as R × d / 3.6e6 and the fee as gross × bps / 1e4, each rounded half-to-even.
-fn oracle(start: i64, end: i64, rate_micros: u128, fees: &[(i64, u16)]) -> Vec<(i64, i64, u128, u128)> {
+fn oracle(
+    start: i64,
+    end: i64,
+    rate_micros: u128,
+    fees: &[(i64, u16)],
+) -> Vec<(i64, i64, u128, u128)> {
     let mut out = Vec::new();
     let mut t = start;
     while t < end {
-        let date = chrono::DateTime::from_timestamp_millis(t).unwrap().date_naive();
-        let next = (date + chrono::Days::new(1)).and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis();
+        let date = chrono::DateTime::from_timestamp_millis(t)
+            .unwrap()
+            .date_naive();
+        let next = (date + chrono::Days::new(1))
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+            .timestamp_millis();
         let e = next.min(end);
         let gross = oracle_div(rate_micros * (e - t) as u128, 3_600_000);
-        let bps = fees.iter().filter(|(from, _)| *from <= t).map(|(_, b)| *b).last().unwrap_or(2000);
+        let bps = fees
+            .iter()
+            .filter(|(from, _)| *from <= t)
+            .map(|(_, b)| *b)
+            .last()
+            .unwrap_or(2000);
         let fee = oracle_div(gross * bps as u128, 10_000);
         out.push((t, e, gross, fee));
         t = e;
@@ -47,8 +63,17 @@ fn fixed_cases() {
     let r = Rate::parse("6770.501250").unwrap();
     assert_eq!(gross_micro_usdc(r.micro_usdc_per_hour(), 480), 902_734);
     // One hour at 2.49 with the 20% community fee: 2.490000 gross, 0.498000 fee.
-    let s = price_interval(0, 3_600_000, Rate::parse("2.49").unwrap(), |_| FeeBps::new(2000).unwrap());
-    assert_eq!((s[0].gross_micro_usdc, s[0].fee_micro_usdc, s[0].net_micro_usdc), (2_490_000, 498_000, 1_992_000));
+    let s = price_interval(0, 3_600_000, Rate::parse("2.49").unwrap(), |_| {
+        FeeBps::new(2000).unwrap()
+    });
+    assert_eq!(
+        (
+            s[0].gross_micro_usdc,
+            s[0].fee_micro_usdc,
+            s[0].net_micro_usdc
+        ),
+        (2_490_000, 498_000, 1_992_000)
+    );
 }
 
 proptest! {

@@ -30,13 +30,33 @@ async fn injection_strings_in_every_text_field_are_data() {
         lines.push(json!({"type": "usage.void", "event_id": format!("{p}-u"), "reason": evil}));
         lines.push(json!({"type": "adjustment", "adjustment_id": format!("adj-{i}"), "provider_id": p, "amount_usdc": "1.000000", "reason": evil, "reference": evil}));
         // Ids are grammar-checked: an injection string as an id is a clean rejection.
-        lines.push(json!({"type": "gpu.register", "gpu_id": evil, "provider_id": p, "model": "H100-80GB"}));
+        lines.push(
+            json!({"type": "gpu.register", "gpu_id": evil, "provider_id": p, "model": "H100-80GB"}),
+        );
         lines.push(json!({"type": "provider.update", "provider_id": p, "name": format!("{evil} (renamed)")}));
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("evil.ndjson");
-    std::fs::write(&file, lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n")).unwrap();
-    let (code, out, err) = run_cli(&db.url, &["--now", "2026-11-24T00:00:00Z", "--format", "json", "import", file.to_str().unwrap()]);
+    std::fs::write(
+        &file,
+        lines
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    let (code, out, err) = run_cli(
+        &db.url,
+        &[
+            "--now",
+            "2026-11-24T00:00:00Z",
+            "--format",
+            "json",
+            "import",
+            file.to_str().unwrap(),
+        ],
+    );
     assert_eq!(code, 2, "the id lines are rejected: {err}");
     let report: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(report["totals"]["rejected"], INJECTIONS.len(), "{out}");
@@ -49,15 +69,33 @@ async fn injection_strings_in_every_text_field_are_data() {
     let store = db.store().await;
     let pool = store.pool();
     for (i, evil) in INJECTIONS.iter().enumerate() {
-        let name: String = sqlx::query("SELECT name FROM providers WHERE provider_id = $1").bind(format!("inj_{i}")).fetch_one(pool).await.unwrap().get(0);
+        let name: String = sqlx::query("SELECT name FROM providers WHERE provider_id = $1")
+            .bind(format!("inj_{i}"))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(name, format!("{evil} (renamed)"), "stored verbatim");
-        let payload: String = sqlx::query("SELECT payload FROM events WHERE idem_key = $1").bind(format!("adj:adj-{i}")).fetch_one(pool).await.unwrap().get(0);
+        let payload: String = sqlx::query("SELECT payload FROM events WHERE idem_key = $1")
+            .bind(format!("adj:adj-{i}"))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .get(0);
         let payload: Value = serde_json::from_str(&payload).unwrap();
         assert_eq!(payload["reason"], *evil);
         assert_eq!(payload["reference"], *evil);
     }
-    let providers: i64 = sqlx::query("SELECT COUNT(*) FROM providers").fetch_one(pool).await.unwrap().get(0);
-    assert_eq!(providers, INJECTIONS.len() as i64, "no table was dropped or emptied");
+    let providers: i64 = sqlx::query("SELECT COUNT(*) FROM providers")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        providers,
+        INJECTIONS.len() as i64,
+        "no table was dropped or emptied"
+    );
     // Each provider: usage voided (net 0) plus a 1 USDC adjustment.
     for b in settle::store::read::balances(pool, None).await.unwrap() {
         assert_eq!(b.payable_micro_usdc, 1_000_000, "{}", b.provider_id);
@@ -75,11 +113,23 @@ fn the_treasury_key_never_appears_in_output_or_logs() {
         .env("RUST_LOG", "trace")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let printed = [String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()].concat();
-    assert!(printed.len() > 10_000, "trace logging produced output to search");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = [
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ]
+    .concat();
+    assert!(
+        printed.len() > 10_000,
+        "trace logging produced output to search"
+    );
     let key_file = dir.path().join("chain").join("treasury.json");
-    let bytes: Vec<u8> = serde_json::from_str(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
+    let bytes: Vec<u8> =
+        serde_json::from_str(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
     assert_eq!(bytes.len(), 64);
     let secret = &bytes[..32];
     let forms = [
@@ -91,7 +141,10 @@ fn the_treasury_key_never_appears_in_output_or_logs() {
         format!("{:?}", secret),
     ];
     for form in forms {
-        assert!(!printed.contains(&form), "the treasury secret leaked in the form {form}");
+        assert!(
+            !printed.contains(&form),
+            "the treasury secret leaked in the form {form}"
+        );
     }
     // The key file itself is private.
     #[cfg(unix)]

@@ -13,7 +13,11 @@ use serde_json::{Value, json};
 use sqlx::Row;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start_serve(url: &str, port: u16) -> Child {
@@ -30,7 +34,11 @@ fn start_serve(url: &str, port: u16) -> Child {
 async fn wait_ready(port: u16) {
     let client = reqwest::Client::new();
     for _ in 0..300 {
-        if let Ok(r) = client.get(format!("http://127.0.0.1:{port}/readyz")).send().await {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+        {
             if r.status().is_success() {
                 return;
             }
@@ -41,7 +49,10 @@ async fn wait_ready(port: u16) {
 }
 
 fn sigterm(child: &Child) {
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -66,9 +77,15 @@ fn import(url: &str, now: &str, lines: &[String]) {
 
 fn provider_lines(id: &str) -> Vec<String> {
     vec![
-        format!(r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#),
-        format!(r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#),
-        format!(r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2020-01-01T00:00:00Z"}}"#),
+        format!(
+            r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
+        ),
+        format!(
+            r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
+        ),
+        format!(
+            r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2020-01-01T00:00:00Z"}}"#
+        ),
     ]
 }
 
@@ -77,9 +94,15 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
     let db = TestDb::new().await;
     let now = chrono::Utc::now();
     import(&db.url, &now.to_rfc3339(), &provider_lines("srv_a"));
-    let (code, out, _) = run_cli(&db.url, &["--format", "json", "token", "create", "--scope", "metering"]);
+    let (code, out, _) = run_cli(
+        &db.url,
+        &["--format", "json", "token", "create", "--scope", "metering"],
+    );
     assert_eq!(code, 0);
-    let token = serde_json::from_str::<Value>(&out).unwrap()["token"].as_str().unwrap().to_owned();
+    let token = serde_json::from_str::<Value>(&out).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     // 40 batches of 100 one-minute slices in the last few days.
     let base = now.timestamp_millis() / 60_000 * 60_000 - 5 * 86_400_000;
@@ -124,33 +147,57 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
         }
     }
     assert_eq!(wait_exit(child), 0, "a clean exit after SIGTERM");
-    assert!(acknowledged.len() >= 1000, "the batches before SIGTERM were acknowledged");
-    assert!(refused > 0, "the server stopped taking requests after SIGTERM");
+    assert!(
+        acknowledged.len() >= 1000,
+        "the batches before SIGTERM were acknowledged"
+    );
+    assert!(
+        refused > 0,
+        "the server stopped taking requests after SIGTERM"
+    );
 
     // Acknowledged means booked: each exactly once.
     let store = db.store().await;
-    let booked: Vec<String> = sqlx::query("SELECT idem_key FROM events WHERE event_type = 'usage.recorded'")
-        .fetch_all(store.pool())
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<String, _>(0).trim_start_matches("usage:").to_owned())
-        .collect();
+    let booked: Vec<String> =
+        sqlx::query("SELECT idem_key FROM events WHERE event_type = 'usage.recorded'")
+            .fetch_all(store.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.get::<String, _>(0)
+                    .trim_start_matches("usage:")
+                    .to_owned()
+            })
+            .collect();
     let booked_set: HashSet<String> = booked.iter().cloned().collect();
     assert_eq!(booked.len(), booked_set.len(), "no event booked twice");
-    assert!(acknowledged.is_subset(&booked_set), "every acknowledged event is booked");
+    assert!(
+        acknowledged.is_subset(&booked_set),
+        "every acknowledged event is booked"
+    );
 
     // The agents retry everything after the restart: the rest is booked, nothing twice.
     let port = free_port();
     let child = start_serve(&db.url, port);
     wait_ready(port).await;
     for batch in &batches {
-        let r = client.post(format!("http://127.0.0.1:{port}/v1/usage")).bearer_auth(&token).json(&json!({"events": batch})).send().await.unwrap();
+        let r = client
+            .post(format!("http://127.0.0.1:{port}/v1/usage"))
+            .bearer_auth(&token)
+            .json(&json!({"events": batch}))
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success());
     }
     sigterm(&child);
     assert_eq!(wait_exit(child), 0);
-    let count: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'").fetch_one(store.pool()).await.unwrap().get(0);
+    let count: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(count, 4000);
     let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
     assert!(report.ok(), "{:?}", report.problems);
@@ -191,7 +238,14 @@ async fn sigterm_during_a_payout_run_decides_each_candidate_once() {
     let store = db.store().await;
     let run_key = monday.to_string();
     for _ in 0..600 {
-        let done: i64 = sqlx::query("SELECT COUNT(*) FROM payout_runs WHERE run_kind = 'weekly' AND run_key = $1").bind(&run_key).fetch_one(store.pool()).await.unwrap().get(0);
+        let done: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM payout_runs WHERE run_kind = 'weekly' AND run_key = $1",
+        )
+        .bind(&run_key)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .get(0);
         if done == 1 {
             break;
         }
@@ -200,15 +254,26 @@ async fn sigterm_during_a_payout_run_decides_each_candidate_once() {
     sigterm(&child);
     assert_eq!(wait_exit(child), 0);
 
-    let decisions: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided' AND payload LIKE $1")
-        .bind(format!("%\"run_key\":\"{run_key}\"%"))
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .get(0);
+    let decisions: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM events WHERE event_type = 'payout_run.decided' AND payload LIKE $1",
+    )
+    .bind(format!("%\"run_key\":\"{run_key}\"%"))
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+    .get(0);
     assert_eq!(decisions, providers, "each candidate decided exactly once");
-    let payouts: i64 = sqlx::query("SELECT COUNT(*) FROM payouts WHERE run_kind = 'weekly' AND run_key = $1").bind(&run_key).fetch_one(store.pool()).await.unwrap().get(0);
-    assert_eq!(payouts, providers, "16 h at 2.49 minus 20% (31.872 USDC) is above the minimum: one payout each");
+    let payouts: i64 =
+        sqlx::query("SELECT COUNT(*) FROM payouts WHERE run_kind = 'weekly' AND run_key = $1")
+            .bind(&run_key)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(
+        payouts, providers,
+        "16 h at 2.49 minus 20% (31.872 USDC) is above the minimum: one payout each"
+    );
     let per_provider: i64 = sqlx::query("SELECT COUNT(*) FROM (SELECT provider_id FROM payouts GROUP BY provider_id HAVING COUNT(*) > 1) AS d").fetch_one(store.pool()).await.unwrap().get(0);
     assert_eq!(per_provider, 0, "no provider paid twice");
     let report = settle::verify::verify(&store, &|_| {}).await.unwrap();

@@ -88,7 +88,10 @@ fn parse_args() -> Args {
             _ => {}
         }
     }
-    assert!(matches!(a.mix.as_str(), "metering" | "agent"), "--mix metering|agent");
+    assert!(
+        matches!(a.mix.as_str(), "metering" | "agent"),
+        "--mix metering|agent"
+    );
     assert!(a.dup_pct < 100 && a.batch > 0 && a.providers > 0 && a.gpus > 0);
     a
 }
@@ -153,13 +156,17 @@ impl Workload {
             let per_provider = self.args.gpus * self.slots;
             let p = k / per_provider;
             let within = k % per_provider;
-            (within / self.args.gpus, p * self.args.gpus + within % self.args.gpus)
+            (
+                within / self.args.gpus,
+                p * self.args.gpus + within % self.args.gpus,
+            )
         };
         let provider = gpu / self.args.gpus;
         let started_ms = self.start_ms + slot as i64 * SLOT_MS;
         // Most intervals fill their slot; some end early (the agent went idle).
         let ended_ms = started_ms + SLOT_MS - if slot % 7 == 3 { 123_456 } else { 0 };
-        let rate_micro = (slot % 2 == 1).then(|| 1_500_000 + ((gpu * 7919 + slot * 31) % 2_000_000) as i64);
+        let rate_micro =
+            (slot % 2 == 1).then(|| 1_500_000 + ((gpu * 7919 + slot * 31) % 2_000_000) as i64);
         Ev {
             event_id: format!("agt-{provider:04}-{}:{slot:06}", gpu % self.args.gpus),
             provider,
@@ -244,16 +251,36 @@ async fn fresh_db(args: &Args, kind: &str, phase: &str) -> Db {
                 None => tempfile::tempdir().expect("temp dir"),
             };
             let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-            Db { url, pg: None, _dir: Some(dir) }
+            Db {
+                url,
+                pg: None,
+                _dir: Some(dir),
+            }
         }
         "postgres" => {
             let name = format!("settle_bench_{}_{phase}", std::process::id());
-            let admin = sqlx::AnyPool::connect(&args.pg_url).await.expect("connect --pg-url");
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&admin).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+            let admin = sqlx::AnyPool::connect(&args.pg_url)
+                .await
+                .expect("connect --pg-url");
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+                .execute(&admin)
+                .await
+                .unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&admin)
+                .await
+                .unwrap();
             admin.close().await;
-            let base = args.pg_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg_url);
-            Db { url: format!("{base}/{name}"), pg: Some((args.pg_url.clone(), name)), _dir: None }
+            let base = args
+                .pg_url
+                .rsplit_once('/')
+                .map(|(b, _)| b)
+                .unwrap_or(&args.pg_url);
+            Db {
+                url: format!("{base}/{name}"),
+                pg: Some((args.pg_url.clone(), name)),
+                _dir: None,
+            }
         }
         other => panic!("--db sqlite|postgres, got {other}"),
     }
@@ -262,7 +289,9 @@ async fn fresh_db(args: &Args, kind: &str, phase: &str) -> Db {
 async fn drop_db(db: Db) {
     if let Some((admin_url, name)) = &db.pg {
         let admin = sqlx::AnyPool::connect(admin_url).await.unwrap();
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&admin)
+            .await;
         admin.close().await;
     }
 }
@@ -281,7 +310,11 @@ fn vm_hwm_kb() -> u64 {
 /// Latency percentiles of the batches, in milliseconds.
 fn percentiles(mut lat: Vec<Duration>) -> (f64, f64, f64) {
     lat.sort();
-    let at = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q) as usize).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0);
+    let at = |q: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * q) as usize)
+            .map(|d| d.as_secs_f64() * 1e3)
+            .unwrap_or(0.0)
+    };
     (at(0.5), at(0.99), at(1.0))
 }
 
@@ -303,13 +336,19 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                 Ok(())
             })
         })
-        .connect(&if sqlite { format!("{}?mode=rwc", db.url) } else { db.url.clone() })
+        .connect(&if sqlite {
+            format!("{}?mode=rwc", db.url)
+        } else {
+            db.url.clone()
+        })
         .await
         .expect("open raw database");
-    sqlx::query("CREATE TABLE raw_events (event_id TEXT PRIMARY KEY, net_micro_usdc BIGINT NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "CREATE TABLE raw_events (event_id TEXT PRIMARY KEY, net_micro_usdc BIGINT NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     let mut sent = 0usize;
     let mut latencies = Vec::new();
     let started = Instant::now();
@@ -336,8 +375,15 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     }
     let secs = started.elapsed().as_secs_f64();
     let hwm = vm_hwm_kb();
-    let booked: i64 = sqlx::query("SELECT COUNT(*) FROM raw_events").fetch_one(&pool).await.unwrap().get(0);
-    assert_eq!(booked as usize, args.events, "raw: every unique event inserted once");
+    let booked: i64 = sqlx::query("SELECT COUNT(*) FROM raw_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        booked as usize, args.events,
+        "raw: every unique event inserted once"
+    );
     pool.close().await;
     let (p50, p99, max) = percentiles(latencies);
     serde_json::json!({"sent": sent, "booked": booked, "secs": secs, "events_per_s": sent as f64 / secs,
@@ -345,7 +391,9 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
 }
 
 async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
-    let store = Store::open(&db.url, &StoreOptions::default()).await.expect("open store");
+    let store = Store::open(&db.url, &StoreOptions::default())
+        .await
+        .expect("open store");
     store.migrate().await.expect("migrate");
     let clock = Arc::new(ManualClock::new(w.start_ms - MS_PER_DAY));
     let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
@@ -364,7 +412,9 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                     email: format!("ops@{}.test", provider_id(p)),
                     tier: Tier::Community,
                     schedule: Schedule::Weekly,
-                    payout_method: Some(PayoutMethod::Solana { wallet: wallet.clone() }),
+                    payout_method: Some(PayoutMethod::Solana {
+                        wallet: wallet.clone(),
+                    }),
                 },
                 &admin,
             )
@@ -413,13 +463,20 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                 event_id: Some(e.event_id.clone()),
                 provider_id: Some(provider_id(e.provider)),
                 gpu_id: Some(gpu_id(args, e.gpu)),
-                rental_id: Some(format!("rnt-{}-{}", e.gpu, (e.started_ms - w.start_ms) / SLOT_MS / 12)),
+                rental_id: Some(format!(
+                    "rnt-{}-{}",
+                    e.gpu,
+                    (e.started_ms - w.start_ms) / SLOT_MS / 12
+                )),
                 started_at: Some(format_ms(e.started_ms)),
                 ended_at: Some(format_ms(e.ended_ms)),
                 rate_usdc_per_hour: e.rate_micro.map(format_micro_usdc),
             })
             .collect();
-        let results = ledger.ingest_usage(&inputs, &SenderScope::Metering, &actor).await.expect("ingest");
+        let results = ledger
+            .ingest_usage(&inputs, &SenderScope::Metering, &actor)
+            .await
+            .expect("ingest");
         latencies.push(t.elapsed());
         for (r, e) in results.iter().zip(&events) {
             match r {
@@ -428,7 +485,11 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                     *expected_net.entry(e.provider).or_default() += net_micro(e);
                 }
                 UsageResult::Duplicate { .. } => duplicates += 1,
-                UsageResult::Rejected { event_id, code, message } => {
+                UsageResult::Rejected {
+                    event_id,
+                    code,
+                    message,
+                } => {
                     panic!("{event_id:?} rejected: {code}: {message}")
                 }
             }
@@ -440,19 +501,27 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
 
     // Correctness of what was measured: each event booked once, balances exact.
     assert_eq!(accepted, args.events, "every unique event accepted once");
-    let booked: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
-        .fetch_one(ledger.store.pool())
-        .await
-        .unwrap()
-        .get(0);
+    let booked: i64 =
+        sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
+            .fetch_one(ledger.store.pool())
+            .await
+            .unwrap()
+            .get(0);
     assert_eq!(booked as usize, args.events, "usage.recorded events");
-    let rows = sqlx::query("SELECT owner, balance_micro_usdc FROM account_balances WHERE account LIKE '%:payable'")
-        .fetch_all(ledger.store.pool())
-        .await
-        .unwrap();
+    let rows = sqlx::query(
+        "SELECT owner, balance_micro_usdc FROM account_balances WHERE account LIKE '%:payable'",
+    )
+    .fetch_all(ledger.store.pool())
+    .await
+    .unwrap();
     let stored: BTreeMap<String, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     for (p, net) in &expected_net {
-        assert_eq!(stored.get(&format!("provider:{}", provider_id(*p))), Some(net), "payable of {}", provider_id(*p));
+        assert_eq!(
+            stored.get(&format!("provider:{}", provider_id(*p))),
+            Some(net),
+            "payable of {}",
+            provider_id(*p)
+        );
     }
     ledger.store.close().await;
     let (p50, p99, max) = percentiles(latencies);
@@ -476,7 +545,10 @@ async fn child(args: Args) {
 
 fn main() {
     let args = parse_args();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     if args.child {
         rt.block_on(child(args));
         return;
@@ -491,14 +563,34 @@ fn main() {
         for phase in &args.phases {
             let mut cmd = std::process::Command::new(&exe);
             cmd.args(["--child", "--db", kind, "--phase", phase])
-                .args(["--events", &args.events.to_string(), "--batch", &args.batch.to_string()])
-                .args(["--dup-pct", &args.dup_pct.to_string(), "--providers", &args.providers.to_string()])
-                .args(["--gpus", &args.gpus.to_string(), "--mix", &args.mix, "--pg-url", &args.pg_url]);
+                .args([
+                    "--events",
+                    &args.events.to_string(),
+                    "--batch",
+                    &args.batch.to_string(),
+                ])
+                .args([
+                    "--dup-pct",
+                    &args.dup_pct.to_string(),
+                    "--providers",
+                    &args.providers.to_string(),
+                ])
+                .args([
+                    "--gpus",
+                    &args.gpus.to_string(),
+                    "--mix",
+                    &args.mix,
+                    "--pg-url",
+                    &args.pg_url,
+                ]);
             if let Some(d) = &args.dir {
                 cmd.args(["--dir", d]);
             }
             eprintln!("running {kind} {phase} …");
-            let out = cmd.stderr(std::process::Stdio::inherit()).output().expect("run child");
+            let out = cmd
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("run child");
             assert!(out.status.success(), "{kind} {phase} failed");
             let line = String::from_utf8_lossy(&out.stdout);
             let v: serde_json::Value = serde_json::from_str(line.trim()).expect("child result");
@@ -507,9 +599,16 @@ fn main() {
         }
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "\n{:<9} {:<7} {:>10} {:>9} {:>12} {:>9} {:>9} {:>10} {:>8}", "db", "phase", "sent", "secs", "events/s", "p50 ms", "p99 ms", "VmHWM MB", "ratio").unwrap();
+    writeln!(
+        out,
+        "\n{:<9} {:<7} {:>10} {:>9} {:>12} {:>9} {:>9} {:>10} {:>8}",
+        "db", "phase", "sent", "secs", "events/s", "p50 ms", "p99 ms", "VmHWM MB", "ratio"
+    )
+    .unwrap();
     for ((kind, phase), v) in &results {
-        let raw = results.get(&(kind.clone(), "raw".into())).map(|r| r["events_per_s"].as_f64().unwrap());
+        let raw = results
+            .get(&(kind.clone(), "raw".into()))
+            .map(|r| r["events_per_s"].as_f64().unwrap());
         let rate = v["events_per_s"].as_f64().unwrap();
         let ratio = raw.map(|r| format!("{:.2}", rate / r)).unwrap_or_default();
         writeln!(

@@ -21,7 +21,10 @@ use settle::store::{Store, StoreOptions};
 use settle::wire::import::{apply, parse_line};
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -41,32 +44,95 @@ async fn main() -> anyhow::Result<()> {
     sqlx::any::install_default_drivers();
 
     let (url, drop_db, _dir) = if database == "postgres" {
-        let admin_url: String = env("LOAD_PG_URL", "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let admin_url: String = env(
+            "LOAD_PG_URL",
+            "postgres://postgres@127.0.0.1:5432/test".to_owned(),
+        );
         let name = format!("settle_load_{}", std::process::id());
         let admin = sqlx::AnyPool::connect(&admin_url).await?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
-        let base = admin_url.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin_url.clone());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await?;
+        let base = admin_url
+            .rsplit_once('/')
+            .map(|(b, _)| b.to_owned())
+            .unwrap_or(admin_url.clone());
         (format!("{base}/{name}"), Some((admin, name)), None)
     } else {
         let dir = tempfile::tempdir()?;
-        (format!("sqlite://{}", dir.path().join("load.db").display()), None, Some(dir))
+        (
+            format!("sqlite://{}", dir.path().join("load.db").display()),
+            None,
+            Some(dir),
+        )
     };
-    let store = Store::open(&url, &StoreOptions { connections_max: 32, ..StoreOptions::default() }).await?;
+    let store = Store::open(
+        &url,
+        &StoreOptions {
+            connections_max: 32,
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
     store.migrate().await?;
-    let ledger = Ledger::new(store.clone(), Arc::new(SystemClock), LedgerConfig::default());
+    let ledger = Ledger::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        LedgerConfig::default(),
+    );
     for c in 0..clients {
         for line in [
-            format!(r#"{{"type":"provider.register","provider_id":"load_{c}","name":"Load {c}","email":"l{c}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#),
-            format!(r#"{{"type":"gpu.register","gpu_id":"load_{c}-g","provider_id":"load_{c}","model":"H100-80GB"}}"#),
-            format!(r#"{{"type":"rate.set","provider_id":"load_{c}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2020-01-01T00:00:00Z"}}"#),
+            format!(
+                r#"{{"type":"provider.register","provider_id":"load_{c}","name":"Load {c}","email":"l{c}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
+            ),
+            format!(
+                r#"{{"type":"gpu.register","gpu_id":"load_{c}-g","provider_id":"load_{c}","model":"H100-80GB"}}"#
+            ),
+            format!(
+                r#"{{"type":"rate.set","provider_id":"load_{c}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2020-01-01T00:00:00Z"}}"#
+            ),
         ] {
-            apply(&ledger, &parse_line(&line).map_err(|e| anyhow::anyhow!("{e}"))?, &Actor::operator("load")).await?;
+            apply(
+                &ledger,
+                &parse_line(&line).map_err(|e| anyhow::anyhow!("{e}"))?,
+                &Actor::operator("load"),
+            )
+            .await?;
         }
     }
     let now = chrono::Utc::now().timestamp_millis();
-    let token = create_token(store.pool(), &NewToken { scope: Scope::Metering, provider_id: None, label: "load".into(), expires_in_days: None }, now).await?.token;
-    let admin = create_token(store.pool(), &NewToken { scope: Scope::Admin, provider_id: None, label: "load-admin".into(), expires_in_days: None }, now).await?.token;
-    let app = Application::build(HttpConfig { bind: "127.0.0.1:0".into(), ..HttpConfig::default() }, ledger.clone()).await?;
+    let token = create_token(
+        store.pool(),
+        &NewToken {
+            scope: Scope::Metering,
+            provider_id: None,
+            label: "load".into(),
+            expires_in_days: None,
+        },
+        now,
+    )
+    .await?
+    .token;
+    let admin = create_token(
+        store.pool(),
+        &NewToken {
+            scope: Scope::Admin,
+            provider_id: None,
+            label: "load-admin".into(),
+            expires_in_days: None,
+        },
+        now,
+    )
+    .await?
+    .token;
+    let app = Application::build(
+        HttpConfig {
+            bind: "127.0.0.1:0".into(),
+            ..HttpConfig::default()
+        },
+        ledger.clone(),
+    )
+    .await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let server = tokio::spawn(app.run_until_stopped(std::future::pending()));
 
@@ -130,9 +196,18 @@ async fn main() -> anyhow::Result<()> {
             while Instant::now() < deadline {
                 let p = i % clients;
                 i += 1;
-                let path = if i % 2 == 0 { format!("/v1/providers/load_{p}/summary") } else { format!("/v1/providers/load_{p}/earnings?group_by=day") };
+                let path = if i % 2 == 0 {
+                    format!("/v1/providers/load_{p}/summary")
+                } else {
+                    format!("/v1/providers/load_{p}/earnings?group_by=day")
+                };
                 let t = Instant::now();
-                if let Ok(resp) = client.get(format!("{base}{path}")).bearer_auth(&admin).send().await {
+                if let Ok(resp) = client
+                    .get(format!("{base}{path}"))
+                    .bearer_auth(&admin)
+                    .send()
+                    .await
+                {
                     if resp.status().is_success() {
                         let _ = resp.bytes().await;
                         latencies.push(t.elapsed().as_micros() as u64);
@@ -160,25 +235,65 @@ async fn main() -> anyhow::Result<()> {
     usage_latencies.sort_unstable();
     query_latencies.sort_unstable();
 
-    let booked: HashSet<String> = sqlx::query_scalar::<_, String>("SELECT idem_key FROM events WHERE event_type = 'usage.recorded'")
-        .fetch_all(store.pool())
-        .await?
-        .into_iter()
-        .map(|k| k.trim_start_matches("usage:").to_owned())
-        .collect();
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'").fetch_one(store.pool()).await?;
+    let booked: HashSet<String> = sqlx::query_scalar::<_, String>(
+        "SELECT idem_key FROM events WHERE event_type = 'usage.recorded'",
+    )
+    .fetch_all(store.pool())
+    .await?
+    .into_iter()
+    .map(|k| k.trim_start_matches("usage:").to_owned())
+    .collect();
+    let count: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
+            .fetch_one(store.pool())
+            .await?;
     let verify = settle::verify::verify(&store, &|_| {}).await?;
-    println!("load test: {database}, {clients} clients, {seconds} s, batches of {batch}, {dup_pct}% duplicates");
-    println!("  requests            {} ({:.0}/s)", usage_latencies.len(), usage_latencies.len() as f64 / elapsed);
-    println!("  events accepted     {} ({:.0}/s), duplicates answered {duplicates}, errors {errors}", accepted.len(), accepted.len() as f64 / elapsed);
-    println!("  POST /v1/usage      p50 {:.1} ms, p99 {:.1} ms", percentile(&usage_latencies, 0.5) as f64 / 1000.0, percentile(&usage_latencies, 0.99) as f64 / 1000.0);
-    println!("  dashboard queries   {} , p50 {:.1} ms, p99 {:.1} ms", query_latencies.len(), percentile(&query_latencies, 0.5) as f64 / 1000.0, percentile(&query_latencies, 0.99) as f64 / 1000.0);
-    println!("  booked {count} usage events; acknowledged == booked: {}; none twice: {}", accepted == booked, count as usize == booked.len());
-    println!("  settle verify: {}", if verify.ok() { "clean".to_owned() } else { format!("{} problems", verify.problems_total) });
+    println!(
+        "load test: {database}, {clients} clients, {seconds} s, batches of {batch}, {dup_pct}% duplicates"
+    );
+    println!(
+        "  requests            {} ({:.0}/s)",
+        usage_latencies.len(),
+        usage_latencies.len() as f64 / elapsed
+    );
+    println!(
+        "  events accepted     {} ({:.0}/s), duplicates answered {duplicates}, errors {errors}",
+        accepted.len(),
+        accepted.len() as f64 / elapsed
+    );
+    println!(
+        "  POST /v1/usage      p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&usage_latencies, 0.5) as f64 / 1000.0,
+        percentile(&usage_latencies, 0.99) as f64 / 1000.0
+    );
+    println!(
+        "  dashboard queries   {} , p50 {:.1} ms, p99 {:.1} ms",
+        query_latencies.len(),
+        percentile(&query_latencies, 0.5) as f64 / 1000.0,
+        percentile(&query_latencies, 0.99) as f64 / 1000.0
+    );
+    println!(
+        "  booked {count} usage events; acknowledged == booked: {}; none twice: {}",
+        accepted == booked,
+        count as usize == booked.len()
+    );
+    println!(
+        "  settle verify: {}",
+        if verify.ok() {
+            "clean".to_owned()
+        } else {
+            format!("{} problems", verify.problems_total)
+        }
+    );
     store.close().await;
     if let Some((admin, name)) = drop_db {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await;
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&admin)
+            .await;
     }
-    anyhow::ensure!(accepted == booked && count as usize == booked.len() && verify.ok(), "exactly-once or verify failed");
+    anyhow::ensure!(
+        accepted == booked && count as usize == booked.len() && verify.ok(),
+        "exactly-once or verify failed"
+    );
     Ok(())
 }

@@ -14,6 +14,10 @@
 //! - `run`: `Ledger::run_payouts` of the weekly run of 2026-11-23 (cutoff that Monday),
 //!   which decides every provider in its own transaction and creates a payout each.
 //! - `rerun`: the same run started again (idempotent: reads the completed report).
+//!
+//! The database after `setup` is kept as a snapshot (`<sqlite-path>.setup`, or the
+//! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
+//! `run` and `rerun` again without loading.
 
 use std::time::Instant;
 
@@ -80,6 +84,53 @@ fn parse_args() -> Args {
 }
 
 const PG_DB: &str = "settle_bench_runs";
+const PG_SNAPSHOT: &str = "settle_bench_runs_setup";
+
+async fn pg_admin(args: &Args, sql: &str) {
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&args.pg_url)
+        .await
+        .expect("connect --pg-url");
+    sqlx::query(sql)
+        .execute(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    admin.close().await;
+}
+
+fn sqlite_files(path: &str) -> [String; 3] {
+    [
+        path.to_owned(),
+        format!("{path}-wal"),
+        format!("{path}-shm"),
+    ]
+}
+
+/// Copies the database after setup to the snapshot (`to_snapshot`) or back.
+async fn snapshot(args: &Args, to_snapshot: bool) {
+    if args.db == "postgres" {
+        let (from, to) = if to_snapshot {
+            (PG_DB, PG_SNAPSHOT)
+        } else {
+            (PG_SNAPSHOT, PG_DB)
+        };
+        pg_admin(args, &format!("DROP DATABASE IF EXISTS {to} WITH (FORCE)")).await;
+        pg_admin(args, &format!("CREATE DATABASE {to} TEMPLATE {from}")).await;
+    } else {
+        let snap = format!("{}.setup", args.sqlite_path);
+        let (from, to) = if to_snapshot {
+            (args.sqlite_path.clone(), snap)
+        } else {
+            (snap, args.sqlite_path.clone())
+        };
+        for (f, t) in sqlite_files(&from).iter().zip(sqlite_files(&to).iter()) {
+            let _ = std::fs::remove_file(t);
+            if std::path::Path::new(f).exists() {
+                std::fs::copy(f, t).unwrap_or_else(|e| panic!("copy {f} to {t}: {e}"));
+            }
+        }
+    }
+}
 
 fn url(args: &Args) -> String {
     if args.db == "postgres" {
@@ -224,14 +275,18 @@ async fn phase(args: &Args, phase: &str) {
                 t.await.expect("loader");
             }
             let events = ledger.store.event_count().await.unwrap();
+            let seconds = t.elapsed().as_secs_f64();
+            ledger.store.close().await;
+            snapshot(args, true).await;
             println!(
                 "{{\"phase\":\"setup\",\"db\":\"{}\",\"providers\":{},\"events\":{events},\"seconds\":{:.2},\"vmhwm_kib\":{}}}",
                 args.db,
                 args.providers,
-                t.elapsed().as_secs_f64(),
+                seconds,
                 vmhwm_kib()
             );
         }
+        "restore" => snapshot(args, false).await,
         "run" | "rerun" => {
             let (ledger, _) = open(args, RUN_AT).await;
             let before = ledger.store.event_count().await.unwrap();
@@ -277,7 +332,7 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let phases: &[&str] = if args.reuse {
-        &["run", "rerun"]
+        &["restore", "run", "rerun"]
     } else {
         &["setup", "run", "rerun"]
     };

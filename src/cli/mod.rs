@@ -3,9 +3,9 @@
 
 pub mod bank;
 pub mod output;
-pub mod serve;
 pub mod reads;
 pub mod runs;
+pub mod serve;
 pub mod solana;
 
 use std::io::{BufRead, Write};
@@ -225,7 +225,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Payouts(args) => reads::payouts(&ledger, args, cli.format, &mut stdout).await?,
         Cmd::Token(cmd) => reads::token(&ledger, cmd, cli.format, &mut stdout).await?,
         Cmd::Bank(args) => {
-            bank::bank_cmd(&ledger, args, cli.config.as_deref(), cli.format, &mut stdout).await?
+            bank::bank_cmd(
+                &ledger,
+                args,
+                cli.config.as_deref(),
+                cli.format,
+                &mut stdout,
+            )
+            .await?
         }
         Cmd::Pay(cmd) => {
             solana::pay_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
@@ -487,7 +494,10 @@ fn counter_bar(what: &str, total: i64) -> Option<indicatif::ProgressBar> {
     }
     let bar = indicatif::ProgressBar::new(total.max(0) as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})").ok()?,
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})",
+        )
+        .ok()?,
     );
     bar.set_message(what.to_owned());
     Some(bar)

@@ -48,7 +48,6 @@ async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
-
 /// Runs `pass` now and then every `interval` until `stop` resolves; a pass in progress
 /// finishes first (each of its steps is its own transaction, so stopping between passes
 /// loses nothing).
@@ -72,18 +71,44 @@ async fn solana_pass(rail: &crate::rails::solana::SolanaRail, ledger: &Ledger) {
     match rail.pay_pending(ledger).await {
         Ok(r) => {
             let m = crate::metrics::global();
-            m.count("settle_solana_payouts_total", "Solana payouts resolved by the worker, by outcome.", &[("outcome", "settled")], r.settled as i64);
-            m.count("settle_solana_payouts_total", "Solana payouts resolved by the worker, by outcome.", &[("outcome", "failed")], r.failed as i64);
+            m.count(
+                "settle_solana_payouts_total",
+                "Solana payouts resolved by the worker, by outcome.",
+                &[("outcome", "settled")],
+                r.settled as i64,
+            );
+            m.count(
+                "settle_solana_payouts_total",
+                "Solana payouts resolved by the worker, by outcome.",
+                &[("outcome", "failed")],
+                r.failed as i64,
+            );
             if r.outbox > 0 {
-                tracing::info!(outbox = r.outbox, settled = r.settled, failed = r.failed, pending = r.pending, "solana pass");
+                tracing::info!(
+                    outbox = r.outbox,
+                    settled = r.settled,
+                    failed = r.failed,
+                    pending = r.pending,
+                    "solana pass"
+                );
             }
         }
         Err(e) => tracing::error!(error = %e, "solana pass failed; retrying next pass"),
     }
     if let Ok((usdc, lamports)) = rail.treasury_balances().await {
         let m = crate::metrics::global();
-        m.gauge("settle_treasury_usdc_micro", "Treasury USDC balance, micro-USDC.", &[], usdc as i64);
-        m.gauge("settle_treasury_sol_lamports", "Treasury SOL balance, lamports.", &[], lamports as i64);
+        m.gauge(
+            "settle_treasury_usdc_micro",
+            "Treasury USDC balance, micro-USDC.",
+            &[],
+            usdc as i64,
+        );
+        m.gauge(
+            "settle_treasury_sol_lamports",
+            "Treasury SOL balance, lamports.",
+            &[],
+            lamports as i64,
+        );
     }
 }
 
@@ -97,7 +122,11 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
     let app = Application::build(config.http.clone(), ledger.clone())
         .await
         .with_context(|| format!("binding {}", config.http.bind))?;
-    let app = app.merge(Router::new().route("/metrics", get(metrics)).with_state(ledger.clone()));
+    let app = app.merge(
+        Router::new()
+            .route("/metrics", get(metrics))
+            .with_state(ledger.clone()),
+    );
     tracing::info!(addr = %app.local_addr(), "settle serve: HTTP API on http://{}", app.local_addr());
     let http = tokio::spawn(app.run_until_stopped(stopped(stop_rx.clone())));
 
@@ -108,8 +137,8 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
             settle_calendar::Calendar::platform_default(),
             config.runs.clone(),
         )
-            .with_config(&config.scheduler)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .with_config(&config.scheduler)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         Some(tokio::spawn(scheduler.run(stopped(stop_rx.clone()))))
     } else {
         None
@@ -124,10 +153,14 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
         );
         let ledger = ledger.clone();
         let interval = Duration::from_millis(config.workers.solana_interval_ms);
-        workers.push(tokio::spawn(every(interval, stopped(stop_rx.clone()), move || {
-            let (rail, ledger) = (rail.clone(), ledger.clone());
-            async move { solana_pass(&rail, &ledger).await }
-        })));
+        workers.push(tokio::spawn(every(
+            interval,
+            stopped(stop_rx.clone()),
+            move || {
+                let (rail, ledger) = (rail.clone(), ledger.clone());
+                async move { solana_pass(&rail, &ledger).await }
+            },
+        )));
     }
     if config.workers.bank_enabled {
         let (ledger, bank) = (ledger.clone(), config.bank.clone());

@@ -78,7 +78,9 @@ pub fn router(state: AppState) -> Router {
         // connection; nothing was committed by the panicking request.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
-                axum::response::IntoResponse::into_response(Problem::internal(&"a handler panicked"))
+                axum::response::IntoResponse::into_response(Problem::internal(
+                    &"a handler panicked",
+                ))
             },
         ))
         .layer(

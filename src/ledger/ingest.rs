@@ -249,7 +249,7 @@ const PROVIDERS_PER_TX_MAX_POSTGRES: usize = 100;
 /// In-statement lists are chunked to stay far below bind-parameter limits.
 const IN_LIST_MAX: usize = 900;
 
-/// Events per overlap query (four bind parameters each).
+/// Events per overlap query (five bind parameters each; SQLite allows 500 compound terms).
 const OVERLAP_EVENTS_PER_QUERY_MAX: usize = 200;
 
 impl Ledger {
@@ -421,23 +421,28 @@ async fn book_groups(
     // reach into it: the index range stays short however long the GPU's history.
     let mut overlaps: HashMap<usize, (i64, i64)> = HashMap::new();
     for chunk in candidates.chunks(OVERLAP_EVENTS_PER_QUERY_MAX) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|i| format!("({})", dialect.placeholders(i * 4, 4)))
+        // One simple indexed lookup per event, as a UNION ALL: a join against a VALUES list
+        // let PostgreSQL pick a parallel hash join over the whole table.
+        let parts: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                let p = dialect.placeholders(i * 5, 5);
+                let p: Vec<&str> = p.split(',').collect();
+                format!(
+                    "SELECT {} AS i, started_at_ms, ended_at_ms FROM usage_segments \
+                     WHERE gpu_id = {} AND started_at_ms > {} AND started_at_ms < {} AND ended_at_ms > {}",
+                    p[0], p[1], p[2], p[3], p[4]
+                )
+            })
             .collect();
-        let sql = format!(
-            "WITH v(i, g, s, e) AS (VALUES {}) \
-             SELECT v.i, u.started_at_ms, u.ended_at_ms FROM v JOIN usage_segments u \
-             ON u.gpu_id = v.g AND u.started_at_ms > v.s - {MS_PER_DAY} \
-             AND u.started_at_ms < v.e AND u.ended_at_ms > v.s",
-            values.join(",")
-        );
+        let sql = parts.join(" UNION ALL ");
         let mut q = sqlx::query(&sql).persistent(false);
         for e in chunk {
             q = q
                 .bind(e.index as i64)
                 .bind(e.gpu_id.as_str())
-                .bind(e.started_at_ms)
-                .bind(e.ended_at_ms);
+                .bind(e.started_at_ms - MS_PER_DAY)
+                .bind(e.ended_at_ms)
+                .bind(e.started_at_ms);
         }
         for r in q.fetch_all(tx.conn()).await? {
             let index: i64 = r.try_get(0)?;
@@ -457,7 +462,10 @@ async fn book_groups(
     let (contexts, fees) = if providers.is_empty() {
         (HashMap::new(), FeeBook::default())
     } else {
-        (load_contexts(tx, &providers).await?, load_fee_book(tx).await?)
+        (
+            load_contexts(tx, &providers).await?,
+            load_fee_book(tx).await?,
+        )
     };
 
     // Decide and append, provider by provider, each on its own stream.
@@ -494,7 +502,10 @@ async fn book_groups(
             let reject = |code: &'static str, message: String| {
                 (
                     e.index,
-                    UsageResult::rejected(Some(e.event_id.clone()), DomainError::new(code, message)),
+                    UsageResult::rejected(
+                        Some(e.event_id.clone()),
+                        DomainError::new(code, message),
+                    ),
                 )
             };
             let Some((gpu_provider, model)) = gpus.get(&e.gpu_id) else {

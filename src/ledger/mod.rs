@@ -149,7 +149,9 @@ impl Ledger {
     /// backoff) or give up.
     pub async fn retry_after(&self, error: &LedgerError, attempt: &mut u32) -> bool {
         match error {
-            LedgerError::Store(e) if e.is_retryable() && *attempt < self.config.write_retries_max => {
+            LedgerError::Store(e)
+                if e.is_retryable() && *attempt < self.config.write_retries_max =>
+            {
                 *attempt += 1;
                 let backoff_ms = u64::from((*attempt).min(10)) * 5 + rand::random::<u64>() % 10;
                 tracing::debug!(attempt = *attempt, error = %e, "write conflict, retrying");

@@ -190,7 +190,9 @@ impl Ledger {
                     // through the bank, as a return.
                     return reject(
                         "invalid_payout_state",
-                        format!("payout {payout_id} is in bank batch {batch}; once the file is written only a bank return undoes it"),
+                        format!(
+                            "payout {payout_id} is in bank batch {batch}; once the file is written only a bank return undoes it"
+                        ),
                     );
                 }
             }

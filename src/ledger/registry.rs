@@ -262,7 +262,10 @@ impl Ledger {
         let now = self.now_ms();
         crate::write_stream!(self, &provider_stream(cmd.provider_id.as_str()), |tx| {
             if load_provider(tx, cmd.provider_id.as_str()).await?.is_none() {
-                return reject("unknown_provider", format!("no provider {}", cmd.provider_id));
+                return reject(
+                    "unknown_provider",
+                    format!("no provider {}", cmd.provider_id),
+                );
             }
             let current = sqlx::query(
                 "SELECT rate_usdc_per_hour FROM rates WHERE provider_id = $1 AND model = $2 AND effective_from_ms = $3",

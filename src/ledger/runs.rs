@@ -283,30 +283,32 @@ pub async fn run_report(
     let mut conn = pool.acquire().await?;
     let cutoff_ms = cutoff_ms(&run)?;
     let run_date = run.run_date(calendar).map_err(calendar_error)?;
-    let rows = sqlx::query(
-        "SELECT provider_id, decision, available_micro_usdc, amount_micro_usdc, payout_id, decided_at_ms FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
-    )
-    .bind(run.kind())
-    .bind(run.key_string())
-    .fetch_all(&mut *conn)
-    .await?;
+    // Streamed, not fetched whole: a run of 100,000 candidates holds only its report.
+    let mut candidates = Vec::new();
+    {
+        let mut rows = sqlx::query_as::<_, (String, String, i64, i64, Option<String>, i64)>(
+            "SELECT provider_id, decision, available_micro_usdc, amount_micro_usdc, payout_id, decided_at_ms FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
+        )
+        .bind(run.kind())
+        .bind(run.key_string())
+        .fetch(&mut *conn);
+        while let Some((provider_id, decision, available, amount, payout_id, decided_at_ms)) =
+            rows.try_next().await?
+        {
+            candidates.push(RunCandidate {
+                provider_id,
+                decision,
+                available_micro_usdc: available,
+                amount_micro_usdc: amount,
+                payout_id,
+                decided_at_ms,
+            });
+        }
+    }
     let completed_at_ms = run_completed(&mut conn, &run).await?;
-    if rows.is_empty() && completed_at_ms.is_none() {
+    if candidates.is_empty() && completed_at_ms.is_none() {
         return Ok(None);
     }
-    let mut candidates = rows
-        .iter()
-        .map(|r| {
-            Ok(RunCandidate {
-                provider_id: r.try_get(0)?,
-                decision: r.try_get(1)?,
-                available_micro_usdc: r.try_get(2)?,
-                amount_micro_usdc: r.try_get(3)?,
-                payout_id: r.try_get(4)?,
-                decided_at_ms: r.try_get(5)?,
-            })
-        })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
     candidates.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
     let mut totals: BTreeMap<String, DecisionTotal> = Decision::ALL
         .iter()
@@ -600,26 +602,24 @@ impl Ledger {
                 "SELECT provider_id FROM providers WHERE status <> 'suspended'"
             }
         };
-        let mut ids = sqlx::query(sql)
-            .fetch_all(self.store.pool())
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>(0))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut ids: Vec<String> = sqlx::query_scalar(sql)
+            .fetch(self.store.pool())
+            .try_collect()
+            .await?;
         ids.sort_unstable();
         Ok(ids)
     }
 
     /// The providers already decided in the run.
     async fn decided_ids(&self, run: &RunKey) -> Result<HashSet<String>, LedgerError> {
-        sqlx::query("SELECT provider_id FROM run_decisions WHERE run_kind = $1 AND run_key = $2")
-            .bind(run.kind())
-            .bind(run.key_string())
-            .fetch_all(self.store.pool())
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>(0).map_err(LedgerError::from))
-            .collect()
+        Ok(sqlx::query_scalar(
+            "SELECT provider_id FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
+        )
+        .bind(run.kind())
+        .bind(run.key_string())
+        .fetch(self.store.pool())
+        .try_collect()
+        .await?)
     }
 
     /// Decides one candidate in one transaction on its stream.

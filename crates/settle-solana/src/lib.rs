@@ -40,12 +40,12 @@ pub use treasury::{
     PreflightError, PreflightReport, Treasury, TreasuryError, check_mint, preflight,
 };
 
+/// Re-exports of the Solana types in the [`Chain`] trait.
+pub use solana_account::Account;
 /// Re-exports of the Solana types in this crate's API.
 pub use solana_sdk::{
     hash::Hash,
     pubkey::Pubkey,
     signature::{Keypair, Signature, Signer},
 };
-/// Re-exports of the Solana types in the [`Chain`] trait.
-pub use solana_account::Account;
 pub use solana_transaction::Transaction;
