@@ -7,7 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MAX_EXAMPLES="${1:-50}"
 BIN="${SETTLE_BIN:-${CARGO_TARGET_DIR:-target}/debug/settle}"
-command -v st >/dev/null || python3 -m pip install -q schemathesis
+if ! command -v st >/dev/null; then
+    python3 -m pip install -q schemathesis
+    hash -r
+    command -v pyenv >/dev/null && pyenv rehash || true
+    export PATH="$(python3 -m site --user-base)/bin:$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$PATH"
+fi
 work=$(mktemp -d)
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 db="sqlite://$work/fuzz.db"
