@@ -377,6 +377,7 @@ pub struct RunReportView {
     responses(
         (status = 200, body = RunReportView),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_run"),
         (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid run key"),
