@@ -434,7 +434,7 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
             let id = c.payout_id.as_deref().unwrap();
             let index: usize = c.provider_id[4..].parse().unwrap();
             let admin = Actor::operator("test");
-            if index % 2 == 0 {
+            if index.is_multiple_of(2) {
                 reference
                     .ledger
                     .cancel_payout(id, "ops review", &admin)

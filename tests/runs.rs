@@ -872,3 +872,47 @@ async fn the_cli_runs_shows_releases_cancels_and_lists_the_calendar() {
     assert_eq!(code, 0);
     w.check_invariants().await;
 }
+
+#[tokio::test]
+async fn the_cli_run_takes_its_rules_from_the_runs_config() {
+    let w = World::new("2026-11-16T00:00:00Z").await;
+    w.provider("p", W, Some(SOLANA)).await;
+    w.at("2026-11-18T00:00:00Z");
+    w.earn("p", 12_500_000, "2026-11-17T01:00:00Z").await; // net 10, below the default 25
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("settle.toml");
+    std::fs::write(&config, "[runs]\nweekly_minimum_micro_usdc = 5000000\n").unwrap();
+    let (code, out, err) = common::run_cli(
+        &w.db.url,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--now",
+            "2026-11-23T00:05:00Z",
+            "run",
+            "weekly",
+            "--date",
+            "2026-11-23",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("p,paid,10.000000,10.000000,po-"), "{out}");
+    std::fs::write(&config, "[runs]\nweekly_minimum = 5\n").unwrap();
+    let (code, _, err) = common::run_cli(
+        &w.db.url,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "show",
+            "--kind",
+            "weekly",
+            "--key",
+            "2026-11-23",
+        ],
+    );
+    assert_ne!(code, 0, "an unknown key is refused: {err}");
+    w.check_invariants().await;
+}

@@ -245,11 +245,10 @@ async fn the_loop_catches_up_on_start_and_stops_on_shutdown() {
         if let Some(r) = settle::ledger::runs::run_report(w.ledger.store.pool(), &w.calendar, key)
             .await
             .unwrap()
+            && r.completed
         {
-            if r.completed {
-                done = true;
-                break;
-            }
+            done = true;
+            break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

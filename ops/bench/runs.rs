@@ -106,28 +106,48 @@ fn sqlite_files(path: &str) -> [String; 3] {
     ]
 }
 
-/// Copies the database after setup to the snapshot (`to_snapshot`) or back.
-async fn snapshot(args: &Args, to_snapshot: bool) {
+/// Copies the database after setup to the snapshot (given the open `store`, which is
+/// closed), or back to the benchmark database (`None`: no connection open).
+async fn snapshot(args: &Args, store: Option<&Store>) {
+    let to_snapshot = store.is_some();
     if args.db == "postgres" {
+        if let Some(store) = store {
+            store.close().await;
+        }
         let (from, to) = if to_snapshot {
             (PG_DB, PG_SNAPSHOT)
         } else {
             (PG_SNAPSHOT, PG_DB)
         };
         pg_admin(args, &format!("DROP DATABASE IF EXISTS {to} WITH (FORCE)")).await;
+        // A template must have no session: end the ones still closing.
+        pg_admin(
+            args,
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{from}' AND pid <> pg_backend_pid()"
+            ),
+        )
+        .await;
         pg_admin(args, &format!("CREATE DATABASE {to} TEMPLATE {from}")).await;
     } else {
         let snap = format!("{}.setup", args.sqlite_path);
-        let (from, to) = if to_snapshot {
-            (args.sqlite_path.clone(), snap)
-        } else {
-            (snap, args.sqlite_path.clone())
-        };
-        for (f, t) in sqlite_files(&from).iter().zip(sqlite_files(&to).iter()) {
-            let _ = std::fs::remove_file(t);
-            if std::path::Path::new(f).exists() {
-                std::fs::copy(f, t).unwrap_or_else(|e| panic!("copy {f} to {t}: {e}"));
+        if let Some(store) = store {
+            // A consistent copy through SQLite itself (a file copy could race the
+            // checkpoint of the closing connections).
+            for f in sqlite_files(&snap) {
+                let _ = std::fs::remove_file(f);
             }
+            sqlx::query(&format!("VACUUM INTO '{snap}'"))
+                .execute(store.pool())
+                .await
+                .expect("VACUUM INTO the snapshot");
+            store.close().await;
+        } else {
+            for f in sqlite_files(&args.sqlite_path) {
+                let _ = std::fs::remove_file(f);
+            }
+            std::fs::copy(&snap, &args.sqlite_path)
+                .unwrap_or_else(|e| panic!("restore {snap}: {e}"));
         }
     }
 }
@@ -276,8 +296,7 @@ async fn phase(args: &Args, phase: &str) {
             }
             let events = ledger.store.event_count().await.unwrap();
             let seconds = t.elapsed().as_secs_f64();
-            ledger.store.close().await;
-            snapshot(args, true).await;
+            snapshot(args, Some(&ledger.store)).await;
             println!(
                 "{{\"phase\":\"setup\",\"db\":\"{}\",\"providers\":{},\"events\":{events},\"seconds\":{:.2},\"vmhwm_kib\":{}}}",
                 args.db,
@@ -286,7 +305,7 @@ async fn phase(args: &Args, phase: &str) {
                 vmhwm_kib()
             );
         }
-        "restore" => snapshot(args, false).await,
+        "restore" => snapshot(args, None).await,
         "run" | "rerun" => {
             let (ledger, _) = open(args, RUN_AT).await;
             let before = ledger.store.event_count().await.unwrap();

@@ -86,14 +86,17 @@ fn rejected(err: LedgerError) -> anyhow::Result<i32> {
     }
 }
 
+/// `settle run …`: the run rules come from the `[runs]` section of `--config` and the
+/// `SETTLE_RUNS__*` environment (defaults otherwise).
 pub async fn run_cmd(
     ledger: &Ledger,
     cmd: &RunCmd,
+    config_path: Option<&std::path::Path>,
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let calendar = Calendar::platform_default();
-    let config = RunConfig::default();
+    let config: RunConfig = crate::config::Config::load(config_path, std::env::vars())?.runs;
     let key = match cmd {
         RunCmd::Weekly { date } => runs::weekly_key(date),
         RunCmd::Monthly { month } => runs::monthly_key(month),

@@ -184,17 +184,18 @@ impl Ledger {
                     ),
                 );
             }
-            if step.kind == "failed" && current.rail.is_bank() {
-                if let Some(batch) = &current.reference {
-                    // The file may already be at the bank: the money can only come back
-                    // through the bank, as a return.
-                    return reject(
-                        "invalid_payout_state",
-                        format!(
-                            "payout {payout_id} is in bank batch {batch}; once the file is written only a bank return undoes it"
-                        ),
-                    );
-                }
+            if step.kind == "failed"
+                && current.rail.is_bank()
+                && let Some(batch) = &current.reference
+            {
+                // The file may already be at the bank: the money can only come back
+                // through the bank, as a return.
+                return reject(
+                    "invalid_payout_state",
+                    format!(
+                        "payout {payout_id} is in bank batch {batch}; once the file is written only a bank return undoes it"
+                    ),
+                );
             }
             tx.append(NewEvent {
                 body: (step.make)(&current),
@@ -216,15 +217,17 @@ impl Ledger {
         payout_id: &str,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        if let Some(p) = payout(self.store.pool(), payout_id).await? {
-            if p.status == "held" && p.rail == Rail::Sepa && p.amount_eur_cents.is_none() {
-                return reject(
-                    "fx_rate_missing",
-                    format!(
-                        "EUR payout {payout_id} was held without a fresh FX rate and has no EUR amount; cancel it and let the next run pay it at a fresh rate"
-                    ),
-                );
-            }
+        if let Some(p) = payout(self.store.pool(), payout_id).await?
+            && p.status == "held"
+            && p.rail == Rail::Sepa
+            && p.amount_eur_cents.is_none()
+        {
+            return reject(
+                "fx_rate_missing",
+                format!(
+                    "EUR payout {payout_id} was held without a fresh FX rate and has no EUR amount; cancel it and let the next run pay it at a fresh rate"
+                ),
+            );
         }
         self.payout_step(
             payout_id,

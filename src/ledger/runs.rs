@@ -82,11 +82,12 @@ pub fn failpoint(name: &str) {
             _ => (spec.to_owned(), 1),
         })
     });
-    if let Some((armed_name, at)) = armed {
-        if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
-            eprintln!("failpoint {name} reached: aborting");
-            std::process::abort();
-        }
+    if let Some((armed_name, at)) = armed
+        && armed_name == name
+        && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at
+    {
+        eprintln!("failpoint {name} reached: aborting");
+        std::process::abort();
     }
 }
 
@@ -155,7 +156,7 @@ pub fn completion_key(run: &RunKey) -> String {
     format!("run:{}:{}:completed", run.kind(), run.key_string())
 }
 
-/// The deterministic payout id of a run's payout to a provider: `po_` and 24 hex digits
+/// The deterministic payout id of a run's payout to a provider: `po-` and 24 hex digits
 /// of SHA-256(`kind|key|provider`), 27 characters (a SEPA EndToEndId holds 35).
 pub fn payout_id(run: &RunKey, provider_id: &str) -> String {
     let digest = Sha256::digest(format!("{}|{}|{provider_id}", run.kind(), run.key_string()));
