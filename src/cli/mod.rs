@@ -17,10 +17,10 @@ use serde_json::{Value, json};
 
 use crate::config::LedgerConfig;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
-use crate::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
 use crate::store::{Store, StoreOptions};
-use crate::wire::import::{Command, apply, parse_line};
+use crate::wire::import::{Command, Importer, Totals, parse_line};
 use output::{Format, Rows};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -286,16 +286,6 @@ fn print_report(
     Ok(())
 }
 
-/// One reported line of an import.
-struct LineResult {
-    line: usize,
-    kind: String,
-    id: Option<String>,
-    status: &'static str,
-    code: Option<String>,
-    message: Option<String>,
-}
-
 /// Imports (or, with `usage_only`, ingests) an NDJSON file. Consecutive usage lines are
 /// booked in batches; every line gets a result. Exit code 0 when no line was rejected.
 async fn import(
@@ -313,121 +303,35 @@ async fn import(
         ))
     };
     let actor = Actor::operator("cli");
-    let batch_max = ledger.config.batch_events_max;
-    let mut results: Vec<LineResult> = Vec::new();
-    let mut batch: Vec<(usize, UsageInput)> = Vec::new();
+    let mut importer = Importer::new(ledger, &actor);
     let progress = progress_bar(file);
-
-    async fn flush(
-        ledger: &Ledger,
-        actor: &Actor,
-        batch: &mut Vec<(usize, UsageInput)>,
-        results: &mut Vec<LineResult>,
-    ) -> anyhow::Result<()> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let inputs: Vec<UsageInput> = batch.iter().map(|(_, u)| u.clone()).collect();
-        let booked = ledger
-            .ingest_usage(&inputs, &SenderScope::Admin, actor)
-            .await?;
-        for ((line, input), r) in batch.drain(..).zip(booked) {
-            let (code, message) = match &r {
-                UsageResult::Rejected { code, message, .. } => {
-                    (Some(code.to_string()), Some(message.clone()))
-                }
-                _ => (None, None),
-            };
-            results.push(LineResult {
-                line,
-                kind: "usage".into(),
-                id: input.event_id,
-                status: r.status(),
-                code,
-                message,
-            });
-        }
-        Ok(())
-    }
-
     for (n, line) in reader.lines().enumerate() {
         let number = n + 1;
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                results.push(LineResult {
-                    line: number,
-                    kind: String::new(),
-                    id: None,
-                    status: "rejected",
-                    code: Some("unreadable_line".into()),
-                    message: Some(e.to_string()),
-                });
-                continue;
-            }
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed = if usage_only {
-            serde_json::from_str::<UsageInput>(&line)
+        let parsed = match line {
+            Err(e) => Err(crate::domain::DomainError::new(
+                "unreadable_line",
+                e.to_string(),
+            )),
+            Ok(l) if l.trim().is_empty() => continue,
+            Ok(l) if usage_only => serde_json::from_str::<UsageInput>(&l)
                 .map(Command::Usage)
-                .map_err(|e| crate::domain::DomainError::new("malformed_json", e.to_string()))
-        } else {
-            parse_line(&line)
+                .map_err(|e| crate::domain::DomainError::new("malformed_json", e.to_string())),
+            Ok(l) => parse_line(&l),
         };
-        match parsed {
-            Ok(Command::Usage(u)) => {
-                batch.push((number, u));
-                if batch.len() >= batch_max {
-                    flush(ledger, &actor, &mut batch, &mut results).await?;
-                }
-            }
-            Ok(command) => {
-                flush(ledger, &actor, &mut batch, &mut results).await?;
-                let (kind, id) = describe(&command);
-                let r = apply(ledger, &command, &actor).await;
-                results.push(match r {
-                    Ok(applied) => LineResult {
-                        line: number,
-                        kind,
-                        id,
-                        status: applied.as_str(),
-                        code: None,
-                        message: None,
-                    },
-                    Err(crate::ledger::LedgerError::Rejected(e)) => LineResult {
-                        line: number,
-                        kind,
-                        id,
-                        status: "rejected",
-                        code: Some(e.code.into()),
-                        message: Some(e.message),
-                    },
-                    Err(e) => return Err(e.into()),
-                });
-            }
-            Err(e) => results.push(LineResult {
-                line: number,
-                kind: String::new(),
-                id: None,
-                status: "rejected",
-                code: Some(e.code.into()),
-                message: Some(e.message),
-            }),
-        }
+        importer.line(number, parsed).await?;
         if let Some(p) = &progress {
             p.set_position(number as u64);
         }
     }
-    flush(ledger, &actor, &mut batch, &mut results).await?;
+    let results = importer.finish().await?;
     if let Some(p) = progress {
         p.finish_and_clear();
     }
-    results.sort_by_key(|r| r.line);
-    let count = |s: &str| results.iter().filter(|r| r.status == s).count();
-    let (accepted, duplicate, rejected) =
-        (count("accepted"), count("duplicate"), count("rejected"));
+    let Totals {
+        accepted,
+        duplicate,
+        rejected,
+    } = Totals::of(&results);
     match format {
         Format::Json => {
             let lines: Vec<Value> = results
@@ -465,27 +369,6 @@ async fn import(
         }
     }
     Ok(if rejected == 0 { 0 } else { 2 })
-}
-
-fn describe(command: &Command) -> (String, Option<String>) {
-    match command {
-        Command::RegisterProvider(c) => {
-            ("provider.register".into(), Some(c.provider_id.to_string()))
-        }
-        Command::UpdateProvider(c) => ("provider.update".into(), Some(c.provider_id.to_string())),
-        Command::RegisterGpu(c) => ("gpu.register".into(), Some(c.gpu_id.to_string())),
-        Command::SetRate(c) => (
-            "rate.set".into(),
-            Some(format!("{}/{}", c.provider_id, c.model.as_str())),
-        ),
-        Command::SetFee(c) => ("fee_schedule.set".into(), Some(c.tier.as_str().into())),
-        Command::Usage(u) => ("usage".into(), u.event_id.clone()),
-        Command::VoidUsage { event_id, .. } => ("usage.void".into(), Some(event_id.to_string())),
-        Command::Adjustment { adjustment_id, .. } => {
-            ("adjustment".into(), Some(adjustment_id.to_string()))
-        }
-        Command::SetFx { .. } => ("fx.rate_set".into(), None),
-    }
 }
 
 /// A progress bar over `total` events on stderr, when stderr is a terminal.

@@ -12,9 +12,7 @@ use super::problem::Problem;
 use crate::auth::Scope;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
 use crate::domain::money::parse_micro_usdc;
-use crate::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use crate::ledger::{Actor, Ledger, LedgerError};
-use crate::wire::import::{Command, apply, parse_line};
+use crate::wire::import::{Importer, Totals, parse_line};
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
     serde_json::from_slice(body).map_err(|e| Problem::bad_request("invalid_body", e.to_string()))
@@ -171,77 +169,6 @@ pub struct ImportResponse {
     pub totals: ImportTotals,
 }
 
-fn describe(command: &Command) -> (String, Option<String>) {
-    match command {
-        Command::RegisterProvider(c) => {
-            ("provider.register".into(), Some(c.provider_id.to_string()))
-        }
-        Command::UpdateProvider(c) => ("provider.update".into(), Some(c.provider_id.to_string())),
-        Command::RegisterGpu(c) => ("gpu.register".into(), Some(c.gpu_id.to_string())),
-        Command::SetRate(c) => (
-            "rate.set".into(),
-            Some(format!("{}/{}", c.provider_id, c.model.as_str())),
-        ),
-        Command::SetFee(c) => ("fee_schedule.set".into(), Some(c.tier.as_str().into())),
-        Command::Usage(u) => ("usage".into(), u.event_id.clone()),
-        Command::VoidUsage { event_id, .. } => ("usage.void".into(), Some(event_id.to_string())),
-        Command::Adjustment { adjustment_id, .. } => {
-            ("adjustment".into(), Some(adjustment_id.to_string()))
-        }
-        Command::SetFx { .. } => ("fx.rate_set".into(), None),
-    }
-}
-
-fn rejected_line(
-    line: usize,
-    kind: String,
-    id: Option<String>,
-    code: &str,
-    message: String,
-) -> ImportLine {
-    ImportLine {
-        line,
-        kind,
-        id,
-        status: "rejected".into(),
-        code: Some(code.to_owned()),
-        message: Some(message),
-    }
-}
-
-/// Books the pending usage lines as one batch.
-async fn flush(
-    ledger: &Ledger,
-    actor: &Actor,
-    batch: &mut Vec<(usize, UsageInput)>,
-    out: &mut Vec<ImportLine>,
-) -> Result<(), LedgerError> {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let inputs: Vec<UsageInput> = batch.iter().map(|(_, u)| u.clone()).collect();
-    let booked = ledger
-        .ingest_usage(&inputs, &SenderScope::Admin, actor)
-        .await?;
-    for ((line, input), r) in batch.drain(..).zip(booked) {
-        let (code, message) = match &r {
-            UsageResult::Rejected { code, message, .. } => {
-                (Some(code.to_string()), Some(message.clone()))
-            }
-            _ => (None, None),
-        };
-        out.push(ImportLine {
-            line,
-            kind: "usage".into(),
-            id: input.event_id,
-            status: r.status().to_owned(),
-            code,
-            message,
-        });
-    }
-    Ok(())
-}
-
 /// Apply an NDJSON body of commands (SPEC §8 import format), one result per line.
 #[utoipa::path(
     post,
@@ -266,60 +193,31 @@ pub async fn import(
     let principal = auth.require(&[Scope::Admin])?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| Problem::bad_request("invalid_body", "the body must be UTF-8 NDJSON"))?;
-    let ledger = &state.ledger;
     let actor = principal.actor();
-    let batch_max = ledger.config.batch_events_max;
-    let mut lines: Vec<ImportLine> = Vec::new();
-    let mut batch: Vec<(usize, UsageInput)> = Vec::new();
+    let mut importer = Importer::new(&state.ledger, &actor);
     for (n, line) in text.lines().enumerate() {
-        let number = n + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_line(line) {
-            Ok(Command::Usage(u)) => {
-                batch.push((number, u));
-                if batch.len() >= batch_max {
-                    flush(ledger, &actor, &mut batch, &mut lines).await?;
-                }
-            }
-            Ok(command) => {
-                flush(ledger, &actor, &mut batch, &mut lines).await?;
-                let (kind, id) = describe(&command);
-                lines.push(match apply(ledger, &command, &actor).await {
-                    Ok(applied) => ImportLine {
-                        line: number,
-                        kind,
-                        id,
-                        status: applied.as_str().to_owned(),
-                        code: None,
-                        message: None,
-                    },
-                    Err(LedgerError::Rejected(e)) => {
-                        rejected_line(number, kind, id, e.code, e.message)
-                    }
-                    Err(e) => return Err(e.into()),
-                });
-            }
-            Err(e) => lines.push(rejected_line(
-                number,
-                String::new(),
-                None,
-                e.code,
-                e.message,
-            )),
+        if !line.trim().is_empty() {
+            importer.line(n + 1, parse_line(line)).await?;
         }
     }
-    flush(ledger, &actor, &mut batch, &mut lines).await?;
-    lines.sort_by_key(|l| l.line);
-    let mut totals = ImportTotals::default();
-    for l in &lines {
-        match l.status.as_str() {
-            "accepted" => totals.accepted += 1,
-            "duplicate" => totals.duplicate += 1,
-            _ => totals.rejected += 1,
-        }
-    }
+    let results = importer.finish().await?;
+    let t = Totals::of(&results);
+    let lines = results
+        .into_iter()
+        .map(|r| ImportLine {
+            line: r.line,
+            kind: r.kind,
+            id: r.id,
+            status: r.status.to_owned(),
+            code: r.code,
+            message: r.message,
+        })
+        .collect();
+    let totals = ImportTotals {
+        accepted: t.accepted,
+        duplicate: t.duplicate,
+        rejected: t.rejected,
+    };
     Ok(Json(ImportResponse { lines, totals }))
 }
 

@@ -334,3 +334,166 @@ pub async fn apply(
         }
     }
 }
+
+/// The result of one import line, as `settle import` and `POST /v1/admin/import` report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineResult {
+    /// 1-based line number.
+    pub line: usize,
+    /// The line's `type` (empty when unreadable).
+    pub kind: String,
+    pub id: Option<String>,
+    /// `accepted`, `duplicate` or `rejected`.
+    pub status: &'static str,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Counts of an import by status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub accepted: usize,
+    pub duplicate: usize,
+    pub rejected: usize,
+}
+
+impl Totals {
+    pub fn of(results: &[LineResult]) -> Totals {
+        let mut t = Totals::default();
+        for r in results {
+            match r.status {
+                "accepted" => t.accepted += 1,
+                "duplicate" => t.duplicate += 1,
+                _ => t.rejected += 1,
+            }
+        }
+        t
+    }
+}
+
+/// The line's type and id, for its result.
+pub fn describe(command: &Command) -> (String, Option<String>) {
+    match command {
+        Command::RegisterProvider(c) => {
+            ("provider.register".into(), Some(c.provider_id.to_string()))
+        }
+        Command::UpdateProvider(c) => ("provider.update".into(), Some(c.provider_id.to_string())),
+        Command::RegisterGpu(c) => ("gpu.register".into(), Some(c.gpu_id.to_string())),
+        Command::SetRate(c) => (
+            "rate.set".into(),
+            Some(format!("{}/{}", c.provider_id, c.model.as_str())),
+        ),
+        Command::SetFee(c) => ("fee_schedule.set".into(), Some(c.tier.as_str().into())),
+        Command::Usage(u) => ("usage".into(), u.event_id.clone()),
+        Command::VoidUsage { event_id, .. } => ("usage.void".into(), Some(event_id.to_string())),
+        Command::Adjustment { adjustment_id, .. } => {
+            ("adjustment".into(), Some(adjustment_id.to_string()))
+        }
+        Command::SetFx { .. } => ("fx.rate_set".into(), None),
+    }
+}
+
+fn rejected(line: usize, kind: String, id: Option<String>, e: DomainError) -> LineResult {
+    LineResult {
+        line,
+        kind,
+        id,
+        status: "rejected",
+        code: Some(e.code.to_owned()),
+        message: Some(e.message),
+    }
+}
+
+/// Applies parsed import lines in order. Consecutive usage lines are booked as one batch
+/// (up to `batch_events_max`); every line gets a result. Only a storage failure is an error.
+pub struct Importer<'a> {
+    ledger: &'a Ledger,
+    actor: &'a Actor,
+    batch: Vec<(usize, UsageInput)>,
+    results: Vec<LineResult>,
+}
+
+impl<'a> Importer<'a> {
+    pub fn new(ledger: &'a Ledger, actor: &'a Actor) -> Importer<'a> {
+        Importer {
+            ledger,
+            actor,
+            batch: Vec::new(),
+            results: Vec::new(),
+        }
+    }
+
+    /// Takes line `number`, parsed (or its parse error).
+    pub async fn line(
+        &mut self,
+        number: usize,
+        parsed: Result<Command, DomainError>,
+    ) -> Result<(), LedgerError> {
+        match parsed {
+            Ok(Command::Usage(u)) => {
+                self.batch.push((number, u));
+                if self.batch.len() >= self.ledger.config.batch_events_max {
+                    self.flush().await?;
+                }
+            }
+            Ok(command) => {
+                self.flush().await?;
+                let (kind, id) = describe(&command);
+                self.results
+                    .push(match apply(self.ledger, &command, self.actor).await {
+                        Ok(applied) => LineResult {
+                            line: number,
+                            kind,
+                            id,
+                            status: applied.as_str(),
+                            code: None,
+                            message: None,
+                        },
+                        Err(LedgerError::Rejected(e)) => rejected(number, kind, id, e),
+                        Err(e) => return Err(e),
+                    });
+            }
+            Err(e) => self.results.push(rejected(number, String::new(), None, e)),
+        }
+        Ok(())
+    }
+
+    /// Books what is pending and returns every line's result, in line order.
+    pub async fn finish(mut self) -> Result<Vec<LineResult>, LedgerError> {
+        self.flush().await?;
+        self.results.sort_by_key(|r| r.line);
+        Ok(self.results)
+    }
+
+    async fn flush(&mut self) -> Result<(), LedgerError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let inputs: Vec<UsageInput> = self.batch.iter().map(|(_, u)| u.clone()).collect();
+        let booked = self
+            .ledger
+            .ingest_usage(
+                &inputs,
+                &crate::ledger::ingest::SenderScope::Admin,
+                self.actor,
+            )
+            .await?;
+        for ((line, input), r) in self.batch.drain(..).zip(booked) {
+            let (code, message) = match &r {
+                crate::ledger::ingest::UsageResult::Rejected { code, message, .. } => {
+                    (Some(code.to_string()), Some(message.clone()))
+                }
+                _ => (None, None),
+            };
+            self.results.push(LineResult {
+                line,
+                kind: "usage".into(),
+                id: input.event_id,
+                status: r.status(),
+                code,
+                message,
+            });
+        }
+        Ok(())
+    }
+}
