@@ -21,6 +21,11 @@ pub struct LedgerConfig {
     pub write_retries_max: u32,
     /// Length of free-text fields (reasons, names, references).
     pub text_len_max: usize,
+    /// Provider streams booked in one ingest transaction: a batch spanning more providers
+    /// commits in several transactions. On PostgreSQL each stream is an advisory lock held
+    /// to the commit; the server's lock table holds `max_locks_per_transaction ×
+    /// max_connections` locks in all (see ops/deploy/postgresql.conf).
+    pub ingest_streams_per_tx_max: usize,
 }
 
 impl Default for LedgerConfig {
@@ -33,6 +38,7 @@ impl Default for LedgerConfig {
             batch_bytes_max: 1024 * 1024,
             write_retries_max: 50,
             text_len_max: 500,
+            ingest_streams_per_tx_max: 1000,
         }
     }
 }

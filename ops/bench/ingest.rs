@@ -7,7 +7,8 @@
 //! Phases:
 //! - `raw`: multi-row `INSERT … ON CONFLICT DO NOTHING` of the same event ids and net amounts
 //!   into a two-column table, one transaction per batch, with the engine's durability
-//!   settings (SQLite WAL + synchronous=FULL; PostgreSQL defaults). No engine code.
+//!   settings (SQLite WAL + synchronous=FULL, 32 MiB page cache; PostgreSQL defaults). No engine
+//!   code.
 //! - `engine`: the same batches through `Ledger::ingest_usage` (metering scope), after
 //!   registering the providers, GPUs and rates (setup, timed apart).
 
@@ -329,7 +330,12 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
         .after_connect(move |conn, _| {
             Box::pin(async move {
                 if sqlite {
-                    for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL"] {
+                    // The engine's durability and cache settings (`Store::open`).
+                    for pragma in [
+                        "PRAGMA journal_mode = WAL",
+                        "PRAGMA synchronous = FULL",
+                        "PRAGMA cache_size = -32768",
+                    ] {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }
                 }

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use super::event::*;
 use super::time::day_number;
 
-/// A projection cell.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A projection cell (serialised as JSON null, number or string).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(untagged)]
 pub enum Val {
     Null,
     Int(i64),

@@ -17,7 +17,7 @@ use crate::domain::ids::{EventId, GpuId, ProviderId, RentalId};
 use crate::domain::money::Rate;
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory, price_interval};
 use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
-use crate::store::{Dialect, NewEvent, WriteTx};
+use crate::store::{NewEvent, WriteTx, json_rows_param};
 
 /// A usage event as received (SPEC §4 `usage.recorded` v1 input), fields still unparsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -221,11 +221,7 @@ impl Ledger {
             }
         }
         let groups: Vec<(String, Vec<Parsed>)> = by_provider.into_iter().collect();
-        let providers_per_tx = match self.store.dialect() {
-            Dialect::Sqlite => PROVIDERS_PER_TX_MAX_SQLITE,
-            Dialect::Postgres => PROVIDERS_PER_TX_MAX_POSTGRES,
-        };
-        for chunk in groups.chunks(providers_per_tx) {
+        for chunk in groups.chunks(self.config.ingest_streams_per_tx_max.max(1)) {
             for (index, result) in self.book_usage(chunk, actor, now_ms).await? {
                 results[index] = Some(result);
             }
@@ -238,19 +234,6 @@ impl Ledger {
         Ok(results)
     }
 }
-
-/// Providers booked per transaction. On SQLite (one writer, a sync per commit) a whole
-/// batch is one transaction; on PostgreSQL each provider's stream is an advisory lock held
-/// until the commit, so a batch that spans many providers commits in several transactions.
-/// Each provider's stream keeps its own sequence and hash chain either way.
-const PROVIDERS_PER_TX_MAX_SQLITE: usize = 1000;
-const PROVIDERS_PER_TX_MAX_POSTGRES: usize = 100;
-
-/// In-statement lists are chunked to stay far below bind-parameter limits.
-const IN_LIST_MAX: usize = 900;
-
-/// Events per overlap query (five bind parameters each; SQLite allows 500 compound terms).
-const OVERLAP_EVENTS_PER_QUERY_MAX: usize = 200;
 
 impl Ledger {
     /// Books the events of some providers in one transaction over their streams, retrying
@@ -314,40 +297,29 @@ async fn load_contexts(
             (p.to_string(), context)
         })
         .collect();
-    let dialect = tx.dialect();
-    for chunk in providers.chunks(IN_LIST_MAX) {
-        let sql = format!(
-            "SELECT provider_id, from_ms, tier FROM provider_tiers WHERE provider_id IN ({})",
-            dialect.placeholders(0, chunk.len())
-        );
-        let mut q = sqlx::query(&sql).persistent(false);
-        for p in chunk {
-            q = q.bind(*p);
+    let rows = json_rows_param(&providers.iter().map(|p| (*p,)).collect::<Vec<_>>());
+    let from = tx.dialect().json_rows(1);
+    let sql = format!(
+        "SELECT t.provider_id, t.from_ms, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
+    );
+    for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
+        let provider: String = r.try_get(0)?;
+        if let Some(c) = out.get_mut(&provider) {
+            c.tiers
+                .set(r.try_get(1)?, Tier::parse(&r.try_get::<String, _>(2)?)?);
         }
-        for r in q.fetch_all(tx.conn()).await? {
-            let provider: String = r.try_get(0)?;
-            if let Some(c) = out.get_mut(&provider) {
-                c.tiers
-                    .set(r.try_get(1)?, Tier::parse(&r.try_get::<String, _>(2)?)?);
-            }
-        }
-        let sql = format!(
-            "SELECT provider_id, model, effective_from_ms, rate_usdc_per_hour FROM rates WHERE provider_id IN ({})",
-            dialect.placeholders(0, chunk.len())
-        );
-        let mut q = sqlx::query(&sql).persistent(false);
-        for p in chunk {
-            q = q.bind(*p);
-        }
-        for r in q.fetch_all(tx.conn()).await? {
-            let provider: String = r.try_get(0)?;
-            if let Some(c) = out.get_mut(&provider) {
-                c.prices.set(
-                    &r.try_get::<String, _>(1)?,
-                    r.try_get(2)?,
-                    Rate::parse(&r.try_get::<String, _>(3)?)?,
-                );
-            }
+    }
+    let sql = format!(
+        "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0"
+    );
+    for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
+        let provider: String = r.try_get(0)?;
+        if let Some(c) = out.get_mut(&provider) {
+            c.prices.set(
+                &r.try_get::<String, _>(1)?,
+                r.try_get(2)?,
+                Rate::parse(&r.try_get::<String, _>(3)?)?,
+            );
         }
     }
     Ok(out)
@@ -366,42 +338,42 @@ async fn book_groups(
     let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
     let mut out = Vec::with_capacity(all.len());
 
+    // Each read is one statement with the batch as one JSON parameter (see
+    // `Dialect::json_rows`): its text never changes, so it is planned once per connection.
+    let from = dialect.json_rows(1);
+
     // Idempotency: which keys are booked already, with what content.
+    let keys: Vec<(String,)> = all.iter().map(|e| (usage_key(&e.event_id),)).collect();
     let mut booked: HashMap<String, Option<Vec<u8>>> = HashMap::new();
-    for chunk in all.chunks(IN_LIST_MAX) {
-        let sql = format!(
-            "SELECT idem_key, content_hash FROM events WHERE idem_key IN ({})",
-            dialect.placeholders(0, chunk.len())
-        );
-        let mut q = sqlx::query(&sql).persistent(false);
-        for e in chunk {
-            q = q.bind(usage_key(&e.event_id));
-        }
-        for r in q.fetch_all(tx.conn()).await? {
-            booked.insert(r.try_get(0)?, r.try_get(1)?);
-        }
+    let sql = format!(
+        "SELECT e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0"
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&keys))
+        .fetch_all(tx.conn())
+        .await?
+    {
+        booked.insert(r.try_get(0)?, r.try_get(1)?);
     }
 
     // The GPUs named by the events.
-    let gpu_ids: Vec<&str> = all
+    let gpu_ids: Vec<(&str,)> = all
         .iter()
         .map(|e| e.gpu_id.as_str())
         .collect::<HashSet<_>>()
         .into_iter()
+        .map(|g| (g,))
         .collect();
     let mut gpus: HashMap<String, (String, String)> = HashMap::new();
-    for chunk in gpu_ids.chunks(IN_LIST_MAX) {
-        let sql = format!(
-            "SELECT gpu_id, provider_id, model FROM gpus WHERE gpu_id IN ({})",
-            dialect.placeholders(0, chunk.len())
-        );
-        let mut q = sqlx::query(&sql).persistent(false);
-        for g in chunk {
-            q = q.bind(*g);
-        }
-        for r in q.fetch_all(tx.conn()).await? {
-            gpus.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
-        }
+    let sql = format!(
+        "SELECT g.gpu_id, g.provider_id, g.model FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&gpu_ids))
+        .fetch_all(tx.conn())
+        .await?
+    {
+        gpus.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
     }
 
     // New events on their provider's own GPUs: the ones that may be booked.
@@ -420,31 +392,31 @@ async fn book_groups(
     // at most one day long, so only segments starting less than a day before the event can
     // reach into it: the index range stays short however long the GPU's history.
     let mut overlaps: HashMap<usize, (i64, i64)> = HashMap::new();
-    for chunk in candidates.chunks(OVERLAP_EVENTS_PER_QUERY_MAX) {
-        // One simple indexed lookup per event, as a UNION ALL: a join against a VALUES list
-        // let PostgreSQL pick a parallel hash join over the whole table.
-        let parts: Vec<String> = (0..chunk.len())
-            .map(|i| {
-                let p = dialect.placeholders(i * 5, 5);
-                let p: Vec<&str> = p.split(',').collect();
-                format!(
-                    "SELECT {} AS i, started_at_ms, ended_at_ms FROM usage_segments \
-                     WHERE gpu_id = {} AND started_at_ms > {} AND started_at_ms < {} AND ended_at_ms > {}",
-                    p[0], p[1], p[2], p[3], p[4]
+    if !candidates.is_empty() {
+        let probes: Vec<(usize, &str, i64, i64, i64)> = candidates
+            .iter()
+            .map(|e| {
+                (
+                    e.index,
+                    e.gpu_id.as_str(),
+                    e.started_at_ms - MS_PER_DAY,
+                    e.ended_at_ms,
+                    e.started_at_ms,
                 )
             })
             .collect();
-        let sql = parts.join(" UNION ALL ");
-        let mut q = sqlx::query(&sql).persistent(false);
-        for e in chunk {
-            q = q
-                .bind(e.index as i64)
-                .bind(e.gpu_id.as_str())
-                .bind(e.started_at_ms - MS_PER_DAY)
-                .bind(e.ended_at_ms)
-                .bind(e.started_at_ms);
-        }
-        for r in q.fetch_all(tx.conn()).await? {
+        let sql = format!(
+            "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
+             JOIN usage_segments AS s ON s.gpu_id = j.value ->> 1 \
+             AND s.started_at_ms > CAST(j.value ->> 2 AS BIGINT) \
+             AND s.started_at_ms < CAST(j.value ->> 3 AS BIGINT) \
+             AND s.ended_at_ms > CAST(j.value ->> 4 AS BIGINT)"
+        );
+        for r in sqlx::query(&sql)
+            .bind(json_rows_param(&probes))
+            .fetch_all(tx.conn())
+            .await?
+        {
             let index: i64 = r.try_get(0)?;
             overlaps
                 .entry(index as usize)

@@ -62,6 +62,32 @@ impl Dialect {
         }
         out
     }
+
+    /// The FROM item that unpacks parameter `$n`, a JSON array of arrays (see
+    /// [`json_rows_param`]), into rows `j`; field `i` of a row is `j.value ->> i` (text, or
+    /// a number: cast integers with `CAST(… AS BIGINT)`). One parameter carries any number of
+    /// rows, so the statement text never changes: it is parsed and planned once per
+    /// connection, and there is no bind-parameter limit to chunk around.
+    pub fn json_rows(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_each(${n}) AS j"),
+            Dialect::Postgres => format!("json_array_elements(CAST(${n} AS json)) AS j"),
+        }
+    }
+
+    /// SQL turning hex text into bytes.
+    pub fn bytes_from_hex(self, expr: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("unhex({expr})"),
+            Dialect::Postgres => format!("decode({expr}, 'hex')"),
+        }
+    }
+}
+
+/// Rows for a [`Dialect::json_rows`] parameter: a JSON array of arrays (a tuple serialises
+/// as an array).
+pub fn json_rows_param<T: serde::Serialize>(rows: &[T]) -> String {
+    serde_json::to_string(rows).expect("rows serialise to JSON")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,8 +132,12 @@ fn is_transient(e: &sqlx::Error) -> bool {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.to_string()).unwrap_or_default();
             // SQLite BUSY (5), BUSY_SNAPSHOT (517), LOCKED (6); PostgreSQL serialization
-            // failure and deadlock.
-            matches!(code.as_str(), "5" | "517" | "6" | "262" | "40001" | "40P01")
+            // failure, deadlock, and a full lock table (advisory stream locks of concurrent
+            // ingest transactions: retrying after they commit succeeds).
+            matches!(
+                code.as_str(),
+                "5" | "517" | "6" | "262" | "40001" | "40P01" | "53200"
+            )
         }
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => true,
         _ => false,
@@ -121,6 +151,10 @@ pub struct StoreOptions {
     pub acquire_timeout_ms: u64,
     /// SQLite: how long a writer waits for another process's write lock.
     pub sqlite_busy_timeout_ms: u64,
+    /// SQLite: page cache per connection, in KiB (SQLite's default is 2,000). A usage batch
+    /// touches a few pages of each of several indexes per provider and GPU; with the
+    /// default cache they are read again for every batch.
+    pub sqlite_cache_kib: u64,
 }
 
 impl Default for StoreOptions {
@@ -129,6 +163,7 @@ impl Default for StoreOptions {
             connections_max: 8,
             acquire_timeout_ms: 30_000,
             sqlite_busy_timeout_ms: 10_000,
+            sqlite_cache_kib: 32_768,
         }
     }
 }
@@ -211,6 +246,7 @@ impl Store {
         };
         let connect: AnyConnectOptions = url.parse()?;
         let busy_ms = options.sqlite_busy_timeout_ms;
+        let cache_kib = options.sqlite_cache_kib;
         let pool = AnyPoolOptions::new()
             .max_connections(options.connections_max)
             .acquire_timeout(Duration::from_millis(options.acquire_timeout_ms))
@@ -222,6 +258,7 @@ impl Store {
                             "PRAGMA journal_mode = WAL".to_owned(),
                             "PRAGMA synchronous = FULL".to_owned(),
                             format!("PRAGMA busy_timeout = {busy_ms}"),
+                            format!("PRAGMA cache_size = -{cache_kib}"),
                             "PRAGMA foreign_keys = ON".to_owned(),
                         ] {
                             sqlx::query(&pragma).execute(&mut *conn).await?;
@@ -321,12 +358,11 @@ impl Store {
 
     /// Starts one write transaction over several streams (a usage batch that spans
     /// providers, booked with one commit): takes every stream's write lock, in name order,
-    /// and reads their heads. Appends go to the first stream in name order until
-    /// [`WriteTx::use_stream`] switches. Each stream keeps its own sequence and hash chain;
-    /// the caller bounds the number of streams (each is a lock held until commit).
+    /// and reads their heads, each with one statement whatever the number of streams.
+    /// Appends go to the first stream in name order until [`WriteTx::use_stream`] switches.
+    /// Each stream keeps its own sequence and hash chain; the caller bounds the number of
+    /// streams (on PostgreSQL each is an advisory lock held until commit).
     pub async fn begin_streams(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
-        /// Streams per lock or head statement (SQLite allows 500 terms in a compound select).
-        const STREAMS_PER_STATEMENT_MAX: usize = 100;
         let mut names: Vec<&str> = streams.to_vec();
         names.sort_unstable();
         names.dedup();
@@ -341,47 +377,46 @@ impl Store {
         let mut tx = TxConn::begin(&self.pool, self.dialect)
             .await
             .map_err(classify)?;
-        if self.dialect == Dialect::Postgres {
-            for chunk in names.chunks(STREAMS_PER_STATEMENT_MAX) {
-                // A VALUES list is scanned in order: every writer locks in name order, so
+        let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
+        let rows = json_rows_param(&rows);
+        let heads_sql = match self.dialect {
+            Dialect::Postgres => {
+                // The array is unpacked in order: every writer locks in name order, so
                 // writers of overlapping stream sets cannot deadlock.
-                let values: Vec<String> =
-                    (0..chunk.len()).map(|i| format!("(${})", i + 1)).collect();
-                let sql = format!(
-                    "SELECT COUNT(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(v.s, 0)) FROM (VALUES {}) AS v(s)) AS l",
-                    values.join(",")
-                );
-                let mut query = sqlx::query(&sql).persistent(false);
-                for name in chunk {
-                    query = query.bind(*name);
-                }
-                query.fetch_one(&mut *tx).await.map_err(classify)?;
+                sqlx::query(&format!(
+                    "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(j.value ->> 0, 0))) FROM {}",
+                    self.dialect.json_rows(1)
+                ))
+                .bind(&rows)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(classify)?;
+                format!(
+                    "SELECT j.value ->> 0, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
+                     (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
+                    self.dialect.json_rows(1)
+                )
             }
-        }
+            Dialect::Sqlite => format!(
+                "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM {} JOIN events AS e \
+                 ON e.stream = j.value ->> 0 AND e.seq = (SELECT MAX(x.seq) FROM events AS x WHERE x.stream = j.value ->> 0)",
+                self.dialect.json_rows(1)
+            ),
+        };
         let mut heads: BTreeMap<String, (i64, Vec<u8>, i64)> = names
             .iter()
             .map(|s| (s.to_string(), (0, GENESIS_HASH.to_vec(), i64::MIN)))
             .collect();
-        for chunk in names.chunks(STREAMS_PER_STATEMENT_MAX) {
-            let parts: Vec<String> = (0..chunk.len())
-                .map(|i| {
-                    format!(
-                        "SELECT * FROM (SELECT stream, seq, hash, recorded_at_ms FROM events WHERE stream = {} ORDER BY seq DESC LIMIT 1) AS h{i}",
-                        self.dialect.placeholders(i, 1)
-                    )
-                })
-                .collect();
-            let sql = parts.join(" UNION ALL ");
-            let mut query = sqlx::query(&sql).persistent(false);
-            for name in chunk {
-                query = query.bind(*name);
-            }
-            for row in query.fetch_all(&mut *tx).await.map_err(classify)? {
-                heads.insert(
-                    row.try_get::<String, _>(0)?,
-                    (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
-                );
-            }
+        for row in sqlx::query(&heads_sql)
+            .bind(&rows)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?
+        {
+            heads.insert(
+                row.try_get::<String, _>(0)?,
+                (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
+            );
         }
         let first = names[0].to_owned();
         let (seq, hash, recorded_at_ms) = heads.remove(&first).expect("a head per stream");
@@ -400,8 +435,19 @@ impl Store {
     }
 
     /// The latest `recorded_at` on the ledger: booking time never moves backwards past it.
+    /// A stream's `recorded_at` never decreases, so this is the maximum over the streams'
+    /// last events, found stream by stream through the primary key (a skip scan: one index
+    /// probe per stream, no index on `recorded_at`).
     pub async fn max_recorded_at_ms(&self) -> Result<Option<i64>, StoreError> {
-        let row = sqlx::query("SELECT MAX(recorded_at_ms) FROM events")
+        let row = sqlx::query(
+            "WITH RECURSIVE s(stream) AS ( \
+                SELECT MIN(stream) FROM events \
+                UNION ALL \
+                SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream) FROM s WHERE s.stream IS NOT NULL \
+             ) \
+             SELECT MAX((SELECT h.recorded_at_ms FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)) \
+             FROM s WHERE s.stream IS NOT NULL",
+        )
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get::<Option<i64>, _>(0)?)
@@ -644,36 +690,46 @@ impl WriteTx {
     /// race (another writer took the sequence number or an idempotency key) surfaces as
     /// [`StoreError::Conflict`]: retry the command from the start.
     pub async fn commit(mut self) -> Result<Vec<StoredEvent>, StoreError> {
-        const ROWS_PER_INSERT: usize = 500;
-        for chunk in self.pending.chunks(ROWS_PER_INSERT) {
-            let mut sql = format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES ");
-            for i in 0..chunk.len() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                sql.push('(');
-                sql.push_str(&self.dialect.placeholders(i * 12, 12));
-                sql.push(')');
+        const ROWS_PER_INSERT: usize = 5_000;
+        if !self.pending.is_empty() {
+            // The rows travel as one JSON parameter: one statement text, prepared once per
+            // connection, whatever the number of events.
+            let d = self.dialect;
+            let sql = format!(
+                "INSERT INTO events ({EVENT_COLUMNS}) SELECT j.value ->> 0, CAST(j.value ->> 1 AS BIGINT), \
+                 j.value ->> 2, CAST(j.value ->> 3 AS BIGINT), j.value ->> 4, {}, j.value ->> 6, \
+                 CAST(j.value ->> 7 AS BIGINT), j.value ->> 8, j.value ->> 9, {}, {} FROM {}",
+                d.bytes_from_hex("j.value ->> 5"),
+                d.bytes_from_hex("j.value ->> 10"),
+                d.bytes_from_hex("j.value ->> 11"),
+                d.json_rows(1)
+            );
+            for chunk in self.pending.chunks(ROWS_PER_INSERT) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|e| {
+                        (
+                            &e.stream,
+                            e.seq,
+                            &e.event_type,
+                            e.version,
+                            &e.idem_key,
+                            e.content_hash.as_ref().map(hex::encode),
+                            &e.actor,
+                            e.recorded_at_ms,
+                            &e.payload,
+                            &e.lines,
+                            hex::encode(&e.prev_hash),
+                            hex::encode(&e.hash),
+                        )
+                    })
+                    .collect();
+                sqlx::query(&sql)
+                    .bind(json_rows_param(&rows))
+                    .execute(&mut *self.tx)
+                    .await
+                    .map_err(classify)?;
             }
-            // Not kept in the statement cache: multi-row statements vary in shape, and every
-            // cached one keeps its compiled form per connection.
-            let mut query = sqlx::query(&sql).persistent(false);
-            for e in chunk {
-                query = query
-                    .bind(&e.stream)
-                    .bind(e.seq)
-                    .bind(&e.event_type)
-                    .bind(e.version)
-                    .bind(&e.idem_key)
-                    .bind(&e.content_hash)
-                    .bind(&e.actor)
-                    .bind(e.recorded_at_ms)
-                    .bind(&e.payload)
-                    .bind(&e.lines)
-                    .bind(&e.prev_hash)
-                    .bind(&e.hash);
-            }
-            query.execute(&mut *self.tx).await.map_err(classify)?;
         }
         project::apply_ops(&mut self.tx, &self.ops)
             .await

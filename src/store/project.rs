@@ -10,8 +10,8 @@ use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, tab
 
 use super::{Dialect, StoreError};
 
-/// Bind parameters per statement, below SQLite's 32766 and PostgreSQL's 65535.
-const PARAMS_PER_STATEMENT_MAX: usize = 30_000;
+/// Rows per statement: each statement carries its rows as one JSON parameter.
+const ROWS_PER_STATEMENT_MAX: usize = 10_000;
 
 /// Whether a projection column holds integers (by the naming convention of the schema).
 pub fn is_int_column(name: &str) -> bool {
@@ -42,16 +42,14 @@ fn bind<'q>(
     }
 }
 
-fn placeholders(dialect: Dialect, start: usize, count: usize) -> String {
-    format!("({})", dialect.placeholders(start, count))
-}
-
 fn columns(spec: &TableSpec) -> Vec<&'static str> {
     spec.key.iter().chain(spec.vals.iter()).copied().collect()
 }
 
 /// Inserts rows; with `upsert`, an existing key gets the new values (or, with `add`, the
-/// sum of the old and new values in the `add` columns).
+/// sum of the old and new values in the `add` columns). The rows travel as one JSON
+/// parameter (see [`Dialect::json_rows`]), so the statement text depends only on the table
+/// and the conflict rule and is prepared once per connection.
 async fn insert_rows(
     conn: &mut AnyConnection,
     spec: &TableSpec,
@@ -59,51 +57,59 @@ async fn insert_rows(
     conflict: Conflict<'_>,
 ) -> Result<(), sqlx::Error> {
     let cols = columns(spec);
-    let per_row = cols.len();
-    let rows_per_statement = (PARAMS_PER_STATEMENT_MAX / per_row).max(1);
     let dialect = Dialect::of(conn);
-    for chunk in rows.chunks(rows_per_statement) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|i| placeholders(dialect, i * per_row, per_row))
-            .collect();
-        let mut sql = format!(
-            "INSERT INTO {} ({}) VALUES {}",
-            spec.name,
-            cols.join(","),
-            values.join(",")
-        );
-        match conflict {
-            Conflict::Fail => {}
-            Conflict::Replace => sql.push_str(&format!(
-                " ON CONFLICT ({}) DO UPDATE SET {}",
-                spec.key.join(","),
-                spec.vals
-                    .iter()
-                    .map(|c| format!("{c} = excluded.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-            Conflict::Add(add_cols) => sql.push_str(&format!(
-                " ON CONFLICT ({}) DO UPDATE SET {}",
-                spec.key.join(","),
-                add_cols
-                    .iter()
-                    .map(|&i| {
-                        let c = spec.vals[i];
-                        format!("{c} = {}.{c} + excluded.{c}", spec.name)
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        }
-        // Not cached: the shape varies with the row count (see `WriteTx::commit`).
-        let mut query = sqlx::query(&sql).persistent(false);
-        for (key, vals) in chunk {
-            for (v, c) in key.iter().chain(vals.iter()).zip(cols.iter()) {
-                query = bind(query, v, c);
+    let select: Vec<String> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if is_int_column(c) {
+                format!("CAST(j.value ->> {i} AS BIGINT)")
+            } else {
+                format!("j.value ->> {i}")
             }
-        }
-        query.execute(&mut *conn).await?;
+        })
+        .collect();
+    // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
+    let mut sql = format!(
+        "INSERT INTO {} ({}) SELECT {} FROM {} WHERE true",
+        spec.name,
+        cols.join(","),
+        select.join(", "),
+        dialect.json_rows(1)
+    );
+    match conflict {
+        Conflict::Fail => {}
+        Conflict::Replace => sql.push_str(&format!(
+            " ON CONFLICT ({}) DO UPDATE SET {}",
+            spec.key.join(","),
+            spec.vals
+                .iter()
+                .map(|c| format!("{c} = excluded.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Conflict::Add(add_cols) => sql.push_str(&format!(
+            " ON CONFLICT ({}) DO UPDATE SET {}",
+            spec.key.join(","),
+            add_cols
+                .iter()
+                .map(|&i| {
+                    let c = spec.vals[i];
+                    format!("{c} = {}.{c} + excluded.{c}", spec.name)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+    for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
+        let cells: Vec<Vec<&Val>> = chunk
+            .iter()
+            .map(|(key, vals)| key.iter().chain(vals.iter()).collect())
+            .collect();
+        sqlx::query(&sql)
+            .bind(super::json_rows_param(&cells))
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }

@@ -235,7 +235,7 @@ fn floor_to_day(ms: i64) -> i64 {
 
 /// Aggregates `[from_ms, to_ms)` by `base`: whole days from `earnings_daily`, the partial
 /// days at either end from `usage_segments` (a segment never crosses midnight, and counts
-/// on the day it starts).
+/// on the day it starts), read GPU by GPU through its primary key.
 async fn aggregate(
     pool: &AnyPool,
     provider_id: &str,
@@ -302,7 +302,7 @@ async fn aggregate(
             Base::Model => ("model, ", " GROUP BY model".to_owned()),
         };
         let rows = sqlx::query(&format!(
-            "SELECT {cols}{SUMS}, CAST(COALESCE(SUM(ended_at_ms - started_at_ms), 0) AS BIGINT) FROM usage_segments WHERE provider_id = $1 AND started_at_ms >= $2 AND started_at_ms < $3{group}"
+            "SELECT {cols}{SUMS}, CAST(COALESCE(SUM(ended_at_ms - started_at_ms), 0) AS BIGINT) FROM usage_segments WHERE gpu_id IN (SELECT gpu_id FROM gpus WHERE provider_id = $1) AND provider_id = $1 AND started_at_ms >= $2 AND started_at_ms < $3{group}"
         ))
         .bind(provider_id)
         .bind(start)

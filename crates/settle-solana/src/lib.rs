@@ -37,7 +37,8 @@ pub use reconcile::{Discrepancy, ReconcileReport, SettledPayout, reconcile};
 pub use rpc::RpcChain;
 pub use rpc_server::{RpcServer, serve_local_chain, serve_local_chain_on};
 pub use treasury::{
-    PreflightError, PreflightReport, Treasury, TreasuryError, check_mint, preflight,
+    PreflightError, PreflightReport, Treasury, TreasuryError, check_mint, forbid_core_dumps,
+    preflight,
 };
 
 /// Re-exports of the Solana types in the [`Chain`] trait.

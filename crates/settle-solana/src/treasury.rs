@@ -56,6 +56,12 @@ pub enum TreasuryError {
         /// Its permission bits.
         mode: u32,
     },
+    /// Core dumps could not be disabled, so the key is not read into this process.
+    #[error("cannot disable core dumps before loading the treasury keypair: {source}")]
+    CoreDumps {
+        /// The cause.
+        source: std::io::Error,
+    },
     /// Not a solana-keygen JSON array of 64 bytes forming a valid keypair.
     #[error("treasury keypair file {path} is not a valid keypair: {reason}")]
     Invalid {
@@ -70,6 +76,10 @@ impl Treasury {
     /// Load a solana-keygen keypair file (JSON array of 64 bytes).
     ///
     /// Refuses a file that group or others can read or write (`mode & 0o077 != 0`).
+    ///
+    /// Before the secret is read, the process is made non-dumpable for good
+    /// ([`forbid_core_dumps`]): a crash of a process holding the treasury key never
+    /// writes the key into a core file. If that fails the key is not read.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TreasuryError> {
         let path = path.as_ref();
         let io_err = |source| TreasuryError::Io {
@@ -90,6 +100,7 @@ impl Treasury {
         }
         #[cfg(not(unix))]
         let _ = metadata;
+        forbid_core_dumps().map_err(|source| TreasuryError::CoreDumps { source })?;
         let mut text = std::fs::read_to_string(path).map_err(io_err)?;
         let invalid = |reason: &str| TreasuryError::Invalid {
             path: path.to_path_buf(),
@@ -127,6 +138,41 @@ impl Treasury {
     pub(crate) fn keypair(&self) -> &Keypair {
         &self.keypair
     }
+}
+
+/// Makes this process non-dumpable for the rest of its life, so that no core file (or
+/// ptrace-based dump by an unprivileged user) can carry the treasury key: on Unix the
+/// core file size limit, soft and hard, becomes 0 (an unprivileged process cannot raise
+/// it again); on Linux the process is also marked non-dumpable
+/// (`prctl(PR_SET_DUMPABLE, 0)`), which stops core dumps even if the limit is raised
+/// from outside (`prlimit`) and makes `/proc/<pid>/` files root-owned. Idempotent; logs
+/// once that core dumps are disabled. Called by [`Treasury::load`] before the key is read.
+pub fn forbid_core_dumps() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let zero = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: setrlimit reads the struct we pass and touches no other memory.
+        if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_DUMPABLE takes plain integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        tracing::info!(
+            "core dumps disabled (RLIMIT_CORE 0, not dumpable): this process holds the treasury key"
+        );
+    });
+    Ok(())
 }
 
 /// Best-effort overwrite of secret material before it is freed.
