@@ -377,12 +377,11 @@ fn env_value(text: &str) -> toml::Value {
         "false" => return toml::Value::Boolean(false),
         _ => {}
     }
-    if text.starts_with('[') {
-        if let Ok(v) = format!("v = {text}").parse::<toml::Table>() {
-            if let Some(v) = v.get("v") {
-                return v.clone();
-            }
-        }
+    if text.starts_with('[')
+        && let Ok(v) = format!("v = {text}").parse::<toml::Table>()
+        && let Some(v) = v.get("v")
+    {
+        return v.clone();
     }
     toml::Value::String(text.to_owned())
 }

@@ -150,6 +150,27 @@ pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, 
     Ok(metrics.render())
 }
 
+/// Counts a batch's per-event results.
+pub fn record_usage(results: &[crate::ledger::ingest::UsageResult]) {
+    let metrics = global();
+    for r in results {
+        metrics.count(
+            "settle_usage_events_total",
+            "Usage events received, by result.",
+            &[("status", r.status())],
+            1,
+        );
+        if let crate::ledger::ingest::UsageResult::Rejected { code, .. } = r {
+            metrics.count(
+                "settle_usage_rejected_total",
+                "Usage events rejected, by code.",
+                &[("code", code)],
+                1,
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,26 +195,5 @@ mod tests {
         assert!(text.contains("# TYPE settle_usage_events_total counter"));
         assert!(text.contains("settle_usage_events_total{status=\"accepted\"} 5"));
         assert!(text.contains("settle_treasury_usdc_micro 7"));
-    }
-}
-
-/// Counts a batch's per-event results.
-pub fn record_usage(results: &[crate::ledger::ingest::UsageResult]) {
-    let metrics = global();
-    for r in results {
-        metrics.count(
-            "settle_usage_events_total",
-            "Usage events received, by result.",
-            &[("status", r.status())],
-            1,
-        );
-        if let crate::ledger::ingest::UsageResult::Rejected { code, .. } = r {
-            metrics.count(
-                "settle_usage_rejected_total",
-                "Usage events rejected, by code.",
-                &[("code", code)],
-                1,
-            );
-        }
     }
 }

@@ -203,7 +203,7 @@ async fn duplicates_and_conflicts_compare_normalised_content() {
         Some("2.49"),
     );
     assert_eq!(
-        outcomes(&ingest(&ledger, &[original.clone()], &m).await),
+        outcomes(&ingest(&ledger, std::slice::from_ref(&original), &m).await),
         ["accepted"]
     );
 

@@ -43,7 +43,7 @@ fn oracle(
             .iter()
             .filter(|(from, _)| *from <= t)
             .map(|(_, b)| *b)
-            .last()
+            .next_back()
             .unwrap_or(2000);
         let fee = oracle_div(gross * bps as u128, 10_000);
         out.push((t, e, gross, fee));

@@ -38,10 +38,9 @@ async fn wait_ready(port: u16) {
             .get(format!("http://127.0.0.1:{port}/readyz"))
             .send()
             .await
+            && r.status().is_success()
         {
-            if r.status().is_success() {
-                return;
-            }
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

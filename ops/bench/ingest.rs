@@ -7,7 +7,7 @@
 //! Phases:
 //! - `raw`: multi-row `INSERT … ON CONFLICT DO NOTHING` of the same event ids and net amounts
 //!   into a two-column table, one transaction per batch, with the engine's durability
-//!   settings (SQLite WAL + synchronous=FULL, 32 MiB page cache; PostgreSQL defaults). No engine
+//!   settings (SQLite WAL + synchronous=FULL, 16 MiB page cache; PostgreSQL defaults). No engine
 //!   code.
 //! - `engine`: the same batches through `Ledger::ingest_usage` (metering scope), after
 //!   registering the providers, GPUs and rates (setup, timed apart).
@@ -334,7 +334,7 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                     for pragma in [
                         "PRAGMA journal_mode = WAL",
                         "PRAGMA synchronous = FULL",
-                        "PRAGMA cache_size = -32768",
+                        "PRAGMA cache_size = -16384",
                     ] {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }

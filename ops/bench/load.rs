@@ -207,11 +207,10 @@ async fn main() -> anyhow::Result<()> {
                     .bearer_auth(&admin)
                     .send()
                     .await
+                    && resp.status().is_success()
                 {
-                    if resp.status().is_success() {
-                        let _ = resp.bytes().await;
-                        latencies.push(t.elapsed().as_micros() as u64);
-                    }
+                    let _ = resp.bytes().await;
+                    latencies.push(t.elapsed().as_micros() as u64);
                 }
             }
             latencies

@@ -142,14 +142,14 @@ pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
     let clock: Arc<dyn Clock> = match &cli.now {
         Some(text) => {
             let now = parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?;
-            if let Some(latest) = store.max_recorded_at_ms().await? {
-                if now < latest {
-                    bail!(
-                        "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
-                        format_ms(now),
-                        format_ms(latest)
-                    );
-                }
+            if let Some(latest) = store.max_recorded_at_ms().await?
+                && now < latest
+            {
+                bail!(
+                    "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
+                    format_ms(now),
+                    format_ms(latest)
+                );
             }
             Arc::new(ManualClock::new(now))
         }

@@ -104,10 +104,10 @@ pub fn decide(candidate: &Candidate, policy: &RunPolicy) -> Outcome {
     if candidate.rail.is_none() || candidate.method_invalid {
         return outcome(Decision::NoMethod, None);
     }
-    if let Some(set_at) = candidate.method_set_at_ms {
-        if policy.decided_at_ms - set_at < policy.cooling_off_ms {
-            return outcome(Decision::CoolingOff, None);
-        }
+    if let Some(set_at) = candidate.method_set_at_ms
+        && policy.decided_at_ms - set_at < policy.cooling_off_ms
+    {
+        return outcome(Decision::CoolingOff, None);
     }
     if candidate.payable_balance_micro_usdc < 0 {
         return outcome(Decision::Negative, None);

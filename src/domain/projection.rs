@@ -341,10 +341,7 @@ pub fn ops(stream: &str, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
                     p.tier.as_str().into(),
                     p.schedule.as_str().into(),
                     p.status.as_str().into(),
-                    p.payout_method
-                        .as_ref()
-                        .map(|m| json(m))
-                        .unwrap_or(Val::Null),
+                    p.payout_method.as_ref().map(json).unwrap_or(Val::Null),
                     Val::Null,
                     Val::Int(0),
                     recorded_at_ms.into(),

@@ -275,10 +275,10 @@ impl Ledger {
             .bind(cmd.effective_from_ms)
             .fetch_optional(tx.conn())
             .await?;
-            if let Some(row) = current {
-                if row.try_get::<String, _>(0)? == rate_text {
-                    return Ok(Applied::Duplicate);
-                }
+            if let Some(row) = current
+                && row.try_get::<String, _>(0)? == rate_text
+            {
+                return Ok(Applied::Duplicate);
             }
             tx.append(NewEvent {
                 body: EventBody::RateSet(RateSet {
@@ -306,10 +306,10 @@ impl Ledger {
             .bind(cmd.effective_from_ms)
             .fetch_optional(tx.conn())
             .await?;
-            if let Some(row) = current {
-                if row.try_get::<i64, _>(0)? == i64::from(cmd.fee.get()) {
-                    return Ok(Applied::Duplicate);
-                }
+            if let Some(row) = current
+                && row.try_get::<i64, _>(0)? == i64::from(cmd.fee.get())
+            {
+                return Ok(Applied::Duplicate);
             }
             tx.append(NewEvent {
                 body: EventBody::FeeScheduleSet(FeeScheduleSet {

@@ -116,10 +116,10 @@ impl StoreError {
 
 /// Classifies a database error as a conflict the writer should retry.
 fn classify(e: sqlx::Error) -> StoreError {
-    if let sqlx::Error::Database(db) = &e {
-        if db.kind() == sqlx::error::ErrorKind::UniqueViolation {
-            return StoreError::Conflict(db.message().to_owned());
-        }
+    if let sqlx::Error::Database(db) = &e
+        && db.kind() == sqlx::error::ErrorKind::UniqueViolation
+    {
+        return StoreError::Conflict(db.message().to_owned());
     }
     if is_transient(&e) {
         return StoreError::Conflict(e.to_string());
@@ -163,7 +163,7 @@ impl Default for StoreOptions {
             connections_max: 8,
             acquire_timeout_ms: 30_000,
             sqlite_busy_timeout_ms: 10_000,
-            sqlite_cache_kib: 32_768,
+            sqlite_cache_kib: 16_384,
         }
     }
 }

@@ -137,11 +137,11 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
         table_name: Option<&'static str>,
         puts: &mut Vec<(Vec<Val>, Vec<Val>)>,
     ) -> Result<(), sqlx::Error> {
-        if let Some(name) = table_name {
-            if !puts.is_empty() {
-                let rows: Vec<(&Vec<Val>, &Vec<Val>)> = puts.iter().map(|(k, v)| (k, v)).collect();
-                insert_rows(conn, table(name), &rows, Conflict::Replace).await?;
-            }
+        if let Some(name) = table_name
+            && !puts.is_empty()
+        {
+            let rows: Vec<(&Vec<Val>, &Vec<Val>)> = puts.iter().map(|(k, v)| (k, v)).collect();
+            insert_rows(conn, table(name), &rows, Conflict::Replace).await?;
         }
         puts.clear();
         Ok(())
