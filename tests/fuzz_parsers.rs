@@ -51,8 +51,16 @@ const VALID_LINES: &[&str] = &[
     r#"{"type":"provider.update","provider_id":"prv_7","payout_method":{"kind":"ach","routing":"021000021","account":"123456789","account_type":"checking","holder":"Jane Doe","entity":"individual"}}"#,
 ];
 
+/// Cases per property: 3,000 in CI, `PROPTEST_CASES` for a long run.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn import_lines_never_panic(text in jsonish()) {
