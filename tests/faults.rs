@@ -10,56 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{TestDb, run_cli, settle_bin};
+use common::{TestDb, minute_slices, register_fault_providers, run_cli, settle_bin};
 use settle::config::{LedgerConfig, RunConfig};
-use settle::domain::time::{format_ms, parse_rfc3339_ms};
-use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use settle::domain::time::parse_rfc3339_ms;
+use settle::ledger::ingest::{SenderScope, UsageResult};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::{Store, StoreOptions};
-use settle::wire::import::{apply, parse_line};
+
 use sqlx::Row;
 
 const NOW: &str = "2026-11-30T12:00:00Z";
-
-async fn setup(ledger: &Ledger, providers: usize) {
-    for p in 0..providers {
-        for line in [
-            format!(
-                r#"{{"type":"provider.register","provider_id":"f{p}","name":"F {p}","email":"f{p}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
-            ),
-            format!(
-                r#"{{"type":"gpu.register","gpu_id":"f{p}-g","provider_id":"f{p}","model":"H100-80GB"}}"#
-            ),
-            format!(
-                r#"{{"type":"rate.set","provider_id":"f{p}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}}"#
-            ),
-        ] {
-            apply(
-                ledger,
-                &parse_line(&line).unwrap(),
-                &Actor::operator("test"),
-            )
-            .await
-            .unwrap();
-        }
-    }
-}
-
-/// `count` one-minute usage slices on provider `p`'s GPU, from 2026-11-01.
-fn batch(p: usize, from: usize, count: usize) -> Vec<UsageInput> {
-    let base = parse_rfc3339_ms("2026-11-01T00:00:00Z").unwrap();
-    (from..from + count)
-        .map(|n| UsageInput {
-            event_id: Some(format!("f{p}-{n}")),
-            provider_id: Some(format!("f{p}")),
-            gpu_id: Some(format!("f{p}-g")),
-            rental_id: None,
-            started_at: Some(format_ms(base + n as i64 * 60_000)),
-            ended_at: Some(format_ms(base + n as i64 * 60_000 + 60_000)),
-            rate_usdc_per_hour: None,
-        })
-        .collect()
-}
 
 fn acked(results: &[UsageResult]) -> impl Iterator<Item = String> + '_ {
     results
@@ -130,7 +90,7 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     store.migrate().await.unwrap();
     let clock = Arc::new(ManualClock::new(parse_rfc3339_ms(NOW).unwrap()));
     let ledger = Ledger::new(store.clone(), clock, LedgerConfig::default());
-    setup(&ledger, 1).await;
+    register_fault_providers(&ledger, 1).await;
     // Leave about 400 KiB free.
     let free = fs_free_bytes(&mount);
     let filler = mount.join("filler");
@@ -146,7 +106,7 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     for b in 0..batches {
         match ledger
             .ingest_usage(
-                &batch(0, b * 100, 100),
+                &minute_slices(0, b * 100, 100),
                 &SenderScope::Metering,
                 &Actor::operator("t"),
             )
@@ -166,7 +126,7 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     for b in 0..batches {
         let results = ledger
             .ingest_usage(
-                &batch(0, b * 100, 100),
+                &minute_slices(0, b * 100, 100),
                 &SenderScope::Metering,
                 &Actor::operator("t"),
             )
@@ -201,7 +161,7 @@ fn fs_free_bytes(path: &std::path::Path) -> u64 {
 async fn dropped_database_connections_lose_nothing() {
     let db = TestDb::new().await;
     let (ledger, _) = db.ledger_at(NOW).await;
-    setup(&ledger, 40).await;
+    register_fault_providers(&ledger, 40).await;
     let stop = Arc::new(AtomicBool::new(false));
     let killer = if db.is_postgres() {
         let admin = db.store().await;
@@ -232,7 +192,7 @@ async fn dropped_database_connections_lose_nothing() {
                 let p = (s * 10) + (b % 10);
                 match ledger
                     .ingest_usage(
-                        &batch(p, (b / 10) * 50, 50),
+                        &minute_slices(p, (b / 10) * 50, 50),
                         &SenderScope::Metering,
                         &Actor::operator("t"),
                     )
@@ -285,7 +245,7 @@ async fn dropped_database_connections_lose_nothing() {
             let p = (s * 10) + (b % 10);
             let results = ledger
                 .ingest_usage(
-                    &batch(p, (b / 10) * 50, 50),
+                    &minute_slices(p, (b / 10) * 50, 50),
                     &SenderScope::Metering,
                     &Actor::operator("t"),
                 )
@@ -324,12 +284,12 @@ async fn dropped_database_connections_lose_nothing() {
 async fn killed_rebuild_leaves_consistent_projections() {
     let db = TestDb::new().await;
     let (ledger, _) = db.ledger_at(NOW).await;
-    setup(&ledger, 4).await;
+    register_fault_providers(&ledger, 4).await;
     for p in 0..4 {
         for b in 0..10 {
             ledger
                 .ingest_usage(
-                    &batch(p, b * 500, 500),
+                    &minute_slices(p, b * 500, 500),
                     &SenderScope::Metering,
                     &Actor::operator("t"),
                 )

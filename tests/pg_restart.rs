@@ -25,12 +25,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{run_cli, settle_bin};
+use common::{minute_slices, register_fault_providers, run_cli, settle_bin};
 use settle::domain::time::{format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::{Store, StoreOptions};
-use settle::wire::import::{apply, parse_line};
+
 use sqlx::Row;
 
 const NOW: &str = "2026-11-30T12:00:00Z";
@@ -284,50 +284,10 @@ fn provider(p: usize) -> String {
     format!("f{p}")
 }
 
-async fn register(ledger: &Ledger, providers: usize) {
-    for p in 0..providers {
-        for line in [
-            format!(
-                r#"{{"type":"provider.register","provider_id":"f{p}","name":"F {p}","email":"f{p}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
-            ),
-            format!(
-                r#"{{"type":"gpu.register","gpu_id":"f{p}-g","provider_id":"f{p}","model":"H100-80GB"}}"#
-            ),
-            format!(
-                r#"{{"type":"rate.set","provider_id":"f{p}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}}"#
-            ),
-        ] {
-            apply(
-                ledger,
-                &parse_line(&line).unwrap(),
-                &Actor::operator("test"),
-            )
-            .await
-            .unwrap();
-        }
-    }
-}
-
-/// `count` one-minute usage slices on provider `p`'s GPU, from 2026-11-01.
-fn batch(p: usize, from: usize, count: usize) -> Vec<UsageInput> {
-    let base = parse_rfc3339_ms("2026-11-01T00:00:00Z").unwrap();
-    (from..from + count)
-        .map(|n| UsageInput {
-            event_id: Some(format!("f{p}-{n}")),
-            provider_id: Some(provider(p)),
-            gpu_id: Some(format!("f{p}-g")),
-            rental_id: None,
-            started_at: Some(format_ms(base + n as i64 * 60_000)),
-            ended_at: Some(format_ms(base + n as i64 * 60_000 + 60_000)),
-            rate_usdc_per_hour: None,
-        })
-        .collect()
-}
-
 /// Sender `s`'s batch `b`: provider `s × 10 + b mod 10`, its slices `(b / 10) × 50 …`.
 fn sender_batch(s: usize, b: usize) -> Vec<UsageInput> {
     let per_sender = SENDER_PROVIDERS / SENDERS;
-    batch(
+    minute_slices(
         s * per_sender + b % per_sender,
         (b / per_sender) * BATCH,
         BATCH,
@@ -382,7 +342,7 @@ async fn postgres_restarts_lose_and_double_nothing() {
     let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
     store.migrate().await.unwrap();
     let setup = ledger_at(&url, NOW).await;
-    register(&setup, PROVIDERS).await;
+    register_fault_providers(&setup, PROVIDERS).await;
     setup.store.close().await;
 
     // ---- A: concurrent senders, three restarts. -------------------------------------

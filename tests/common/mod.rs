@@ -183,3 +183,53 @@ pub async fn assert_events_match_schemas(store: &Store) -> std::collections::BTr
     }
     seen
 }
+
+/// Fault-test fixture: providers `f0 … f{n-1}` (weekly, Solana), each with one H100 GPU
+/// `f{p}-g` at 2.49 USDC/h from 2026-01-01.
+pub async fn register_fault_providers(ledger: &Ledger, providers: usize) {
+    use settle::ledger::Actor;
+    use settle::wire::import::{apply, parse_line};
+    for p in 0..providers {
+        for line in [
+            format!(
+                r#"{{"type":"provider.register","provider_id":"f{p}","name":"F {p}","email":"f{p}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
+            ),
+            format!(
+                r#"{{"type":"gpu.register","gpu_id":"f{p}-g","provider_id":"f{p}","model":"H100-80GB"}}"#
+            ),
+            format!(
+                r#"{{"type":"rate.set","provider_id":"f{p}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}}"#
+            ),
+        ] {
+            apply(
+                ledger,
+                &parse_line(&line).unwrap(),
+                &Actor::operator("test"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// Fault-test fixture: `count` one-minute usage slices `f{p}-{n}` on provider `p`'s GPU,
+/// from 2026-11-01 (see [`register_fault_providers`]).
+pub fn minute_slices(
+    p: usize,
+    from: usize,
+    count: usize,
+) -> Vec<settle::ledger::ingest::UsageInput> {
+    use settle::domain::time::format_ms;
+    let base = parse_rfc3339_ms("2026-11-01T00:00:00Z").unwrap();
+    (from..from + count)
+        .map(|n| settle::ledger::ingest::UsageInput {
+            event_id: Some(format!("f{p}-{n}")),
+            provider_id: Some(format!("f{p}")),
+            gpu_id: Some(format!("f{p}-g")),
+            rental_id: None,
+            started_at: Some(format_ms(base + n as i64 * 60_000)),
+            ended_at: Some(format_ms(base + n as i64 * 60_000 + 60_000)),
+            rate_usdc_per_hour: None,
+        })
+        .collect()
+}
