@@ -889,10 +889,20 @@ fn the_file_checkers_reject_broken_files() {
     })
     .unwrap();
     check_sepa_rules(&sepa);
-    let dir = tempfile::tempdir().unwrap();
-    let good = dir.path().join("good.xml");
-    std::fs::write(&good, &sepa).unwrap();
-    assert_valid_pain001(&good);
+    // The XSD check accepts the good file and rejects one without PmtMtd (when the machine
+    // has xmllint and the XSD; the rule checks below run either way).
+    if let Some(schema) = pain001_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.xml");
+        std::fs::write(&good, &sepa).unwrap();
+        schema.assert_valid(&good);
+        let bad = dir.path().join("bad.xml");
+        std::fs::write(&bad, sepa.replace("<PmtMtd>TRF</PmtMtd>", "")).unwrap();
+        assert!(
+            schema.validate(&bad).is_err(),
+            "the XSD rejects a file without PmtMtd"
+        );
+    }
     for (from, to) in [
         (
             "<CtrlSum>12.34</CtrlSum>\n      <InitgPty>",
@@ -908,12 +918,6 @@ fn the_file_checkers_reject_broken_files() {
             "{to} passes"
         );
     }
-    let bad = dir.path().join("bad.xml");
-    std::fs::write(&bad, sepa.replace("<PmtMtd>TRF</PmtMtd>", "")).unwrap();
-    assert!(
-        std::panic::catch_unwind(|| assert_valid_pain001(&bad)).is_err(),
-        "the XSD rejects a file without PmtMtd"
-    );
 
     let nacha = write_nacha(&NachaFile {
         immediate_destination: AbaRouting::parse("091000019").unwrap(),

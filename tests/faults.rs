@@ -66,24 +66,10 @@ async fn sqlite_disk_full_is_reported_and_recovered() {
     let dir = tempfile::tempdir().unwrap();
     let mount = dir.path().join("small");
     std::fs::create_dir_all(&mount).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32m", "tmpfs"])
-        .arg(&mount)
-        .status();
-    if !matches!(mounted, Ok(s) if s.success()) {
-        // Needs root (CI runs as root); say so rather than pretend.
-        panic!(
-            "cannot mount a 32 MiB tmpfs at {} (this fault test needs root)",
-            mount.display()
-        );
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(mount.clone());
+    // Needs root (CI runs as root): skipped elsewhere, with the reason.
+    let Some(_tmpfs) = settle_prereq::require(settle_prereq::tmpfs(&mount, "32m")) else {
+        return;
+    };
 
     let url = format!("sqlite://{}", mount.join("settle.db").display());
     let store = Store::open(&url, &StoreOptions::default()).await.unwrap();

@@ -13,13 +13,14 @@
 //!   `settle verify` is clean.
 //!
 //! Needs the PostgreSQL server binaries (`pg_config --bindir`, `/usr/lib/postgresql/*/bin`
-//! or `SETTLE_TEST_PG_BINDIR`); without them the test says what is missing and returns.
-//! As root, `initdb`/`pg_ctl` run as the `postgres` user through `runuser`.
+//! or `SETTLE_TEST_PG_BINDIR`, found by `settle_prereq::postgres_server`); without them the
+//! test is reported skipped with the reason, and fails in CI. As root, `initdb`/`pg_ctl`
+//! run as the `postgres` user through `runuser`.
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -158,56 +159,6 @@ impl Drop for PgCluster {
     }
 }
 
-fn has_server_binaries(dir: &Path) -> bool {
-    ["initdb", "pg_ctl", "postgres"]
-        .iter()
-        .all(|b| dir.join(b).is_file())
-}
-
-/// The directory of `initdb`, `pg_ctl` and `postgres`.
-fn find_bindir() -> Result<PathBuf, String> {
-    let mut tried = Vec::new();
-    if let Ok(dir) = std::env::var("SETTLE_TEST_PG_BINDIR") {
-        tried.push(format!("SETTLE_TEST_PG_BINDIR={dir}"));
-        if has_server_binaries(Path::new(&dir)) {
-            return Ok(PathBuf::from(dir));
-        }
-    }
-    match Command::new("pg_config").arg("--bindir").output() {
-        Ok(out) if out.status.success() => {
-            let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            tried.push(format!("pg_config --bindir ({dir})"));
-            if has_server_binaries(Path::new(&dir)) {
-                return Ok(PathBuf::from(dir));
-            }
-        }
-        _ => tried.push("pg_config (not found)".to_owned()),
-    }
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let v = e.file_name().to_str()?.parse().ok()?;
-                    Some((v, e.path().join("bin")))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    versions.sort();
-    tried.push("/usr/lib/postgresql/*/bin".to_owned());
-    if let Some((_, dir)) = versions
-        .into_iter()
-        .rev()
-        .find(|(_, d)| has_server_binaries(d))
-    {
-        return Ok(dir);
-    }
-    Err(format!(
-        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found; tried {}",
-        tried.join(", ")
-    ))
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -216,36 +167,19 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn id_of(user: &str, flag: &str) -> Option<u32> {
-    let out = Command::new("id").args([flag, user]).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-}
-
-/// initdb + start a private cluster, or say why not.
-fn start_cluster() -> Result<PgCluster, String> {
-    let bindir = find_bindir()?;
+/// initdb + start a private cluster with `server`'s binaries (a failure here, with the
+/// binaries present, fails the test).
+fn start_cluster(server: settle_prereq::PgServer) -> PgCluster {
     let dir = tempfile::Builder::new()
         .prefix("settle-pg-")
         .tempdir()
-        .map_err(|e| format!("temp dir: {e}"))?;
-    // SAFETY: geteuid has no preconditions.
-    let run_as = if unsafe { libc::geteuid() } == 0 {
-        let (Some(uid), Some(gid)) = (id_of("postgres", "-u"), id_of("postgres", "-g")) else {
-            return Err(
-                "running as root, and initdb refuses root, but there is no `postgres` user to \
-                 run it as"
-                    .to_owned(),
-            );
-        };
-        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
-            .map_err(|e| format!("chown {} to postgres: {e}", dir.path().display()))?;
-        Some("postgres".to_owned())
-    } else {
-        None
-    };
+        .expect("temp dir");
+    if let Some(user) = &server.run_as {
+        std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid))
+            .unwrap_or_else(|e| panic!("chown {} to {}: {e}", dir.path().display(), user.name));
+    }
+    let bindir = server.bindir;
+    let run_as = server.run_as.map(|u| u.name);
     let ctl = PgCtl {
         bindir,
         root: dir.path().to_path_buf(),
@@ -266,15 +200,14 @@ fn start_cluster() -> Result<PgCluster, String> {
             "--locale=C",
         ])
         .status()
-        .map_err(|e| format!("run initdb: {e}"))?;
-    if !status.success() {
-        return Err(format!(
-            "initdb failed ({status}): {}",
-            std::fs::read_to_string(ctl.root.join("pg_ctl.out")).unwrap_or_default()
-        ));
-    }
+        .expect("run initdb");
+    assert!(
+        status.success(),
+        "initdb failed ({status}): {}",
+        std::fs::read_to_string(ctl.root.join("pg_ctl.out")).unwrap_or_default()
+    );
     ctl.start();
-    Ok(PgCluster { ctl, _dir: dir })
+    PgCluster { ctl, _dir: dir }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -316,14 +249,13 @@ fn verify_clean(url: &str, when: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarts_lose_and_double_nothing() {
-    let cluster = match tokio::task::spawn_blocking(start_cluster).await.unwrap() {
-        Ok(c) => c,
-        Err(why) => {
-            println!("SKIPPED postgres_restarts_lose_and_double_nothing: {why}");
-            eprintln!("SKIPPED postgres_restarts_lose_and_double_nothing: {why}");
-            return;
-        }
+    // Without the server binaries: skipped with the reason, a failure in CI.
+    let Some(server) = settle_prereq::require(settle_prereq::postgres_server()) else {
+        return;
     };
+    let cluster = tokio::task::spawn_blocking(move || start_cluster(server))
+        .await
+        .unwrap();
     let ctl = cluster.ctl.clone();
     println!(
         "private cluster: {} on port {} (data {})",
