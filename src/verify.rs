@@ -104,7 +104,7 @@ pub async fn fold_ledger(
                                 "stored lines differ from the lines the event posts".into(),
                             ));
                         }
-                        projections.fold(&e.stream, e.recorded_at_ms, &body);
+                        projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body);
                     }
                     Err(err) => report.push(problem("invalid_payload", err.message)),
                 }

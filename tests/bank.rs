@@ -378,11 +378,13 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         .await
         .unwrap_err();
     assert_eq!(err.code(), "conflict");
-    // A return that says nothing against the account leaves the details usable.
+    // Every return blocks the details, whatever its code (SPEC §6; R01 is "insufficient
+    // funds"): the provider confirms them again and the next run pays it.
     let r = bank::return_payout(&w.ledger, &po_ind, "R01", &w.actor())
         .await
         .unwrap();
-    assert!(!r.method_invalid);
+    assert!(r.method_invalid);
+    w.update_method("us_ind", ACH_INDIVIDUAL).await;
     w.check().await;
 
     // The next run: the blocked details decide no_method; the other provider is paid again.
@@ -518,7 +520,10 @@ async fn generation_is_idempotent_concurrent_safe_and_numbers_files_of_a_day() {
     assert!(!seen.contains(&held), "a held payout waits");
 
     // Released the same day: a second NACHA file, with the next file id modifier.
-    w.ledger.release_payout(&held, &w.actor()).await.unwrap();
+    w.ledger
+        .release_payout(&held, &w.runs, &w.actor())
+        .await
+        .unwrap();
     w.at("2026-12-01T09:15:00Z");
     let second = bank::generate_batches(&w.ledger, &w.bank, &w.actor())
         .await

@@ -444,7 +444,11 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
             } else if reference.payout(id).await.amount_eur_cents.is_some()
                 || reference.payout(id).await.rail.as_str() != "sepa"
             {
-                reference.ledger.release_payout(id, &admin).await.unwrap();
+                reference
+                    .ledger
+                    .release_payout(id, &Default::default(), &admin)
+                    .await
+                    .unwrap();
                 crashed.ok(now, &["payout", "release", id]);
             }
         }

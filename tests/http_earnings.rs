@@ -277,6 +277,7 @@ async fn voided_usage_is_excluded_and_late_usage_lands_in_its_period() {
     app.ledger
         .void_usage(
             &settle::domain::ids::EventId::parse("k6").unwrap(),
+            None,
             "refund",
             &Actor::operator("test"),
         )

@@ -232,7 +232,11 @@ async fn wrong_states_unknown_payouts_and_bad_input_are_rejected_with_stable_cod
     let (w, s, _, _) = paid_world().await;
     let a = w.actor();
     assert_eq!(
-        w.ledger.release_payout(&s, &a).await.unwrap_err().code(),
+        w.ledger
+            .release_payout(&s, &Default::default(), &a)
+            .await
+            .unwrap_err()
+            .code(),
         "invalid_payout_state"
     );
     assert_eq!(

@@ -253,11 +253,17 @@ async fn a_held_payout_is_released_and_another_cancelled() {
     }
     let admin = w.actor();
     assert_eq!(
-        w.ledger.release_payout(&id1, &admin).await.unwrap(),
+        w.ledger
+            .release_payout(&id1, &w.config, &admin)
+            .await
+            .unwrap(),
         Applied::Accepted
     );
     assert_eq!(
-        w.ledger.release_payout(&id1, &admin).await.unwrap(),
+        w.ledger
+            .release_payout(&id1, &w.config, &admin)
+            .await
+            .unwrap(),
         Applied::Duplicate
     );
     assert_eq!(w.payout(&id1).await.status, "created");
@@ -288,7 +294,7 @@ async fn a_held_payout_is_released_and_another_cancelled() {
     );
     assert_eq!(
         w.ledger
-            .release_payout(&id2, &admin)
+            .release_payout(&id2, &w.config, &admin)
             .await
             .unwrap_err()
             .code(),
@@ -296,7 +302,7 @@ async fn a_held_payout_is_released_and_another_cancelled() {
     );
     assert_eq!(
         w.ledger
-            .release_payout("po_nope", &admin)
+            .release_payout("po_nope", &w.config, &admin)
             .await
             .unwrap_err()
             .code(),
@@ -449,15 +455,16 @@ async fn each_of_the_seven_decisions_in_one_run() {
     }
     assert_eq!(run.totals["held"].count, 3);
     assert_eq!(run.totals.values().map(|t| t.count).sum::<i64>(), 9);
-    // The held EUR payout has no EUR amount; it cannot be released, only cancelled.
+    // The held EUR payout has no EUR amount; without a fresh rate it cannot be released
+    // (tests/rule_defects.rs releases one after a fresh rate), but it can be cancelled.
     let fx_id = candidate(&run, "d6_held_fx").payout_id.clone().unwrap();
     assert_eq!(
         w.ledger
-            .release_payout(&fx_id, &w.actor())
+            .release_payout(&fx_id, &w.config, &w.actor())
             .await
             .unwrap_err()
             .code(),
-        "fx_rate_missing"
+        "fx_rate_stale"
     );
     w.ledger
         .cancel_payout(&fx_id, "stale rate", &w.actor())

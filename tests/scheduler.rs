@@ -1,6 +1,6 @@
 //! The payout run scheduler on both stores, driven through weeks with a manual clock:
-//! runs start at their fire time in date order (weekly first on a shared date), missed
-//! runs are caught up after downtime within the window, and the loop stops on shutdown.
+//! runs start at their fire time in date order (weekly first on a shared date), every
+//! missed run is caught up after downtime, and the loop stops on shutdown.
 
 mod common;
 mod runs_support;
@@ -36,21 +36,10 @@ async fn ten_weeks_hour_by_hour_start_every_run_once_at_its_fire_time_in_order()
     w.provider("wk", "weekly", Some(SOLANA)).await;
     w.provider("mo", "monthly", Some(SOLANA)).await;
     let mut s = scheduler(&w);
-    // First start: the catch-up window reaches back 35 days, so the runs of those weeks
-    // are caught up (nothing was earned yet: no payout).
+    // First start: no run completed yet, so the catch-up starts on the day of the first
+    // registration (2026-10-20, a Tuesday): nothing was missed.
     let first = s.tick().await.unwrap();
-    assert_eq!(
-        keys(&first),
-        [
-            "weekly 2026-09-21",
-            "weekly 2026-09-28",
-            "monthly 2026-10",
-            "weekly 2026-10-05",
-            "weekly 2026-10-12",
-            "weekly 2026-10-19"
-        ]
-    );
-    assert!(first.iter().all(|s| s.report.payouts == 0));
+    assert!(first.is_empty(), "{:?}", keys(&first));
 
     let mut log: Vec<(String, String)> = Vec::new();
     let end = parse_rfc3339_ms("2027-01-12T00:00:00Z").unwrap();
@@ -113,45 +102,43 @@ async fn ten_weeks_hour_by_hour_start_every_run_once_at_its_fire_time_in_order()
 }
 
 #[tokio::test]
-async fn after_downtime_the_missed_runs_are_caught_up_in_date_order_once() {
+async fn after_downtime_every_missed_run_is_caught_up_in_date_order_once() {
     let w = World::new("2026-10-30T00:00:00Z").await;
     w.provider("wk", "weekly", Some(SOLANA)).await;
     w.at("2026-10-31T00:00:00Z");
     w.earn("wk", 50_000_000, "2026-10-30T01:00:00Z").await;
-    let mut s = scheduler(&w).with_catch_up_window_days(3);
+    let mut s = scheduler(&w).with_catch_up_warn_days(3);
     let first = s.tick().await.unwrap();
     assert!(
         first.is_empty(),
-        "no fire instant within 3 days had a run: {:?}",
+        "no fire instant since the registration had a run: {:?}",
         keys(&first)
     );
     assert_eq!(
         s.last_checked().map(|t| t.to_string()).as_deref(),
         Some("2026-10-31 00:00:00")
     );
-    // Down from 2026-10-31 to 2026-11-20 12:00; the window is 3 days, so only the
-    // runs of the last 3 days would be caught up; widen it for a second scheduler.
+    // Down from 2026-10-31 to 2026-11-20 12:00. A restarted scheduler (no memory of its
+    // last check) finds the same missed runs from the ledger, although they reach back
+    // further than its warning threshold of 3 days: every one is caught up.
     w.at("2026-11-20T12:00:00Z");
-    let mut narrow = scheduler(&w).with_catch_up_window_days(3);
-    assert!(
-        narrow.due().unwrap().is_empty(),
-        "runs older than the window are left to an operator"
-    );
-    let mut wide = scheduler(&w);
-    let due: Vec<String> = wide.due().unwrap().iter().map(|r| r.to_string()).collect();
-    assert_eq!(due.len(), 6, "{due:?}");
-    assert_eq!(due[0], "weekly 2026-10-19", "35 days back");
-    s = s.with_catch_up_window_days(35);
+    let missed = [
+        "weekly 2026-11-02",
+        "monthly 2026-11",
+        "weekly 2026-11-09",
+        "weekly 2026-11-16",
+    ];
+    let mut restarted = scheduler(&w).with_catch_up_warn_days(3);
+    let due: Vec<String> = restarted
+        .due()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(due, missed);
     let caught = s.tick().await.unwrap();
-    assert_eq!(
-        keys(&caught),
-        [
-            "weekly 2026-11-02",
-            "monthly 2026-11",
-            "weekly 2026-11-09",
-            "weekly 2026-11-16"
-        ]
-    );
+    assert_eq!(keys(&caught), missed);
     let weekly = &caught[0].report;
     assert_eq!(
         (
@@ -167,10 +154,19 @@ async fn after_downtime_the_missed_runs_are_caught_up_in_date_order_once() {
     );
     assert!(s.tick().await.unwrap().is_empty(), "caught up once");
     // A second scheduler (another instance, or after a restart) finds the same runs done.
-    let again = wide.tick().await.unwrap();
+    let again = restarted.tick().await.unwrap();
     assert!(again.iter().all(|s| s.report.completed));
     assert_eq!(w.payouts_of("wk").await.len(), 1);
-    narrow.tick().await.unwrap();
+    // Started again now, it looks back to the date of the last completed run only.
+    let fresh = scheduler(&w);
+    let due: Vec<String> = fresh
+        .due()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(due, ["weekly 2026-11-16"], "already completed: a no-op");
     w.check_invariants().await;
 }
 
@@ -182,10 +178,7 @@ async fn the_fire_time_is_configurable_and_nothing_starts_before_it() {
         fire_time: "06:30".into(),
         ..Default::default()
     };
-    let mut s = scheduler(&w)
-        .with_config(&config)
-        .unwrap()
-        .with_catch_up_window_days(1);
+    let mut s = scheduler(&w).with_config(&config).unwrap();
     assert!(s.tick().await.unwrap().is_empty());
     w.at("2026-11-23T06:29:59Z");
     assert!(s.tick().await.unwrap().is_empty(), "not before 06:30");
@@ -220,12 +213,11 @@ async fn a_failed_tick_is_retried_from_the_same_point() {
     let broken = w.db.ledger_at("2026-11-23T12:00:00Z").await.0;
     broken.store.close().await;
     let clock: Arc<dyn Clock> = w.clock.clone();
-    let mut s = Scheduler::new(broken, clock, w.calendar.clone(), w.config.clone())
-        .with_catch_up_window_days(1);
+    let mut s = Scheduler::new(broken, clock, w.calendar.clone(), w.config.clone());
     assert!(s.tick().await.is_err());
     assert_eq!(s.last_checked(), None);
-    assert_eq!(s.due().unwrap().len(), 1, "still due");
-    let mut healthy = scheduler(&w).with_catch_up_window_days(1);
+    let mut healthy = scheduler(&w);
+    assert_eq!(healthy.due().await.unwrap().len(), 1, "still due");
     assert_eq!(keys(&healthy.tick().await.unwrap()), ["weekly 2026-11-23"]);
 }
 
@@ -233,7 +225,7 @@ async fn a_failed_tick_is_retried_from_the_same_point() {
 async fn the_loop_catches_up_on_start_and_stops_on_shutdown() {
     let w = World::new("2026-11-23T12:00:00Z").await;
     w.provider("wk", "weekly", Some(SOLANA)).await;
-    let s = scheduler(&w).with_catch_up_window_days(1);
+    let s = scheduler(&w);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(s.run(async move {
         let _ = stopped.await;

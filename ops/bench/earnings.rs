@@ -119,6 +119,7 @@ async fn ensure_methods(ledger: &Ledger) {
         ledger
             .update_provider(
                 &UpdateProvider {
+                    update_id: None,
                     provider_id: ProviderId::parse(&id).unwrap(),
                     name: None,
                     email: None,

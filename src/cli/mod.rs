@@ -218,7 +218,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Run(cmd) => {
             runs::run_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
         }
-        Cmd::Payout(cmd) => runs::payout_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
+        Cmd::Payout(cmd) => {
+            runs::payout_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
+        }
         Cmd::Calendar(cmd) => runs::calendar_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
         Cmd::Balance { provider } => {
             reads::balance(&ledger, provider.as_deref(), cli.format, &mut stdout).await?

@@ -249,14 +249,21 @@ pub fn print_report(
 pub async fn payout_cmd(
     ledger: &Ledger,
     cmd: &PayoutCmd,
+    config_path: Option<&std::path::Path>,
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let (payout_id, result) = match cmd {
-        PayoutCmd::Release { payout_id } => (
-            payout_id,
-            ledger.release_payout(payout_id, &cli_actor()).await,
-        ),
+        PayoutCmd::Release { payout_id } => {
+            let config: RunConfig =
+                crate::config::Config::load(config_path, std::env::vars())?.runs;
+            (
+                payout_id,
+                ledger
+                    .release_payout(payout_id, &config, &cli_actor())
+                    .await,
+            )
+        }
         PayoutCmd::Cancel { payout_id, reason } => (
             payout_id,
             ledger.cancel_payout(payout_id, reason, &cli_actor()).await,

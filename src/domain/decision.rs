@@ -78,7 +78,8 @@ pub struct RunPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     pub decision: Decision,
-    /// What is (or would be) paid: `available`, floored to whole cents on bank rails.
+    /// What is paid: `available`, floored to whole cents on bank rails, for `held` and
+    /// `paid`; 0 for every decision that creates no payout.
     pub amount_micro_usdc: i64,
     pub hold_reason: Option<String>,
 }
@@ -96,9 +97,11 @@ pub fn payable_amount(rail: Option<Rail>, available_micro_usdc: i64) -> i64 {
 /// Decides one candidate: the first rule that applies, in SPEC order.
 pub fn decide(candidate: &Candidate, policy: &RunPolicy) -> Outcome {
     let amount = payable_amount(candidate.rail, candidate.available_micro_usdc);
+    // A decision that creates no payout pays nothing: its amount is 0 (what the provider
+    // had is `available`, recorded beside it).
     let outcome = |decision: Decision, hold_reason: Option<String>| Outcome {
         decision,
-        amount_micro_usdc: amount,
+        amount_micro_usdc: if decision.creates_payout() { amount } else { 0 },
         hold_reason,
     };
     if candidate.rail.is_none() || candidate.method_invalid {

@@ -373,6 +373,12 @@ pub struct PayoutHoldResolved {
     pub amount_micro_usdc: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A release of a EUR payout held without an EUR amount: the amount converted at the
+    /// release with `eur_per_usd`, the latest fresh rate then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_eur_cents: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eur_per_usd: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -57,7 +57,7 @@ id_type!(
     GpuId, "gpu_id", "invalid_gpu_id"
 );
 id_type!(
-    /// A usage event's globally unique idempotency key.
+    /// A usage event's idempotency key, unique per provider (SPEC §4).
     EventId, "event_id", "invalid_event_id"
 );
 id_type!(
@@ -71,6 +71,14 @@ id_type!(
 id_type!(
     /// A payout.
     PayoutId, "payout_id", "invalid_payout_id"
+);
+id_type!(
+    /// The optional idempotency key of a `provider.update` import line.
+    UpdateId, "update_id", "invalid_update_id"
+);
+id_type!(
+    /// The optional idempotency key of an `fx.rate_set` import line.
+    FxId, "fx_id", "invalid_fx_id"
 );
 
 /// A GPU model name (free string, e.g. `H100-80GB`): 1..=64 printable ASCII without spaces.

@@ -111,18 +111,21 @@ impl FeeBook {
 /// A provider's tier over time: each change takes effect at its `recorded_at`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TierHistory {
-    changes: BTreeMap<i64, Tier>,
+    /// `(from_ms, seq)` → tier: `seq` orders changes booked in the same millisecond.
+    changes: BTreeMap<(i64, i64), Tier>,
 }
 
 impl TierHistory {
-    pub fn set(&mut self, from_ms: i64, tier: Tier) {
-        self.changes.insert(from_ms, tier);
+    /// Records the tier held from `from_ms`, set by the provider stream's `seq`-th event.
+    pub fn set(&mut self, from_ms: i64, seq: i64, tier: Tier) {
+        self.changes.insert((from_ms, seq), tier);
     }
 
-    /// The tier held at `at_ms`; before the first record, the first tier.
+    /// The tier held at `at_ms` (of changes in one millisecond, the last booked); before
+    /// the first record, the first tier (the registration's).
     pub fn tier_at(&self, at_ms: i64) -> Option<Tier> {
         self.changes
-            .range(..=at_ms)
+            .range(..=(at_ms, i64::MAX))
             .next_back()
             .or_else(|| self.changes.iter().next())
             .map(|(_, tier)| *tier)
@@ -183,9 +186,19 @@ mod tests {
         assert_eq!(fees.fee_at(Tier::Community, 100).get(), 1700);
         assert_eq!(fees.fee_at(Tier::Enterprise, 100).get(), 1500);
         let mut tiers = TierHistory::default();
-        tiers.set(10, Tier::Community);
-        tiers.set(20, Tier::Enterprise);
+        tiers.set(10, 1, Tier::Community);
+        tiers.set(20, 2, Tier::Enterprise);
         assert_eq!(tiers.tier_at(5), Some(Tier::Community));
         assert_eq!(tiers.tier_at(20), Some(Tier::Enterprise));
+    }
+
+    #[test]
+    fn tier_changes_in_one_millisecond_keep_the_registration_tier_before_it() {
+        let mut tiers = TierHistory::default();
+        tiers.set(100, 1, Tier::Community);
+        tiers.set(100, 2, Tier::Enterprise);
+        assert_eq!(tiers.tier_at(50), Some(Tier::Community));
+        assert_eq!(tiers.tier_at(100), Some(Tier::Enterprise));
+        assert_eq!(tiers.tier_at(150), Some(Tier::Enterprise));
     }
 }

@@ -121,7 +121,9 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "provider_tiers",
-        key: &["provider_id", "from_ms"],
+        // `seq`: the event's position in the provider's stream, so that tier changes
+        // booked in the same millisecond all stay in the history, in booking order.
+        key: &["provider_id", "from_ms", "seq"],
         vals: &["tier"],
     },
     TableSpec {
@@ -273,8 +275,9 @@ fn json<T: serde::Serialize>(value: &T) -> Val {
     Val::Text(serde_json::to_string(value).expect("serializes"))
 }
 
-/// The projection changes of one event appended to `stream` at `recorded_at_ms`.
-pub fn ops(stream: &str, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
+/// The projection changes of one event appended to `stream` as its `seq`-th event at
+/// `recorded_at_ms`.
+pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
     let mut out = Vec::new();
     for line in body.lines() {
         out.push(ProjOp::Add {
@@ -347,7 +350,7 @@ pub fn ops(stream: &str, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
                     recorded_at_ms.into(),
                 ],
             });
-            out.push(tier_put(&p.provider_id, recorded_at_ms, p.tier));
+            out.push(tier_put(&p.provider_id, recorded_at_ms, seq, p.tier));
         }
         EventBody::ProviderUpdated(p) => {
             let mut set: Vec<(&str, Val)> = Vec::new();
@@ -359,7 +362,7 @@ pub fn ops(stream: &str, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
             }
             if let Some(tier) = p.tier {
                 set.push(("tier", tier.as_str().into()));
-                out.push(tier_put(&p.provider_id, recorded_at_ms, tier));
+                out.push(tier_put(&p.provider_id, recorded_at_ms, seq, tier));
             }
             if let Some(schedule) = p.schedule {
                 set.push(("schedule", schedule.as_str().into()));
@@ -449,12 +452,16 @@ pub fn ops(stream: &str, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
             "held",
             vec![("hold_reason", p.reason.as_str().into())],
         )),
-        EventBody::PayoutReleased(p) => out.push(payout_patch(
-            &p.payout_id,
-            recorded_at_ms,
-            "created",
-            vec![],
-        )),
+        EventBody::PayoutReleased(p) => {
+            let mut set = Vec::new();
+            if let Some(cents) = p.amount_eur_cents {
+                set.push(("amount_eur_cents", cents.into()));
+            }
+            if let Some(rate) = &p.eur_per_usd {
+                set.push(("eur_per_usd", rate.as_str().into()));
+            }
+            out.push(payout_patch(&p.payout_id, recorded_at_ms, "created", set))
+        }
         EventBody::PayoutCancelled(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
@@ -559,10 +566,10 @@ pub fn ops(stream: &str, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
     out
 }
 
-fn tier_put(provider_id: &str, from_ms: i64, tier: Tier) -> ProjOp {
+fn tier_put(provider_id: &str, from_ms: i64, seq: i64, tier: Tier) -> ProjOp {
     ProjOp::Put {
         table: "provider_tiers",
-        key: vec![provider_id.into(), from_ms.into()],
+        key: vec![provider_id.into(), from_ms.into(), seq.into()],
         vals: vec![tier.as_str().into()],
     }
 }
@@ -668,8 +675,8 @@ impl Projections {
     }
 
     /// Folds one event.
-    pub fn fold(&mut self, stream: &str, recorded_at_ms: i64, body: &EventBody) {
-        for op in ops(stream, recorded_at_ms, body) {
+    pub fn fold(&mut self, stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) {
+        for op in ops(stream, seq, recorded_at_ms, body) {
             self.apply(&op);
         }
     }

@@ -32,6 +32,10 @@ fn domain(e: crate::domain::DomainError) -> Problem {
 pub struct VoidRequest {
     /// Why the usage is voided (1..=500 characters).
     pub reason: String,
+    /// Whose event: an event_id is unique per provider. Needed only when the id is booked
+    /// under more than one provider (else `ambiguous_event_id`).
+    #[serde(default)]
+    pub provider_id: Option<String>,
 }
 
 /// The outcome of an idempotent command.
@@ -70,9 +74,20 @@ pub async fn void_usage(
     let principal = auth.require(&[Scope::Admin])?;
     let request: VoidRequest = parse_json(&body)?;
     let event_id = EventId::parse(&event_id).map_err(domain)?;
+    let provider_id = request
+        .provider_id
+        .as_deref()
+        .map(ProviderId::parse)
+        .transpose()
+        .map_err(domain)?;
     let applied = state
         .ledger
-        .void_usage(&event_id, &request.reason, &principal.actor())
+        .void_usage(
+            &event_id,
+            provider_id.as_ref(),
+            &request.reason,
+            &principal.actor(),
+        )
         .await?;
     Ok(Json(CommandResult {
         id: event_id.to_string(),

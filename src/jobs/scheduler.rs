@@ -1,6 +1,8 @@
 //! The payout run scheduler of `settle serve` (SPEC §5): every day at the fire time
 //! (default 00:05 UTC) it starts the runs due that day, weekly before monthly; after
-//! downtime it catches up the missed runs of the catch-up window in date order.
+//! downtime it catches up every missed run since the last completed one, in date order,
+//! and says so loudly (log and metric) when that reaches further back than
+//! `catch_up_warn_days`.
 //!
 //! Starting a run is idempotent ([`Ledger::run_payouts`]), so a run found due twice
 //! (restart, several instances) is finished once. The clock is injected: tests drive
@@ -14,6 +16,9 @@ use chrono::{NaiveDateTime, NaiveTime, TimeDelta};
 use serde::Deserialize;
 use settle_calendar::{Calendar, DEFAULT_CATCH_UP_WINDOW_DAYS, RunKey, Schedule, due_runs};
 
+/// No limit on how far back missed runs are caught up (SPEC §5).
+const CATCH_UP_UNLIMITED_DAYS: u32 = u32::MAX;
+
 use crate::config::RunConfig;
 use crate::domain::DomainError;
 use crate::ledger::runs::RunReport;
@@ -25,22 +30,25 @@ pub const SLEEP_MAX: Duration = Duration::from_secs(60);
 /// How long the loop waits before retrying a tick that failed (database unavailable).
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// When the scheduler fires and how far back it catches up.
+/// When the scheduler fires and when its catch-up is worth a warning.
 #[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     /// Time of day (UTC) of the daily check, `HH:MM` or `HH:MM:SS` (default `00:05`).
     pub fire_time: String,
-    /// Missed runs older than this many days are not caught up (default 35); start them
-    /// by hand (`settle run weekly --date …`).
-    pub catch_up_window_days: u32,
+    /// Every missed run is caught up; when the catch-up reaches back more than this many
+    /// days (default 35), it is logged at error level and exported as
+    /// `settle_scheduler_catch_up_days`. (`catch_up_window_days`, its old name, is read
+    /// too.)
+    #[serde(alias = "catch_up_window_days")]
+    pub catch_up_warn_days: u32,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
             fire_time: "00:05".to_owned(),
-            catch_up_window_days: DEFAULT_CATCH_UP_WINDOW_DAYS,
+            catch_up_warn_days: DEFAULT_CATCH_UP_WINDOW_DAYS,
         }
     }
 }
@@ -76,7 +84,7 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     calendar: Calendar,
     schedule: Schedule,
-    catch_up_window_days: u32,
+    catch_up_warn_days: u32,
     run_config: RunConfig,
     actor: Actor,
     last_checked: Option<NaiveDateTime>,
@@ -91,7 +99,7 @@ fn naive(ms: i64) -> Result<NaiveDateTime, LedgerError> {
 }
 
 impl Scheduler {
-    /// A scheduler with the default schedule (00:05 UTC) and catch-up window (35 days).
+    /// A scheduler with the default schedule (00:05 UTC) and catch-up warning (35 days).
     pub fn new(
         ledger: Ledger,
         clock: Arc<dyn Clock>,
@@ -103,7 +111,7 @@ impl Scheduler {
             clock,
             calendar,
             schedule: Schedule::default(),
-            catch_up_window_days: DEFAULT_CATCH_UP_WINDOW_DAYS,
+            catch_up_warn_days: DEFAULT_CATCH_UP_WINDOW_DAYS,
             run_config,
             actor: Actor::system("scheduler"),
             last_checked: None,
@@ -115,8 +123,8 @@ impl Scheduler {
         self
     }
 
-    pub fn with_catch_up_window_days(mut self, days: u32) -> Scheduler {
-        self.catch_up_window_days = days;
+    pub fn with_catch_up_warn_days(mut self, days: u32) -> Scheduler {
+        self.catch_up_warn_days = days;
         self
     }
 
@@ -124,7 +132,7 @@ impl Scheduler {
     pub fn with_config(self, config: &SchedulerConfig) -> Result<Scheduler, DomainError> {
         Ok(self
             .with_schedule(config.schedule()?)
-            .with_catch_up_window_days(config.catch_up_window_days))
+            .with_catch_up_warn_days(config.catch_up_warn_days))
     }
 
     /// The `now` of the last successful tick (`None` before the first).
@@ -132,18 +140,64 @@ impl Scheduler {
         self.last_checked
     }
 
-    /// The runs due now (since the last successful tick, within the catch-up window), in
-    /// execution order, without starting them.
-    pub fn due(&self) -> Result<Vec<RunKey>, LedgerError> {
+    /// Where the runs due now start: the last successful tick, or on the first tick what
+    /// the ledger says ([`crate::ledger::runs::catch_up_start_ms`]).
+    async fn since(&self, now: NaiveDateTime) -> Result<NaiveDateTime, LedgerError> {
+        if let Some(checked) = self.last_checked {
+            return Ok(checked);
+        }
+        match crate::ledger::runs::catch_up_start_ms(&self.ledger.store, &self.calendar).await? {
+            // Just before that instant, so a fire instant at it is due.
+            Some(ms) => Ok(naive(ms)? - TimeDelta::milliseconds(1)),
+            None => Ok(now),
+        }
+    }
+
+    /// The runs due now (every run whose fire instant passed since the last successful
+    /// tick, or since the last completed run on the first), in execution order, without
+    /// starting them.
+    pub async fn due(&self) -> Result<Vec<RunKey>, LedgerError> {
         let now = naive(self.clock.now_ms())?;
-        due_runs(
+        self.due_since(self.since(now).await?, now)
+    }
+
+    fn due_since(
+        &self,
+        since: NaiveDateTime,
+        now: NaiveDateTime,
+    ) -> Result<Vec<RunKey>, LedgerError> {
+        let due = due_runs(
             &self.calendar,
             &self.schedule,
-            self.last_checked,
+            Some(since),
             now,
-            self.catch_up_window_days,
+            CATCH_UP_UNLIMITED_DAYS,
         )
-        .map_err(|e| LedgerError::Rejected(DomainError::new(e.code(), e.to_string())))
+        .map_err(|e| LedgerError::Rejected(DomainError::new(e.code(), e.to_string())))?;
+        let behind_days = (now - since).num_days().max(0);
+        let metrics = crate::metrics::global();
+        metrics.gauge(
+            "settle_scheduler_catch_up_days",
+            "Days back the scheduler's last check reached (missed runs are all caught up)",
+            &[],
+            behind_days,
+        );
+        metrics.gauge(
+            "settle_scheduler_due_runs",
+            "Payout runs due at the scheduler's last check",
+            &[],
+            due.len() as i64,
+        );
+        if behind_days > i64::from(self.catch_up_warn_days) {
+            tracing::error!(
+                behind_days,
+                warn_days = self.catch_up_warn_days,
+                runs = due.len(),
+                first = due.first().map(|r| r.to_string()),
+                "the scheduler is catching up missed payout runs from further back than scheduler.catch_up_warn_days; every one is run, in date order"
+            );
+        }
+        Ok(due)
     }
 
     /// Starts every due run in order, each idempotently. On success the check is
@@ -151,7 +205,7 @@ impl Scheduler {
     /// tries again from the same point (the runs already finished are no-ops then).
     pub async fn tick(&mut self) -> Result<Vec<Started>, LedgerError> {
         let now = naive(self.clock.now_ms())?;
-        let due = self.due()?;
+        let due = self.due_since(self.since(now).await?, now)?;
         let mut started = Vec::with_capacity(due.len());
         for run in due {
             tracing::info!(run = %run, "starting due payout run");

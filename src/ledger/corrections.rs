@@ -4,7 +4,8 @@
 use sqlx::Row;
 
 use super::{
-    Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
+    Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem,
+    find_idem_in_stream, reject,
 };
 use crate::domain::event::*;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
@@ -22,18 +23,42 @@ fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
 
 impl Ledger {
     /// Voids a booked usage event: reverses its lines exactly, with the same business time.
+    ///
+    /// An event_id is unique per provider (SPEC §4): `provider_id` names whose event is
+    /// meant; without it the id must be booked under one provider only
+    /// (`ambiguous_event_id` otherwise).
     pub async fn void_usage(
         &self,
         event_id: &EventId,
+        provider_id: Option<&ProviderId>,
         reason: &str,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
         check_text(reason, "reason", self.config.text_len_max)?;
-        let original = sqlx::query("SELECT stream, payload FROM events WHERE idem_key = $1")
+        let mut originals = sqlx::query("SELECT stream, payload FROM events WHERE idem_key = $1")
             .bind(format!("usage:{event_id}"))
-            .fetch_optional(self.store.pool())
+            .fetch_all(self.store.pool())
             .await?;
-        let Some(row) = original else {
+        if let Some(p) = provider_id {
+            let stream = provider_stream(p.as_str());
+            let mut kept = Vec::new();
+            for row in originals {
+                if row.try_get::<String, _>(0)? == stream {
+                    kept.push(row);
+                }
+            }
+            originals = kept;
+        }
+        if originals.len() > 1 {
+            return reject(
+                "ambiguous_event_id",
+                format!(
+                    "usage event {event_id} is booked under {} providers; name the provider (provider_id)",
+                    originals.len()
+                ),
+            );
+        }
+        let Some(row) = originals.pop() else {
             return reject("unknown_event", format!("no usage event {event_id}"));
         };
         let stream: String = row.try_get(0)?;
@@ -46,7 +71,7 @@ impl Ledger {
         let hash = content_hash(&format!("void|{event_id}"));
         let now = self.now_ms();
         crate::write_stream!(self, &stream, |tx| {
-            if let Some(stored) = find_idem(tx, &key).await? {
+            if let Some(stored) = find_idem_in_stream(tx, &key).await? {
                 return duplicate_or_conflict(&stored, &hash, &format!("void of {event_id}"));
             }
             tx.append(NewEvent {

@@ -97,6 +97,9 @@ struct Parsed {
     ended_at_ms: i64,
     rate: Option<Rate>,
     hash: Vec<u8>,
+    /// Outside the booking window (`in_future`, `too_late`): rejected unless it turns out
+    /// to be a re-send of a booked event.
+    window_error: Option<DomainError>,
 }
 
 fn required<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, DomainError> {
@@ -158,8 +161,11 @@ impl Ledger {
                 format!("interval longer than {} ms", c.interval_ms_max),
             ));
         }
-        if ended_at_ms > now_ms + c.future_tolerance_ms {
-            return Err(DomainError::new(
+        // The time window depends on the clock, not on the event: an event booked before
+        // with the same content is a `duplicate` whatever its age, so this is decided
+        // after the idempotency look-up.
+        let window_error = if ended_at_ms > now_ms + c.future_tolerance_ms {
+            Some(DomainError::new(
                 "in_future",
                 format!(
                     "ended_at {} is more than {} ms ahead of now {}",
@@ -167,17 +173,18 @@ impl Ledger {
                     c.future_tolerance_ms,
                     format_ms(now_ms)
                 ),
-            ));
-        }
-        if started_at_ms < now_ms - c.lateness_days_max * MS_PER_DAY {
-            return Err(DomainError::new(
+            ))
+        } else if started_at_ms < now_ms - c.lateness_days_max * MS_PER_DAY {
+            Some(DomainError::new(
                 "too_late",
                 format!(
                     "started_at is older than the maximum lateness of {} days",
                     c.lateness_days_max
                 ),
-            ));
-        }
+            ))
+        } else {
+            None
+        };
         let normalised = format!(
             "usage.v1|{}|{}|{}|{}|{}|{}|{}",
             event_id,
@@ -198,6 +205,7 @@ impl Ledger {
             ended_at_ms,
             rate,
             hash: content_hash(&normalised),
+            window_error,
         })
     }
 
@@ -300,13 +308,16 @@ async fn load_contexts(
     let rows = json_rows_param(&providers.iter().map(|p| (*p,)).collect::<Vec<_>>());
     let from = tx.dialect().json_rows(1);
     let sql = format!(
-        "SELECT t.provider_id, t.from_ms, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
+        "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
     );
     for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
         let provider: String = r.try_get(0)?;
         if let Some(c) = out.get_mut(&provider) {
-            c.tiers
-                .set(r.try_get(1)?, Tier::parse(&r.try_get::<String, _>(2)?)?);
+            c.tiers.set(
+                r.try_get(1)?,
+                r.try_get(2)?,
+                Tier::parse(&r.try_get::<String, _>(3)?)?,
+            );
         }
     }
     let sql = format!(
@@ -342,18 +353,22 @@ async fn book_groups(
     // `Dialect::json_rows`): its text never changes, so it is planned once per connection.
     let from = dialect.json_rows(1);
 
-    // Idempotency: which keys are booked already, with what content.
-    let keys: Vec<(String,)> = all.iter().map(|e| (usage_key(&e.event_id),)).collect();
-    let mut booked: HashMap<String, Option<Vec<u8>>> = HashMap::new();
+    // Idempotency: which keys are booked already, with what content. A key is scoped to
+    // its provider's stream (SPEC §4): the same event_id under two providers is two events.
+    let keys: Vec<(String, String)> = all
+        .iter()
+        .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
+        .collect();
+    let mut booked: HashMap<(String, String), Option<Vec<u8>>> = HashMap::new();
     let sql = format!(
-        "SELECT e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0"
+        "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
     );
     for r in sqlx::query(&sql)
         .bind(json_rows_param(&keys))
         .fetch_all(tx.conn())
         .await?
     {
-        booked.insert(r.try_get(0)?, r.try_get(1)?);
+        booked.insert((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?);
     }
 
     // The GPUs named by the events.
@@ -381,7 +396,8 @@ async fn book_groups(
         .iter()
         .copied()
         .filter(|e| {
-            !booked.contains_key(&usage_key(&e.event_id))
+            e.window_error.is_none()
+                && !booked.contains_key(&(provider_stream(&e.provider_id), usage_key(&e.event_id)))
                 && gpus
                     .get(&e.gpu_id)
                     .is_some_and(|(p, _)| *p == e.provider_id)
@@ -441,14 +457,17 @@ async fn book_groups(
     };
 
     // Decide and append, provider by provider, each on its own stream.
-    let mut in_batch: HashMap<String, Vec<u8>> = HashMap::new();
     let mut intervals: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     for (provider_id, events) in groups {
-        tx.use_stream(&provider_stream(provider_id));
+        let stream = provider_stream(provider_id);
+        tx.use_stream(&stream);
+        // Keys booked by this batch on this stream; events keep their input order within
+        // a provider, so the first occurrence wins.
+        let mut in_batch: HashMap<String, Vec<u8>> = HashMap::new();
         for e in events {
             let key = usage_key(&e.event_id);
             let seen = booked
-                .get(&key)
+                .get(&(stream.clone(), key.clone()))
                 .cloned()
                 .or_else(|| in_batch.get(&key).cloned().map(Some));
             if let Some(stored) = seen {
@@ -469,6 +488,13 @@ async fn book_groups(
                     )
                 };
                 out.push((e.index, result));
+                continue;
+            }
+            if let Some(error) = &e.window_error {
+                out.push((
+                    e.index,
+                    UsageResult::rejected(Some(e.event_id.clone()), error.clone()),
+                ));
                 continue;
             }
             let reject = |code: &'static str, message: String| {

@@ -209,7 +209,10 @@ pub fn attempt<T, F: std::future::Future<Output = Result<T, LedgerError>>>(body:
     body
 }
 
-/// Looks up an idempotency key: `None` when unused, else the stored content hash.
+/// Looks up an idempotency key on any stream: `None` when unused, else the stored
+/// content hash. For keys that are unique across the ledger (registrations, adjustments,
+/// payouts, runs); the database's unique index is per stream, so this look-up is what
+/// keeps them global.
 pub async fn find_idem(
     tx: &mut WriteTx,
     key: &str,
@@ -217,6 +220,26 @@ pub async fn find_idem(
     use sqlx::Row;
     let row = sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1")
         .bind(key)
+        .fetch_optional(tx.conn())
+        .await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get::<Option<Vec<u8>>, _>(0)?),
+        None => None,
+    })
+}
+
+/// Looks up an idempotency key on the transaction's own stream only: for the keys SPEC §4
+/// scopes to a provider (a usage event_id and its void), which another provider may use
+/// too.
+pub async fn find_idem_in_stream(
+    tx: &mut WriteTx,
+    key: &str,
+) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
+    use sqlx::Row;
+    let stream = tx.stream().to_owned();
+    let row = sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2")
+        .bind(key)
+        .bind(stream)
         .fetch_optional(tx.conn())
         .await?;
     Ok(match row {

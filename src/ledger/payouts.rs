@@ -210,24 +210,43 @@ impl Ledger {
 
     /// Releases a held payout (admin): held → in transit; the rail pays it.
     ///
-    /// A EUR payout held for `fx_stale` carries no EUR amount and cannot be released
-    /// (`fx_rate_missing`): cancel it, and the next run pays at a fresh rate.
+    /// A EUR payout held without an EUR amount (created while the FX rate was stale) is
+    /// converted at release with the latest rate, which must be fresh (`runs.fx_stale_hours`);
+    /// without one the release is refused (`fx_rate_stale`, naming the commands that fix
+    /// it). Cancelling always works.
     pub async fn release_payout(
         &self,
         payout_id: &str,
+        config: &crate::config::RunConfig,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
+        let mut conversion: Option<(i64, String)> = None;
         if let Some(p) = payout(self.store.pool(), payout_id).await?
             && p.status == "held"
             && p.rail == Rail::Sepa
             && p.amount_eur_cents.is_none()
         {
-            return reject(
-                "fx_rate_missing",
-                format!(
-                    "EUR payout {payout_id} was held without a fresh FX rate and has no EUR amount; cancel it and let the next run pay it at a fresh rate"
-                ),
-            );
+            let now = self.now_ms();
+            let mut conn = self.store.pool().acquire().await?;
+            let latest = super::runs::latest_fx_rate(&mut conn, now).await?;
+            drop(conn);
+            let stale_ms = config.fx_stale_hours * super::runs::MS_PER_HOUR;
+            let Some((_, rate)) = latest.filter(|(at, _)| now - at <= stale_ms) else {
+                return reject(
+                    "fx_rate_stale",
+                    format!(
+                        "EUR payout {payout_id} has no EUR amount and no FX rate was recorded in the last {} hours: record one (`settle import` a line {{\"type\":\"fx.rate_set\",\"fx_id\":\"…\",\"eur_per_usd\":\"…\"}}) and release again, or cancel it (`settle payout cancel {payout_id} --reason …`)",
+                        config.fx_stale_hours
+                    ),
+                );
+            };
+            let Some(cents) = super::runs::eur_cents(p.amount_micro_usdc, rate) else {
+                return reject(
+                    "amount_out_of_range",
+                    format!("the EUR amount of payout {payout_id} overflows"),
+                );
+            };
+            conversion = Some((cents, rate.normalize().to_string()));
         }
         self.payout_step(
             payout_id,
@@ -241,6 +260,8 @@ impl Ledger {
                         provider_id: p.provider_id.clone(),
                         amount_micro_usdc: p.amount_micro_usdc,
                         reason: None,
+                        amount_eur_cents: conversion.as_ref().map(|(c, _)| *c),
+                        eur_per_usd: conversion.as_ref().map(|(_, r)| r.clone()),
                     })
                 },
             },
@@ -270,6 +291,8 @@ impl Ledger {
                         provider_id: p.provider_id.clone(),
                         amount_micro_usdc: p.amount_micro_usdc,
                         reason: Some(reason.clone()),
+                        amount_eur_cents: None,
+                        eur_per_usd: None,
                     })
                 },
             },

@@ -10,7 +10,7 @@ use super::{
     Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
 };
 use crate::domain::event::*;
-use crate::domain::ids::{GpuId, GpuModel, ProviderId};
+use crate::domain::ids::{FxId, GpuId, GpuModel, ProviderId, UpdateId};
 use crate::domain::money::{FeeBps, Rate};
 use crate::store::{NewEvent, WriteTx};
 
@@ -26,6 +26,9 @@ pub struct RegisterProvider {
 
 #[derive(Clone, Debug)]
 pub struct UpdateProvider {
+    /// The idempotency key: the same key with the same content again is a duplicate, with
+    /// other content a conflict. Without it, an update that changes nothing is a duplicate.
+    pub update_id: Option<UpdateId>,
     pub provider_id: ProviderId,
     pub name: Option<String>,
     pub email: Option<String>,
@@ -179,8 +182,26 @@ impl Ledger {
         if let Some(email) = &cmd.email {
             check_email(email)?;
         }
+        let key = cmd.update_id.as_ref().map(|id| format!("update:{id}"));
+        let hash = content_hash(
+            &serde_json::json!({
+                "provider_id": cmd.provider_id.as_str(),
+                "name": cmd.name.as_deref().map(str::trim),
+                "email": cmd.email,
+                "tier": cmd.tier.map(|t| t.as_str()),
+                "schedule": cmd.schedule.map(|s| s.as_str()),
+                "status": cmd.status.map(|s| s.as_str()),
+                "payout_method": cmd.payout_method,
+            })
+            .to_string(),
+        );
         let now = self.now_ms();
         crate::write_stream!(self, &provider_stream(cmd.provider_id.as_str()), |tx| {
+            if let Some(key) = &key
+                && let Some(stored) = find_idem(tx, key).await?
+            {
+                return duplicate_or_conflict(&stored, &hash, &format!("update {key}"));
+            }
             let Some(current) = load_provider(tx, cmd.provider_id.as_str()).await? else {
                 return reject(
                     "unknown_provider",
@@ -204,11 +225,14 @@ impl Ledger {
                     None
                 },
             };
-            if update
-                == (ProviderUpdated {
-                    provider_id: update.provider_id.clone(),
-                    ..Default::default()
-                })
+            // Without a key, an update that changes nothing is a duplicate; with one, it is
+            // booked (changing nothing) so that the key is taken.
+            if key.is_none()
+                && update
+                    == (ProviderUpdated {
+                        provider_id: update.provider_id.clone(),
+                        ..Default::default()
+                    })
             {
                 return Ok(Applied::Duplicate);
             }
@@ -216,8 +240,8 @@ impl Ledger {
                 body: EventBody::ProviderUpdated(update),
                 actor: actor.0.clone(),
                 recorded_at_ms: now,
-                idem_key: None,
-                content_hash: None,
+                idem_key: key.clone(),
+                content_hash: key.as_ref().map(|_| hash.clone()),
             });
             Ok(Applied::Accepted)
         })
@@ -327,9 +351,15 @@ impl Ledger {
     }
 
     /// Records the EUR per USD rate used for EUR payouts created from now on.
+    ///
+    /// `fx_id` is the idempotency key (same key and rate again: a duplicate; same key,
+    /// other rate: a conflict). Without a key, the rate already in force is a duplicate, so
+    /// replaying an old line never makes a stale rate fresh again; to re-confirm an
+    /// unchanged rate, give the line a new `fx_id`.
     pub async fn set_fx_rate(
         &self,
         eur_per_usd: rust_decimal::Decimal,
+        fx_id: Option<&FxId>,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
         if eur_per_usd <= rust_decimal::Decimal::ZERO || eur_per_usd.scale() > 10 {
@@ -338,16 +368,32 @@ impl Ledger {
                 "eur_per_usd must be a positive decimal with at most 10 fractional digits",
             );
         }
+        let rate_text = eur_per_usd.normalize().to_string();
+        let key = fx_id.map(|id| format!("fx:{id}"));
+        let hash = content_hash(&format!("fx|{rate_text}"));
         let now = self.now_ms();
         crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+            match &key {
+                Some(key) => {
+                    if let Some(stored) = find_idem(tx, key).await? {
+                        return duplicate_or_conflict(&stored, &hash, &format!("FX rate {key}"));
+                    }
+                }
+                None => {
+                    let latest = super::runs::latest_fx_rate(tx.conn(), i64::MAX).await?;
+                    if latest.is_some_and(|(_, l)| l.normalize() == eur_per_usd.normalize()) {
+                        return Ok(Applied::Duplicate);
+                    }
+                }
+            }
             tx.append(NewEvent {
                 body: EventBody::FxRateSet(FxRateSet {
-                    eur_per_usd: eur_per_usd.normalize().to_string(),
+                    eur_per_usd: rate_text.clone(),
                 }),
                 actor: actor.0.clone(),
                 recorded_at_ms: now,
-                idem_key: None,
-                content_hash: None,
+                idem_key: key.clone(),
+                content_hash: key.as_ref().map(|_| hash.clone()),
             });
             Ok(Applied::Accepted)
         })

@@ -31,7 +31,7 @@ use crate::domain::event::*;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
 use crate::store::{Dialect, NewEvent, Store};
 
-const MS_PER_HOUR: i64 = 3_600_000;
+pub(crate) const MS_PER_HOUR: i64 = 3_600_000;
 
 /// The environment variable naming a failpoint: `SETTLE_FAILPOINT=<name>` aborts the
 /// process the first time `<name>` is reached, `SETTLE_FAILPOINT=<name>:<n>` the n-th time.
@@ -259,6 +259,38 @@ pub fn eur_cents(amount_micro_usdc: i64, eur_per_usd: Decimal) -> Option<i64> {
         .checked_mul(eur_per_usd)?
         .round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointNearestEven)
         .to_i64()
+}
+
+/// Where the scheduler's catch-up starts on its first tick (SPEC §5: every missed run is
+/// caught up): the start of the run date of the latest completed run (its date's runs are
+/// looked at again; a completed one is a no-op), else the start of the day of the first
+/// provider registration (no run before it has a candidate), else `None` (an empty ledger
+/// has missed nothing).
+pub async fn catch_up_start_ms(
+    store: &Store,
+    calendar: &Calendar,
+) -> Result<Option<i64>, LedgerError> {
+    let mut conn = store.pool().acquire().await?;
+    let mut latest: Option<NaiveDate> = None;
+    for kind in ["weekly", "monthly"] {
+        let key: Option<String> =
+            sqlx::query_scalar("SELECT MAX(run_key) FROM payout_runs WHERE run_kind = $1")
+                .bind(kind)
+                .fetch_one(&mut *conn)
+                .await?;
+        if let Some(key) = key {
+            let run = RunKey::parse(kind, &key).map_err(calendar_error)?;
+            let date = run.run_date(calendar).map_err(calendar_error)?;
+            latest = latest.max(Some(date));
+        }
+    }
+    if let Some(date) = latest {
+        return Ok(Some(date_start_ms(date)));
+    }
+    let first: Option<i64> = sqlx::query_scalar("SELECT MIN(registered_at_ms) FROM providers")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(first.map(|ms| ms - ms.rem_euclid(crate::domain::time::MS_PER_DAY)))
 }
 
 async fn run_completed(conn: &mut AnyConnection, run: &RunKey) -> Result<Option<i64>, LedgerError> {

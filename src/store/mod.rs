@@ -678,7 +678,7 @@ impl WriteTx {
         };
         stored.hash = event_hash(&stored.prev_hash, &canonical_bytes(&stored)).to_vec();
         self.ops
-            .extend(ops(&self.stream, recorded_at_ms, &event.body));
+            .extend(ops(&self.stream, seq, recorded_at_ms, &event.body));
         self.head_seq = seq;
         self.head_hash = stored.hash.clone();
         self.head_recorded_at_ms = recorded_at_ms;

@@ -21,6 +21,7 @@ pub fn is_int_column(name: &str) -> bool {
         || matches!(
             name,
             "day"
+                | "seq"
                 | "candidates"
                 | "fee_bps"
                 | "method_invalid"

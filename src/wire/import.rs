@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::domain::DomainError;
 use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
-use crate::domain::ids::{AdjustmentId, EventId, GpuId, GpuModel, ProviderId};
+use crate::domain::ids::{AdjustmentId, EventId, FxId, GpuId, GpuModel, ProviderId, UpdateId};
 use crate::domain::money::{FeeBps, Rate, parse_micro_usdc};
 use crate::domain::time::parse_rfc3339_ms;
 use crate::ledger::ingest::UsageInput;
@@ -25,6 +25,7 @@ pub enum Command {
     Usage(UsageInput),
     VoidUsage {
         event_id: EventId,
+        provider_id: Option<ProviderId>,
         reason: String,
     },
     Adjustment {
@@ -35,6 +36,7 @@ pub enum Command {
         reference: Option<String>,
     },
     SetFx {
+        fx_id: Option<FxId>,
         eur_per_usd: rust_decimal::Decimal,
     },
 }
@@ -54,6 +56,8 @@ struct ProviderRegisterLine {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProviderUpdateLine {
+    #[serde(default)]
+    update_id: Option<String>,
     provider_id: String,
     #[serde(default)]
     name: Option<String>,
@@ -112,6 +116,8 @@ struct UsageLine {
 #[serde(deny_unknown_fields)]
 struct VoidLine {
     event_id: String,
+    #[serde(default)]
+    provider_id: Option<String>,
     reason: String,
 }
 
@@ -129,6 +135,8 @@ struct AdjustmentLine {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FxLine {
+    #[serde(default)]
+    fx_id: Option<String>,
     eur_per_usd: String,
 }
 
@@ -193,6 +201,7 @@ pub fn parse_line(line: &str) -> Result<Command, DomainError> {
         "provider.update" => {
             let l: ProviderUpdateLine = fields(object, &kind)?;
             Command::UpdateProvider(UpdateProvider {
+                update_id: l.update_id.as_deref().map(UpdateId::parse).transpose()?,
                 provider_id: ProviderId::parse(&l.provider_id)?,
                 name: l.name,
                 email: l.email,
@@ -243,6 +252,11 @@ pub fn parse_line(line: &str) -> Result<Command, DomainError> {
             let l: VoidLine = fields(object, &kind)?;
             Command::VoidUsage {
                 event_id: EventId::parse(&l.event_id)?,
+                provider_id: l
+                    .provider_id
+                    .as_deref()
+                    .map(ProviderId::parse)
+                    .transpose()?,
                 reason: l.reason,
             }
         }
@@ -267,7 +281,10 @@ pub fn parse_line(line: &str) -> Result<Command, DomainError> {
                         format!("not a decimal: {:?}", l.eur_per_usd),
                     )
                 })?;
-            Command::SetFx { eur_per_usd: rate }
+            Command::SetFx {
+                fx_id: l.fx_id.as_deref().map(FxId::parse).transpose()?,
+                eur_per_usd: rate,
+            }
         }
         other => {
             return Err(DomainError::new(
@@ -293,7 +310,15 @@ pub async fn apply(
         Command::RegisterGpu(c) => ledger.register_gpu(c, actor).await,
         Command::SetRate(c) => ledger.set_rate(c, actor).await,
         Command::SetFee(c) => ledger.set_fee(c, actor).await,
-        Command::VoidUsage { event_id, reason } => ledger.void_usage(event_id, reason, actor).await,
+        Command::VoidUsage {
+            event_id,
+            provider_id,
+            reason,
+        } => {
+            ledger
+                .void_usage(event_id, provider_id.as_ref(), reason, actor)
+                .await
+        }
         Command::Adjustment {
             adjustment_id,
             provider_id,
@@ -312,7 +337,11 @@ pub async fn apply(
                 )
                 .await
         }
-        Command::SetFx { eur_per_usd } => ledger.set_fx_rate(*eur_per_usd, actor).await,
+        Command::SetFx { fx_id, eur_per_usd } => {
+            ledger
+                .set_fx_rate(*eur_per_usd, fx_id.as_ref(), actor)
+                .await
+        }
         Command::Usage(u) => {
             let results = ledger
                 .ingest_usage(
@@ -389,7 +418,9 @@ pub fn describe(command: &Command) -> (String, Option<String>) {
         Command::Adjustment { adjustment_id, .. } => {
             ("adjustment".into(), Some(adjustment_id.to_string()))
         }
-        Command::SetFx { .. } => ("fx.rate_set".into(), None),
+        Command::SetFx { fx_id, .. } => {
+            ("fx.rate_set".into(), fx_id.as_ref().map(|f| f.to_string()))
+        }
     }
 }
 

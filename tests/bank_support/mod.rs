@@ -133,9 +133,12 @@ impl World {
         .await;
     }
 
+    /// Records an FX rate under a new `fx_id`, so the same rate again refreshes it (a
+    /// line without a key that repeats the rate in force is a duplicate).
     pub async fn fx(&self, eur_per_usd: &str) {
+        let fx_id = format!("fx-{}", self.next_event.fetch_add(1, Ordering::SeqCst));
         self.import(&[format!(
-            r#"{{"type":"fx.rate_set","eur_per_usd":"{eur_per_usd}"}}"#
+            r#"{{"type":"fx.rate_set","fx_id":"{fx_id}","eur_per_usd":"{eur_per_usd}"}}"#
         )])
         .await;
     }

@@ -723,9 +723,9 @@ pub struct ReturnOutcome {
 }
 
 /// A bank returned a payout with reason `code` (`AC04`, `R03`, …): the payout is returned
-/// (`platform:treasury:bank` −, payable +). When the reason proves the bank details
-/// unusable and the provider still has the details the payout was sent to, they are marked
-/// invalid (the next run decides `no_method` until the provider enters new ones). A return
+/// (`platform:treasury:bank` −, payable +). When the provider still has the details the
+/// payout was sent to, they are marked invalid whatever the reason code (the next run
+/// decides `no_method` until the provider sets or re-confirms them). A return
 /// that arrives before the batch was marked settled settles the payout first: the money
 /// left and came back.
 pub async fn return_payout(
@@ -808,10 +808,11 @@ pub async fn return_payout(
     let mut conn = pool.acquire().await.map_err(LedgerError::from)?;
     let current_method = provider_method(&mut conn, &p.provider_id).await?;
     drop(conn);
-    // Block the details only while they are the ones the payout went to: details entered
-    // since are not proven wrong.
-    let method_invalid =
-        reason.invalidates_account_details() && current_method.as_ref() == Some(&p.method);
+    // SPEC §6: every return marks the bank details invalid, whatever its reason code (a
+    // closed account, a fraud suspicion and a refusal all mean: do not send there again
+    // until the provider confirms or replaces them). Only while they are the details the
+    // payout went to: details entered since are not proven wrong.
+    let method_invalid = current_method.as_ref() == Some(&p.method);
     let applied = ledger
         .return_payout(
             payout_id,
