@@ -1910,3 +1910,94 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
     );
     assert_verified(&ledger).await;
 }
+
+/// The overlap rule against a brute-force model: random intervals (some crossing
+/// midnight, some adjacent, many overlapping) on three GPUs over many batches, with voids
+/// between batches. Each event is accepted iff it overlaps no booked, not voided interval
+/// of its GPU (earlier batches and earlier events of its own batch). Seed fixed (printed;
+/// `SETTLE_TEST_SEED` overrides).
+#[tokio::test]
+async fn overlap_decisions_match_a_brute_force_model_over_random_batches() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("SETTLE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_123);
+    println!("seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let db = TestDb::new().await;
+    let (ledger, _) = db.ledger_at(NOW).await;
+    provider(&ledger, "prv_m", 3).await;
+    let base = parse_rfc3339_ms("2026-11-20T18:00:00Z").unwrap();
+    // The model: per GPU, the booked and not voided intervals with their event ids.
+    let mut booked: BTreeMap<String, Vec<(i64, i64, String)>> = BTreeMap::new();
+    let mut next_id = 0;
+    let mut accepted_total = 0;
+    for batch_no in 0..40 {
+        let mut inputs = Vec::new();
+        let mut expected = Vec::new();
+        let mut in_batch: BTreeMap<String, Vec<(i64, i64, String)>> = booked.clone();
+        for _ in 0..rng.gen_range(1..25) {
+            let gpu = format!("prv_m-g{}", rng.gen_range(0..3));
+            // Starts on a 5-minute grid over 16 hours (midnight inside), lengths 1 ms to
+            // 3 hours, so adjacency and every kind of overlap occur.
+            let start = base + rng.gen_range(0..192) * 300_000 + rng.gen_range(0..2);
+            let len = match rng.gen_range(0..4) {
+                0 => 1,
+                1 => 300_000,
+                2 => rng.gen_range(1..10_800_000),
+                _ => 900_000,
+            };
+            let id = format!("m{next_id}");
+            next_id += 1;
+            let overlaps = in_batch
+                .get(&gpu)
+                .is_some_and(|v| v.iter().any(|(s, e, _)| *s < start + len && *e > start));
+            expected.push(if overlaps {
+                "rejected:overlapping_usage"
+            } else {
+                in_batch
+                    .entry(gpu.clone())
+                    .or_default()
+                    .push((start, start + len, id.clone()));
+                "accepted"
+            });
+            inputs.push(usage(
+                &id,
+                "prv_m",
+                &gpu,
+                &format_ms(start),
+                &format_ms(start + len),
+                None,
+            ));
+        }
+        let results = ingest(&ledger, &inputs, &SenderScope::Metering).await;
+        assert_eq!(
+            outcomes(&results),
+            expected,
+            "batch {batch_no} (seed {seed})"
+        );
+        accepted_total += expected.iter().filter(|o| **o == "accepted").count();
+        booked = in_batch;
+        // Void a random booked event now and then: its interval is free again.
+        if batch_no % 3 == 2 {
+            let all: Vec<(String, usize)> = booked
+                .iter()
+                .flat_map(|(g, v)| (0..v.len()).map(move |i| (g.clone(), i)))
+                .collect();
+            if !all.is_empty() {
+                let (gpu, i) = all[rng.gen_range(0..all.len())].clone();
+                let (_, _, id) = booked.get_mut(&gpu).unwrap().remove(i);
+                ledger
+                    .void_usage(&EventId::parse(&id).unwrap(), None, "model", &actor())
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    assert!(
+        accepted_total > 100,
+        "the model exercised bookings: {accepted_total}"
+    );
+    assert_verified(&ledger).await;
+}

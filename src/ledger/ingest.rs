@@ -404,29 +404,25 @@ async fn book_groups(
         })
         .collect();
 
-    // Booked, not voided usage overlapping a candidate, event by event. A day segment is
-    // at most one day long, so only segments starting less than a day before the event can
-    // reach into it: the index range stays short however long the GPU's history.
+    // Booked, not voided usage overlapping a candidate, event by event. Booked segments of
+    // one GPU never overlap each other, so one backward index step answers it: the latest
+    // segment starting before the candidate ends overlaps it iff it ends after the
+    // candidate starts (any overlapping segment is that one, or starts after it and then
+    // that one starts inside the candidate). One primary-key seek per candidate, however
+    // many segments the GPU has booked that day.
     let mut overlaps: HashMap<usize, (i64, i64)> = HashMap::new();
     if !candidates.is_empty() {
-        let probes: Vec<(usize, &str, i64, i64, i64)> = candidates
+        let probes: Vec<(usize, &str, i64, i64)> = candidates
             .iter()
-            .map(|e| {
-                (
-                    e.index,
-                    e.gpu_id.as_str(),
-                    e.started_at_ms - MS_PER_DAY,
-                    e.ended_at_ms,
-                    e.started_at_ms,
-                )
-            })
+            .map(|e| (e.index, e.gpu_id.as_str(), e.ended_at_ms, e.started_at_ms))
             .collect();
         let sql = format!(
             "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
              JOIN usage_segments AS s ON s.gpu_id = j.value ->> 1 \
-             AND s.started_at_ms > CAST(j.value ->> 2 AS BIGINT) \
-             AND s.started_at_ms < CAST(j.value ->> 3 AS BIGINT) \
-             AND s.ended_at_ms > CAST(j.value ->> 4 AS BIGINT)"
+             AND s.started_at_ms = (SELECT p.started_at_ms FROM usage_segments AS p \
+             WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
+             ORDER BY p.started_at_ms DESC LIMIT 1) \
+             WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
         );
         for r in sqlx::query(&sql)
             .bind(json_rows_param(&probes))
