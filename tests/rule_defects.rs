@@ -8,7 +8,7 @@ mod runs_support;
 
 use std::sync::Arc;
 
-use runs_support::{SEPA, SOLANA, SOLANA_2, USDC, candidate, decision};
+use runs_support::{SEPA, SOLANA, SOLANA_2, USDC, candidate, decision, due_keys};
 use settle::domain::ids::EventId;
 use settle::domain::time::parse_rfc3339_ms;
 use settle::jobs::scheduler::Scheduler;
@@ -487,13 +487,7 @@ async fn catch_up_runs_every_missed_run_since_the_last_completed_one() {
         w.config.clone(),
     )
     .with_catch_up_warn_days(35);
-    let due: Vec<String> = s
-        .due()
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.to_string())
-        .collect();
+    let due = due_keys(&s).await;
     let mut expected = vec!["weekly 2026-07-06".to_owned()];
     for monday in [
         "2026-07-13",

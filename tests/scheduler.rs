@@ -129,13 +129,7 @@ async fn after_downtime_every_missed_run_is_caught_up_in_date_order_once() {
         "weekly 2026-11-16",
     ];
     let mut restarted = scheduler(&w).with_catch_up_warn_days(3);
-    let due: Vec<String> = restarted
-        .due()
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.to_string())
-        .collect();
+    let due = due_keys(&restarted).await;
     assert_eq!(due, missed);
     let caught = s.tick().await.unwrap();
     assert_eq!(keys(&caught), missed);
@@ -159,13 +153,7 @@ async fn after_downtime_every_missed_run_is_caught_up_in_date_order_once() {
     assert_eq!(w.payouts_of("wk").await.len(), 1);
     // Started again now, it looks back to the date of the last completed run only.
     let fresh = scheduler(&w);
-    let due: Vec<String> = fresh
-        .due()
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.to_string())
-        .collect();
+    let due = due_keys(&fresh).await;
     assert_eq!(due, ["weekly 2026-11-16"], "already completed: a no-op");
     w.check_invariants().await;
 }
@@ -214,7 +202,10 @@ async fn a_failed_tick_is_retried_from_the_same_point() {
     broken.store.close().await;
     let clock: Arc<dyn Clock> = w.clock.clone();
     let mut s = Scheduler::new(broken, clock, w.calendar.clone(), w.config.clone());
-    assert!(s.tick().await.is_err());
+    assert_eq!(
+        s.tick().await.unwrap_err().code(),
+        "storage_unavailable"
+    );
     assert_eq!(s.last_checked(), None);
     let mut healthy = scheduler(&w);
     assert_eq!(healthy.due().await.unwrap().len(), 1, "still due");

@@ -217,15 +217,7 @@ pub async fn find_idem(
     tx: &mut WriteTx,
     key: &str,
 ) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
-    use sqlx::Row;
-    let row = sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1")
-        .bind(key)
-        .fetch_optional(tx.conn())
-        .await?;
-    Ok(match row {
-        Some(r) => Some(r.try_get::<Option<Vec<u8>>, _>(0)?),
-        None => None,
-    })
+    idem_lookup(tx, key, None).await
 }
 
 /// Looks up an idempotency key on the transaction's own stream only: for the keys SPEC §4
@@ -235,14 +227,28 @@ pub async fn find_idem_in_stream(
     tx: &mut WriteTx,
     key: &str,
 ) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
-    use sqlx::Row;
     let stream = tx.stream().to_owned();
-    let row = sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2")
-        .bind(key)
-        .bind(stream)
-        .fetch_optional(tx.conn())
-        .await?;
-    Ok(match row {
+    idem_lookup(tx, key, Some(stream)).await
+}
+
+async fn idem_lookup(
+    tx: &mut WriteTx,
+    key: &str,
+    stream: Option<String>,
+) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
+    use sqlx::Row;
+    let query = match &stream {
+        Some(_) => {
+            sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2")
+        }
+        None => sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1"),
+    }
+    .bind(key);
+    let query = match stream {
+        Some(s) => query.bind(s),
+        None => query,
+    };
+    Ok(match query.fetch_optional(tx.conn()).await? {
         Some(r) => Some(r.try_get::<Option<Vec<u8>>, _>(0)?),
         None => None,
     })

@@ -376,3 +376,13 @@ pub fn is_candidate(report: &RunReport, provider: &str) -> bool {
 pub async fn event_count(ledger: &Ledger) -> i64 {
     ledger.store.event_count().await.unwrap()
 }
+
+/// The keys of the runs a scheduler finds due now, in execution order.
+pub async fn due_keys(s: &settle::jobs::scheduler::Scheduler) -> Vec<String> {
+    s.due()
+        .await
+        .expect("due runs")
+        .iter()
+        .map(|r| r.to_string())
+        .collect()
+}
