@@ -76,10 +76,11 @@ impl fmt::Display for Missing {
 /// The whole test needs what `probe` found: `Some` when present; when missing, fails the
 /// test in CI and otherwise reports it skipped and returns `None` (the test returns).
 ///
-/// ```ignore
+/// ```no_run
 /// let Some(schema) = settle_prereq::require(settle_prereq::pain001_schema()) else {
 ///     return;
 /// };
+/// schema.assert_valid(std::path::Path::new("payouts.xml"));
 /// ```
 #[track_caller]
 pub fn require<T>(probe: Result<T, Missing>) -> Option<T> {
@@ -372,7 +373,7 @@ fn has_server_binaries(dir: &Path) -> bool {
 /// The PostgreSQL server binaries: `$SETTLE_TEST_PG_BINDIR`, `pg_config --bindir` or the
 /// newest `/usr/lib/postgresql/*/bin`; as root, also the `postgres` user to run them as.
 pub fn postgres_server() -> Result<PgServer, Missing> {
-    let how = "install the PostgreSQL server (Debian/Ubuntu: `sudo apt-get install \
+    let how = "install the PostgreSQL server (Debian/Ubuntu: `apt-get install \
                postgresql`) or set SETTLE_TEST_PG_BINDIR to the directory of initdb, pg_ctl \
                and postgres";
     let mut tried = Vec::new();
