@@ -4,7 +4,7 @@ mod common;
 mod http_support;
 
 use serde_json::Value;
-use settle::auth::{Scope, revoke_token};
+use settle::auth::{Scope, TokenError, revoke_token};
 use settle::ledger::Applied;
 use sha2::{Digest, Sha256};
 use sqlx::Row;
@@ -41,12 +41,17 @@ async fn tokens_authenticate_by_hash_and_scope() {
     assert_eq!(hash, Sha256::digest(secret.as_bytes()).to_vec());
     assert_eq!(row.get::<String, _>(1), "provider");
     assert_eq!(row.get::<Option<String>, _>(2).as_deref(), Some("prv_a"));
-    // The table is append-only.
+    // The table is append-only: its trigger refuses the UPDATE (same message on both
+    // databases).
+    let refused = sqlx::query("UPDATE api_tokens SET scope = 'admin'")
+        .execute(app.ledger.store.pool())
+        .await
+        .expect_err("UPDATE of api_tokens accepted");
     assert!(
-        sqlx::query("UPDATE api_tokens SET scope = 'admin'")
-            .execute(app.ledger.store.pool())
-            .await
-            .is_err()
+        refused
+            .to_string()
+            .contains("append-only table api_tokens: UPDATE refused"),
+        "{refused}"
     );
 
     // No token, another scheme, a malformed token, a wrong secret: 401.
@@ -190,11 +195,10 @@ async fn expired_and_revoked_tokens_are_refused() {
             .unwrap(),
         Applied::Duplicate
     );
-    assert!(
-        revoke_token(pool, "tok_nope", app.ledger.now_ms())
-            .await
-            .is_err()
-    );
+    match revoke_token(pool, "tok_nope", app.ledger.now_ms()).await {
+        Err(TokenError::Rejected(e)) => assert_eq!(e.code, "unknown_token", "{e}"),
+        other => panic!("revoking an unknown token: {other:?}"),
+    }
     assert_problem(app.get(Some(&token), path).await, 401, "token_revoked").await;
     let r = app
         .post(Some(&token), "/v1/usage", r#"{"events":[]}"#)

@@ -903,24 +903,41 @@ fn the_file_checkers_reject_broken_files() {
         schema.assert_valid(&good);
         let bad = dir.path().join("bad.xml");
         std::fs::write(&bad, sepa.replace("<PmtMtd>TRF</PmtMtd>", "")).unwrap();
+        let err = schema
+            .validate(&bad)
+            .expect_err("the XSD accepted a file without PmtMtd");
         assert!(
-            schema.validate(&bad).is_err(),
-            "the XSD rejects a file without PmtMtd"
+            err.contains("Schemas validity error") && err.contains("PmtMtd"),
+            "the XSD rejects the file for the missing PmtMtd: {err}"
         );
     }
-    for (from, to) in [
+    // Each edit with what the checker's panic must say it caught.
+    for (from, to, caught) in [
         (
             "<CtrlSum>12.34</CtrlSum>\n      <InitgPty>",
             "<CtrlSum>12.35</CtrlSum>\n      <InitgPty>",
+            "GrpHdr CtrlSum = sum of InstdAmt",
         ),
-        (">12.34</InstdAmt>", ">12.3</InstdAmt>"),
-        ("<Nm>Bee GmbH</Nm>", "<Nm>Bee GmbH_</Nm>"),
+        (
+            ">12.34</InstdAmt>",
+            ">12.3</InstdAmt>",
+            "must have exactly two decimals",
+        ),
+        (
+            "<Nm>Bee GmbH</Nm>",
+            "<Nm>Bee GmbH_</Nm>",
+            "leaves the SEPA character set",
+        ),
     ] {
         let broken = sepa.replacen(from, to, 1);
         assert_ne!(broken, sepa, "{from}");
+        let said = panic_message(|| {
+            check_sepa_rules(&broken);
+        })
+        .unwrap_or_else(|| panic!("{to} passes"));
         assert!(
-            std::panic::catch_unwind(|| check_sepa_rules(&broken)).is_err(),
-            "{to} passes"
+            said.contains(caught),
+            "{to}: caught {said:?}, not {caught:?}"
         );
     }
 
@@ -955,16 +972,21 @@ fn the_file_checkers_reject_broken_files() {
         l[i].replace_range(at..at + 1, c);
         l.join("\n") + "\n"
     };
-    for broken in [
-        corrupt(2, 38, "3"),            // entry amount: totals no longer match
-        corrupt(2, 11, "2"),            // RDFI check digit
-        corrupt(3, 19, "9"),            // batch entry hash
-        nacha.replacen("\n", " \n", 1), // a 95-character record
-        lines[..lines.len() - 1].join("\n") + "\n", // blocking factor
+    for (broken, caught) in [
+        // entry amount: totals no longer match
+        (corrupt(2, 38, "3"), "batch credit total"),
+        (corrupt(2, 11, "2"), "RDFI routing 021000022 check digit"),
+        (corrupt(3, 19, "9"), "batch entry hash"),
+        (nacha.replacen("\n", " \n", 1), "record 1 has 95 characters"),
+        (
+            lines[..lines.len() - 1].join("\n") + "\n",
+            "blocking factor 10",
+        ),
     ] {
-        assert!(
-            std::panic::catch_unwind(|| check_nacha(&broken)).is_err(),
-            "{broken}"
-        );
+        let said = panic_message(|| {
+            check_nacha(&broken);
+        })
+        .unwrap_or_else(|| panic!("the checker passes:\n{broken}"));
+        assert!(said.contains(caught), "caught {said:?}, not {caught:?}");
     }
 }

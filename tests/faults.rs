@@ -150,18 +150,32 @@ async fn dropped_database_connections_lose_nothing() {
     register_fault_providers(&ledger, 40).await;
     let stop = Arc::new(AtomicBool::new(false));
     let killer = if db.is_postgres() {
-        let admin = db.store().await;
+        // One connection of its own, so `pid <> pg_backend_pid()` spares exactly the killer.
+        let admin = Store::open(
+            &db.url,
+            &StoreOptions {
+                connections_max: 1,
+                ..StoreOptions::default()
+            },
+        )
+        .await
+        .unwrap();
         let dbname = db.url.rsplit('/').next().unwrap().to_owned();
         let stop = stop.clone();
         Some(tokio::spawn(async move {
-            let mut kills = 0;
+            // Only terminations that hit a backend of this test's database count.
+            let mut kills = 0i64;
             while !stop.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(150)).await;
-                let _ = sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
+                // pg_terminate_backend in the aggregate's FILTER runs only on the rows the
+                // WHERE kept (in the WHERE itself the planner may call it on any backend).
+                let hit: i64 = sqlx::query("SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
                     .bind(&dbname)
-                    .execute(admin.pool())
-                    .await;
-                kills += 1;
+                    .fetch_one(admin.pool())
+                    .await
+                    .expect("the killer's own connection is never dropped")
+                    .get(0);
+                kills += hit;
             }
             kills
         }))
@@ -173,7 +187,7 @@ async fn dropped_database_connections_lose_nothing() {
         let (ledger, _) = db.ledger_at(NOW).await;
         senders.push(tokio::spawn(async move {
             let mut acknowledged = Vec::new();
-            let mut errors = 0;
+            let mut errors = Vec::new();
             for b in 0..25 {
                 let p = (s * 10) + (b % 10);
                 match ledger
@@ -185,16 +199,35 @@ async fn dropped_database_connections_lose_nothing() {
                     .await
                 {
                     Ok(results) => acknowledged.extend(acked(&results)),
-                    Err(_) => errors += 1,
+                    Err(e) => errors.push((e.code(), e.to_string())),
                 }
             }
             (acknowledged, errors)
         }));
     }
     let mut acknowledged = HashSet::new();
+    let mut sender_errors = Vec::new();
     for s in senders {
-        let (a, _errors) = s.await.unwrap();
+        let (a, errors) = s.await.unwrap();
         acknowledged.extend(a);
+        sender_errors.extend(errors);
+    }
+    eprintln!(
+        "senders saw {} errors: {:?}",
+        sender_errors.len(),
+        &sender_errors[..sender_errors.len().min(3)]
+    );
+    // A dropped connection reaches the sender as the stable storage error, nothing else.
+    for (code, message) in &sender_errors {
+        assert_eq!(*code, "storage_unavailable", "{message}");
+    }
+    if db.is_postgres() {
+        assert!(
+            !sender_errors.is_empty(),
+            "the fault reached the senders: at least one batch failed with storage_unavailable"
+        );
+    } else {
+        assert!(sender_errors.is_empty(), "no fault on SQLite");
     }
     // A payout run under the same fault: retried until it completes.
     let (ledger, clock) = db.ledger_at(NOW).await;
@@ -216,13 +249,19 @@ async fn dropped_database_connections_lose_nothing() {
             .await
         {
             Ok(r) if r.completed => break r,
-            Ok(_) | Err(_) if attempts < 200 => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) if attempts < 200 => {
+                assert_eq!(e.code(), "storage_unavailable", "{e}");
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Ok(_) if attempts < 200 => tokio::time::sleep(Duration::from_millis(20)).await,
             other => panic!("the run never completed: {other:?}"),
         }
     };
     stop.store(true, Ordering::SeqCst);
     if let Some(k) = killer {
-        assert!(k.await.unwrap() > 0, "connections were dropped");
+        let kills = k.await.unwrap();
+        eprintln!("{kills} backends terminated");
+        assert!(kills > 0, "connections were dropped");
     }
     // The fault is over: the senders retry everything they sent.
     let (ledger, _) = db.ledger_at("2026-12-07T00:10:00Z").await;
@@ -264,8 +303,11 @@ async fn dropped_database_connections_lose_nothing() {
     assert_eq!(events, 40, "no candidate decided twice");
 }
 
-/// `settle rebuild` killed (SIGKILL) at random points: the projections are either the old
-/// ones or the rebuilt ones, never half; `settle verify` is clean every time.
+/// `settle rebuild` killed (SIGKILL) while it runs: six times while it folds the ledger
+/// (its progress output shows it part-way, at a later point each time) and twice while it
+/// replaces the projections (it holds the write lock: `LOCK TABLE events` on PostgreSQL,
+/// the write transaction on SQLite). The projections are either the old ones or the rebuilt
+/// ones, never half; `settle verify` is clean every time.
 #[tokio::test]
 async fn killed_rebuild_leaves_consistent_projections() {
     let db = TestDb::new().await;
@@ -283,20 +325,149 @@ async fn killed_rebuild_leaves_consistent_projections() {
                 .unwrap();
         }
     }
+    let total = ledger.store.event_count().await.unwrap();
     ledger.store.close().await;
-    for i in 0..8u64 {
-        let mut child = std::process::Command::new(settle_bin())
-            .args(["--database", &db.url, "rebuild"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(40 + i * 90));
-        let _ = child.kill();
-        let _ = child.wait();
+    let probe = Store::open(
+        &db.url,
+        &StoreOptions {
+            connections_max: 1,
+            sqlite_busy_timeout_ms: 0,
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    for i in 0..8i64 {
+        let (mut child, progress) = spawn_with_progress(&["--database", &db.url, "rebuild"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let seen = loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rebuild {i}: never reached the point to kill it (progress {:?})",
+                progress.lock().unwrap().last()
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "rebuild {i} finished before it was killed (progress {:?})",
+                progress.lock().unwrap()
+            );
+            let folded = progress.lock().unwrap().last().copied();
+            if i < 6 {
+                // Part-way through the fold, at or past i/6 of the events.
+                if let Some((done, of)) = folded
+                    && of == total
+                    && done > 0
+                    && done < total
+                    && done >= i * total / 6
+                {
+                    break format!("folding, {done}/{of} events");
+                }
+            } else if folded.is_some()
+                && rebuild_holds_the_write_lock(&probe, db.is_postgres()).await
+            {
+                break "replacing the projections".to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        // Killed, not finished: the rebuild was running when the signal arrived.
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "rebuild {i} ({seen}): {status}");
+        eprintln!("rebuild {i} killed while {seen}");
         let (code, out, err) = run_cli(&db.url, &["verify"]);
-        assert_eq!(code, 0, "verify after a killed rebuild ({i}): {out}{err}");
+        assert_eq!(
+            code, 0,
+            "verify after a killed rebuild ({i}, {seen}): {out}{err}"
+        );
     }
+    probe.close().await;
     let (code, _, _) = run_cli(&db.url, &["rebuild"]);
     assert_eq!(code, 0);
+}
+
+/// Whether another process holds the database's write lock for the projections' swap.
+async fn rebuild_holds_the_write_lock(probe: &Store, postgres: bool) -> bool {
+    if !postgres {
+        // A write transaction of our own cannot start (busy timeout 0).
+        let mut conn = probe.pool().acquire().await.unwrap();
+        match sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+            Ok(_) => {
+                sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+                false
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("database is locked"), "{e}");
+                true
+            }
+        }
+    } else {
+        let held: i64 = sqlx::query("SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'events' AND l.mode = 'ShareLock' AND l.granted AND l.pid <> pg_backend_pid() AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+            .fetch_one(probe.pool())
+            .await
+            .unwrap()
+            .get(0);
+        held > 0
+    }
+}
+
+/// Progress so far: `(events folded, events in all)` in the order the bar drew them.
+type Progress = Arc<std::sync::Mutex<Vec<(i64, i64)>>>;
+
+/// Runs `settle ARGS` with stderr on a pseudo-terminal, so it draws its progress bar
+/// (`… 5000/20044 events …`), which a thread reads back.
+fn spawn_with_progress(args: &[&str]) -> (std::process::Child, Progress) {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (0, 0);
+    let size = libc::winsize {
+        ws_row: 24,
+        ws_col: 160,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two new descriptors into `master` and `slave`; nothing else.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nobody else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let child = std::process::Command::new(settle_bin())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let progress: Progress = Arc::default();
+    let seen = progress.clone();
+    std::thread::spawn(move || {
+        let mut master = std::fs::File::from(master);
+        let mut text = String::new();
+        let mut buf = [0u8; 4096];
+        // Ends when the child's side closes (EIO on Linux).
+        while let Ok(n @ 1..) = master.read(&mut buf) {
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+            // Parse each complete `N/M events`; keep the unparsed tail.
+            while let Some(at) = text.find(" events") {
+                let head = &text[..at];
+                let start = head
+                    .rfind(|c: char| !(c.is_ascii_digit() || c == '/'))
+                    .map_or(0, |k| k + 1);
+                if let Some((done, of)) = head[start..].split_once('/')
+                    && let (Ok(done), Ok(of)) = (done.parse(), of.parse())
+                {
+                    seen.lock().unwrap().push((done, of));
+                }
+                text.drain(..at + " events".len());
+            }
+        }
+    });
+    (child, progress)
 }

@@ -13,7 +13,8 @@ use settle::ledger::{Applied, content_hash, find_idem};
 use settle::rails::solana::{LedgerJournal, SolanaRailError};
 use settle::store::NewEvent;
 use settle_solana::{
-    AttemptOutcome, Chain, Journal, Keypair, Signature, SignedAttempt, Signer, Transfer,
+    AttemptOutcome, Chain, Journal, JournalError, Keypair, Signature, SignedAttempt, Signer,
+    Transfer,
 };
 use solana_support::*;
 
@@ -287,6 +288,16 @@ async fn preflight_refuses_when_sol_for_fees_and_new_accounts_is_missing() {
     w.assert_clean(&rail).await;
 }
 
+/// The stable code of the ledger's refusal: [`LedgerJournal`] reports a refused command as
+/// `JournalError("{code}: {message}")`.
+fn journal_code(result: Result<(), JournalError>) -> String {
+    let err = result.expect_err("the journal accepted it");
+    match err.0.split_once(": ") {
+        Some((code, _)) => code.to_owned(),
+        None => panic!("a refusal without a code: {}", err.0),
+    }
+}
+
 fn attempt(id: &str, signature: &str, transfers: Vec<Transfer>) -> SignedAttempt {
     SignedAttempt {
         attempt_id: id.to_owned(),
@@ -342,19 +353,23 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     // Transfers that do not match the ledger are refused.
     let mut wrong_amount = transfer(2);
     wrong_amount.amount_micro_usdc += 1;
-    assert!(
-        journal
-            .record_signed(&attempt("att-3", "s3", vec![wrong_amount]))
-            .await
-            .is_err()
+    assert_eq!(
+        journal_code(
+            journal
+                .record_signed(&attempt("att-3", "s3", vec![wrong_amount]))
+                .await
+        ),
+        "amount_mismatch"
     );
     let mut wrong_wallet = transfer(2);
     wrong_wallet.wallet = Keypair::new().pubkey();
-    assert!(
-        journal
-            .record_signed(&attempt("att-4", "s4", vec![wrong_wallet]))
-            .await
-            .is_err()
+    assert_eq!(
+        journal_code(
+            journal
+                .record_signed(&attempt("att-4", "s4", vec![wrong_wallet]))
+                .await
+        ),
+        "wallet_mismatch"
     );
     assert_eq!(journal.open_attempts().await.unwrap().len(), 1);
 
@@ -382,11 +397,13 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
         .record_outcome("att-5", &AttemptOutcome::Landed { slot: 7 })
         .await
         .unwrap();
-    assert!(
-        journal
-            .record_outcome("att-5", &AttemptOutcome::Failed { reason: "x".into() })
-            .await
-            .is_err(),
+    assert_eq!(
+        journal_code(
+            journal
+                .record_outcome("att-5", &AttemptOutcome::Failed { reason: "x".into() })
+                .await
+        ),
+        "conflict",
         "a second, different outcome is refused"
     );
     for payout in &payouts[..2] {
@@ -402,11 +419,13 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     expected.sort();
     assert_eq!(resolved, expected);
     // A settled payout is never signed again.
-    assert!(
-        journal
-            .record_signed(&attempt("att-6", "s6", vec![transfer(0)]))
-            .await
-            .is_err()
+    assert_eq!(
+        journal_code(
+            journal
+                .record_signed(&attempt("att-6", "s6", vec![transfer(0)]))
+                .await
+        ),
+        "invalid_payout_state"
     );
     assert_eq!(w.count_events("payout.settled").await, 2);
 

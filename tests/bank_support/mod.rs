@@ -283,6 +283,18 @@ fn unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// Runs a checker that should panic; `Some(what its panic said)`, or `None` if it passed.
+pub fn panic_message(check: impl FnOnce() + std::panic::UnwindSafe) -> Option<String> {
+    let payload = std::panic::catch_unwind(check).err()?;
+    Some(
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default(),
+    )
+}
+
 /// Parses `"123.45"` (exactly two decimals) into cents; panics otherwise.
 pub fn cents(text: &str) -> i64 {
     let (whole, frac) = text

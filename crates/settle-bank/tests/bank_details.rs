@@ -115,7 +115,9 @@ proptest! {
         let mut swapped = bytes.to_vec();
         swapped.swap(i, i + 1);
         let swapped = String::from_utf8(swapped).expect("ascii");
-        prop_assert!(Iban::parse(&swapped).is_err(), "{} accepted", swapped);
+        // Same country, length and characters: only the mod-97 checksum can catch it.
+        let err = Iban::parse(&swapped).expect_err("swapped digits accepted");
+        prop_assert_eq!(err.code(), "invalid_iban_checksum", "{}", swapped);
     }
 
     #[test]
@@ -129,7 +131,16 @@ proptest! {
         let mut bytes = routing.clone().into_bytes();
         bytes[pos] = b'0' + (bytes[pos] - b'0' + delta) % 10;
         let corrupted = String::from_utf8(bytes).expect("ascii");
-        prop_assert!(AbaRouting::parse(&corrupted).is_err(), "{} accepted", corrupted);
+        // A wrong digit in the first two can leave the Federal Reserve prefixes (caught
+        // first); anywhere else, or to another valid prefix, the check digit catches it.
+        let prefix: u32 = corrupted[..2].parse().expect("digits");
+        let expected = if matches!(prefix, 0..=12 | 21..=32 | 61..=72 | 80) {
+            "invalid_aba_check_digit"
+        } else {
+            "invalid_aba_prefix"
+        };
+        let err = AbaRouting::parse(&corrupted).expect_err("one wrong digit accepted");
+        prop_assert_eq!(err.code(), expected, "{}", corrupted);
     }
 
     #[test]

@@ -37,6 +37,18 @@ fn num(s: &str) -> i64 {
     s.parse().expect("number")
 }
 
+/// Runs a checker that should panic; `Some(what its panic said)`, or `None` if it passed.
+fn panic_message(check: impl FnOnce() + std::panic::UnwindSafe) -> Option<String> {
+    let payload = std::panic::catch_unwind(check).err()?;
+    Some(
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default(),
+    )
+}
+
 /// Parses and checks a whole NACHA file; panics with a message on the first violation.
 fn check_nacha(content: &str) -> Vec<ParsedEntry> {
     assert!(content.is_ascii(), "file must be ASCII");
@@ -372,7 +384,8 @@ fn checker_rejects_corrupted_files() {
     let lines: Vec<String> = content.lines().map(str::to_owned).collect();
     let rebuild = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
 
-    let mut corruptions: Vec<String> = Vec::new();
+    // Each corruption with what the checker's panic must say it caught.
+    let mut corruptions: Vec<(String, &str)> = Vec::new();
     // A changed amount (totals no longer match).
     let mut l = lines.clone();
     let entry_at = l.iter().position(|x| x.starts_with('6')).expect("entry");
@@ -382,25 +395,34 @@ fn checker_rejects_corrupted_files() {
         "1"
     };
     l[entry_at].replace_range(38..39, digit);
-    corruptions.push(rebuild(&l));
+    corruptions.push((rebuild(&l), "total credit"));
     // A record one character short.
     let mut l = lines.clone();
     l[0].pop();
-    corruptions.push(rebuild(&l));
+    corruptions.push((rebuild(&l), "record 1 has 93 characters"));
     // A missing filler record.
     let mut l = lines.clone();
     l.pop();
-    corruptions.push(rebuild(&l));
+    corruptions.push((rebuild(&l), "blocking factor 10"));
     // Two entries swapped (trace sequence broken).
     let mut l = lines.clone();
     l.swap(entry_at, entry_at + 1);
-    corruptions.push(rebuild(&l));
+    corruptions.push((rebuild(&l), "trace sequence"));
     // CRLF line ends.
-    corruptions.push(content.replace('\n', "\r\n"));
+    corruptions.push((
+        content.replace('\n', "\r\n"),
+        "records are separated by \\n only",
+    ));
 
-    for bad in corruptions {
+    for (bad, caught) in corruptions {
         assert_ne!(bad, content);
-        let caught = std::panic::catch_unwind(|| check_nacha(&bad)).is_err();
-        assert!(caught, "checker accepted a corrupted file:\n{bad}");
+        let said = panic_message(|| {
+            check_nacha(&bad);
+        })
+        .unwrap_or_else(|| panic!("checker accepted a corrupted file:\n{bad}"));
+        assert!(
+            said.contains(caught),
+            "caught something else than {caught:?}: {said}"
+        );
     }
 }

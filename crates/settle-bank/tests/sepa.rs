@@ -143,7 +143,11 @@ fn check_sepa_rules(xml: &str, batch: &SepaBatch) {
 
     let grp_hdr = elements(xml, "GrpHdr");
     assert_eq!(grp_hdr.len(), 1);
-    assert_eq!(cents(elements(grp_hdr[0], "CtrlSum")[0]), expected_total);
+    assert_eq!(
+        cents(elements(grp_hdr[0], "CtrlSum")[0]),
+        expected_total,
+        "GrpHdr CtrlSum = sum of the amounts"
+    );
     assert_eq!(
         elements(grp_hdr[0], "NbOfTxs")[0],
         batch.payments.len().to_string()
@@ -205,6 +209,18 @@ fn check_sepa_rules(xml: &str, batch: &SepaBatch) {
     e2e.sort();
     e2e.dedup();
     assert_eq!(e2e.len(), n, "EndToEndIds are unique");
+}
+
+/// Runs a checker that should panic; `Some(what its panic said)`, or `None` if it passed.
+fn panic_message(check: impl FnOnce() + std::panic::UnwindSafe) -> Option<String> {
+    let payload = std::panic::catch_unwind(check).err()?;
+    Some(
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default(),
+    )
 }
 
 /// Writes, validates against the XSD, checks the SEPA rules; returns the XML.
@@ -546,18 +562,31 @@ fn xmllint_rejects_files_that_break_the_schema() {
         None,
     );
     let xml = write_pain001(&b).expect("write");
+    // Each broken file with the element xmllint must name as invalid.
     let broken_files = [
-        xml.replace("<PmtMtd>TRF</PmtMtd>", "<PmtMtd>XXX</PmtMtd>"),
-        xml.replace("<DbtrAgt>", "<DbtrAgtX>")
-            .replace("</DbtrAgt>", "</DbtrAgtX>"),
-        xml.replace("PO-1", &"X".repeat(36)),
-        xml.replace("<CtrlSum>1.00</CtrlSum>", "<CtrlSum>one</CtrlSum>"),
+        (
+            xml.replace("<PmtMtd>TRF</PmtMtd>", "<PmtMtd>XXX</PmtMtd>"),
+            "PmtMtd",
+        ),
+        (
+            xml.replace("<DbtrAgt>", "<DbtrAgtX>")
+                .replace("</DbtrAgt>", "</DbtrAgtX>"),
+            "DbtrAgtX",
+        ),
+        (xml.replace("PO-1", &"X".repeat(36)), "EndToEndId"),
+        (
+            xml.replace("<CtrlSum>1.00</CtrlSum>", "<CtrlSum>one</CtrlSum>"),
+            "CtrlSum",
+        ),
     ];
-    for broken in broken_files {
+    for (broken, element) in broken_files {
         assert_ne!(broken, xml, "the edit must change the file");
+        let Err(err) = xmllint(&schema, &broken) else {
+            panic!("xmllint accepted a broken file:\n{broken}");
+        };
         assert!(
-            xmllint(&schema, &broken).is_err(),
-            "xmllint accepted a broken file:\n{broken}"
+            err.contains(&format!("element {element}: Schemas validity error")),
+            "xmllint refused the file, but not for {element}: {err}"
         );
     }
 }
@@ -580,19 +609,33 @@ fn rule_checker_catches_what_the_xsd_allows() {
     // That the XSD accepts each variant is checked when the machine can (xmllint and the
     // XSD); that the rule checker catches it, always.
     let schema = schema(Some("XSD acceptance of the variants"));
+    // Each variant with what the checker's panic must say it caught.
     let cases = [
-        xml.replace(">12.34</InstdAmt>", ">12.340</InstdAmt>"),
-        xml.replace("<Nm>Jane</Nm>", "<Nm>Jäne</Nm>"),
-        xml.replacen("<CtrlSum>12.34</CtrlSum>", "<CtrlSum>12.35</CtrlSum>", 1),
+        (
+            xml.replace(">12.34</InstdAmt>", ">12.340</InstdAmt>"),
+            "amount \"12.340\" must have exactly 2 decimals",
+        ),
+        (
+            xml.replace("<Nm>Jane</Nm>", "<Nm>Jäne</Nm>"),
+            "text \"Jäne\" has characters outside the SEPA set",
+        ),
+        (
+            xml.replacen("<CtrlSum>12.34</CtrlSum>", "<CtrlSum>12.35</CtrlSum>", 1),
+            "GrpHdr CtrlSum = sum of the amounts",
+        ),
     ];
-    for bad in cases {
+    for (bad, caught) in cases {
         assert_ne!(bad, xml);
         if let Some(schema) = &schema
             && let Err(e) = xmllint(schema, &bad)
         {
             panic!("the XSD accepts this variant: {e}");
         }
-        let caught = std::panic::catch_unwind(|| check_sepa_rules(&bad, &b)).is_err();
-        assert!(caught, "rule checker missed:\n{bad}");
+        let said = panic_message(|| check_sepa_rules(&bad, &b))
+            .unwrap_or_else(|| panic!("rule checker missed:\n{bad}"));
+        assert!(
+            said.contains(caught),
+            "caught something else than {caught:?}: {said}"
+        );
     }
 }

@@ -176,6 +176,11 @@ fn uncovered_years_and_extreme_inputs_are_errors_not_panics() {
     );
     let cal = Calendar::platform_default();
     let schedule = Schedule::default();
-    assert!(due_runs(&cal, &schedule, None, NaiveDateTime::MAX, 35).is_err());
+    assert_eq!(
+        due_runs(&cal, &schedule, None, NaiveDateTime::MAX, 35)
+            .unwrap_err()
+            .code(),
+        "schedule_error"
+    );
     assert!(due_runs(&cal, &schedule, None, NaiveDateTime::MIN, 35).is_ok());
 }

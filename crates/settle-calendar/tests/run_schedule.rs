@@ -207,18 +207,23 @@ fn invalid_run_keys_are_errors() {
     };
     assert_eq!(bad_monthly.cutoff().unwrap_err().code(), "invalid_month");
     assert_eq!(bad_monthly.key_string(), "2026-00");
-    for (kind, key) in [
-        ("weekly", "2026-11-24"),
-        ("weekly", "2026-11"),
-        ("weekly", "26-11-23"),
-        ("monthly", "2026-13"),
-        ("monthly", "2026-1"),
-        ("monthly", "2026-11-23"),
-        ("monthly", "+202-11"),
-        ("monthly", "2026-é"),
-        ("daily", "2026-11-23"),
+    // A Tuesday and month 13 are well-formed keys of an impossible run; the rest are not
+    // keys at all.
+    for (kind, key, code) in [
+        ("weekly", "2026-11-24", "not_monday"),
+        ("weekly", "2026-11", "invalid_run_key"),
+        ("weekly", "26-11-23", "invalid_run_key"),
+        ("monthly", "2026-13", "invalid_month"),
+        ("monthly", "2026-1", "invalid_run_key"),
+        ("monthly", "2026-11-23", "invalid_run_key"),
+        ("monthly", "+202-11", "invalid_run_key"),
+        ("monthly", "2026-é", "invalid_run_key"),
+        ("daily", "2026-11-23", "invalid_run_key"),
     ] {
-        assert!(RunKey::parse(kind, key).is_err(), "{kind} {key}");
+        let Err(err) = RunKey::parse(kind, key) else {
+            panic!("{kind} {key} accepted");
+        };
+        assert_eq!(err.code(), code, "{kind} {key}: {err}");
     }
     assert_eq!(
         RunKey::parse("daily", "x").unwrap_err().code(),

@@ -221,18 +221,20 @@ fn union_intersects_coverage_and_merges_holidays() {
 fn new_validates_its_data() {
     let ok = Calendar::new("x", 2026, 2026, [(date(2026, 5, 1), "May Day".to_owned())]).unwrap();
     assert_eq!(ok.is_holiday(date(2026, 5, 1)), Ok(true));
-    assert!(Calendar::new("x", 2027, 2026, []).is_err());
-    assert!(Calendar::new("x", 2026, 2026, [(date(2027, 5, 1), "Late".to_owned())]).is_err());
-    assert!(
+    // Coverage that ends before it starts, a holiday outside the coverage, a date twice.
+    for bad in [
+        Calendar::new("x", 2027, 2026, []),
+        Calendar::new("x", 2026, 2026, [(date(2027, 5, 1), "Late".to_owned())]),
         Calendar::new(
             "x",
             2026,
             2026,
             [
                 (date(2026, 5, 1), "A".to_owned()),
-                (date(2026, 5, 1), "B".to_owned())
-            ]
-        )
-        .is_err()
-    );
+                (date(2026, 5, 1), "B".to_owned()),
+            ],
+        ),
+    ] {
+        assert_eq!(bad.unwrap_err().code(), "calendar_invalid");
+    }
 }

@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use settle_solana::{
-    AttemptOutcome, FileJournal, Journal, Keypair, MemoryJournal, Pubkey, SignedAttempt, Signer,
-    Transfer,
+    AttemptOutcome, FileJournal, Journal, JournalError, Keypair, MemoryJournal, Pubkey,
+    SignedAttempt, Signer, Transfer,
     pack::{self, PACKET_DATA_SIZE, PackParams},
 };
 use spl_associated_token_account_interface::address::get_associated_token_address;
@@ -147,24 +147,28 @@ fn attempt(id: &str, payouts: &[&str]) -> SignedAttempt {
     }
 }
 
+/// The journal refused, for the reason named (a [`JournalError`] is its message).
+fn refused(result: Result<(), JournalError>, reason: &str) {
+    match result {
+        Err(JournalError(message)) => assert_eq!(message, reason),
+        Ok(()) => panic!("accepted; expected the refusal {reason:?}"),
+    }
+}
+
 async fn journal_invariants(journal: &dyn Journal) {
     journal
         .record_signed(&attempt("a1", &["p1", "p2"]))
         .await
         .unwrap();
     // A second live attempt for p2 is refused.
-    assert!(
-        journal
-            .record_signed(&attempt("a2", &["p2", "p3"]))
-            .await
-            .is_err()
+    refused(
+        journal.record_signed(&attempt("a2", &["p2", "p3"])).await,
+        "payout p2 already has an open attempt",
     );
     // The same attempt id twice is refused.
-    assert!(
-        journal
-            .record_signed(&attempt("a1", &["p9"]))
-            .await
-            .is_err()
+    refused(
+        journal.record_signed(&attempt("a1", &["p9"])).await,
+        "attempt a1 recorded twice",
     );
     assert_eq!(journal.open_attempts().await.unwrap().len(), 1);
 
@@ -172,17 +176,15 @@ async fn journal_invariants(journal: &dyn Journal) {
         .record_outcome("a1", &AttemptOutcome::Expired)
         .await
         .unwrap();
-    assert!(
-        journal
-            .record_outcome("a1", &AttemptOutcome::Expired)
-            .await
-            .is_err()
+    refused(
+        journal.record_outcome("a1", &AttemptOutcome::Expired).await,
+        "attempt a1 already has an outcome",
     );
-    assert!(
+    refused(
         journal
             .record_outcome("nope", &AttemptOutcome::Expired)
-            .await
-            .is_err()
+            .await,
+        "unknown attempt nope",
     );
     // After a provable expiry the payouts may be re-signed.
     journal

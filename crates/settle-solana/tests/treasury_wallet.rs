@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::{Env, SOL, USDC, transfers, wallets};
 use settle_solana::{
     Keypair, MemoryJournal, PayError, PreflightError, Pubkey, Signer, Treasury, TreasuryError,
-    WalletError, check_mint, pack::PackParams, preflight, validate_wallet,
+    WalletError, check_mint, pack::PackParams, preflight, treasury::MintError, validate_wallet,
 };
 
 fn write_keypair(dir: &std::path::Path, mode: u32) -> (std::path::PathBuf, Keypair) {
@@ -70,14 +70,23 @@ async fn the_mint_must_be_an_spl_mint_with_6_decimals() {
     let env = Env::new(0, SOL);
     check_mint(&env.chain, &env.mint).await.unwrap();
     let nine = env.chain.create_mint(9);
-    assert!(check_mint(&env.chain, &nine).await.is_err());
-    let nothing = Keypair::new().pubkey();
-    assert!(check_mint(&env.chain, &nothing).await.is_err());
-    // A wallet is not a mint.
+    let err = check_mint(&env.chain, &nine).await.unwrap_err();
     assert!(
-        check_mint(&env.chain, &env.treasury.pubkey())
-            .await
-            .is_err()
+        matches!(err, MintError::WrongDecimals { mint, decimals: 9 } if mint == nine),
+        "{err}"
+    );
+    let nothing = Keypair::new().pubkey();
+    let err = check_mint(&env.chain, &nothing).await.unwrap_err();
+    assert!(
+        matches!(err, MintError::Missing(mint) if mint == nothing),
+        "{err}"
+    );
+    // A wallet is not a mint: the system program owns it, not the SPL Token program.
+    let wallet = env.treasury.pubkey();
+    let err = check_mint(&env.chain, &wallet).await.unwrap_err();
+    assert!(
+        matches!(err, MintError::WrongOwner { mint, .. } if mint == wallet),
+        "{err}"
     );
 }
 
