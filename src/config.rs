@@ -85,7 +85,8 @@ impl Default for RunConfig {
     }
 }
 
-/// The HTTP API (SPEC §7).
+/// The HTTP API (SPEC §7) and the server that holds it up: every connection, request and
+/// shutdown is bounded in time and number (ops/RELIABILITY.md, "The server holds").
 #[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
@@ -100,10 +101,38 @@ pub struct HttpConfig {
     /// Solana cluster of the explorer links: `mainnet-beta` (no `?cluster=`), `devnet`,
     /// `testnet`, or `custom`.
     pub explorer_cluster: String,
-    /// Failed authentications allowed per client address and window; then 429.
+    /// Failed authentications allowed per client address and window; then 429 for every
+    /// request of that address without a valid token (a valid token is never refused).
     pub auth_failures_max: u32,
     /// The window of `auth_failures_max`, in milliseconds.
     pub auth_failure_window_ms: u64,
+    /// Peers whose `X-Forwarded-For` is believed (addresses or CIDR networks such as
+    /// `10.0.0.0/8`): the client address of a request from one of them is the rightmost
+    /// forwarded address that is not itself a trusted proxy. Empty: the peer address.
+    pub trusted_proxies: Vec<IpNet>,
+    /// How long a connection may take to send a request's headers (also how long an idle
+    /// keep-alive connection stays open); then it is closed without an answer.
+    pub header_read_timeout_ms: u64,
+    /// How long a request may take, from its headers to its answer (reading the body,
+    /// queueing and handling); then 503 `request_timeout`, and the handler is dropped:
+    /// whatever it had not committed is rolled back.
+    pub request_timeout_ms: u64,
+    /// Requests handled at once (`/healthz` and `/readyz` not counted).
+    pub concurrency_max: usize,
+    /// Requests waiting for one of `concurrency_max`; past it, 503 `overloaded` with
+    /// `Retry-After`.
+    pub queue_max: usize,
+    /// Open connections; past it the server stops accepting until one closes.
+    pub connections_max: usize,
+    /// After SIGTERM: how long requests in flight may take to finish; then the connections
+    /// still open are dropped (their uncommitted work rolled back) and the process exits.
+    pub shutdown_deadline_ms: u64,
+    /// Listener of `GET /metrics` (`settle serve`), apart from the API. Empty: `/metrics` is
+    /// served on the API listener, only to `metrics_token`.
+    pub metrics_bind: String,
+    /// Bearer token `/metrics` requires (at least 32 characters); empty: none on
+    /// `metrics_bind`, and no `/metrics` at all when `metrics_bind` is empty.
+    pub metrics_token: SecretString,
 }
 
 impl Default for HttpConfig {
@@ -116,7 +145,118 @@ impl Default for HttpConfig {
             explorer_cluster: "mainnet-beta".to_owned(),
             auth_failures_max: 20,
             auth_failure_window_ms: 60_000,
+            trusted_proxies: Vec::new(),
+            header_read_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            concurrency_max: 64,
+            queue_max: 256,
+            connections_max: 1_000,
+            shutdown_deadline_ms: 20_000,
+            metrics_bind: "127.0.0.1:9090".to_owned(),
+            metrics_token: SecretString::default(),
         }
+    }
+}
+
+/// An IP network: an address and a prefix length (`10.0.0.0/8`, `2001:db8::/32`), or one
+/// address (`192.0.2.7`, the whole length). IPv4-mapped IPv6 addresses match as IPv4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpNet {
+    addr: std::net::IpAddr,
+    prefix_len: u8,
+}
+
+impl IpNet {
+    pub fn parse(text: &str) -> Result<IpNet, String> {
+        let text = text.trim();
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: std::net::IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{text:?} is not an IP address or network"))?;
+        let addr = addr.to_canonical();
+        let bits = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix_len = match prefix {
+            None => bits,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= bits)
+                .ok_or_else(|| format!("{text:?}: the prefix length must be 0..={bits}"))?,
+        };
+        Ok(IpNet { addr, prefix_len })
+    }
+
+    /// Whether `ip` lies in the network.
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                prefix_eq(&net.octets(), &ip.octets(), self.prefix_len)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_eq(&net.octets(), &ip.octets(), self.prefix_len)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], prefix_len: u8) -> bool {
+    let (whole, rest) = (usize::from(prefix_len / 8), prefix_len % 8);
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0
+}
+
+impl std::fmt::Display for IpNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+impl<'de> Deserialize<'de> for IpNet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IpNet, D::Error> {
+        let text = String::deserialize(d)?;
+        IpNet::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for IpNet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A secret from the configuration: never printed (`Debug` shows whether it is set).
+#[derive(Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct SecretString(String);
+
+impl SecretString {
+    pub fn new(secret: impl Into<String>) -> SecretString {
+        SecretString(secret.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "SecretString(unset)"
+        } else {
+            "SecretString(***)"
+        })
     }
 }
 
@@ -414,6 +554,55 @@ mod tests {
             Config::load(None, bad.into_iter()).is_err(),
             "unknown keys are refused"
         );
+    }
+
+    #[test]
+    fn trusted_proxy_networks() {
+        let net = IpNet::parse("10.1.0.0/16").unwrap();
+        assert!(net.contains("10.1.255.3".parse().unwrap()));
+        assert!(
+            net.contains("::ffff:10.1.0.9".parse().unwrap()),
+            "IPv4-mapped"
+        );
+        assert!(!net.contains("10.2.0.1".parse().unwrap()));
+        assert!(!net.contains("::1".parse().unwrap()));
+        let one = IpNet::parse("192.0.2.7").unwrap();
+        assert!(one.contains("192.0.2.7".parse().unwrap()));
+        assert!(!one.contains("192.0.2.6".parse().unwrap()));
+        let odd = IpNet::parse("192.0.2.64/27").unwrap();
+        assert!(odd.contains("192.0.2.95".parse().unwrap()));
+        assert!(!odd.contains("192.0.2.96".parse().unwrap()));
+        let v6 = IpNet::parse("2001:db8::/32").unwrap();
+        assert!(v6.contains("2001:db8:1::5".parse().unwrap()));
+        assert!(!v6.contains("2001:db9::5".parse().unwrap()));
+        assert!(
+            IpNet::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
+        for bad in ["10.0.0.0/33", "10.0.0/8", "proxy", "::/129", "10.0.0.0/"] {
+            assert!(IpNet::parse(bad).is_err(), "{bad}");
+        }
+        let env = vec![(
+            "SETTLE_HTTP__TRUSTED_PROXIES".to_owned(),
+            r#"["10.0.0.0/8","192.0.2.7"]"#.to_owned(),
+        )];
+        let c = Config::load(None, env.into_iter()).unwrap();
+        assert_eq!(c.http.trusted_proxies.len(), 2);
+        let bad = vec![(
+            "SETTLE_HTTP__TRUSTED_PROXIES".to_owned(),
+            r#"["10.0.0.0/40"]"#.to_owned(),
+        )];
+        assert!(Config::load(None, bad.into_iter()).is_err());
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = HttpConfig {
+            metrics_token: SecretString::new("s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t"),
+            ..HttpConfig::default()
+        };
+        assert!(!format!("{c:?}").contains("s3cr3t"));
     }
 
     fn tempfile_dir() -> std::path::PathBuf {

@@ -291,10 +291,15 @@ impl World {
         let cwd = self.private_dir(name);
         let log = self.dir.path().join(format!("{name}.log"));
         let port = free_port();
+        let metrics_port = free_port();
         let mut cmd = Command::new(&self.bin);
         cmd.args(["--database", &self.db_url, "serve", "--no-scheduler"])
             .current_dir(&cwd)
             .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))
+            .env(
+                "SETTLE_HTTP__METRICS_BIND",
+                format!("127.0.0.1:{metrics_port}"),
+            )
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -313,6 +318,7 @@ impl World {
         Serve {
             proc: Proc(Some(cmd.spawn().expect("start settle serve"))),
             port,
+            metrics_port,
             cwd,
             log,
         }
@@ -322,6 +328,8 @@ impl World {
 struct Serve {
     proc: Proc,
     port: u16,
+    /// `/metrics` has its own listener.
+    metrics_port: u16,
     cwd: PathBuf,
     log: PathBuf,
 }
@@ -335,12 +343,17 @@ impl Serve {
     async fn wait_for(&mut self, path: &str, needle: &str) {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(120);
+        let port = if path == "/metrics" {
+            self.metrics_port
+        } else {
+            self.port
+        };
         loop {
             if let Some(status) = self.proc.exited() {
                 panic!("settle serve exited early ({status}):\n{}", self.log());
             }
             if let Ok(r) = client
-                .get(format!("http://127.0.0.1:{}{path}", self.port))
+                .get(format!("http://127.0.0.1:{port}{path}"))
                 .send()
                 .await
                 && r.status().is_success()

@@ -202,10 +202,7 @@ async fn a_failed_tick_is_retried_from_the_same_point() {
     broken.store.close().await;
     let clock: Arc<dyn Clock> = w.clock.clone();
     let mut s = Scheduler::new(broken, clock, w.calendar.clone(), w.config.clone());
-    assert_eq!(
-        s.tick().await.unwrap_err().code(),
-        "storage_unavailable"
-    );
+    assert_eq!(s.tick().await.unwrap_err().code(), "storage_unavailable");
     assert_eq!(s.last_checked(), None);
     let mut healthy = scheduler(&w);
     assert_eq!(healthy.due().await.unwrap().len(), 1, "still due");

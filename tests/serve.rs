@@ -24,6 +24,8 @@ fn start_serve(url: &str, port: u16) -> Child {
     Command::new(settle_bin())
         .args(["--database", url, "serve"])
         .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))
+        // Several servers at once: each its own metrics port.
+        .env("SETTLE_HTTP__METRICS_BIND", "127.0.0.1:0")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -1,6 +1,9 @@
 //! `settle serve`: the HTTP API, the payout-run scheduler and the rail workers in one
-//! process, with `/metrics`, and a graceful shutdown on SIGTERM or Ctrl-C: requests in
-//! flight finish, workers stop between transactions, nothing acknowledged is lost.
+//! process, with `/metrics` on its own listener (`http.metrics_bind`, loopback by default) or
+//! behind `http.metrics_token`, and a graceful shutdown on SIGTERM or Ctrl-C: requests in
+//! flight get `http.shutdown_deadline_ms` to finish (then their connections are dropped and
+//! their uncommitted work rolled back), workers stop between transactions, nothing
+//! acknowledged is lost.
 
 use std::time::Duration;
 
@@ -12,8 +15,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Config, HttpConfig};
 use crate::http::Application;
+use crate::http::server::{ServeLimits, serve as serve_http};
 use crate::jobs::scheduler::Scheduler;
 use crate::ledger::Ledger;
 
@@ -46,6 +50,52 @@ async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
         Err(e) => tracing::warn!(error = %e, "metrics: cannot read the projections"),
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// Shortest `http.metrics_token`.
+pub const METRICS_TOKEN_LEN_MIN: usize = 32;
+
+/// Where `/metrics` is served.
+enum MetricsPlace {
+    /// Its own listener.
+    Listener(tokio::net::TcpListener),
+    /// The API listener, behind the token.
+    Api,
+    /// Nowhere (no listener, no token).
+    Nowhere,
+}
+
+/// The `/metrics` routes (behind `http.metrics_token` when one is set) and where they go.
+async fn metrics_routes(
+    ledger: &Ledger,
+    http: &HttpConfig,
+) -> anyhow::Result<(Router, MetricsPlace)> {
+    let token = &http.metrics_token;
+    if !token.is_empty() && token.expose().len() < METRICS_TOKEN_LEN_MIN {
+        anyhow::bail!("http.metrics_token must be at least {METRICS_TOKEN_LEN_MIN} characters");
+    }
+    let mut routes = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(ledger.clone());
+    if !token.is_empty() {
+        let guard =
+            crate::http::extract::StaticToken::new(token, std::sync::Arc::new(http.clone()));
+        routes = routes.layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::http::extract::require_static_token,
+        ));
+    }
+    let place = if !http.metrics_bind.is_empty() {
+        let listener = tokio::net::TcpListener::bind(&http.metrics_bind)
+            .await
+            .with_context(|| format!("binding http.metrics_bind {}", http.metrics_bind))?;
+        MetricsPlace::Listener(listener)
+    } else if !token.is_empty() {
+        MetricsPlace::Api
+    } else {
+        MetricsPlace::Nowhere
+    };
+    Ok((routes, place))
 }
 
 /// Runs `pass` now and then every `interval` until `stop` resolves; a pass in progress
@@ -119,14 +169,33 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let app = Application::build(config.http.clone(), ledger.clone())
+    let mut app = Application::build(config.http.clone(), ledger.clone())
         .await
         .with_context(|| format!("binding {}", config.http.bind))?;
-    let app = app.merge(
-        Router::new()
-            .route("/metrics", get(metrics))
-            .with_state(ledger.clone()),
-    );
+    let (metrics_routes, metrics_place) = metrics_routes(&ledger, &config.http).await?;
+    let metrics_http = match metrics_place {
+        MetricsPlace::Listener(listener) => {
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "settle serve: metrics on http://{addr}/metrics");
+            Some(tokio::spawn(serve_http(
+                listener,
+                metrics_routes,
+                ServeLimits::from_config(&config.http),
+                stopped(stop_rx.clone()),
+            )))
+        }
+        MetricsPlace::Api => {
+            app = app.merge(metrics_routes);
+            tracing::info!("settle serve: metrics on the API listener, behind http.metrics_token");
+            None
+        }
+        MetricsPlace::Nowhere => {
+            tracing::warn!(
+                "settle serve: /metrics is not served (http.metrics_bind and http.metrics_token are empty)"
+            );
+            None
+        }
+    };
     tracing::info!(addr = %app.local_addr(), "settle serve: HTTP API on http://{}", app.local_addr());
     let http = tokio::spawn(app.run_until_stopped(stopped(stop_rx.clone())));
 
@@ -185,13 +254,24 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
     for w in workers {
         let _ = w.await;
     }
-    match tokio::time::timeout(Duration::from_secs(30), http).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server failed"),
-        Ok(Err(e)) => tracing::error!(error = %e, "HTTP task failed"),
-        Err(_) => tracing::warn!("requests still in flight after 30 s; closing"),
+    // Each server finishes within http.shutdown_deadline_ms of the signal.
+    for server in std::iter::once(http).chain(metrics_http) {
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server failed"),
+            Err(e) => tracing::error!(error = %e, "HTTP task failed"),
+        }
     }
-    ledger.store.close().await;
+    // A connection dropped at the deadline may still wait on the database (a lock, say);
+    // the process does not wait for it longer than the deadline: exiting closes the
+    // connection and the database rolls its transaction back.
+    let deadline = Duration::from_millis(config.http.shutdown_deadline_ms);
+    if tokio::time::timeout(deadline, ledger.store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("database connections still busy after the shutdown deadline; exiting");
+    }
     tracing::info!("stopped cleanly");
     Ok(())
 }

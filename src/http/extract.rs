@@ -1,72 +1,132 @@
 //! Extractors that answer in problem+json: the bearer token, the raw body (with its size
-//! limit), query strings; and the cursor pagination shared by every list.
+//! limit), query strings; the cursor pagination shared by every list; and the guard of a
+//! route behind one configured token (`/metrics` on the API listener).
+
+use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request, State};
 use axum::http::header;
 use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::problem::Problem;
 use crate::auth::{self, AuthError, Principal, Scope};
+use crate::config::{HttpConfig, SecretString};
 
 /// The verified bearer of the request (401 without a valid token).
+///
+/// A valid token is always accepted. A failure counts against the client address
+/// ([`super::limit`]); once the address has failed `http.auth_failures_max` times in the
+/// window, its failures answer 429 `too_many_auth_failures` instead of 401.
 pub struct Auth(pub Principal);
 
 impl FromRequestParts<AppState> for Auth {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
-        let client = parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip());
-        if let Some(ip) = client
-            && let Some(retry_after_s) = super::limit::blocked(ip, &state.config)
-        {
-            return Err(Problem::too_many_requests(
-                "too_many_auth_failures",
-                format!(
-                    "too many failed authentications from this address; retry in {retry_after_s} s"
-                ),
-                retry_after_s,
-            ));
-        }
-        let result = authenticate(parts, state).await;
-        if let (Err(problem), Some(ip)) = (&result, client)
-            && problem.status == 401
-        {
-            super::limit::failed(ip, &state.config);
-        }
-        result
+        let client = super::limit::client_of(&parts.extensions, &parts.headers, &state.config);
+        authenticate(parts, state)
+            .await
+            .map_err(|problem| limit_failure(client, problem, &state.config))
     }
+}
+
+/// A failed authentication of `client`: counted, or 429 when the address is blocked.
+fn limit_failure(
+    client: Option<std::net::IpAddr>,
+    problem: Problem,
+    config: &HttpConfig,
+) -> Problem {
+    let Some(ip) = client.filter(|_| problem.status == 401) else {
+        return problem;
+    };
+    if let Some(retry_after_s) = super::limit::blocked(ip, config) {
+        return Problem::too_many_requests(
+            "too_many_auth_failures",
+            format!(
+                "too many failed authentications from this address; retry in {retry_after_s} s \
+                 (a valid token is still accepted)"
+            ),
+            retry_after_s,
+        );
+    }
+    super::limit::failed(ip, config);
+    problem
+}
+
+/// A route guarded by one configured token (the metrics token): `Authorization: Bearer
+/// <token>`, compared in constant time; failures count like any failed authentication.
+#[derive(Clone)]
+pub struct StaticToken {
+    token_sha256: [u8; 32],
+    config: Arc<HttpConfig>,
+}
+
+impl StaticToken {
+    pub fn new(token: &SecretString, config: Arc<HttpConfig>) -> StaticToken {
+        StaticToken {
+            token_sha256: Sha256::digest(token.expose().as_bytes()).into(),
+            config,
+        }
+    }
+}
+
+/// [`StaticToken`] as a middleware (`from_fn_with_state`).
+pub async fn require_static_token(
+    State(guard): State<StaticToken>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = bearer(request.headers());
+    let valid = presented.as_ref().is_ok_and(|token| {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        bool::from(digest.ct_eq(&guard.token_sha256))
+    });
+    if valid {
+        return next.run(request).await;
+    }
+    let problem = presented
+        .err()
+        .unwrap_or_else(|| Problem::unauthorized("invalid_token", "the bearer token is not valid"));
+    let client = super::limit::client_of(request.extensions(), request.headers(), &guard.config);
+    limit_failure(client, problem, &guard.config).into_response()
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(headers: &axum::http::HeaderMap) -> Result<String, Problem> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Err(Problem::unauthorized(
+            "unauthenticated",
+            "an Authorization: Bearer token is required",
+        ));
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(|t| t.trim().to_owned())
+        .ok_or_else(|| {
+            Problem::unauthorized(
+                "unauthenticated",
+                "the Authorization header must read: Bearer <token>",
+            )
+        })
 }
 
 async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
     {
-        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
-            return Err(Problem::unauthorized(
-                "unauthenticated",
-                "an Authorization: Bearer token is required",
-            ));
-        };
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| {
-                Problem::unauthorized(
-                    "unauthenticated",
-                    "the Authorization header must read: Bearer <token>",
-                )
-            })?;
+        let token = bearer(&parts.headers)?;
         let now_ms = state.ledger.now_ms();
-        match auth::verify(state.ledger.store.pool(), token, now_ms).await {
+        match auth::verify(state.ledger.store.pool(), &token, now_ms).await {
             Ok(principal) => {
                 tracing::Span::current().record("token_id", principal.token_id.as_str());
                 Ok(Auth(principal))

@@ -8,13 +8,16 @@ pub mod bank;
 pub mod dashboard;
 pub mod extract;
 pub mod limit;
+pub mod load;
 pub mod openapi;
 pub mod problem;
+pub mod server;
 pub mod usage;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -43,9 +46,15 @@ pub struct AppState {
 }
 
 /// The API's routes on `state` (without the listener): `settle serve` may merge more.
+///
+/// Every route has the request timeout (`http.request_timeout_ms`, 503 `request_timeout`);
+/// every route but `/healthz` and `/readyz` passes the gate of `http.concurrency_max` and
+/// `http.queue_max` (503 `overloaded`), so probes still answer under load.
 pub fn router(state: AppState) -> Router {
     let usage_bytes_max = state.ledger.config.batch_bytes_max;
     let body_bytes_max = state.config.body_bytes_max;
+    let request_timeout = Duration::from_millis(state.config.request_timeout_ms.max(1));
+    let gate = load::Gate::new(&state.config);
     Router::new()
         .route(
             "/v1/usage",
@@ -69,11 +78,16 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/runs/{kind}/{key}", get(admin::run_report))
         .merge(bank::routes())
         .route("/openapi.json", get(openapi_json))
+        .route_layer(axum::middleware::from_fn_with_state(gate, load::gate))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_bytes_max))
+        .layer(axum::middleware::from_fn_with_state(
+            request_timeout,
+            load::request_timeout,
+        ))
         // A bug that panics in a handler answers 500 problem+json (logged), never a dropped
         // connection; nothing was committed by the panicking request.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -164,6 +178,7 @@ pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     router: Router,
+    limits: server::ServeLimits,
 }
 
 impl Application {
@@ -186,8 +201,11 @@ impl Application {
         calendar: Calendar,
         runs: RunConfig,
     ) -> std::io::Result<Application> {
+        server::check_config(&config)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(&config.bind).await?;
         let addr = listener.local_addr()?;
+        let limits = server::ServeLimits::from_config(&config);
         let router = router(AppState {
             ledger,
             config: Arc::new(config),
@@ -198,6 +216,7 @@ impl Application {
             listener,
             addr,
             router,
+            limits,
         })
     }
 
@@ -216,18 +235,13 @@ impl Application {
         self
     }
 
-    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    /// Serves until `shutdown` completes, then finishes the requests in flight within
+    /// `http.shutdown_deadline_ms` and drops the connections still open.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         tracing::info!(addr = %self.addr, "HTTP API listening");
-        axum::serve(
-            self.listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await
+        server::serve(self.listener, self.router, self.limits, shutdown).await
     }
 }

@@ -10,7 +10,7 @@ use super::{admin, dashboard, usage};
 #[openapi(
     info(
         title = "settle",
-        description = "Settlement and payout engine of a GPU compute marketplace. Money is USDC as decimal strings with exactly 6 fractional digits; instants are RFC 3339 UTC with milliseconds; errors are application/problem+json with a stable `code`; lists page with `limit` and the opaque `next_cursor`."
+        description = "Settlement and payout engine of a GPU compute marketplace. Money is USDC as decimal strings with exactly 6 fractional digits; instants are RFC 3339 UTC with milliseconds; errors are application/problem+json with a stable `code`; lists page with `limit` and the opaque `next_cursor`. Any request may be answered 503 with `Retry-After`: `overloaded` (http.concurrency_max requests running and http.queue_max waiting; nothing of it was read or done) or `request_timeout` (not done within http.request_timeout_ms; its uncommitted work was rolled back, so sending it again books it once)."
     ),
     paths(
         usage::post_usage,
@@ -27,7 +27,7 @@ use super::{admin, dashboard, usage};
         super::healthz,
         super::readyz,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &Unavailable),
     tags(
         (name = "usage", description = "Metered usage ingestion (ingest, metering and admin tokens)"),
         (name = "dashboard", description = "Provider earnings and payouts (the provider's own token or admin)"),
@@ -46,5 +46,54 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
+    }
+}
+
+/// 503 `overloaded` / `request_timeout` on every operation that documents no 503 of its own
+/// (`/readyz` answers 503 with its health body).
+struct Unavailable;
+
+impl Modify for Unavailable {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{Ref, Type};
+        use utoipa::openapi::{ContentBuilder, HeaderBuilder, ResponseBuilder};
+        let response = ResponseBuilder::new()
+            .description(
+                "`overloaded`: too many requests running and waiting; `request_timeout`: not \
+                 done in time, its uncommitted work rolled back. Retry after `Retry-After` \
+                 seconds.",
+            )
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(utoipa::openapi::schema::Object::with_type(Type::Integer))
+                    .description(Some("Seconds to wait before retrying."))
+                    .build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                operation
+                    .responses
+                    .responses
+                    .entry("503".to_owned())
+                    .or_insert_with(|| response.clone().into());
+            }
+        }
     }
 }
