@@ -26,6 +26,13 @@ pub struct LedgerConfig {
     /// to the commit; the server's lock table holds `max_locks_per_transaction ×
     /// max_connections` locks in all (see ops/deploy/postgresql.conf).
     pub ingest_streams_per_tx_max: usize,
+    /// Anchor file of the chain heads (src/anchor.rs), to be kept where the database's
+    /// writers cannot write; `settle serve` appends to it every `anchor_interval_ms`, `settle
+    /// anchor` on demand, `settle verify` checks against it. Empty: no anchors.
+    pub anchor_file: String,
+    /// How often `settle serve` anchors the heads that moved (the window in which a
+    /// rewrite with recomputed hashes goes unseen).
+    pub anchor_interval_ms: u64,
 }
 
 impl Default for LedgerConfig {
@@ -39,6 +46,8 @@ impl Default for LedgerConfig {
             write_retries_max: 50,
             text_len_max: 500,
             ingest_streams_per_tx_max: 1000,
+            anchor_file: String::new(),
+            anchor_interval_ms: 60_000,
         }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! See `ARCHITECTURE.md` for the code map and the invariants.
 
+pub mod anchor;
 pub mod auth;
 pub mod cli;
 pub mod config;

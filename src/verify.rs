@@ -1,6 +1,7 @@
 //! `settle verify` and `settle rebuild`: check the hash chains, the balance of every event's
 //! lines and that the projections equal a fresh fold of the events; or rewrite them from it.
 
+use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
 use crate::domain::projection::{Projections, TABLES};
 use crate::store::{GENESIS_HASH, Store, StoreError, canonical_bytes, event_hash};
@@ -23,6 +24,9 @@ pub struct Problem {
 pub struct VerifyReport {
     pub streams: usize,
     pub events: i64,
+    /// Streams checked against an anchor file (`verify --anchors`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchored_streams: Option<usize>,
     pub problems_total: usize,
     pub problems: Vec<Problem>,
 }
@@ -46,12 +50,41 @@ pub async fn fold_ledger(
     report: &mut VerifyReport,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<Projections, StoreError> {
+    fold_checked(store, report, None, progress).await
+}
+
+/// [`fold_ledger`], and each stream's chain recomputed from the events' contents alone
+/// must pass through its head in `anchors` (src/anchor.rs).
+async fn fold_checked(
+    store: &Store,
+    report: &mut VerifyReport,
+    anchors: Option<&Heads>,
+    progress: &(dyn Fn(i64) + Sync),
+) -> Result<Projections, StoreError> {
     let mut projections = Projections::default();
     let streams = store.streams().await?;
     report.streams = streams.len();
+    if let Some(anchors) = anchors {
+        report.anchored_streams = Some(anchors.len());
+        let present: std::collections::BTreeSet<&String> = streams.iter().collect();
+        for (stream, (seq, _)) in anchors {
+            if !present.contains(stream) {
+                report.push(Problem {
+                    stream: stream.clone(),
+                    seq: Some(*seq),
+                    kind: "anchor_truncated",
+                    detail: format!("the stream is gone; it was anchored at seq {seq}"),
+                });
+            }
+        }
+    }
     for stream in streams {
         let mut expected_seq = 1;
         let mut prev_hash = GENESIS_HASH.to_vec();
+        // The chain as the contents alone give it, whatever the stored hashes say.
+        let mut recomputed = GENESIS_HASH;
+        let anchor = anchors.and_then(|a| a.get(&stream));
+        let mut last_seq = 0;
         loop {
             let page = store
                 .stream_events(&stream, expected_seq - 1, PAGE_EVENTS)
@@ -79,8 +112,22 @@ pub async fn fold_ledger(
                         "prev_hash does not match the previous event's hash".into(),
                     ));
                 }
-                let recomputed = event_hash(&e.prev_hash, &canonical_bytes(e));
-                if e.hash != recomputed {
+                let canonical = canonical_bytes(e);
+                recomputed = event_hash(&recomputed, &canonical);
+                if let Some((anchored_seq, anchored_hash)) = anchor
+                    && e.seq == *anchored_seq
+                    && recomputed.as_slice() != anchored_hash.as_slice()
+                {
+                    report.push(problem(
+                        "anchor_mismatch",
+                        "the chain recomputed from the events differs from the anchored head \
+                         at this position: an event at or before it was altered, inserted, \
+                         removed or moved"
+                            .into(),
+                    ));
+                }
+                last_seq = e.seq;
+                if e.hash != event_hash(&e.prev_hash, &canonical) {
                     report.push(problem(
                         "hash_mismatch",
                         "stored hash does not match the event's content: the event was altered"
@@ -113,6 +160,18 @@ pub async fn fold_ledger(
             }
             progress(report.events);
         }
+        if let Some((anchored_seq, _)) = anchor
+            && last_seq < *anchored_seq
+        {
+            report.push(Problem {
+                stream: stream.clone(),
+                seq: Some(*anchored_seq),
+                kind: "anchor_truncated",
+                detail: format!(
+                    "the stream ends at seq {last_seq}; it was anchored at seq {anchored_seq}"
+                ),
+            });
+        }
     }
     Ok(projections)
 }
@@ -122,8 +181,18 @@ pub async fn verify(
     store: &Store,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
+    verify_anchored(store, None, progress).await
+}
+
+/// Verifies the whole ledger, and with `anchors` that every chain passes through its
+/// anchored head (`settle verify --anchors FILE`).
+pub async fn verify_anchored(
+    store: &Store,
+    anchors: Option<&Heads>,
+    progress: &(dyn Fn(i64) + Sync),
+) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
-    let fresh = fold_ledger(store, &mut report, progress).await?;
+    let fresh = fold_checked(store, &mut report, anchors, progress).await?;
     for spec in TABLES {
         let stored = store.load_projection(spec).await?;
         let empty = Default::default();

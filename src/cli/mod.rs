@@ -96,7 +96,19 @@ pub enum Cmd {
     /// Book an NDJSON file of usage events (SPEC §4), reporting each line's result.
     Ingest { file: String },
     /// Check hash chains, balanced lines, and projections against a fresh fold.
-    Verify,
+    Verify {
+        /// An anchor file (`settle anchor`): every chain, recomputed from the events' contents,
+        /// must pass through its anchored heads. Default: `ledger.anchor_file` when set.
+        #[arg(long)]
+        anchors: Option<std::path::PathBuf>,
+    },
+    /// Append the heads of the streams that moved since the last anchor to the anchor file
+    /// (`--file`, or `ledger.anchor_file`), to be kept where the database's writers cannot
+    /// write.
+    Anchor {
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+    },
     /// Rebuild every projection from the events alone.
     Rebuild,
     /// Provider balances: available, held, in transit, lifetime paid.
@@ -199,13 +211,55 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Cmd::Import { file } => import(&ledger, file, false, cli.format, &mut stdout).await?,
         Cmd::Ingest { file } => import(&ledger, file, true, cli.format, &mut stdout).await?,
-        Cmd::Verify => {
+        Cmd::Verify { anchors } => {
+            let anchors = match anchors {
+                Some(path) => Some(path.clone()),
+                None => anchor_file(&cli)?,
+            };
+            let anchors = match anchors {
+                Some(path) => Some(
+                    crate::anchor::read(&path)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?
+                        .heads,
+                ),
+                None => None,
+            };
             let total = ledger.store.event_count().await?;
             let bar = counter_bar("verify", total);
-            let report = crate::verify::verify(&ledger.store, &|n| tick(&bar, n)).await?;
+            let report =
+                crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), &|n| tick(&bar, n))
+                    .await?;
             finish(bar);
             print_report(&report, cli.format, &mut stdout)?;
             if report.ok() { 0 } else { 1 }
+        }
+        Cmd::Anchor { file } => {
+            let Some(path) = file
+                .clone()
+                .map_or_else(|| anchor_file(&cli), |f| Ok(Some(f)))?
+            else {
+                bail!("no anchor file: pass --file or set ledger.anchor_file");
+            };
+            let report = crate::anchor::write(&ledger.store, &path, ledger.now_ms())
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
+            match cli.format {
+                Format::Json => writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?,
+                _ if report.written => writeln!(
+                    stdout,
+                    "anchored the heads of {} of {} streams in {}",
+                    report.anchored,
+                    report.streams,
+                    path.display()
+                )?,
+                _ => writeln!(
+                    stdout,
+                    "nothing moved since the last anchor in {} ({} streams)",
+                    path.display(),
+                    report.streams
+                )?,
+            }
+            0
         }
         Cmd::Rebuild => {
             let total = ledger.store.event_count().await?;
@@ -252,6 +306,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     Ok(code)
 }
 
+/// `ledger.anchor_file` of the configuration, when set.
+fn anchor_file(cli: &Cli) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
+    Ok(Some(config.ledger.anchor_file)
+        .filter(|f| !f.is_empty())
+        .map(std::path::PathBuf::from))
+}
+
 fn print_report(
     report: &crate::verify::VerifyReport,
     format: Format,
@@ -270,9 +332,12 @@ fn print_report(
                 ]);
             }
             if report.ok() {
+                let anchored = report.anchored_streams.map_or(String::new(), |n| {
+                    format!("; every chain passes through its anchored head ({n} streams anchored)")
+                });
                 writeln!(
                     out,
-                    "ok: {} events in {} streams; chains intact, lines balanced, projections equal a fresh fold",
+                    "ok: {} events in {} streams; chains intact, lines balanced, projections equal a fresh fold{anchored}",
                     report.events, report.streams
                 )?;
             } else {

@@ -162,6 +162,31 @@ async fn solana_pass(rail: &crate::rails::solana::SolanaRail, ledger: &Ledger) {
     }
 }
 
+/// Appends the heads that moved to the anchor file; a failure is loud (and counted) and
+/// retried next pass.
+async fn anchor_pass(ledger: &Ledger, path: &std::path::Path) {
+    match crate::anchor::write(&ledger.store, path, ledger.now_ms()).await {
+        Ok(r) if r.written => {
+            tracing::debug!(
+                anchored = r.anchored,
+                streams = r.streams,
+                "chain heads anchored"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => {
+            crate::metrics::global().count(
+                "settle_anchor_failures_total",
+                "Anchor passes that failed (the anchor file unwritable, or the ledger diverged \
+                 from it).",
+                &[("code", e.code())],
+                1,
+            );
+            tracing::error!(code = e.code(), error = %e, "anchoring the chain heads failed");
+        }
+    }
+}
+
 /// Runs the service until a shutdown signal.
 pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -243,6 +268,20 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
                 }
             }
         })));
+    }
+    if !config.ledger.anchor_file.is_empty() {
+        let ledger = ledger.clone();
+        let path = std::path::PathBuf::from(&config.ledger.anchor_file);
+        let interval = Duration::from_millis(config.ledger.anchor_interval_ms.max(1));
+        tracing::info!(file = %path.display(), "settle serve: anchoring the chain heads");
+        workers.push(tokio::spawn(every(
+            interval,
+            stopped(stop_rx.clone()),
+            move || {
+                let (ledger, path) = (ledger.clone(), path.clone());
+                async move { anchor_pass(&ledger, &path).await }
+            },
+        )));
     }
 
     shutdown_signal().await;
