@@ -174,6 +174,12 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
     assert!(ach.path.extension().is_some_and(|e| e == "ach"));
     let nacha = std::fs::read_to_string(&ach.path).unwrap();
     assert_eq!(sha256_file(&ach.path), ach.batch.sha256);
+    // Names and account numbers: both files readable by their owner only, whatever the umask.
+    for path in [&sepa.path, &ach.path] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is {mode:o}", path.display());
+    }
     let (entries, credit_total) = check_nacha(&nacha);
     let mut usd_cents = 0;
     for id in [&po_biz, &po_ind] {

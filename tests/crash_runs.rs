@@ -14,6 +14,7 @@ mod common;
 mod runs_support;
 
 use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
@@ -33,6 +34,8 @@ const PROVIDERS: usize = 200;
 const KILLS_PER_FAILPOINT: usize = 5;
 const RANDOM_KILLS_MIN: usize = 50;
 const RUNS_MAX: usize = 30;
+/// The random kills' seed unless `SETTLE_CRASH_SEED` sets one (printed either way).
+const DEFAULT_SEED: u64 = 20_261_201;
 
 fn pid(i: usize) -> String {
     format!("prv_{i:03}")
@@ -214,13 +217,17 @@ impl Crashed {
         let args = Crashed::run_args(run);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut c = self.cli(now_ms, &args);
+        let failpoint_set = failpoint.is_some();
         if let Some(f) = failpoint {
             c.env("SETTLE_FAILPOINT", f);
         }
-        c.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
+        // A failpoint's line goes to stderr: kept to see which one aborted the process.
+        let stderr = if failpoint_set {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
+        c.stdout(Stdio::null()).stderr(stderr).spawn().unwrap()
     }
 
     async fn decided(&self, run: &RunKey) -> i64 {
@@ -264,12 +271,12 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     let started = Instant::now();
     let reference = World::new("2026-11-14T12:00:00Z").await;
     let mut crashed = Crashed::new().await;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(
-        std::env::var("SETTLE_CRASH_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(rand::random),
-    );
+    let seed = std::env::var("SETTLE_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(DEFAULT_SEED);
+    eprintln!("random kills: seed {seed} (SETTLE_CRASH_SEED)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
 
     // Setup and a first, uncrashed run (which leaves held payouts), timed.
     let mut now = settle::domain::time::parse_rfc3339_ms("2026-11-14T12:00:00Z").unwrap();
@@ -364,13 +371,25 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                     }
                     _ => 1,
                 };
-                let status = crashed
+                let out = crashed
                     .spawn_run(now, &run, Some(format!("{f}:{nth}")))
-                    .wait()
+                    .wait_with_output()
                     .unwrap();
-                if status.success() {
+                if out.status.success() {
                     continue; // nothing left to reach this point (e.g. every candidate decided)
                 }
+                // Aborted by that failpoint, not by anything else.
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(
+                    out.status.signal(),
+                    Some(libc::SIGABRT),
+                    "{run} at {f}:{nth}: {}\n{stderr}",
+                    out.status
+                );
+                assert!(
+                    stderr.contains(&format!("failpoint {f} reached: aborting")),
+                    "{run}: aborted, but not at {f}: {stderr}"
+                );
                 *named_kills.entry(f).or_default() += 1;
             }
         } else {
@@ -396,6 +415,11 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                 if status.success() {
                     break;
                 }
+                assert_eq!(
+                    status.signal(),
+                    Some(libc::SIGKILL),
+                    "{run}: the run ended otherwise than by the kill: {status}"
+                );
                 random_kills += 1;
                 let now_decided = crashed.decided(&run).await as f64;
                 if now_decided > decided && now_decided < candidates.len() as f64 {
@@ -462,6 +486,11 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     assert!(
         random_kills >= RANDOM_KILLS_MIN,
         "{random_kills} random kills in {rounds_run} runs"
+    );
+    // Most kills must land between two decisions of a run, not only at start-up.
+    assert!(
+        mid_run_kills * 3 >= random_kills,
+        "only {mid_run_kills} of {random_kills} random kills landed mid-run (seed {seed})"
     );
     check_invariants(&crashed.ledger).await;
     let out = crashed.cli(now, &["verify"]).output().unwrap();

@@ -20,9 +20,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start_serve(url: &str, port: u16) -> Child {
+/// The instant every server of these tests runs at (a Monday, 07:00 UTC): no test depends
+/// on the wall clock.
+const NOW: &str = "2026-11-23T07:00:00Z";
+
+fn start_serve(url: &str, port: u16, scheduler: bool) -> Child {
+    let mut args = vec!["--database", url, "--now", NOW, "serve"];
+    if !scheduler {
+        args.push("--no-scheduler");
+    }
     Command::new(settle_bin())
-        .args(["--database", url, "serve"])
+        .args(args)
         .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))
         // Several servers at once: each its own metrics port.
         .env("SETTLE_HTTP__METRICS_BIND", "127.0.0.1:0")
@@ -50,11 +58,10 @@ async fn wait_ready(port: u16) {
 }
 
 fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
 }
 
 fn wait_exit(mut child: Child) -> i32 {
@@ -93,8 +100,7 @@ fn provider_lines(id: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
     let db = TestDb::new().await;
-    let now = chrono::Utc::now();
-    import(&db.url, &now.to_rfc3339(), &provider_lines("srv_a"));
+    import(&db.url, "2026-11-16T00:00:00Z", &provider_lines("srv_a"));
     let (code, out, _) = run_cli(
         &db.url,
         &["--format", "json", "token", "create", "--scope", "metering"],
@@ -105,8 +111,8 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
         .unwrap()
         .to_owned();
 
-    // 40 batches of 100 one-minute slices in the last few days.
-    let base = now.timestamp_millis() / 60_000 * 60_000 - 5 * 86_400_000;
+    // 40 batches of 100 one-minute slices in the days before NOW.
+    let base = settle::domain::time::parse_rfc3339_ms(NOW).unwrap() - 5 * 86_400_000;
     let batches: Vec<Vec<Value>> = (0..40)
         .map(|b| {
             (0..100)
@@ -121,36 +127,74 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
         .collect();
 
     let port = free_port();
-    let child = start_serve(&db.url, port);
+    let child = start_serve(&db.url, port, false);
     wait_ready(port).await;
     let client = reqwest::Client::new();
-    let mut acknowledged = HashSet::new();
-    let mut refused = 0;
-    for (b, batch) in batches.iter().enumerate() {
-        if b == 10 {
-            sigterm(&child); // in the middle of the stream of batches
-        }
-        let response = client
-            .post(format!("http://127.0.0.1:{port}/v1/usage"))
-            .bearer_auth(&token)
-            .json(&json!({"events": batch}))
-            .send()
-            .await;
-        match response {
-            Ok(r) if r.status().is_success() => {
-                let body: Value = r.json().await.unwrap();
-                for result in body["results"].as_array().unwrap() {
-                    assert_ne!(result["status"], "rejected", "{result}");
-                    acknowledged.insert(result["event_id"].as_str().unwrap().to_owned());
+    // Four agents send their batches at once, so that requests are in flight when the
+    // signal arrives; each request notes whether it was sent before the signal and answered
+    // after it.
+    const SENDERS: usize = 4;
+    let signalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for s in 0..SENDERS {
+        let mine: Vec<Vec<Value>> = batches.iter().skip(s).step_by(SENDERS).cloned().collect();
+        let (client, token) = (client.clone(), token.clone());
+        let (signalled, answered) = (signalled.clone(), answered.clone());
+        senders.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let (mut acknowledged, mut refused, mut drained) = (Vec::new(), 0, 0);
+            for batch in mine {
+                let sent_before = !signalled.load(SeqCst);
+                let response = client
+                    .post(format!("http://127.0.0.1:{port}/v1/usage"))
+                    .bearer_auth(&token)
+                    .json(&json!({"events": batch}))
+                    .send()
+                    .await;
+                match response {
+                    Ok(r) if r.status().is_success() => {
+                        let body: Value = r.json().await.unwrap();
+                        if sent_before && signalled.load(SeqCst) {
+                            drained += 1;
+                        }
+                        for result in body["results"].as_array().unwrap() {
+                            assert_ne!(result["status"], "rejected", "{result}");
+                            acknowledged.push(result["event_id"].as_str().unwrap().to_owned());
+                        }
+                        answered.fetch_add(1, SeqCst);
+                    }
+                    _ => refused += 1,
                 }
             }
-            _ => refused += 1,
-        }
+            (acknowledged, refused, drained)
+        }));
+    }
+    // SIGTERM once a quarter of the batches were answered, with the others in flight.
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 10 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    sigterm(&child);
+    signalled.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut acknowledged, mut refused, mut drained) = (HashSet::new(), 0, 0);
+    for s in senders {
+        let (a, r, d) = s.await.unwrap();
+        acknowledged.extend(a);
+        refused += r;
+        drained += d;
     }
     assert_eq!(wait_exit(child), 0, "a clean exit after SIGTERM");
+    eprintln!(
+        "{} events acknowledged, {drained} requests in flight at SIGTERM answered, {refused} refused",
+        acknowledged.len()
+    );
     assert!(
         acknowledged.len() >= 1000,
         "the batches before SIGTERM were acknowledged"
+    );
+    assert!(
+        drained > 0,
+        "a request in flight when SIGTERM arrived was finished and answered"
     );
     assert!(
         refused > 0,
@@ -180,7 +224,7 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
 
     // The agents retry everything after the restart: the rest is booked, nothing twice.
     let port = free_port();
-    let child = start_serve(&db.url, port);
+    let child = start_serve(&db.url, port, false);
     wait_ready(port).await;
     for batch in &batches {
         let r = client
@@ -207,49 +251,66 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_payout_run_decides_each_candidate_once() {
     let db = TestDb::new().await;
-    let now = chrono::Utc::now().naive_utc().date();
-    // The last Monday strictly before today, and earnings booked two days before it.
-    let mut monday = now - chrono::Duration::days(1);
-    while chrono::Datelike::weekday(&monday) != chrono::Weekday::Mon {
-        monday -= chrono::Duration::days(1);
-    }
-    let booked_at = format!("{}T18:00:00Z", monday - chrono::Duration::days(2));
-    let providers = 300;
+    // NOW is Monday 2026-11-23 07:00: the weekly run of that day is due (its catch-up, as
+    // nothing ran before), over earnings booked on the Saturday before.
+    let run_key = "2026-11-23";
+    let providers = 1000;
     let mut lines = Vec::new();
     for p in 0..providers {
-        let id = format!("run_{p:03}");
+        let id = format!("run_{p:04}");
         lines.extend(provider_lines(&id));
         lines.push(format!(
-            r#"{{"type":"usage","event_id":"{id}-u","provider_id":"{id}","gpu_id":"{id}-g0","started_at":"{}T00:00:00Z","ended_at":"{}T16:00:00Z"}}"#,
-            monday - chrono::Duration::days(2),
-            monday - chrono::Duration::days(2)
+            r#"{{"type":"usage","event_id":"{id}-u","provider_id":"{id}","gpu_id":"{id}-g0","started_at":"2026-11-21T00:00:00Z","ended_at":"2026-11-21T16:00:00Z"}}"#
         ));
     }
-    import(&db.url, &booked_at, &lines);
+    import(&db.url, "2026-11-21T18:00:00Z", &lines);
+    let store = db.store().await;
+    let count = |sql: &'static str| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query(sql)
+                .bind(run_key)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                .get::<i64, _>(0)
+        }
+    };
+    const DECIDED: &str =
+        "SELECT COUNT(*) FROM run_decisions WHERE run_kind = 'weekly' AND run_key = $1";
+    const COMPLETED: &str = "SELECT COUNT(*) FROM payout_runs WHERE run_kind = 'weekly' AND run_key = $1 AND completed_at_ms IS NOT NULL";
 
-    // On start the scheduler catches up the missed runs; stop it in the middle, restart.
+    // On start the scheduler catches the run up; SIGTERM once it has decided some
+    // candidates, and it stops part-way.
     let port = free_port();
-    let child = start_serve(&db.url, port);
-    wait_ready(port).await;
+    let child = start_serve(&db.url, port, true);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while count(DECIDED).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scheduler never started the run"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     sigterm(&child);
     assert_eq!(wait_exit(child), 0);
+    let decided = count(DECIDED).await;
+    eprintln!("SIGTERM during the run: {decided} of {providers} candidates decided");
+    assert!(
+        decided > 0 && decided < providers && count(COMPLETED).await == 0,
+        "the run was stopped part-way ({decided} of {providers} decided)"
+    );
+
+    // Restarted, the scheduler finishes the run.
     let port = free_port();
-    let child = start_serve(&db.url, port);
+    let child = start_serve(&db.url, port, true);
     wait_ready(port).await;
-    let store = db.store().await;
-    let run_key = monday.to_string();
-    for _ in 0..600 {
-        let done: i64 = sqlx::query(
-            "SELECT COUNT(*) FROM payout_runs WHERE run_kind = 'weekly' AND run_key = $1",
-        )
-        .bind(&run_key)
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .get(0);
-        if done == 1 {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while count(COMPLETED).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the restarted scheduler never finished the run"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     sigterm(&child);
@@ -266,7 +327,7 @@ async fn sigterm_during_a_payout_run_decides_each_candidate_once() {
     assert_eq!(decisions, providers, "each candidate decided exactly once");
     let payouts: i64 =
         sqlx::query("SELECT COUNT(*) FROM payouts WHERE run_kind = 'weekly' AND run_key = $1")
-            .bind(&run_key)
+            .bind(run_key)
             .fetch_one(store.pool())
             .await
             .unwrap()

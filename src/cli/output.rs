@@ -97,9 +97,11 @@ pub fn cell(v: &Value) -> String {
     }
 }
 
-/// One CSV record (RFC 4180 quoting), newline-terminated.
+/// One CSV record (RFC 4180 quoting), newline-terminated. A text cell that a spreadsheet
+/// would run as a formula is neutralised first ([`neutralise_formula`]).
 pub fn csv_line(fields: impl Iterator<Item = String>) -> String {
     let quoted: Vec<String> = fields
+        .map(neutralise_formula)
         .map(|f| {
             if f.contains([',', '"', '\n', '\r']) {
                 format!("\"{}\"", f.replace('"', "\"\""))
@@ -109,4 +111,52 @@ pub fn csv_line(fields: impl Iterator<Item = String>) -> String {
         })
         .collect();
     format!("{}\n", quoted.join(","))
+}
+
+/// CSV injection: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return is
+/// read as a formula by spreadsheets, so such a text cell gets a leading `'` (shown as
+/// text, the value intact after it). Numbers (`-12.500000`) are left as they are.
+pub fn neutralise_formula(field: String) -> String {
+    if field.starts_with(['=', '+', '-', '@', '\t', '\r']) && !is_decimal(&field) {
+        format!("'{field}")
+    } else {
+        field
+    }
+}
+
+/// `-?digits(.digits)?`: an amount or a count as this program writes them.
+fn is_decimal(text: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    match unsigned.split_once('.') {
+        Some((whole, fraction)) => digits(whole) && digits(fraction),
+        None => digits(unsigned),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn csv_cells_that_a_spreadsheet_would_run_are_neutralised_numbers_are_not() {
+        let mut rows = Rows::new(vec!["name", "amount", "reason"]);
+        rows.push(vec![
+            json!("=HYPERLINK(\"http://x.test\",\"click\")"),
+            json!("-12.500000"),
+            json!("@SUM(A1:A9)"),
+        ]);
+        rows.push(vec![json!("+1 555"), json!("3"), json!("-")]);
+        rows.push(vec![json!("\tcmd"), json!("-0.000001"), json!("-1-2")]);
+        rows.push(vec![json!("Jane"), json!(null), json!("a=b")]);
+        assert_eq!(
+            rows.render(Format::Csv),
+            "name,amount,reason\n\
+             \"'=HYPERLINK(\"\"http://x.test\"\",\"\"click\"\")\",-12.500000,'@SUM(A1:A9)\n\
+             '+1 555,3,'-\n\
+             '\tcmd,-0.000001,'-1-2\n\
+             Jane,,a=b\n"
+        );
+    }
 }

@@ -26,6 +26,7 @@ pub mod files;
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, NaiveDateTime};
@@ -306,8 +307,8 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> BankError + '_ {
     }
 }
 
-/// Writes `contents` to `path` atomically: a temporary file in the same directory, fsync,
-/// rename, fsync of the directory.
+/// Writes `contents` to `path` atomically, mode 0600: a temporary file in the same
+/// directory, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), BankError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
@@ -317,7 +318,14 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), BankError> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        // Bank files carry names and account numbers: readable by the owner only, whatever
+        // the umask (created 0600, not widened afterwards).
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(contents)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
