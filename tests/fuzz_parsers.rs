@@ -1,5 +1,6 @@
 //! Fuzzing of every parser of outside input, as property tests that run in CI: arbitrary
-//! bytes and structured mutations never panic and always yield a value or a coded error.
+//! bytes and structured mutations never panic and always yield a value or a coded error;
+//! amounts, rates and instants are checked against oracles written here (value or code).
 //! A longer run: `PROPTEST_CASES=200000 cargo test --release --test fuzz_parsers`.
 
 use proptest::prelude::*;
@@ -102,6 +103,73 @@ proptest! {
                 prop_assert!(coded(&e), "{e:?}");
             }
         }
+    }
+
+    /// Amounts against an oracle written here: the exact value, or the code that says why not.
+    #[test]
+    fn amounts_parse_to_the_oracles_value_or_its_code(
+        sign in prop_oneof![Just(""), Just("-"), Just("+")],
+        whole in "[0-9]{1,14}",
+        frac in proptest::option::of("[0-9]{0,8}"),
+    ) {
+        let text = match &frac {
+            Some(f) => format!("{sign}{whole}.{f}"),
+            None => format!("{sign}{whole}"),
+        };
+        let frac = frac.unwrap_or_default();
+        let expected: Result<i64, &str> = if text.ends_with('.') {
+            Err("invalid_amount")
+        } else if frac.len() > 6 {
+            Err("amount_precision")
+        } else {
+            let magnitude = whole.parse::<i128>().unwrap() * 1_000_000
+                + format!("{frac:0<6}").parse::<i128>().unwrap();
+            match i64::try_from(magnitude) {
+                Ok(m) => Ok(if sign == "-" { -m } else { m }),
+                Err(_) => Err("amount_out_of_range"),
+            }
+        };
+        let got = parse_micro_usdc(&text).map_err(|e| e.code.to_string());
+        prop_assert_eq!(&got, &expected.map_err(str::to_owned), "{}", text);
+        if let Ok(v) = got {
+            prop_assert_eq!(parse_micro_usdc(&settle::domain::money::format_micro_usdc(v)).unwrap(), v);
+        }
+    }
+
+    /// Rates against an oracle: accepted exactly when 0 < rate <= 10000 with at most six
+    /// significant decimals (trailing zeros do not count), at the oracle's micro-USDC.
+    #[test]
+    fn rates_parse_to_the_oracles_value_or_are_refused(
+        whole in "[0-9]{1,12}",
+        frac in proptest::option::of("[0-9]{1,9}"),
+    ) {
+        let text = match &frac {
+            Some(f) => format!("{whole}.{f}"),
+            None => whole.clone(),
+        };
+        let significant = frac.as_deref().unwrap_or("").trim_end_matches('0');
+        let micros = whole.parse::<i128>().unwrap() * 1_000_000
+            + format!("{:0<6}", significant.get(..6.min(significant.len())).unwrap_or(""))
+                .parse::<i128>()
+                .unwrap();
+        let valid = significant.len() <= 6 && micros > 0 && micros <= 10_000 * 1_000_000;
+        match Rate::parse(&text) {
+            Ok(rate) => {
+                prop_assert!(valid, "{} accepted", text);
+                prop_assert_eq!(i128::from(rate.micro_usdc_per_hour()), micros, "{}", text);
+            }
+            Err(e) => {
+                prop_assert!(!valid, "{} refused: {:?}", text, e);
+                prop_assert_eq!(e.code, "invalid_rate");
+            }
+        }
+    }
+
+    /// Instants written by the engine read back to the same millisecond.
+    #[test]
+    fn instants_round_trip(ms in -62_000_000_000_000i64..250_000_000_000_000) {
+        let text = settle::domain::time::format_ms(ms);
+        prop_assert_eq!(parse_rfc3339_ms(&text).unwrap(), ms, "{}", text);
     }
 
     #[test]

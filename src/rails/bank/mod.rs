@@ -4,8 +4,12 @@
 //!
 //! Generation is an outbox worker that is safe to run again at any point:
 //!
-//! 1. finish every batch already on the ledger: (re)write its file when it is missing or
-//!    differs, and submit its payouts that are still `created`;
+//! 1. finish every batch on the ledger whose file may not have been handed off yet (one of
+//!    its payouts is still `created`): (re)write its file when it is missing or differs,
+//!    and submit those payouts. Once every payout of a batch is `submitted` its file was
+//!    written, and the uploader may have moved it away: the worker never writes it again
+//!    (only `settle bank regenerate`, an operator's decision, does), so a file cannot
+//!    reappear and be uploaded twice;
 //! 2. for each rail, take the `created` payouts in no batch yet (sorted by id, at most
 //!    `batch_payouts_max`), derive the batch id from their ids, and in ONE transaction on
 //!    the platform stream check that none of them is in a batch, write the file's bytes
@@ -447,10 +451,11 @@ pub async fn generate_batches(
 
         // 1. Finish what an earlier (crashed or concurrent) generation left.
         for b in &existing {
-            let unfinished = b.status == "generated"
-                || b.payout_ids
-                    .iter()
-                    .any(|id| created_ids.contains(id.as_str()));
+            // Handed off (every payout submitted or later): never written again here.
+            let unfinished = b
+                .payout_ids
+                .iter()
+                .any(|id| created_ids.contains(id.as_str()));
             if !unfinished || finished.contains(&b.batch_id) {
                 continue;
             }
