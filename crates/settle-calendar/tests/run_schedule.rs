@@ -264,3 +264,22 @@ fn next_runs_lists_the_coming_runs_in_order() {
         Err(CalendarError::NotCovered { year: 2041 })
     );
 }
+
+/// A monthly run whose 1st falls on a Saturday runs on the Monday after, the day of that
+/// week's weekly run, and sorts after it; on a Sunday 1st likewise (a surviving mutant;
+/// ops/MUTANTS.md).
+#[test]
+fn a_monthly_run_of_a_weekend_first_sorts_after_the_weekly_run_of_its_monday() {
+    // 2026-08-01 is a Saturday, 2026-03-01 a Sunday; both months run on the Monday after.
+    assert!(weekly("2026-08-03") < monthly(2026, 8));
+    assert!(monthly(2026, 8) < weekly("2026-08-10"));
+    assert!(weekly("2026-07-27") < monthly(2026, 8));
+    assert!(weekly("2026-03-02") < monthly(2026, 3));
+    assert!(monthly(2026, 3) < weekly("2026-03-09"));
+    let mut keys = vec![weekly("2026-08-10"), monthly(2026, 8), weekly("2026-08-03")];
+    keys.sort();
+    assert_eq!(
+        keys,
+        [weekly("2026-08-03"), monthly(2026, 8), weekly("2026-08-10")]
+    );
+}

@@ -238,3 +238,46 @@ fn new_validates_its_data() {
         assert_eq!(bad.unwrap_err().code(), "calendar_invalid");
     }
 }
+
+/// The edges of what a calendar may cover and how its file spells years and dates (each
+/// case here was a surviving mutant; ops/MUTANTS.md).
+#[test]
+fn coverage_and_dates_are_checked_at_their_edges() {
+    // Years 1 to 9999, both ends included; one outside either end is refused.
+    let whole = Calendar::new("x", 1, 9999, []).unwrap();
+    assert_eq!((whole.first_year(), whole.last_year()), (1, 9999));
+    for (first, last) in [(0, 2026), (2026, 10_000), (-5, 10_000)] {
+        let err = Calendar::new("x", first, last, []).unwrap_err();
+        assert_eq!(err.code(), "calendar_invalid", "{first}-{last}: {err}");
+        assert!(err.to_string().contains("outside 1-9999"), "{err}");
+    }
+    // A year is 1 to 4 digits: `1` is one, `02026` is not.
+    let parsed = Calendar::parse("x", "covers: 1-9999\n").unwrap();
+    assert_eq!((parsed.first_year(), parsed.last_year()), (1, 9999));
+    for text in [
+        "covers: 02026-2030\n",
+        "covers: 2026-02030\n",
+        "covers: -2030\n",
+    ] {
+        let err = Calendar::parse("x", text).unwrap_err();
+        assert_eq!(err.code(), "calendar_parse", "{text:?}: {err}");
+    }
+    // A date is exactly YYYY-MM-DD: another separator in either place is refused.
+    for line in [
+        "2026/05-01 May Day",
+        "2026-05/01 May Day",
+        "2026/05/01 May Day",
+    ] {
+        let text = format!("covers: 2026-2026\n{line}\n");
+        let err = Calendar::parse("x", &text).unwrap_err();
+        assert_eq!(err.code(), "calendar_parse", "{line:?}: {err}");
+        assert!(err.to_string().contains("YYYY-MM-DD"), "{err}");
+    }
+    let ok = Calendar::parse("x", "covers: 2026-2026\n2026-05-01 May Day\n").unwrap();
+    assert_eq!(ok.holiday_name(date(2026, 5, 1)), Some("May Day"));
+    // Calendars whose coverage meets in a single year unite to that year.
+    let a = Calendar::new("a", 2020, 2027, []).unwrap();
+    let b = Calendar::new("b", 2027, 2040, []).unwrap();
+    let both = Calendar::union(&[a, b]).unwrap();
+    assert_eq!((both.first_year(), both.last_year()), (2027, 2027));
+}
