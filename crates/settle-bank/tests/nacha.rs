@@ -5,7 +5,7 @@
 mod common;
 
 use chrono::{NaiveDate, NaiveDateTime};
-use common::{aba, aba_check_digit, aba_valid, name};
+use common::{aba, aba_check_digit, aba_valid, name, panic_message};
 use settle_bank::{
     AchAccountNumber, AchAccountType, AchEntity, AchIndividualId, NachaEntry, NachaFile,
     write_nacha,
@@ -35,18 +35,6 @@ fn field(line: &str, from: usize, to: usize) -> &str {
 fn num(s: &str) -> i64 {
     assert!(s.chars().all(|c| c.is_ascii_digit()), "not numeric: {s:?}");
     s.parse().expect("number")
-}
-
-/// Runs a checker that should panic; `Some(what its panic said)`, or `None` if it passed.
-fn panic_message(check: impl FnOnce() + std::panic::UnwindSafe) -> Option<String> {
-    let payload = std::panic::catch_unwind(check).err()?;
-    Some(
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default(),
-    )
 }
 
 /// Parses and checks a whole NACHA file; panics with a message on the first violation.

@@ -4,7 +4,7 @@
 mod common;
 
 use chrono::{NaiveDate, NaiveDateTime};
-use common::{assert_xsd_valid, iban, id, name, schema, sepa_allowed, xmllint};
+use common::{assert_xsd_valid, iban, id, name, panic_message, schema, sepa_allowed, xmllint};
 use settle_bank::{Bic, SepaBatch, SepaPayment, file_sha256_hex, write_pain001};
 
 fn date(s: &str) -> NaiveDate {
@@ -209,18 +209,6 @@ fn check_sepa_rules(xml: &str, batch: &SepaBatch) {
     e2e.sort();
     e2e.dedup();
     assert_eq!(e2e.len(), n, "EndToEndIds are unique");
-}
-
-/// Runs a checker that should panic; `Some(what its panic said)`, or `None` if it passed.
-fn panic_message(check: impl FnOnce() + std::panic::UnwindSafe) -> Option<String> {
-    let payload = std::panic::catch_unwind(check).err()?;
-    Some(
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default(),
-    )
 }
 
 /// Writes, validates against the XSD, checks the SEPA rules; returns the XML.

@@ -101,3 +101,15 @@ pub fn aba(s: &str) -> AbaRouting {
 pub fn sepa_allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || "/-?:().,'+ ".contains(c)
 }
+
+/// Runs a checker that should panic; `Some(what its panic said)`, or `None` if it passed.
+pub fn panic_message(check: impl FnOnce() + std::panic::UnwindSafe) -> Option<String> {
+    let payload = std::panic::catch_unwind(check).err()?;
+    Some(
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default(),
+    )
+}
