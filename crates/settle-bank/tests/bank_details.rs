@@ -159,3 +159,80 @@ proptest! {
         prop_assert!(!latin.contains("  "));
     }
 }
+
+/// Edges that mutation testing found unchecked (ops/MUTANTS.md).
+#[test]
+fn iban_edges_and_the_display_of_every_identifier() {
+    // Four characters are a format the length check refuses, not a malformed IBAN.
+    assert_eq!(
+        Iban::parse("DE89").unwrap_err().code(),
+        "invalid_iban_length"
+    );
+    // The length reported is the input's, spaces not counted.
+    match Iban::parse("DE89 3704 0044 0532 0130 001") {
+        Err(settle_bank::IbanError::InvalidLength {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (22, 23)),
+        other => panic!("{other:?}"),
+    }
+    // A character no IBAN may hold is found even after the longest IBAN's length.
+    let long = format!("{}!", "A".repeat(34));
+    assert_eq!(
+        Iban::parse(&long).unwrap_err().code(),
+        "invalid_iban_characters"
+    );
+    let iban = Iban::parse("DE89 3704 0044 0532 0130 00").unwrap();
+    assert_eq!(iban.check_digits(), "89");
+    assert_eq!(iban.to_string(), "DE89370400440532013000");
+    // Every identifier displays as what was parsed (normalised).
+    assert_eq!(
+        AbaRouting::parse("021000021").unwrap().to_string(),
+        "021000021"
+    );
+    assert_eq!(
+        AchAccountNumber::parse("12345-6789").unwrap().to_string(),
+        "12345-6789"
+    );
+    assert_eq!(
+        Bic::parse("cobadeffxxx").unwrap().to_string(),
+        "COBADEFFXXX"
+    );
+    assert_eq!(
+        settle_bank::AchIndividualId::parse("prv-42")
+            .unwrap()
+            .to_string(),
+        "PRV-42"
+    );
+    assert_eq!(
+        settle_bank::SepaId::parse("PO-2026-1").unwrap().to_string(),
+        "PO-2026-1"
+    );
+}
+
+/// Latin letters with diacritics fold to their base letters, each one (the table rows that
+/// mutation testing found untested; ops/MUTANTS.md).
+#[test]
+fn letters_with_diacritics_fold_to_their_base_letters() {
+    for (input, folded) in [
+        ("ÇĆĈĊČ", "CCCCC"),
+        ("ÐĎĐ", "DDD"),
+        ("ðďđ", "ddd"),
+        ("ÈÉÊËĒĔĖĘĚ", "EEEEEEEEE"),
+        ("ĜĞĠĢ", "GGGG"),
+        ("ĤĦ", "HH"),
+        ("ĥħ", "hh"),
+        ("Ĳ", "IJ"),
+        ("ĳ", "ij"),
+        ("Ĵ", "J"),
+        ("ĵ", "j"),
+        ("Ķ", "K"),
+        ("ķĸ", "kk"),
+    ] {
+        assert_eq!(settle_bank::to_sepa_latin(input, 70), folded, "{input}");
+        assert_eq!(
+            settle_bank::to_nacha_ascii(input, 22),
+            folded.to_ascii_uppercase(),
+            "{input}"
+        );
+    }
+}

@@ -414,3 +414,49 @@ fn checker_rejects_corrupted_files() {
         );
     }
 }
+
+/// Where the records before the file control are a multiple of ten, or one more, the file
+/// control starts a new block (edges found by mutation testing; ops/MUTANTS.md).
+#[test]
+fn the_file_control_that_starts_a_new_block_is_counted() {
+    // One CCD batch: entries + 3 records before the file control; mixed: entries + 5.
+    let business = |count: usize| -> Vec<NachaEntry> {
+        (0..count).map(|n| entry(n, AchEntity::Business)).collect()
+    };
+    for (entries, records_before_control) in [
+        (business(7), 10usize),
+        (business(8), 11),
+        (mixed(5), 10),
+        (mixed(6), 11),
+        (business(17), 20),
+    ] {
+        let count = entries.len();
+        let (content, _) = write_and_check(&file(entries));
+        let expected_blocks = (records_before_control + 1).div_ceil(10);
+        assert_eq!(
+            line_count(&content),
+            expected_blocks * 10,
+            "{count} entries: {records_before_control} records and the file control"
+        );
+    }
+}
+
+/// The largest file total is accepted; one cent more is refused.
+#[test]
+fn the_file_total_limit_is_inclusive() {
+    // 100 entries of the largest amount and one of 99 cents: exactly the largest total.
+    let mut entries: Vec<NachaEntry> = (0..101).map(|n| entry(n, AchEntity::Business)).collect();
+    for e in &mut entries[..100] {
+        e.amount_usd_cents = settle_bank::nacha::NACHA_AMOUNT_USD_CENTS_MAX;
+    }
+    entries[100].amount_usd_cents = 99;
+    let total: i64 = entries.iter().map(|e| e.amount_usd_cents).sum();
+    assert_eq!(total, settle_bank::nacha::NACHA_TOTAL_USD_CENTS_MAX);
+    let (_, parsed) = write_and_check(&file(entries.clone()));
+    assert_eq!(parsed.len(), 101);
+    entries[100].amount_usd_cents = 100;
+    assert!(matches!(
+        write_nacha(&file(entries)),
+        Err(settle_bank::NachaError::TotalTooLarge)
+    ));
+}

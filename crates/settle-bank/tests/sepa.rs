@@ -5,7 +5,7 @@ mod common;
 
 use chrono::{NaiveDate, NaiveDateTime};
 use common::{assert_xsd_valid, iban, id, name, panic_message, schema, sepa_allowed, xmllint};
-use settle_bank::{Bic, SepaBatch, SepaPayment, file_sha256_hex, write_pain001};
+use settle_bank::{Bic, SepaBatch, SepaError, SepaPayment, file_sha256_hex, write_pain001};
 
 fn date(s: &str) -> NaiveDate {
     NaiveDate::parse_from_str(s, "%Y-%m-%d").expect("date")
@@ -321,6 +321,50 @@ fn one_payment_without_any_bic_uses_notprovided() {
     assert!(!xml.contains("<CdtrAgt>"));
     assert!(!xml.contains("<BICFI>"));
     assert_eq!(elements(&xml, "InstdAmt"), ["0.05"]);
+    assert_indented(&xml);
+}
+
+/// The writer indents two spaces per level: every line sits at its element's depth.
+fn assert_indented(xml: &str) {
+    let mut depth = 0usize;
+    for line in xml.lines().filter(|l| !l.starts_with("<?")) {
+        let text = line.trim_start_matches(' ');
+        let closing = text.starts_with("</");
+        if closing {
+            depth -= 1;
+        }
+        assert_eq!(line.len() - text.len(), 2 * depth, "{line:?}");
+        if !closing && !text.contains("</") && !text.ends_with("/>") {
+            depth += 1;
+        }
+    }
+    assert_eq!(depth, 0, "every element closed");
+}
+
+/// The largest batch is written; one payment more is refused (an edge found by mutation
+/// testing; ops/MUTANTS.md).
+#[test]
+fn the_batch_size_limit_is_inclusive() {
+    let max = settle_bank::sepa::SEPA_BATCH_PAYMENTS_MAX;
+    let template = payment("PO-0", "2026-12-01", 1, "Jane Doe", CREDITOR_IBANS[1]);
+    let mut payments: Vec<SepaPayment> = (0..max)
+        .map(|i| SepaPayment {
+            end_to_end_id: id(&format!("PO-{i}")),
+            ..template.clone()
+        })
+        .collect();
+    let b = batch(payments.clone(), None);
+    let xml = write_pain001(&b).expect("the largest batch is written");
+    assert_eq!(elements(&xml, "NbOfTxs")[0], max.to_string());
+    payments.push(SepaPayment {
+        end_to_end_id: id("PO-extra"),
+        ..template
+    });
+    let err = write_pain001(&batch(payments, None)).unwrap_err();
+    assert!(
+        matches!(err, SepaError::TooManyPayments { count } if count == max + 1),
+        "{err}"
+    );
 }
 
 #[test]
