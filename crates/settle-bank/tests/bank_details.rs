@@ -227,6 +227,16 @@ fn letters_with_diacritics_fold_to_their_base_letters() {
         ("ĵ", "j"),
         ("Ķ", "K"),
         ("ķĸ", "kk"),
+        ("ŔŖŘ", "RRR"),
+        ("ẞ", "SS"),
+        ("Þ", "Th"),
+        ("þ", "th"),
+        ("ÙÚÛŨŪŬŮŰŲǓǕǗǙǛ", "UUUUUUUUUUUUUU"),
+        ("Ŵ", "W"),
+        ("ŵ", "w"),
+        ("ÝŶŸ", "YYY"),
+        // Combining marks and zero-width characters vanish (no space in their place).
+        ("Jo\u{0301}se\u{200B}fa\u{00AD}ne", "Josefane"),
     ] {
         assert_eq!(settle_bank::to_sepa_latin(input, 70), folded, "{input}");
         assert_eq!(
@@ -235,4 +245,15 @@ fn letters_with_diacritics_fold_to_their_base_letters() {
             "{input}"
         );
     }
+}
+
+/// A cut counts the spaces it keeps; a holder name displays as given (edges found by
+/// mutation testing; ops/MUTANTS.md).
+#[test]
+fn cuts_count_kept_spaces_and_holder_names_display_as_given() {
+    assert_eq!(settle_bank::to_sepa_latin("ab  cd ef", 5), "ab cd");
+    assert_eq!(settle_bank::to_sepa_latin("ab cd ef", 6), "ab cd");
+    assert_eq!(settle_bank::to_nacha_ascii("  ab   cd", 4), "AB C");
+    let holder = settle_bank::HolderName::parse("Jane Doe").unwrap();
+    assert_eq!(holder.to_string(), "Jane Doe");
 }
