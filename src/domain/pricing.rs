@@ -18,12 +18,6 @@ pub struct PricedSegment {
     pub net_micro_usdc: i64,
 }
 
-impl PricedSegment {
-    pub fn duration_ms(&self) -> i64 {
-        self.ended_at_ms - self.started_at_ms
-    }
-}
-
 /// Splits `[start, end)` at every UTC midnight. Empty when `end <= start`.
 pub fn split_at_midnights(started_at_ms: i64, ended_at_ms: i64) -> Vec<(i64, i64)> {
     let mut segments = Vec::new();
@@ -190,6 +184,29 @@ mod tests {
         tiers.set(20, 2, Tier::Enterprise);
         assert_eq!(tiers.tier_at(5), Some(Tier::Community));
         assert_eq!(tiers.tier_at(20), Some(Tier::Enterprise));
+        let mut prices = PriceBook::default();
+        assert_eq!(prices.rate_at("H100-80GB", 100), None);
+        prices.set("H100-80GB", 100, Rate::parse("2.49").unwrap());
+        prices.set("H100-80GB", 200, Rate::parse("2.10").unwrap());
+        prices.set("H100-80GB", 200, Rate::parse("2.20").unwrap());
+        prices.set("A100-80GB", 50, Rate::parse("1.50").unwrap());
+        assert_eq!(
+            prices.rate_at("H100-80GB", 99),
+            None,
+            "before the first rate"
+        );
+        assert_eq!(prices.rate_at("H100-80GB", 199), Rate::parse("2.49").ok());
+        assert_eq!(
+            prices.rate_at("H100-80GB", 200),
+            Rate::parse("2.2").ok(),
+            "the later record of one instant wins"
+        );
+        assert_eq!(prices.rate_at("A100-80GB", 60), Rate::parse("1.5").ok());
+        assert_eq!(
+            prices.rate_at("L4-24GB", 500),
+            None,
+            "another model's rates never apply"
+        );
     }
 
     #[test]
