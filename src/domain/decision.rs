@@ -192,6 +192,11 @@ mod tests {
             d(&|c| c.available_micro_usdc = 100_000_000_001),
             Decision::Held
         );
+        // SPEC §5: held *above* the limit; exactly the limit is paid.
+        assert_eq!(
+            d(&|c| c.available_micro_usdc = 100_000_000_000),
+            Decision::Paid
+        );
     }
 
     #[test]
