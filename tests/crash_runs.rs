@@ -488,7 +488,7 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
         "{random_kills} random kills in {rounds_run} runs"
     );
     // A good share of the kills must land between two decisions of a run, not only at
-    // start-up (seen: 39 of 53 on SQLite, 17 to 23 of 56 on PostgreSQL, whose start-up is
+    // start-up (seen: 39 of 53 on SQLite, 17 of 56 on PostgreSQL, whose start-up is
     // a larger part of a short run).
     assert!(
         mid_run_kills * 5 >= random_kills,
