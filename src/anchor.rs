@@ -25,7 +25,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use sqlx::Row;
 
 use crate::domain::time::format_ms;
 use crate::store::{Store, StoreError};
@@ -131,25 +130,6 @@ pub fn read(path: &Path) -> Result<Anchors, AnchorError> {
     Ok(anchors)
 }
 
-/// The head of every stream, as stored, in one statement (one snapshot).
-pub async fn current_heads(store: &Store) -> Result<Heads, StoreError> {
-    let rows = sqlx::query(
-        "SELECT e.stream, e.seq, e.hash FROM events e \
-         JOIN (SELECT stream, MAX(seq) AS seq FROM events GROUP BY stream) m \
-         ON m.stream = e.stream AND m.seq = e.seq",
-    )
-    .fetch_all(store.pool())
-    .await?;
-    let mut heads = Heads::new();
-    for r in &rows {
-        heads.insert(
-            r.try_get::<String, _>(0)?,
-            (r.try_get::<i64, _>(1)?, r.try_get::<Vec<u8>, _>(2)?),
-        );
-    }
-    Ok(heads)
-}
-
 /// What [`write`] did.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct AnchorReport {
@@ -173,7 +153,7 @@ pub async fn write(store: &Store, path: &Path, now_ms: i64) -> Result<AnchorRepo
         }
         Err(e) => return Err(e),
     };
-    let current = current_heads(store).await?;
+    let current = store.stream_heads().await?;
     let diverged: Vec<String> = previous
         .heads
         .iter()

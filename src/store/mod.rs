@@ -463,6 +463,27 @@ impl Store {
             .collect()
     }
 
+    /// The head `(seq, hash)` of every stream, as stored, in one statement (one snapshot).
+    pub async fn stream_heads(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, (i64, Vec<u8>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT e.stream, e.seq, e.hash FROM events e \
+             JOIN (SELECT stream, MAX(seq) AS seq FROM events GROUP BY stream) m \
+             ON m.stream = e.stream AND m.seq = e.seq",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut heads = std::collections::BTreeMap::new();
+        for r in &rows {
+            heads.insert(
+                r.try_get::<String, _>(0)?,
+                (r.try_get::<i64, _>(1)?, r.try_get::<Vec<u8>, _>(2)?),
+            );
+        }
+        Ok(heads)
+    }
+
     /// Events of one stream with `seq > after`, in order, at most `limit`.
     pub async fn stream_events(
         &self,
