@@ -16,7 +16,7 @@ use super::output::{Format, Rows};
 use crate::config::{BankConfig, Config};
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
-use crate::ledger::{Actor, Ledger, LedgerError};
+use crate::ledger::{Ledger, LedgerError};
 use crate::rails::bank::{self, BankBatch, BankError, Originator};
 
 /// Exit code of a command the ledger rejected, or of a batch with problems.
@@ -72,9 +72,7 @@ pub fn load_config(path: Option<&Path>, outbox: Option<&str>) -> anyhow::Result<
     Ok(config)
 }
 
-fn cli_actor() -> Actor {
-    Actor::operator("cli")
-}
+use super::cli_actor;
 
 /// Prints a rejection on stderr and returns its exit code; other errors propagate.
 fn rejected(err: BankError) -> anyhow::Result<i32> {

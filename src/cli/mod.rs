@@ -70,6 +70,10 @@ pub struct Cli {
     /// Log format: pretty for a terminal, json for collectors.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
+    /// Who runs this command, recorded as `operator:NAME` on every event it causes
+    /// (default: the OS user).
+    #[arg(long, global = true, env = "SETTLE_ACTOR")]
+    pub actor: Option<String>,
     #[command(subcommand)]
     pub command: Cmd,
 }
@@ -145,6 +149,50 @@ pub enum Cmd {
     Chain(solana::ChainCmd),
 }
 
+/// The operator this process acts for (`--actor`, else the OS user); set once by [`run`].
+static OPERATOR: std::sync::OnceLock<Actor> = std::sync::OnceLock::new();
+
+/// The longest operator name.
+pub const ACTOR_LEN_MAX: usize = 64;
+
+/// `operator:NAME` from `--actor` or the OS user (`USER`, `LOGNAME`, else `uid:N`). A name
+/// holds letters, digits and `. _ - @` only, so it cannot forge another actor's prefix.
+pub fn operator_from(flag: Option<&str>) -> anyhow::Result<Actor> {
+    let name = match flag {
+        Some(name) => name.to_owned(),
+        None => std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("uid.{}", nix_uid())),
+    };
+    let valid = !name.is_empty()
+        && name.len() <= ACTOR_LEN_MAX
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+    if !valid {
+        bail!(
+            "invalid_actor: --actor must be 1 to {ACTOR_LEN_MAX} letters, digits or . _ - @, got {name:?}"
+        );
+    }
+    Ok(Actor::operator(&name))
+}
+
+/// The process's user id (the owner of `/proc/self`), 0 when unknown.
+fn nix_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map_or(0, |m| m.uid())
+}
+
+/// The operator of this CLI process (see [`operator_from`]).
+pub fn cli_actor() -> Actor {
+    OPERATOR
+        .get()
+        .cloned()
+        .unwrap_or_else(|| Actor::operator("cli"))
+}
+
 /// Opens the store and builds the ledger with the clock `--now` asks for.
 pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
     let store = Store::open(&cli.database, &StoreOptions::default())
@@ -185,6 +233,7 @@ pub fn redact(url: &str) -> String {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let _ = OPERATOR.set(operator_from(cli.actor.as_deref())?);
     if let Cmd::Demo { dir } = &cli.command {
         let report = crate::demo::run(dir).await?;
         match cli.format {
@@ -369,7 +418,7 @@ async fn import(
             std::fs::File::open(file).with_context(|| format!("opening {file}"))?,
         ))
     };
-    let actor = Actor::operator("cli");
+    let actor = cli_actor();
     let mut importer = Importer::new(ledger, &actor);
     let progress = progress_bar(file);
     for (n, line) in reader.lines().enumerate() {

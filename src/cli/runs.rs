@@ -13,7 +13,7 @@ use crate::config::RunConfig;
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
 use crate::ledger::runs::{self, RunReport};
-use crate::ledger::{Actor, Applied, Ledger, LedgerError};
+use crate::ledger::{Applied, Ledger, LedgerError};
 
 /// Exit code of a command the ledger rejected.
 const EXIT_REJECTED: i32 = 2;
@@ -71,9 +71,7 @@ pub enum CalendarCmd {
     },
 }
 
-fn cli_actor() -> Actor {
-    Actor::operator("cli")
-}
+use super::cli_actor;
 
 /// Prints a rejection on stderr and returns its exit code; other errors propagate.
 fn rejected(err: LedgerError) -> anyhow::Result<i32> {
