@@ -33,6 +33,10 @@ pub struct LedgerConfig {
     /// How often `settle serve` anchors the heads that moved (the window in which a
     /// rewrite with recomputed hashes goes unseen).
     pub anchor_interval_ms: u64,
+    /// On a real-clock ledger, how far `--now` may lie from the real clock (clocks of two
+    /// machines differ a little); further is refused (`now_off_clock`), and `verify`
+    /// reports events booked further ahead than this (`booked_ahead_of_clock`).
+    pub clock_skew_ms: i64,
 }
 
 impl Default for LedgerConfig {
@@ -48,6 +52,7 @@ impl Default for LedgerConfig {
             ingest_streams_per_tx_max: 1000,
             anchor_file: String::new(),
             anchor_interval_ms: 60_000,
+            clock_skew_ms: 5 * 60 * 1000,
         }
     }
 }
@@ -437,6 +442,66 @@ pub struct Config {
     pub bank: BankConfig,
     pub solana: SolanaConfig,
     pub workers: WorkersConfig,
+    pub control: ControlConfig,
+}
+
+/// Where dual control applies (`control.enforce`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforce {
+    /// On every ledger.
+    Always,
+    /// On real-clock ledgers (production); a simulated-clock ledger replays history for
+    /// demos and tests without approvals.
+    #[default]
+    RealClock,
+    /// Nowhere (a single-operator installation that accepts the risk).
+    Never,
+}
+
+/// Dual control (src/control.rs): which commands wait for a second actor.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControlConfig {
+    pub enforce: Enforce,
+    /// Adjustments whose absolute amount is at or above this wait for approval.
+    pub adjustment_approval_micro_usdc: i64,
+    /// Releases of held payouts at or above this wait for approval (0: every release).
+    pub release_approval_micro_usdc: i64,
+    /// FX rates (EUR per USD) outside `min..=max` wait for approval (decimal strings).
+    #[serde(deserialize_with = "de_decimal")]
+    pub fx_eur_per_usd_min: rust_decimal::Decimal,
+    #[serde(deserialize_with = "de_decimal")]
+    pub fx_eur_per_usd_max: rust_decimal::Decimal,
+    /// FX rates moving more than this percentage from the latest rate wait for approval.
+    #[serde(deserialize_with = "de_decimal")]
+    pub fx_step_max_pct: rust_decimal::Decimal,
+    /// Requests listed at most by one `approvals list`.
+    pub list_max: i64,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            enforce: Enforce::RealClock,
+            adjustment_approval_micro_usdc: 1_000 * 1_000_000,
+            release_approval_micro_usdc: 0,
+            fx_eur_per_usd_min: rust_decimal::Decimal::new(5, 1),
+            fx_eur_per_usd_max: rust_decimal::Decimal::new(2, 0),
+            fx_step_max_pct: rust_decimal::Decimal::new(10, 0),
+            list_max: 1_000,
+        }
+    }
+}
+
+/// A decimal written as a string (`"0.92"`) or an integer; never a float.
+fn de_decimal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<rust_decimal::Decimal, D::Error> {
+    let text = de_digits(d, 0)?;
+    text.parse::<rust_decimal::Decimal>().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "not a decimal: {text:?} (write it as a string, e.g. \"0.92\")"
+        ))
+    })
 }
 
 /// The rail workers of `settle serve`: the outbox of created payouts is drained by a Solana

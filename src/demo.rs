@@ -22,7 +22,7 @@ use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::{date_start_ms, format_ms};
 use crate::ledger::{Actor, Ledger, ManualClock};
 use crate::store::read::{EarningsBy, PayoutFilter};
-use crate::store::{Store, StoreOptions};
+use crate::store::{ClockMode, Store, StoreOptions};
 
 /// A sample provider: id, name, tier, schedule, payout method kind, GPU models.
 pub struct DemoProvider {
@@ -244,6 +244,10 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
     let url = format!("sqlite://{}", dir.join("settle.db").display());
     let store = Store::open(&url, &StoreOptions::default()).await?;
     store.migrate().await?;
+    // The demo replays a week as it arrives, at the instants it happened.
+    store
+        .fix_clock_mode(ClockMode::Simulated, chrono::Utc::now().timestamp_millis())
+        .await?;
 
     // The week: the last full week whose Monday run (00:05 UTC) is already past.
     let real_now = chrono::Utc::now().timestamp_millis();

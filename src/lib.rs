@@ -6,6 +6,7 @@ pub mod anchor;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod domain;
 pub mod http;

@@ -29,12 +29,50 @@ pub struct VerifyReport {
     pub anchored_streams: Option<usize>,
     pub problems_total: usize,
     pub problems: Vec<Problem>,
+    /// The ledger's clock mode (`real`, `simulated`; absent while undecided).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock: Option<crate::store::ClockMode>,
 }
 
 impl VerifyReport {
     pub fn ok(&self) -> bool {
         self.problems_total == 0
     }
+
+    /// On a real-clock ledger: every event booked later than `limit_ms` (the real clock plus
+    /// the allowed skew) is a problem, `booked_ahead_of_clock`.
+    pub async fn check_clock(
+        &mut self,
+        store: &Store,
+        real_now_ms: i64,
+        skew_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.clock = store.clock_mode().await?;
+        if self.clock != Some(crate::store::ClockMode::Real) {
+            return Ok(());
+        }
+        let (count, listed) = store
+            .booked_after(real_now_ms + skew_ms, PROBLEMS_LISTED_MAX as i64)
+            .await?;
+        let unlisted = usize::try_from(count)
+            .unwrap_or(0)
+            .saturating_sub(listed.len());
+        for (stream, seq, recorded_at_ms) in listed {
+            self.push(Problem {
+                stream,
+                seq: Some(seq),
+                kind: "booked_ahead_of_clock",
+                detail: format!(
+                    "recorded_at {} is ahead of the real clock {} on a real-clock ledger",
+                    crate::domain::time::format_ms(recorded_at_ms),
+                    crate::domain::time::format_ms(real_now_ms)
+                ),
+            });
+        }
+        self.problems_total += unlisted;
+        Ok(())
+    }
+
     fn push(&mut self, p: Problem) {
         self.problems_total += 1;
         if self.problems.len() < PROBLEMS_LISTED_MAX {

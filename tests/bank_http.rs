@@ -38,6 +38,7 @@ async fn serve(w: &World) -> String {
         config: Arc::new(HttpConfig::default()),
         calendar: Arc::new(Calendar::platform_default()),
         runs: Arc::new(RunConfig::default()),
+        control: Arc::new(settle::config::ControlConfig::default()),
     };
     let app = settle::http::bank::routes_with(w.bank.clone()).with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

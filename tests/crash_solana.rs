@@ -143,14 +143,6 @@ async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration, St
                 break;
             }
             Some(4) => continue, // payouts pending: run the pass again
-            // Known defect (ops/RELIABILITY.md): after a kill between an attempt's persist
-            // and its submit marks, a pass may stop with payout_in_flight instead of skipping
-            // the payouts of the still-open attempt; the next pass (as `settle serve`'s
-            // worker does) finishes. Exactly-once is still asserted below.
-            Some(1) if stderr.contains("payout_in_flight") => {
-                eprintln!("a pass stopped with payout_in_flight; running it again");
-                continue;
-            }
             _ => panic!("settle pay solana failed: {status}\n{stderr}"),
         }
     }

@@ -1,6 +1,7 @@
 //! The `settle` command line (clap). Thin: parse arguments, call the ledger and the read
 //! models, render the result.
 
+pub mod approvals;
 pub mod bank;
 pub mod output;
 pub mod reads;
@@ -15,11 +16,10 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use crate::config::LedgerConfig;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
-use crate::store::{Store, StoreOptions};
+use crate::store::{ClockMode, Store, StoreOptions};
 use crate::wire::import::{Command, Importer, Totals, parse_line};
 use output::{Format, Rows};
 
@@ -81,7 +81,16 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Create or upgrade the database schema (writes no ledger event).
-    Migrate,
+    Migrate {
+        /// Make this new ledger a simulated-clock ledger: any `--now` is accepted (replays,
+        /// demos, tests). Never for production.
+        #[arg(long)]
+        simulated_clock: bool,
+        /// Fix this ledger's clock to the real clock (what its first booking without
+        /// `--now` would do).
+        #[arg(long)]
+        real_clock: bool,
+    },
     /// The whole job on a fresh machine: a SQLite file, sample providers, a generated week of
     /// usage, the Monday run paying USDC on a local chain, SEPA and NACHA files.
     Demo {
@@ -144,6 +153,9 @@ pub enum Cmd {
     /// Compare a rail with the ledger: `reconcile solana`.
     #[command(subcommand)]
     Reconcile(solana::ReconcileCmd),
+    /// Dual control: requests waiting for a second actor (list, show, approve, reject).
+    #[command(subcommand)]
+    Approvals(approvals::ApprovalsCmd),
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
@@ -193,29 +205,118 @@ pub fn cli_actor() -> Actor {
         .unwrap_or_else(|| Actor::operator("cli"))
 }
 
-/// Opens the store and builds the ledger with the clock `--now` asks for.
+/// Whether a command may book events: the first such command fixes an undecided ledger's
+/// clock mode, and on a real-clock ledger it runs on the real clock.
+fn may_book(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Serve { .. }
+            | Cmd::Import { .. }
+            | Cmd::Ingest { .. }
+            | Cmd::Run(_)
+            | Cmd::Payout(_)
+            | Cmd::Bank(_)
+            | Cmd::Pay(_)
+            | Cmd::Approvals(_)
+    )
+}
+
+/// Opens the store and builds the ledger with the clock the ledger's clock mode allows.
+///
+/// - A **simulated-clock** ledger (`settle migrate --simulated-clock`, or whose first
+///   booking command ran with `--now`) runs at `--now` when given: replays, demos, tests.
+/// - A **real-clock** ledger books on the real clock only: `--now` further than
+///   `ledger.clock_skew_ms` ahead of it is refused (`now_off_clock`), and so is any `--now`
+///   off the clock for a command that may book.
+/// - An undecided ledger (new, or created before clock modes) is fixed by its first
+///   command that may book: with `--now` simulated, without real.
 pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
     let store = Store::open(&cli.database, &StoreOptions::default())
         .await
         .with_context(|| format!("opening database {}", redact(&cli.database)))?;
     store.migrate().await.context("migrating the database")?;
-    let clock: Arc<dyn Clock> = match &cli.now {
-        Some(text) => {
-            let now = parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?;
-            if let Some(latest) = store.max_recorded_at_ms().await?
-                && now < latest
-            {
+    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?.ledger;
+    let now = match &cli.now {
+        Some(text) => Some(parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?),
+        None => None,
+    };
+    let real_now = SystemClock.now_ms();
+    let mut mode = store.clock_mode().await?;
+    if let Cmd::Migrate {
+        simulated_clock,
+        real_clock,
+    } = &cli.command
+    {
+        let wanted = match (simulated_clock, real_clock) {
+            (true, true) => bail!("invalid_arguments: --simulated-clock or --real-clock, not both"),
+            (true, false) => Some(ClockMode::Simulated),
+            (false, true) => Some(ClockMode::Real),
+            (false, false) => None,
+        };
+        if let Some(wanted) = wanted {
+            if mode.is_none() && wanted == ClockMode::Simulated && store.event_count().await? > 0 {
                 bail!(
-                    "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
-                    format_ms(now),
-                    format_ms(latest)
+                    "ledger_not_empty: only a new ledger can be made a simulated-clock ledger; this one holds events"
                 );
             }
-            Arc::new(ManualClock::new(now))
+            let fixed = store.fix_clock_mode(wanted, real_now).await?;
+            if fixed != wanted {
+                bail!(
+                    "clock_mode_fixed: this ledger's clock is {} and stays so",
+                    fixed.as_str()
+                );
+            }
+            mode = Some(fixed);
         }
-        None => Arc::new(SystemClock),
+    } else if mode.is_none() && may_book(&cli.command) {
+        let wanted = if now.is_some() {
+            ClockMode::Simulated
+        } else {
+            ClockMode::Real
+        };
+        mode = Some(store.fix_clock_mode(wanted, real_now).await?);
+    }
+    let store_ref = &store;
+    let manual = |now: i64| async move {
+        if let Some(latest) = store_ref.max_recorded_at_ms().await?
+            && now < latest
+        {
+            bail!(
+                "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
+                format_ms(now),
+                format_ms(latest)
+            );
+        }
+        Ok::<Arc<dyn Clock>, anyhow::Error>(Arc::new(ManualClock::new(now)))
     };
-    Ok(Ledger::new(store, clock, LedgerConfig::default()))
+    let clock: Arc<dyn Clock> = match (mode, now) {
+        (_, None) => Arc::new(SystemClock),
+        (Some(ClockMode::Simulated) | None, Some(now)) => manual(now).await?,
+        (Some(ClockMode::Real), Some(now)) => {
+            let skew = config.clock_skew_ms;
+            let ahead = now - real_now > skew;
+            if ahead || (may_book(&cli.command) && (now - real_now).abs() > skew) {
+                bail!(
+                    "now_off_clock: --now {} is {} the real clock ({}) by more than ledger.clock_skew_ms ({skew} ms) on a real-clock ledger: {}",
+                    format_ms(now),
+                    if ahead { "ahead of" } else { "behind" },
+                    format_ms(real_now),
+                    if ahead {
+                        "a booking must never carry a time that has not come"
+                    } else {
+                        "bookings carry their real booking time; run the command without --now"
+                    }
+                );
+            }
+            if may_book(&cli.command) {
+                // Within the skew: bookings still carry the real clock.
+                Arc::new(SystemClock)
+            } else {
+                manual(now).await?
+            }
+        }
+    };
+    Ok(Ledger::new(store, clock, config))
 }
 
 /// Hides a password in a database URL.
@@ -254,12 +355,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             serve::serve(ledger.clone(), config, !no_scheduler).await?;
             0
         }
-        Cmd::Migrate => {
+        Cmd::Migrate { .. } => {
             writeln!(stdout, "database {} is up to date", redact(&cli.database))?;
+            if let Some(mode) = ledger.store.clock_mode().await? {
+                writeln!(stdout, "clock: {}", mode.as_str())?;
+            }
             0
         }
-        Cmd::Import { file } => import(&ledger, file, false, cli.format, &mut stdout).await?,
-        Cmd::Ingest { file } => import(&ledger, file, true, cli.format, &mut stdout).await?,
+        Cmd::Import { file } => import(&ledger, &cli, file, false, &mut stdout).await?,
+        Cmd::Ingest { file } => import(&ledger, &cli, file, true, &mut stdout).await?,
+        Cmd::Approvals(cmd) => {
+            approvals::approvals_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
+                .await?
+        }
         Cmd::Verify { anchors } => {
             let anchors = match anchors {
                 Some(path) => Some(path.clone()),
@@ -275,10 +383,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             let total = ledger.store.event_count().await?;
             let bar = counter_bar("verify", total);
-            let report =
+            let mut report =
                 crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), &|n| tick(&bar, n))
                     .await?;
             finish(bar);
+            report
+                .check_clock(
+                    &ledger.store,
+                    SystemClock.now_ms(),
+                    ledger.config.clock_skew_ms,
+                )
+                .await?;
             print_report(&report, cli.format, &mut stdout)?;
             if report.ok() { 0 } else { 1 }
         }
@@ -384,9 +499,12 @@ fn print_report(
                 let anchored = report.anchored_streams.map_or(String::new(), |n| {
                     format!("; every chain passes through its anchored head ({n} streams anchored)")
                 });
+                let clock = report
+                    .clock
+                    .map_or(String::new(), |c| format!("; clock: {}", c.as_str()));
                 writeln!(
                     out,
-                    "ok: {} events in {} streams; chains intact, lines balanced, projections equal a fresh fold{anchored}",
+                    "ok: {} events in {} streams; chains intact, lines balanced, projections equal a fresh fold{anchored}{clock}",
                     report.events, report.streams
                 )?;
             } else {
@@ -406,11 +524,13 @@ fn print_report(
 /// booked in batches; every line gets a result. Exit code 0 when no line was rejected.
 async fn import(
     ledger: &Ledger,
+    cli: &Cli,
     file: &str,
     usage_only: bool,
-    format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
+    let format = cli.format;
+    let control = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?.control;
     let reader: Box<dyn BufRead> = if file == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
@@ -419,7 +539,7 @@ async fn import(
         ))
     };
     let actor = cli_actor();
-    let mut importer = Importer::new(ledger, &actor);
+    let mut importer = Importer::new(ledger, &control, &actor);
     let progress = progress_bar(file);
     for (n, line) in reader.lines().enumerate() {
         let number = n + 1;
@@ -446,20 +566,32 @@ async fn import(
     let Totals {
         accepted,
         duplicate,
+        pending,
         rejected,
     } = Totals::of(&results);
     match format {
         Format::Json => {
             let lines: Vec<Value> = results
                 .iter()
-                .map(|r| json!({"line": r.line, "type": r.kind, "id": r.id, "status": r.status, "code": r.code, "message": r.message}))
+                .map(|r| {
+                    let mut line = json!({"line": r.line, "type": r.kind, "id": r.id, "status": r.status, "code": r.code, "message": r.message});
+                    if let Some(id) = &r.approval_id {
+                        line["approval_id"] = json!(id);
+                    }
+                    line
+                })
                 .collect();
+            let mut totals =
+                json!({"accepted": accepted, "duplicate": duplicate, "rejected": rejected});
+            if pending > 0 {
+                totals["pending"] = json!(pending);
+            }
             writeln!(
                 out,
                 "{}",
                 serde_json::to_string_pretty(&json!({
                     "lines": lines,
-                    "totals": {"accepted": accepted, "duplicate": duplicate, "rejected": rejected},
+                    "totals": totals,
                 }))?
             )?;
         }
@@ -477,9 +609,14 @@ async fn import(
             }
             write!(out, "{}", rows.render(format))?;
             if format == Format::Table {
+                let waiting = if pending > 0 {
+                    format!(", pending approval {pending}")
+                } else {
+                    String::new()
+                };
                 writeln!(
                     out,
-                    "accepted {accepted}, duplicate {duplicate}, rejected {rejected}"
+                    "accepted {accepted}, duplicate {duplicate}, rejected {rejected}{waiting}"
                 )?;
             }
         }

@@ -13,7 +13,7 @@ use crate::config::RunConfig;
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
 use crate::ledger::runs::{self, RunReport};
-use crate::ledger::{Applied, Ledger, LedgerError};
+use crate::ledger::{Ledger, LedgerError};
 
 /// Exit code of a command the ledger rejected.
 const EXIT_REJECTED: i32 = 2;
@@ -72,6 +72,7 @@ pub enum CalendarCmd {
 }
 
 use super::cli_actor;
+use crate::control::Submitted;
 
 /// Prints a rejection on stderr and returns its exit code; other errors propagate.
 fn rejected(err: LedgerError) -> anyhow::Result<i32> {
@@ -253,23 +254,34 @@ pub async fn payout_cmd(
 ) -> anyhow::Result<i32> {
     let (payout_id, result) = match cmd {
         PayoutCmd::Release { payout_id } => {
-            let config: RunConfig =
-                crate::config::Config::load(config_path, std::env::vars())?.runs;
+            let config = crate::config::Config::load(config_path, std::env::vars())?;
+            let submitted = crate::control::submit_release(
+                ledger,
+                &config.control,
+                &config.runs,
+                payout_id,
+                &cli_actor(),
+            )
+            .await;
             (
                 payout_id,
-                ledger
-                    .release_payout(payout_id, &config, &cli_actor())
-                    .await,
+                submitted.map(|s| match s {
+                    Submitted::Applied(a) => a.as_str().to_owned(),
+                    Submitted::Pending(r) => format!("pending_approval {}", r.approval_id),
+                }),
             )
         }
         PayoutCmd::Cancel { payout_id, reason } => (
             payout_id,
-            ledger.cancel_payout(payout_id, reason, &cli_actor()).await,
+            ledger
+                .cancel_payout(payout_id, reason, &cli_actor())
+                .await
+                .map(|a| a.as_str().to_owned()),
         ),
-        PayoutCmd::Show { payout_id } => (payout_id, Ok(Applied::Duplicate)),
+        PayoutCmd::Show { payout_id } => (payout_id, Ok(String::new())),
     };
     let status = match result {
-        Ok(applied) => applied,
+        Ok(status) => status,
         Err(e) => return rejected(e),
     };
     let Some(p) = crate::ledger::payouts::payout(ledger.store.pool(), payout_id).await? else {
@@ -300,10 +312,7 @@ pub async fn payout_cmd(
         json!(p.hold_reason),
         json!(p.failure_reason),
         json!(p.reference),
-        json!(match cmd {
-            PayoutCmd::Show { .. } => "",
-            _ => status.as_str(),
-        }),
+        json!(status),
     ]);
     write!(out, "{}", rows.render(format))?;
     Ok(0)

@@ -194,7 +194,12 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let mut app = Application::build(config.http.clone(), ledger.clone())
+    if ledger.store.clock_mode().await? == Some(crate::store::ClockMode::Simulated) {
+        tracing::warn!(
+            "this ledger has a simulated clock (replays, demos, tests): it accepts any --now and dual control is off by default; never serve production from it"
+        );
+    }
+    let mut app = Application::build_from(&config, ledger.clone())
         .await
         .with_context(|| format!("binding {}", config.http.bind))?;
     let (metrics_routes, metrics_place) = metrics_routes(&ledger, &config.http).await?;

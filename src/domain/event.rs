@@ -489,6 +489,37 @@ pub struct SolanaTxResolved {
     pub reason: Option<String>,
 }
 
+/// A command that moves or redirects money, waiting for a second actor (dual control).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequested {
+    pub approval_id: String,
+    /// `adjustment`, `payout_method`, `fee_schedule`, `fx_rate` or `payout_release`.
+    pub kind: String,
+    /// The command as an import line (SPEC §8; `payout.release` for a release), canonical
+    /// JSON: what is executed on approval.
+    pub command: String,
+    /// One line for the approver.
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_micro_usdc: Option<i64>,
+    pub requested_by: String,
+}
+
+/// A request approved (and its command executed) or rejected by a different actor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDecided {
+    pub approval_id: String,
+    /// `approved` or `rejected`.
+    pub decision: String,
+    pub decided_by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// Every event the ledger knows, by type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventBody {
@@ -515,6 +546,8 @@ pub enum EventBody {
     FxRateSet(FxRateSet),
     SolanaTxSigned(SolanaTxSigned),
     SolanaTxResolved(SolanaTxResolved),
+    ApprovalRequested(ApprovalRequested),
+    ApprovalDecided(ApprovalDecided),
 }
 
 /// Every event type with its current schema version.
@@ -542,6 +575,8 @@ pub const EVENT_TYPES: &[(&str, u32)] = &[
     ("fx.rate_set", 1),
     ("solana_tx.signed", 1),
     ("solana_tx.resolved", 1),
+    ("approval.requested", 1),
+    ("approval.decided", 1),
 ];
 
 macro_rules! body_dispatch {
@@ -597,6 +632,8 @@ body_dispatch! {
     FxRateSet => "fx.rate_set",
     SolanaTxSigned => "solana_tx.signed",
     SolanaTxResolved => "solana_tx.resolved",
+    ApprovalRequested => "approval.requested",
+    ApprovalDecided => "approval.decided",
 }
 
 impl EventBody {

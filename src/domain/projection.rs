@@ -215,6 +215,23 @@ pub const TABLES: &[TableSpec] = &[
             "resolved_at_ms",
         ],
     },
+    TableSpec {
+        name: "approvals",
+        key: &["approval_id"],
+        vals: &[
+            "kind",
+            "command",
+            "summary",
+            "provider_id",
+            "amount_micro_usdc",
+            "requested_by",
+            "requested_at_ms",
+            "status",
+            "decided_by",
+            "decided_at_ms",
+            "reason",
+        ],
+    },
 ];
 
 pub fn table(name: &str) -> &'static TableSpec {
@@ -552,6 +569,33 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
                 Val::Null,
             ],
         }),
+        EventBody::ApprovalRequested(a) => out.push(ProjOp::Put {
+            table: "approvals",
+            key: vec![a.approval_id.as_str().into()],
+            vals: vec![
+                a.kind.as_str().into(),
+                a.command.as_str().into(),
+                a.summary.as_str().into(),
+                a.provider_id.clone().into(),
+                a.amount_micro_usdc.into(),
+                a.requested_by.as_str().into(),
+                recorded_at_ms.into(),
+                "pending".into(),
+                Val::Null,
+                Val::Null,
+                Val::Null,
+            ],
+        }),
+        EventBody::ApprovalDecided(d) => out.push(patch(
+            "approvals",
+            vec![d.approval_id.as_str().into()],
+            vec![
+                ("status", d.decision.as_str().into()),
+                ("decided_by", d.decided_by.as_str().into()),
+                ("decided_at_ms", recorded_at_ms.into()),
+                ("reason", d.reason.clone().into()),
+            ],
+        )),
         EventBody::SolanaTxResolved(r) => out.push(patch(
             "solana_attempts",
             vec![r.attempt_id.as_str().into()],

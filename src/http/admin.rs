@@ -118,12 +118,13 @@ pub struct AdjustmentRequest {
     request_body = AdjustmentRequest,
     responses(
         (status = 200, body = CommandResult),
+        (status = 202, body = PendingApproval, description = "at or above control.adjustment_approval_micro_usdc: booked as a request that waits for a second actor"),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_provider"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "adjustment_id reused with other content"),
-        (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "invalid input, or approval_rejected (the same adjustment was rejected by an approver)"),
     ),
     security(("bearer" = []))
 )]
@@ -131,26 +132,255 @@ pub async fn post_adjustment(
     State(state): State<AppState>,
     auth: Auth,
     RawBody(body): RawBody,
-) -> Result<Json<CommandResult>, Problem> {
+) -> Result<axum::response::Response, Problem> {
     let principal = auth.require(&[Scope::Admin])?;
     let r: AdjustmentRequest = parse_json(&body)?;
     let adjustment_id = AdjustmentId::parse(&r.adjustment_id).map_err(domain)?;
     let provider_id = ProviderId::parse(&r.provider_id).map_err(domain)?;
     let amount = parse_micro_usdc(&r.amount_usdc).map_err(domain)?;
-    let applied = state
-        .ledger
-        .post_adjustment(
-            &adjustment_id,
-            &provider_id,
-            amount,
-            &r.reason,
-            r.reference.as_deref(),
-            &principal.actor(),
+    let command = crate::wire::import::Command::Adjustment {
+        adjustment_id: adjustment_id.clone(),
+        provider_id,
+        amount_micro_usdc: amount,
+        reason: r.reason,
+        reference: r.reference,
+    };
+    let submitted =
+        crate::control::submit(&state.ledger, &state.control, &command, &principal.actor()).await?;
+    Ok(submitted_response(adjustment_id.to_string(), submitted))
+}
+
+/// A command's answer: 200 with its result, or 202 with the request it waits on.
+fn submitted_response(
+    id: String,
+    submitted: crate::control::Submitted,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match submitted {
+        crate::control::Submitted::Applied(applied) => Json(CommandResult {
+            id,
+            status: applied.as_str().to_owned(),
+        })
+        .into_response(),
+        crate::control::Submitted::Pending(row) => (
+            axum::http::StatusCode::ACCEPTED,
+            Json(PendingApproval {
+                status: "pending_approval".into(),
+                approval_id: row.approval_id.clone(),
+                approval: ApprovalView::of(*row),
+            }),
         )
-        .await?;
-    Ok(Json(CommandResult {
-        id: adjustment_id.to_string(),
-        status: applied.as_str().to_owned(),
+            .into_response(),
+    }
+}
+
+/// 202: the command waits for a second actor.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct PendingApproval {
+    /// Always `pending_approval`.
+    #[schema(example = "pending_approval")]
+    pub status: String,
+    pub approval_id: String,
+    pub approval: ApprovalView,
+}
+
+/// A dual-control request.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ApprovalView {
+    #[schema(example = "apr_3f1c0a9b8e7d6c5b4a392817")]
+    pub approval_id: String,
+    /// `adjustment`, `payout_method`, `fee_schedule`, `fx_rate` or `payout_release`.
+    pub kind: String,
+    /// `pending`, `approved` or `rejected`.
+    pub status: String,
+    pub summary: String,
+    /// The command executed on approval: a canonical JSON import line (SPEC §8), or
+    /// `{"type":"payout.release","payout_id":…}`.
+    pub command: String,
+    pub provider_id: Option<String>,
+    /// USDC decimal string, when the command moves an amount.
+    pub amount_usdc: Option<String>,
+    pub requested_by: String,
+    pub requested_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl ApprovalView {
+    pub fn of(r: crate::store::read::ApprovalRow) -> ApprovalView {
+        use crate::domain::time::format_ms;
+        ApprovalView {
+            approval_id: r.approval_id,
+            kind: r.kind,
+            status: r.status,
+            summary: r.summary,
+            command: r.command,
+            provider_id: r.provider_id,
+            amount_usdc: r
+                .amount_micro_usdc
+                .map(crate::domain::money::format_micro_usdc),
+            requested_by: r.requested_by,
+            requested_at: format_ms(r.requested_at_ms),
+            decided_by: r.decided_by,
+            decided_at: r.decided_at_ms.map(format_ms),
+            reason: r.reason,
+        }
+    }
+}
+
+/// `GET /v1/admin/approvals` response.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ApprovalList {
+    pub approvals: Vec<ApprovalView>,
+}
+
+/// `?status=` of the approvals list.
+#[derive(Clone, Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalListQuery {
+    /// `pending` (default), `approved`, `rejected` or `all`.
+    pub status: Option<String>,
+}
+
+/// Dual-control requests, oldest first (at most `control.list_max`).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/approvals",
+    tag = "admin",
+    params(ApprovalListQuery),
+    responses(
+        (status = 200, body = ApprovalList),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_status"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_approvals(
+    State(state): State<AppState>,
+    auth: Auth,
+    Q(q): Q<ApprovalListQuery>,
+) -> Result<Json<ApprovalList>, Problem> {
+    auth.require(&[Scope::Admin])?;
+    let status = q.status.unwrap_or_else(|| "pending".into());
+    let filter = match status.as_str() {
+        "all" => None,
+        "pending" | "approved" | "rejected" => Some(status.as_str()),
+        _ => {
+            return Err(Problem::bad_request(
+                "invalid_status",
+                "status is pending, approved, rejected or all",
+            ));
+        }
+    };
+    let rows =
+        crate::store::read::approvals(state.ledger.store.pool(), filter, state.control.list_max)
+            .await?;
+    Ok(Json(ApprovalList {
+        approvals: rows.into_iter().map(ApprovalView::of).collect(),
+    }))
+}
+
+/// One dual-control request.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/approvals/{id}",
+    tag = "admin",
+    params(("id" = String, Path, description = "The approval id")),
+    responses(
+        (status = 200, body = ApprovalView),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_approval"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn show_approval(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<ApprovalView>, Problem> {
+    auth.require(&[Scope::Admin])?;
+    Ok(Json(ApprovalView::of(state.ledger.approval(&id).await?)))
+}
+
+/// The answer to a decision.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct DecisionResult {
+    pub approval: ApprovalView,
+    /// For an approval: what the command did, `accepted` or `duplicate` (it ran before).
+    pub result: Option<String>,
+}
+
+/// Approve a request: its command runs now (its events name the requester and the
+/// approver), then the decision is booked. The requester cannot approve.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/approvals/{id}/approve",
+    tag = "admin",
+    params(("id" = String, Path, description = "The approval id")),
+    responses(
+        (status = 200, body = DecisionResult),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_approval"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "approver_is_requester, approval_decided, or the command's own rejection"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn approve(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<DecisionResult>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let (row, applied) =
+        crate::control::approve(&state.ledger, &state.runs, &id, &principal.actor()).await?;
+    Ok(Json(DecisionResult {
+        approval: ApprovalView::of(row),
+        result: Some(applied.as_str().to_owned()),
+    }))
+}
+
+/// `POST /v1/admin/approvals/{id}/reject` body.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectRequest {
+    pub reason: String,
+}
+
+/// Reject a request: nothing of its command happens. The requester cannot reject either
+/// (a request is withdrawn by a second actor's rejection).
+#[utoipa::path(
+    post,
+    path = "/v1/admin/approvals/{id}/reject",
+    tag = "admin",
+    params(("id" = String, Path, description = "The approval id")),
+    request_body = RejectRequest,
+    responses(
+        (status = 200, body = DecisionResult),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_approval"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "approver_is_requester, approval_decided, invalid_text"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn reject(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    RawBody(body): RawBody,
+) -> Result<Json<DecisionResult>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let r: RejectRequest = parse_json(&body)?;
+    let row =
+        crate::control::reject_request(&state.ledger, &id, &r.reason, &principal.actor()).await?;
+    Ok(Json(DecisionResult {
+        approval: ApprovalView::of(row),
+        result: None,
     }))
 }
 
@@ -163,10 +393,15 @@ pub struct ImportLine {
     #[serde(rename = "type")]
     pub kind: String,
     pub id: Option<String>,
-    /// `accepted`, `duplicate` or `rejected`.
+    /// `accepted`, `duplicate`, `pending` (waits for a second actor; code
+    /// `pending_approval`) or `rejected`.
     pub status: String,
     pub code: Option<String>,
     pub message: Option<String>,
+    /// The request a `pending` line waits on (`POST /v1/admin/approvals/{id}/approve`);
+    /// absent on other lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 /// Counts by status.
@@ -174,7 +409,14 @@ pub struct ImportLine {
 pub struct ImportTotals {
     pub accepted: usize,
     pub duplicate: usize,
+    /// Lines waiting for a second actor; absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub pending: usize,
     pub rejected: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `POST /v1/admin/import` response (the same shape as `settle import --format json`).
@@ -209,7 +451,7 @@ pub async fn import(
     let text = std::str::from_utf8(&body)
         .map_err(|_| Problem::bad_request("invalid_body", "the body must be UTF-8 NDJSON"))?;
     let actor = principal.actor();
-    let mut importer = Importer::new(&state.ledger, &actor);
+    let mut importer = Importer::new(&state.ledger, &state.control, &actor);
     for (n, line) in text.lines().enumerate() {
         if !line.trim().is_empty() {
             importer.line(n + 1, parse_line(line)).await?;
@@ -226,11 +468,13 @@ pub async fn import(
             status: r.status.to_owned(),
             code: r.code,
             message: r.message,
+            approval_id: r.approval_id,
         })
         .collect();
     let totals = ImportTotals {
         accepted: t.accepted,
         duplicate: t.duplicate,
+        pending: t.pending,
         rejected: t.rejected,
     };
     Ok(Json(ImportResponse { lines, totals }))

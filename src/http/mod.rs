@@ -43,6 +43,8 @@ pub struct AppState {
     /// The run calendar and rules, for the projected next payout and run reports.
     pub calendar: Arc<Calendar>,
     pub runs: Arc<RunConfig>,
+    /// Dual control (`[control]`): which admin commands wait for a second actor.
+    pub control: Arc<crate::config::ControlConfig>,
 }
 
 /// The API's routes on `state` (without the listener): `settle serve` may merge more.
@@ -76,6 +78,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/adjustments", post(admin::post_adjustment))
         .route("/v1/admin/import", post(admin::import))
         .route("/v1/admin/runs/{kind}/{key}", get(admin::run_report))
+        .route("/v1/admin/approvals", get(admin::list_approvals))
+        .route("/v1/admin/approvals/{id}", get(admin::show_approval))
+        .route("/v1/admin/approvals/{id}/approve", post(admin::approve))
+        .route("/v1/admin/approvals/{id}/reject", post(admin::reject))
         .merge(bank::routes())
         .route("/openapi.json", get(openapi_json))
         .route_layer(axum::middleware::from_fn_with_state(gate, load::gate))
@@ -183,34 +189,32 @@ pub struct Application {
 
 impl Application {
     /// Binds `config.bind` (port 0: any free port) and builds the routes, with the default
-    /// platform calendar and run rules.
+    /// platform calendar, run rules and dual control.
     pub async fn build(config: HttpConfig, ledger: Ledger) -> std::io::Result<Application> {
-        Application::build_with_runs(
-            config,
-            ledger,
-            Calendar::platform_default(),
-            RunConfig::default(),
-        )
-        .await
+        let whole = crate::config::Config {
+            http: config,
+            ..crate::config::Config::default()
+        };
+        Application::build_from(&whole, ledger).await
     }
 
-    /// [`Application::build`] with a configured run calendar and run rules.
-    pub async fn build_with_runs(
-        config: HttpConfig,
+    /// Binds `config.http.bind` and builds the routes with the served configuration's run
+    /// rules (`[runs]`: the projected next payout) and dual control (`[control]`).
+    pub async fn build_from(
+        config: &crate::config::Config,
         ledger: Ledger,
-        calendar: Calendar,
-        runs: RunConfig,
     ) -> std::io::Result<Application> {
-        server::check_config(&config)
+        server::check_config(&config.http)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let listener = TcpListener::bind(&config.bind).await?;
+        let listener = TcpListener::bind(&config.http.bind).await?;
         let addr = listener.local_addr()?;
-        let limits = server::ServeLimits::from_config(&config);
+        let limits = server::ServeLimits::from_config(&config.http);
         let router = router(AppState {
             ledger,
-            config: Arc::new(config),
-            calendar: Arc::new(calendar),
-            runs: Arc::new(runs),
+            config: Arc::new(config.http.clone()),
+            calendar: Arc::new(Calendar::platform_default()),
+            runs: Arc::new(config.runs.clone()),
+            control: Arc::new(config.control.clone()),
         });
         Ok(Application {
             listener,

@@ -24,6 +24,10 @@ use super::{admin, dashboard, usage};
         admin::post_adjustment,
         admin::import,
         admin::run_report,
+        admin::list_approvals,
+        admin::show_approval,
+        admin::approve,
+        admin::reject,
         super::healthz,
         super::readyz,
     ),
@@ -31,7 +35,7 @@ use super::{admin, dashboard, usage};
     tags(
         (name = "usage", description = "Metered usage ingestion (ingest, metering and admin tokens)"),
         (name = "dashboard", description = "Provider earnings and payouts (the provider's own token or admin)"),
-        (name = "admin", description = "Corrections and imports (admin tokens)"),
+        (name = "admin", description = "Corrections, imports and dual-control approvals (admin tokens)"),
         (name = "ops", description = "Health"),
     )
 )]

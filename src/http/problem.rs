@@ -100,7 +100,7 @@ impl Problem {
     pub fn rejected(e: &DomainError) -> Problem {
         let status = match e.code {
             "unknown_event" | "unknown_provider" | "unknown_gpu" | "unknown_token"
-            | "unknown_payout" | "unknown_run" => StatusCode::NOT_FOUND,
+            | "unknown_payout" | "unknown_run" | "unknown_approval" => StatusCode::NOT_FOUND,
             "conflict" => StatusCode::CONFLICT,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };

@@ -3,6 +3,7 @@
 //!
 //! Invariant: `http`, `jobs`, `rails` and `cli` change the ledger only through here.
 
+pub mod approvals;
 pub mod corrections;
 pub mod ingest;
 pub mod methods;

@@ -101,6 +101,35 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://…")]
     UnsupportedUrl(String),
+    /// A stored value the code cannot read.
+    #[error("corrupt ledger setting: {0}")]
+    Corrupt(String),
+}
+
+/// Where a ledger's booking time comes from, fixed once per ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockMode {
+    /// Production: bookings carry the real clock; `--now` off the clock is refused.
+    Real,
+    /// Replays, demos, tests: any `--now` (never earlier than the latest booking).
+    Simulated,
+}
+
+impl ClockMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClockMode::Real => "real",
+            ClockMode::Simulated => "simulated",
+        }
+    }
+    pub fn parse(text: &str) -> Option<ClockMode> {
+        match text {
+            "real" => Some(ClockMode::Real),
+            "simulated" => Some(ClockMode::Simulated),
+            _ => None,
+        }
+    }
 }
 
 impl StoreError {
@@ -502,6 +531,65 @@ impl Store {
         rows.iter()
             .map(|r| StoredEvent::from_row(r).map_err(StoreError::from))
             .collect()
+    }
+
+    /// The ledger's clock mode (`ledger_settings.clock`); `None` until fixed.
+    pub async fn clock_mode(&self) -> Result<Option<ClockMode>, StoreError> {
+        let row = sqlx::query("SELECT value FROM ledger_settings WHERE name = 'clock'")
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(r) => Some(
+                ClockMode::parse(&r.try_get::<String, _>(0)?).ok_or_else(|| {
+                    StoreError::Corrupt(
+                        "ledger_settings.clock is neither real nor simulated".into(),
+                    )
+                })?,
+            ),
+            None => None,
+        })
+    }
+
+    /// Fixes the clock mode unless it is fixed already; returns the mode in force.
+    pub async fn fix_clock_mode(
+        &self,
+        mode: ClockMode,
+        at_ms: i64,
+    ) -> Result<ClockMode, StoreError> {
+        sqlx::query(
+            "INSERT INTO ledger_settings (name, value, set_at_ms) VALUES ('clock', $1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(mode.as_str())
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(self.clock_mode().await?.unwrap_or(mode))
+    }
+
+    /// Events booked after `after_ms` (`recorded_at`): how many, and the first few by
+    /// stream and sequence (for `verify` on a real-clock ledger).
+    pub async fn booked_after(
+        &self,
+        after_ms: i64,
+        listed_max: i64,
+    ) -> Result<(i64, Vec<(String, i64, i64)>), StoreError> {
+        let count: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE recorded_at_ms > $1")
+            .bind(after_ms)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        let rows = sqlx::query(
+            "SELECT stream, seq, recorded_at_ms FROM events WHERE recorded_at_ms > $1 ORDER BY stream, seq LIMIT $2",
+        )
+        .bind(after_ms)
+        .bind(listed_max)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut listed = Vec::with_capacity(rows.len());
+        for r in rows {
+            listed.push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
+        }
+        Ok((count, listed))
     }
 
     /// Total number of events.

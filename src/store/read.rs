@@ -649,3 +649,85 @@ pub async fn payouts(
         })
         .collect()
 }
+
+/// A dual-control request as the `approvals` projection holds it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ApprovalRow {
+    pub approval_id: String,
+    pub kind: String,
+    /// The command (canonical JSON import line) executed on approval.
+    pub command: String,
+    pub summary: String,
+    pub provider_id: Option<String>,
+    pub amount_micro_usdc: Option<i64>,
+    pub requested_by: String,
+    pub requested_at_ms: i64,
+    /// `pending`, `approved` or `rejected`.
+    pub status: String,
+    pub decided_by: Option<String>,
+    pub decided_at_ms: Option<i64>,
+    pub reason: Option<String>,
+}
+
+const APPROVAL_COLUMNS: &str = "approval_id, kind, command, summary, provider_id, amount_micro_usdc, requested_by, requested_at_ms, status, decided_by, decided_at_ms, reason";
+
+fn approval_row(r: &sqlx::any::AnyRow) -> Result<ApprovalRow, sqlx::Error> {
+    Ok(ApprovalRow {
+        approval_id: r.try_get(0)?,
+        kind: r.try_get(1)?,
+        command: r.try_get(2)?,
+        summary: r.try_get(3)?,
+        provider_id: r.try_get(4)?,
+        amount_micro_usdc: r.try_get(5)?,
+        requested_by: r.try_get(6)?,
+        requested_at_ms: r.try_get(7)?,
+        status: r.try_get(8)?,
+        decided_by: r.try_get(9)?,
+        decided_at_ms: r.try_get(10)?,
+        reason: r.try_get(11)?,
+    })
+}
+
+/// One request by id.
+pub async fn approval(
+    conn: impl sqlx::Executor<'_, Database = sqlx::Any>,
+    approval_id: &str,
+) -> Result<Option<ApprovalRow>, sqlx::Error> {
+    sqlx::query(&format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = $1"
+    ))
+    .bind(approval_id)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(approval_row)
+    .transpose()
+}
+
+/// Requests, oldest first, of one status or all, at most `limit`.
+pub async fn approvals(
+    pool: &AnyPool,
+    status: Option<&str>,
+    limit: i64,
+) -> Result<Vec<ApprovalRow>, sqlx::Error> {
+    let rows = match status {
+        Some(s) => {
+            sqlx::query(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = $1 ORDER BY requested_at_ms, approval_id LIMIT $2"
+            ))
+            .bind(s)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }
+        None => {
+            sqlx::query(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals ORDER BY requested_at_ms, approval_id LIMIT $1"
+            ))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }
+    };
+    rows.iter().map(approval_row).collect()
+}

@@ -372,10 +372,13 @@ pub struct LineResult {
     /// The line's `type` (empty when unreadable).
     pub kind: String,
     pub id: Option<String>,
-    /// `accepted`, `duplicate` or `rejected`.
+    /// `accepted`, `duplicate`, `pending` (waiting for a second actor: dual control) or
+    /// `rejected`.
     pub status: &'static str,
     pub code: Option<String>,
     pub message: Option<String>,
+    /// The request a `pending` line waits on (`settle approvals approve ID`).
+    pub approval_id: Option<String>,
 }
 
 /// Counts of an import by status.
@@ -383,6 +386,7 @@ pub struct LineResult {
 pub struct Totals {
     pub accepted: usize,
     pub duplicate: usize,
+    pub pending: usize,
     pub rejected: usize,
 }
 
@@ -393,6 +397,7 @@ impl Totals {
             match r.status {
                 "accepted" => t.accepted += 1,
                 "duplicate" => t.duplicate += 1,
+                "pending" => t.pending += 1,
                 _ => t.rejected += 1,
             }
         }
@@ -432,6 +437,7 @@ fn rejected(line: usize, kind: String, id: Option<String>, e: DomainError) -> Li
         status: "rejected",
         code: Some(e.code.to_owned()),
         message: Some(e.message),
+        approval_id: None,
     }
 }
 
@@ -439,15 +445,21 @@ fn rejected(line: usize, kind: String, id: Option<String>, e: DomainError) -> Li
 /// (up to `batch_events_max`); every line gets a result. Only a storage failure is an error.
 pub struct Importer<'a> {
     ledger: &'a Ledger,
+    control: &'a crate::config::ControlConfig,
     actor: &'a Actor,
     batch: Vec<(usize, UsageInput)>,
     results: Vec<LineResult>,
 }
 
 impl<'a> Importer<'a> {
-    pub fn new(ledger: &'a Ledger, actor: &'a Actor) -> Importer<'a> {
+    pub fn new(
+        ledger: &'a Ledger,
+        control: &'a crate::config::ControlConfig,
+        actor: &'a Actor,
+    ) -> Importer<'a> {
         Importer {
             ledger,
+            control,
             actor,
             batch: Vec::new(),
             results: Vec::new(),
@@ -470,19 +482,33 @@ impl<'a> Importer<'a> {
             Ok(command) => {
                 self.flush().await?;
                 let (kind, id) = describe(&command);
-                self.results
-                    .push(match apply(self.ledger, &command, self.actor).await {
-                        Ok(applied) => LineResult {
-                            line: number,
-                            kind,
-                            id,
-                            status: applied.as_str(),
-                            code: None,
-                            message: None,
-                        },
-                        Err(LedgerError::Rejected(e)) => rejected(number, kind, id, e),
-                        Err(e) => return Err(e),
-                    });
+                let submitted =
+                    crate::control::submit(self.ledger, self.control, &command, self.actor).await;
+                self.results.push(match submitted {
+                    Ok(crate::control::Submitted::Applied(applied)) => LineResult {
+                        line: number,
+                        kind,
+                        id,
+                        status: applied.as_str(),
+                        code: None,
+                        message: None,
+                        approval_id: None,
+                    },
+                    Ok(crate::control::Submitted::Pending(request)) => LineResult {
+                        line: number,
+                        kind,
+                        id,
+                        status: "pending",
+                        code: Some("pending_approval".into()),
+                        message: Some(format!(
+                            "waits for a second actor: settle approvals approve {}",
+                            request.approval_id
+                        )),
+                        approval_id: Some(request.approval_id),
+                    },
+                    Err(LedgerError::Rejected(e)) => rejected(number, kind, id, e),
+                    Err(e) => return Err(e),
+                });
             }
             Err(e) => self.results.push(rejected(number, String::new(), None, e)),
         }
@@ -523,6 +549,7 @@ impl<'a> Importer<'a> {
                 status: r.status(),
                 code,
                 message,
+                approval_id: None,
             });
         }
         Ok(())

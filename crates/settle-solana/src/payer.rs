@@ -132,6 +132,12 @@ pub trait Journal: Send + Sync {
     async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError>;
     /// Those of `payout_ids` that belong to an attempt with a `Landed` or `Failed` outcome.
     async fn resolved_payouts(&self, payout_ids: &[String]) -> Result<Vec<String>, JournalError>;
+    /// `(payout_id, attempt_id)` for those of `payout_ids` that an attempt holds: open,
+    /// landed or failed (an `Expired` attempt frees its payouts). Asked when
+    /// `record_signed` refused an attempt, to tell payouts that another payer got to
+    /// first (an attempt that became visible after this call looked, e.g. the late commit
+    /// of a killed process's last transaction) from a failing journal.
+    async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError>;
 }
 
 /// One journal entry (the JSON line of [`FileJournal`]).
@@ -286,6 +292,25 @@ impl JournalState {
             .filter(|a| !self.outcomes.contains_key(&a.attempt_id))
     }
 
+    fn holders(&self, payout_ids: &[String]) -> Vec<(String, String)> {
+        let wanted: HashSet<&String> = payout_ids.iter().collect();
+        let mut held = Vec::new();
+        for a in &self.attempts {
+            if matches!(
+                self.outcomes.get(&a.attempt_id),
+                None | Some(AttemptOutcome::Landed { .. } | AttemptOutcome::Failed { .. })
+            ) {
+                held.extend(
+                    a.payout_ids
+                        .iter()
+                        .filter(|id| wanted.contains(id))
+                        .map(|id| (id.clone(), a.attempt_id.clone())),
+                );
+            }
+        }
+        held
+    }
+
     fn resolved(&self, payout_ids: &[String]) -> Vec<String> {
         let wanted: HashSet<&String> = payout_ids.iter().collect();
         let mut found = Vec::new();
@@ -381,6 +406,15 @@ impl Journal for MemoryJournal {
             .expect("journal lock")
             .0
             .resolved(payout_ids))
+    }
+
+    async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        Ok(self
+            .state
+            .lock()
+            .expect("journal lock")
+            .0
+            .holders(payout_ids))
     }
 }
 
@@ -510,6 +544,15 @@ impl Journal for FileJournal {
             .expect("journal lock")
             .0
             .resolved(payout_ids))
+    }
+
+    async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        Ok(self
+            .inner
+            .lock()
+            .expect("journal lock")
+            .0
+            .holders(payout_ids))
     }
 }
 
@@ -949,7 +992,34 @@ impl Payer {
                             last_valid_block_height,
                         };
                         // Durable before sending: the core of exactly-once.
-                        self.journal.record_signed(&attempt).await?;
+                        if let Err(refused) = self.journal.record_signed(&attempt).await {
+                            // Not journaled, so never sent: payouts another attempt holds
+                            // are left to it, the rest are packed again without them. If
+                            // this attempt holds any, it was journaled after all and the
+                            // journal failed: stop (the next call resumes it).
+                            let holders = self.journal.holders(&attempt.payout_ids).await?;
+                            if holders.is_empty()
+                                || holders.iter().any(|(_, a)| *a == attempt.attempt_id)
+                            {
+                                return Err(refused.into());
+                            }
+                            let held: HashSet<String> =
+                                holders.into_iter().map(|(payout, _)| payout).collect();
+                            tracing::warn!(attempt_id = %attempt.attempt_id, held = held.len(), error = %refused, "payouts already held by another attempt; not signing them again");
+                            for t in batch.transfers {
+                                if held.contains(&t.payout_id) {
+                                    report.payouts.insert(
+                                        t.payout_id,
+                                        PayoutOutcome::NotSent {
+                                            reason: "another attempt holds this payout; the next pass settles it".into(),
+                                        },
+                                    );
+                                } else {
+                                    queue.push(t);
+                                }
+                            }
+                            continue;
+                        }
                         tracing::info!(
                             attempt_id = %attempt.attempt_id,
                             signature = %attempt.signature,

@@ -35,6 +35,9 @@ impl Journal for CrashAfterRecord {
     async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
         self.0.resolved_payouts(ids).await
     }
+    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        self.0.holders(ids).await
+    }
 }
 
 #[tokio::test]
@@ -199,4 +202,107 @@ async fn a_torn_last_line_is_ignored_and_the_journal_stays_appendable() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(!text.contains("att-tor"));
     assert!(text.ends_with('\n'));
+}
+
+/// A journal whose reads do not see one attempt yet (another process's transaction that
+/// commits after this payer looked: on PostgreSQL the backend of a killed payer can commit
+/// its last statement after the next payer started), while its writes see everything.
+struct LaggingReads {
+    inner: FileJournal,
+    hidden: String,
+}
+
+#[async_trait]
+impl Journal for LaggingReads {
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        self.inner.record_signed(attempt).await
+    }
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        self.inner.record_outcome(attempt_id, outcome).await
+    }
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        let mut open = self.inner.open_attempts().await?;
+        open.retain(|a| a.attempt_id != self.hidden);
+        Ok(open)
+    }
+    async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
+        self.inner.resolved_payouts(ids).await
+    }
+    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        self.inner.holders(ids).await
+    }
+}
+
+#[tokio::test]
+async fn payouts_of_an_attempt_committed_after_the_payer_looked_are_left_to_it_and_the_rest_are_paid()
+ {
+    let env = Env::new(1_000 * USDC, SOL);
+    let batch = transfers("lag", &wallets(4));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+
+    // A first payer journals an attempt for the first two payouts and dies before sending.
+    {
+        let journal = Arc::new(CrashAfterRecord(FileJournal::open(&path).unwrap()));
+        let err = env
+            .payer(journal)
+            .pay(batch[..2].to_vec())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PayError::Journal(_)), "{err}");
+    }
+    let first = FileJournal::open(&path)
+        .unwrap()
+        .open_attempts()
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    let first_id = first[0].attempt_id.clone();
+
+    // The next payer does not see that attempt when it chooses what to sign.
+    let journal = Arc::new(LaggingReads {
+        inner: FileJournal::open(&path).unwrap(),
+        hidden: first_id.clone(),
+    });
+    let report = env
+        .payer(journal.clone())
+        .pay(batch.clone())
+        .await
+        .expect("the pass goes on without the payouts another attempt holds");
+    for t in &batch[..2] {
+        assert!(
+            matches!(
+                report.payouts.get(&t.payout_id),
+                Some(PayoutOutcome::NotSent { .. })
+            ),
+            "{}: {:?}",
+            t.payout_id,
+            report.payouts.get(&t.payout_id)
+        );
+        assert_eq!(env.balance(&t.wallet), 0, "not paid by a second attempt");
+    }
+    for t in &batch[2..] {
+        assert_eq!(env.balance(&t.wallet), t.amount_micro_usdc);
+    }
+    // No second live attempt holds the first two payouts.
+    let attempts = journal.inner.open_attempts().await.unwrap();
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| a.attempt_id.clone())
+            .collect::<Vec<_>>(),
+        vec![first_id]
+    );
+
+    // Once visible, the first attempt is resumed: every payout paid exactly once.
+    let plain = Arc::new(FileJournal::open(&path).unwrap());
+    env.payer(plain).pay(batch.clone()).await.unwrap();
+    for t in &batch {
+        assert_eq!(env.balance(&t.wallet), t.amount_micro_usdc);
+    }
+    assert_eq!(env.chain.stats().landed, 2);
 }

@@ -760,6 +760,28 @@ impl Journal for LedgerJournal {
             .cloned()
             .collect())
     }
+
+    async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        let mut conn = self
+            .ledger
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(|e| JournalError(e.to_string()))?;
+        // `claims` keeps the attempts that are open, landed or failed.
+        let claimed = claims(&mut conn).await.map_err(journal_error)?;
+        Ok(payout_ids
+            .iter()
+            .flat_map(|id| {
+                claimed
+                    .get(id)
+                    .into_iter()
+                    .flatten()
+                    .map(move |(attempt, _)| (id.clone(), attempt.clone()))
+            })
+            .collect())
+    }
 }
 
 /// Payouts on the Solana rail that the rail still has to pay: `created` or `submitted`

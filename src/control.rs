@@ -1,0 +1,360 @@
+//! Dual control: which commands wait for a second actor, and executing them once approved.
+//!
+//! Gated (when enforced, see [`enforced`]):
+//! - `adjustment` whose absolute amount is at or above `control.adjustment_approval_micro_usdc`;
+//! - `provider.register` or `provider.update` that sets a payout method (an operator
+//!   redirecting money; the provider's own change is out of this engine's reach);
+//! - `fee_schedule.set`;
+//! - `fx.rate_set` outside `control.fx_eur_per_usd_min..=max` or moving more than
+//!   `control.fx_step_max_pct` from the latest rate;
+//! - the release of a held payout at or above `control.release_approval_micro_usdc`.
+//!
+//! A gated command is booked as a request ([`crate::ledger::approvals`]) and answers
+//! `pending_approval` with its approval id; the same command sent again finds the same
+//! request. An actor other than the requester approves it (the command then runs, its
+//! events naming both actors) or rejects it.
+
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+
+use crate::config::{ControlConfig, Enforce, RunConfig};
+use crate::domain::money::format_micro_usdc;
+use crate::domain::time::format_ms;
+use crate::ledger::approvals::NewRequest;
+use crate::ledger::{Actor, Applied, Ledger, LedgerError, reject};
+use crate::store::ClockMode;
+use crate::store::read::ApprovalRow;
+use crate::wire::import::{Command, apply, parse_line};
+
+/// What became of a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Executed now (accepted or a duplicate).
+    Applied(Applied),
+    /// Waiting for a second actor: the request (pending, booked now or earlier).
+    Pending(Box<ApprovalRow>),
+}
+
+/// Whether dual control applies to this ledger: `always`, `never`, or (the default)
+/// on real-clock ledgers only: a simulated-clock ledger replays history for demos and tests.
+pub async fn enforced(ledger: &Ledger, config: &ControlConfig) -> Result<bool, LedgerError> {
+    Ok(match config.enforce {
+        Enforce::Always => true,
+        Enforce::Never => false,
+        Enforce::RealClock => ledger.store.clock_mode().await? == Some(ClockMode::Real),
+    })
+}
+
+/// The request a command needs, `None` when it may run at once.
+pub async fn request_for(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    command: &Command,
+) -> Result<Option<NewRequest>, LedgerError> {
+    let request = |kind: &'static str,
+                   line: Value,
+                   summary: String,
+                   provider: Option<String>,
+                   amount: Option<i64>| {
+        Some(NewRequest {
+            kind,
+            command: line.to_string(),
+            summary,
+            provider_id: provider,
+            amount_micro_usdc: amount,
+        })
+    };
+    Ok(match command {
+        Command::Adjustment {
+            adjustment_id,
+            provider_id,
+            amount_micro_usdc,
+            reason,
+            reference,
+        } if amount_micro_usdc.unsigned_abs()
+            >= config.adjustment_approval_micro_usdc.unsigned_abs() =>
+        {
+            let mut line = json!({
+                "type": "adjustment",
+                "adjustment_id": adjustment_id.as_str(),
+                "provider_id": provider_id.as_str(),
+                "amount_usdc": format_micro_usdc(*amount_micro_usdc),
+                "reason": reason,
+            });
+            if let Some(r) = reference {
+                line["reference"] = json!(r);
+            }
+            request(
+                "adjustment",
+                line,
+                format!(
+                    "adjustment {adjustment_id} of {} USDC to {provider_id}: {reason}",
+                    format_micro_usdc(*amount_micro_usdc)
+                ),
+                Some(provider_id.to_string()),
+                Some(*amount_micro_usdc),
+            )
+        }
+        Command::RegisterProvider(c) if c.payout_method.is_some() => request(
+            "payout_method",
+            json!({
+                "type": "provider.register",
+                "provider_id": c.provider_id.as_str(),
+                "name": c.name,
+                "email": c.email,
+                "tier": c.tier.as_str(),
+                "schedule": c.schedule.as_str(),
+                "payout_method": c.payout_method,
+            }),
+            format!(
+                "register {} with a {} payout method",
+                c.provider_id,
+                method_kind(c.payout_method.as_ref())
+            ),
+            Some(c.provider_id.to_string()),
+            None,
+        ),
+        Command::UpdateProvider(c) if c.payout_method.is_some() => {
+            let mut line =
+                json!({"type": "provider.update", "provider_id": c.provider_id.as_str()});
+            let fields: [(&str, Option<Value>); 7] = [
+                ("update_id", c.update_id.as_ref().map(|u| json!(u.as_str()))),
+                ("name", c.name.as_ref().map(|v| json!(v))),
+                ("email", c.email.as_ref().map(|v| json!(v))),
+                ("tier", c.tier.map(|v| json!(v.as_str()))),
+                ("schedule", c.schedule.map(|v| json!(v.as_str()))),
+                ("status", c.status.map(|v| json!(v.as_str()))),
+                ("payout_method", c.payout_method.as_ref().map(|v| json!(v))),
+            ];
+            for (name, value) in fields {
+                if let Some(v) = value {
+                    line[name] = v;
+                }
+            }
+            request(
+                "payout_method",
+                line,
+                format!(
+                    "change the payout method of {} to {}",
+                    c.provider_id,
+                    method_kind(c.payout_method.as_ref())
+                ),
+                Some(c.provider_id.to_string()),
+                None,
+            )
+        }
+        Command::SetFee(c) => request(
+            "fee_schedule",
+            json!({
+                "type": "fee_schedule.set",
+                "tier": c.tier.as_str(),
+                "fee_bps": c.fee.get(),
+                "effective_from": format_ms(c.effective_from_ms),
+            }),
+            format!(
+                "{} fee {} bps from {}",
+                c.tier.as_str(),
+                c.fee.get(),
+                format_ms(c.effective_from_ms)
+            ),
+            None,
+            None,
+        ),
+        Command::SetFx { fx_id, eur_per_usd } => {
+            let latest = {
+                let mut conn = ledger.store.pool().acquire().await?;
+                crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?
+            };
+            match fx_out_of_band(config, latest.map(|(_, r)| r), *eur_per_usd) {
+                None => None,
+                Some(why) => {
+                    let mut line = json!({"type": "fx.rate_set", "eur_per_usd": eur_per_usd.normalize().to_string()});
+                    if let Some(id) = fx_id {
+                        line["fx_id"] = json!(id.as_str());
+                    }
+                    request(
+                        "fx_rate",
+                        line,
+                        format!("EUR per USD {}: {why}", eur_per_usd.normalize()),
+                        None,
+                        None,
+                    )
+                }
+            }
+        }
+        _ => None,
+    })
+}
+
+fn method_kind(method: Option<&crate::domain::event::PayoutMethod>) -> &'static str {
+    use crate::domain::event::PayoutMethod;
+    match method {
+        Some(PayoutMethod::Solana { .. }) => "solana",
+        Some(PayoutMethod::Sepa { .. }) => "sepa",
+        Some(PayoutMethod::Ach { .. }) => "ach",
+        None => "no",
+    }
+}
+
+/// Why an FX rate needs a second look: outside the configured band, or a step from the
+/// latest rate larger than `fx_step_max_pct`. `None` when it is within both.
+pub fn fx_out_of_band(
+    config: &ControlConfig,
+    latest: Option<Decimal>,
+    rate: Decimal,
+) -> Option<String> {
+    if rate < config.fx_eur_per_usd_min || rate > config.fx_eur_per_usd_max {
+        return Some(format!(
+            "outside the band {}..={}",
+            config.fx_eur_per_usd_min, config.fx_eur_per_usd_max
+        ));
+    }
+    let latest = latest.filter(|l| *l > Decimal::ZERO)?;
+    let step_pct = ((rate - latest).abs() * Decimal::from(100)) / latest;
+    (step_pct > config.fx_step_max_pct).then(|| {
+        format!(
+            "a step of {}% from the latest rate {} (more than {}%)",
+            step_pct.round_dp(2),
+            latest.normalize(),
+            config.fx_step_max_pct
+        )
+    })
+}
+
+/// Runs a command, or books the request it needs (see the module docs).
+pub async fn submit(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    command: &Command,
+    actor: &Actor,
+) -> Result<Submitted, LedgerError> {
+    if enforced(ledger, config).await?
+        && let Some(request) = request_for(ledger, config, command).await?
+    {
+        return pending_or_done(ledger, &request, actor).await;
+    }
+    apply(ledger, command, actor).await.map(Submitted::Applied)
+}
+
+/// Releases a held payout, or books the request it needs.
+pub async fn submit_release(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    runs: &RunConfig,
+    payout_id: &str,
+    actor: &Actor,
+) -> Result<Submitted, LedgerError> {
+    if enforced(ledger, config).await? {
+        let payout = crate::ledger::payouts::payout(ledger.store.pool(), payout_id).await?;
+        if let Some(p) = payout
+            && p.status == "held"
+            && p.amount_micro_usdc >= config.release_approval_micro_usdc
+        {
+            let request = NewRequest {
+                kind: "payout_release",
+                command: json!({"type": "payout.release", "payout_id": payout_id}).to_string(),
+                summary: format!(
+                    "release held payout {payout_id} of {} USDC to {}",
+                    format_micro_usdc(p.amount_micro_usdc),
+                    p.provider_id
+                ),
+                provider_id: Some(p.provider_id.clone()),
+                amount_micro_usdc: Some(p.amount_micro_usdc),
+            };
+            return pending_or_done(ledger, &request, actor).await;
+        }
+    }
+    ledger
+        .release_payout(payout_id, runs, actor)
+        .await
+        .map(Submitted::Applied)
+}
+
+/// Books the request, or reports how an earlier identical one stands: still pending, or
+/// approved (the command ran then: a duplicate now); a rejected one refuses the command.
+async fn pending_or_done(
+    ledger: &Ledger,
+    request: &NewRequest,
+    actor: &Actor,
+) -> Result<Submitted, LedgerError> {
+    let (row, _) = ledger.request_approval(request, actor).await?;
+    match row.status.as_str() {
+        "approved" => Ok(Submitted::Applied(Applied::Duplicate)),
+        "rejected" => reject(
+            "approval_rejected",
+            format!(
+                "this command was rejected by {} (approval {}): {}",
+                row.decided_by.as_deref().unwrap_or("?"),
+                row.approval_id,
+                row.reason.as_deref().unwrap_or("")
+            ),
+        ),
+        _ => Ok(Submitted::Pending(Box::new(row))),
+    }
+}
+
+/// Approves a pending request: a different actor runs its command (the events name
+/// `{requester} approved by {approver}`), then the decision is booked. Idempotent commands
+/// make a crash in between safe: approving again finds the command already booked.
+pub async fn approve(
+    ledger: &Ledger,
+    runs: &RunConfig,
+    approval_id: &str,
+    actor: &Actor,
+) -> Result<(ApprovalRow, Applied), LedgerError> {
+    let row = ledger.approval(approval_id).await?;
+    Ledger::check_decider(&row, actor)?;
+    let on_behalf = Actor(format!("{} approved by {}", row.requested_by, actor.0));
+    let applied = execute(ledger, runs, &row, &on_behalf).await?;
+    let row = ledger
+        .decide_approval(approval_id, true, None, actor)
+        .await?;
+    Ok((row, applied))
+}
+
+/// Rejects a pending request: nothing of its command happens.
+pub async fn reject_request(
+    ledger: &Ledger,
+    approval_id: &str,
+    reason: &str,
+    actor: &Actor,
+) -> Result<ApprovalRow, LedgerError> {
+    ledger
+        .decide_approval(approval_id, false, Some(reason), actor)
+        .await
+}
+
+async fn execute(
+    ledger: &Ledger,
+    runs: &RunConfig,
+    row: &ApprovalRow,
+    actor: &Actor,
+) -> Result<Applied, LedgerError> {
+    let value: Value = serde_json::from_str(&row.command).map_err(|e| {
+        crate::ledger::LedgerError::Rejected(crate::domain::DomainError::new(
+            "invalid_approval",
+            format!(
+                "approval {} holds an unreadable command: {e}",
+                row.approval_id
+            ),
+        ))
+    })?;
+    if value["type"] == "payout.release" {
+        let payout_id = value["payout_id"].as_str().unwrap_or_default();
+        return ledger.release_payout(payout_id, runs, actor).await;
+    }
+    // An update or FX rate without its own key is keyed by the approval, so executing it
+    // twice (a crash before the decision was booked) books it once.
+    let mut value = value;
+    match value["type"].as_str() {
+        Some("provider.update") if value.get("update_id").is_none() => {
+            value["update_id"] = json!(row.approval_id);
+        }
+        Some("fx.rate_set") if value.get("fx_id").is_none() => {
+            value["fx_id"] = json!(row.approval_id);
+        }
+        _ => {}
+    }
+    let command = parse_line(&value.to_string()).map_err(LedgerError::Rejected)?;
+    apply(ledger, &command, actor).await
+}

@@ -1,0 +1,147 @@
+//! Dual control (maker–checker): a command that moves or redirects money is booked as a
+//! request (`approval.requested`) and takes effect only when an actor other than its
+//! requester approves it (`approval.decided`). Which commands wait, and executing them,
+//! is `crate::control`'s; this module books the requests and decisions.
+
+use super::{Actor, Applied, Ledger, LedgerError, find_idem, reject};
+use crate::domain::event::{ApprovalDecided, ApprovalRequested, EventBody, PLATFORM_STREAM};
+use crate::store::NewEvent;
+use crate::store::read::{ApprovalRow, approval};
+
+/// A request before it is booked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewRequest {
+    pub kind: &'static str,
+    /// Canonical JSON of the command (an import line, or `payout.release`).
+    pub command: String,
+    pub summary: String,
+    pub provider_id: Option<String>,
+    pub amount_micro_usdc: Option<i64>,
+}
+
+impl NewRequest {
+    /// The request's id: a digest of its kind and command, so the same command sent again
+    /// finds its request instead of opening a second one.
+    pub fn approval_id(&self) -> String {
+        let digest = super::content_hash(&format!("approval|{}|{}", self.kind, self.command));
+        format!("apr_{}", hex::encode(&digest[..12]))
+    }
+}
+
+impl Ledger {
+    /// Books a request unless one for the same command exists; returns the request as
+    /// it stands (pending, or already decided) and whether it was booked now.
+    pub async fn request_approval(
+        &self,
+        request: &NewRequest,
+        actor: &Actor,
+    ) -> Result<(ApprovalRow, Applied), LedgerError> {
+        let approval_id = request.approval_id();
+        let key = format!("approval:{approval_id}:requested");
+        let now = self.now_ms();
+        let applied = crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+            if find_idem(tx, &key).await?.is_some() {
+                return Ok(Applied::Duplicate);
+            }
+            tx.append(NewEvent {
+                body: EventBody::ApprovalRequested(ApprovalRequested {
+                    approval_id: approval_id.clone(),
+                    kind: request.kind.to_owned(),
+                    command: request.command.clone(),
+                    summary: request.summary.clone(),
+                    provider_id: request.provider_id.clone(),
+                    amount_micro_usdc: request.amount_micro_usdc,
+                    requested_by: actor.0.clone(),
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: None,
+            });
+            Ok(Applied::Accepted)
+        })?;
+        let row = self.approval(&approval_id).await?;
+        Ok((row, applied))
+    }
+
+    /// A request by id (`unknown_approval` when there is none).
+    pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRow, LedgerError> {
+        match approval(self.store.pool(), approval_id).await? {
+            Some(row) => Ok(row),
+            None => reject("unknown_approval", format!("no approval {approval_id}")),
+        }
+    }
+
+    /// Checks that `actor` may decide the request: it is pending and `actor` is not its
+    /// requester (`approver_is_requester`).
+    pub fn check_decider(row: &ApprovalRow, actor: &Actor) -> Result<(), LedgerError> {
+        if row.status != "pending" {
+            return reject(
+                "approval_decided",
+                format!("approval {} is already {}", row.approval_id, row.status),
+            );
+        }
+        if row.requested_by == actor.0 {
+            return reject(
+                "approver_is_requester",
+                format!(
+                    "{} requested approval {}; a different actor must decide it",
+                    actor.0, row.approval_id
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Books the decision on a pending request (the caller has executed an approved
+    /// request's command just before). Deciding twice is refused (`approval_decided`).
+    pub async fn decide_approval(
+        &self,
+        approval_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+        actor: &Actor,
+    ) -> Result<ApprovalRow, LedgerError> {
+        if let Some(r) = reason
+            && (r.trim().is_empty()
+                || r.chars().count() > self.config.text_len_max
+                || r.chars().any(char::is_control))
+        {
+            return reject(
+                "invalid_text",
+                format!(
+                    "reason must be 1..={} characters without control characters",
+                    self.config.text_len_max
+                ),
+            );
+        }
+        let key = format!("approval:{approval_id}:decided");
+        let now = self.now_ms();
+        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+            let Some(row) = approval(tx.conn(), approval_id).await? else {
+                return reject("unknown_approval", format!("no approval {approval_id}"));
+            };
+            Ledger::check_decider(&row, actor)?;
+            if find_idem(tx, &key).await?.is_some() {
+                return reject(
+                    "approval_decided",
+                    format!("approval {approval_id} is already decided"),
+                );
+            }
+            tx.append(NewEvent {
+                body: EventBody::ApprovalDecided(ApprovalDecided {
+                    approval_id: approval_id.to_owned(),
+                    decision: if approved { "approved" } else { "rejected" }.to_owned(),
+                    decided_by: actor.0.clone(),
+                    reason: reason.map(|r| r.trim().to_owned()),
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: None,
+            });
+            Ok(())
+        })?;
+        self.approval(approval_id).await
+    }
+}
