@@ -1,0 +1,533 @@
+//! A seeded simulation of the whole engine in one process: a simulated clock, a marketplace
+//! that books usage (with duplicates, overlaps and late events), voids and adjustments, the
+//! weekly and monthly runs when the clock passes their dates, and USDC payout passes on a
+//! local chain running the real SPL Token program, with chain faults (dropped, swallowed,
+//! delayed and expired transactions, failing and lagging RPC nodes, sends that fail after
+//! landing) and payout passes cancelled part-way (a crash of the paying task at an await
+//! point: its open transaction rolls back, what it committed stays).
+//!
+//! After every step: `verify` is clean (hash chains, balanced lines, projections = a fresh
+//! fold); every provider's money is conserved (available + held + in transit + paid = what
+//! the simulation booked for it); no wallet holds more than its settled and in-flight
+//! payouts. After the last step the faults stop, the outbox is drained, and then every
+//! wallet holds exactly its settled payouts (none doubled, none lost), the treasury paid
+//! exactly their sum, and reconciliation is clean.
+//!
+//! `SETTLE_SIM_SEED` (first seed, printed), `SETTLE_SIM_SEEDS` (how many) and
+//! `SETTLE_SIM_STEPS` (steps per seed) override the defaults. Database faults are injected
+//! by `tests/faults.rs` and `tests/pg_restart.rs` (dropped connections, failed commits,
+//! disk full); here the database is the real one, unfaulted.
+
+mod common;
+mod solana_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::DateTime;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use settle::config::RunConfig;
+use settle::domain::time::format_ms;
+use settle::ledger::Actor;
+use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use settle::rails::solana::SolanaRail;
+use settle_calendar::{Calendar, runs_on};
+use settle_solana::Delay;
+use settle_solana::{Keypair, Pubkey, Signer};
+
+use solana_support::{SOL, USDC, World, community_net};
+
+const SEED_DEFAULT: u64 = 20_261_201;
+const SEEDS_DEFAULT: u64 = 12;
+const STEPS_DEFAULT: usize = 80;
+const PROVIDERS: usize = 6;
+const HOUR_MS: i64 = 3_600_000;
+/// The treasury's USDC at the start: more than any simulation pays.
+const TREASURY_USDC: u64 = 100_000 * USDC;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct SimProvider {
+    id: String,
+    wallet: Pubkey,
+    /// What the simulation booked for it: accepted usage net, minus voids, plus adjustments.
+    booked_micro_usdc: i64,
+}
+
+/// One accepted usage event the simulation may void or send again.
+struct Booked {
+    provider: usize,
+    input: UsageInput,
+    net_micro_usdc: i64,
+    voided: bool,
+}
+
+/// What a run of the simulation did, for the figures.
+#[derive(Default, Debug)]
+struct Tally {
+    steps: usize,
+    usage_accepted: usize,
+    usage_duplicate: usize,
+    usage_rejected: usize,
+    voids: usize,
+    adjustments: usize,
+    runs: usize,
+    passes: usize,
+    chain_faults: usize,
+    cancelled_passes: usize,
+    /// Cancelled passes that left a payout on its way (signed, not yet settled).
+    cancelled_mid_payment: usize,
+    invariant_checks: usize,
+    settled_payouts: usize,
+    settled_micro_usdc: u64,
+}
+
+struct Sim {
+    w: World,
+    rail: Arc<SolanaRail>,
+    rng: StdRng,
+    providers: Vec<SimProvider>,
+    booked: Vec<Booked>,
+    next_event: usize,
+    /// How long the last uncancelled pass took: a cancellation is drawn within it.
+    pass_ms: u64,
+    tally: Tally,
+}
+
+impl Sim {
+    async fn new(seed: u64) -> Sim {
+        let w = World::new(TREASURY_USDC, 1_000 * SOL).await;
+        let rail = Arc::new(w.rail().await);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut providers = Vec::new();
+        let mut lines = Vec::new();
+        for i in 0..PROVIDERS {
+            let id = format!("sim{i}");
+            let wallet = Keypair::new().pubkey();
+            let schedule = if rng.gen_bool(0.6) {
+                "weekly"
+            } else {
+                "monthly"
+            };
+            lines.push(format!(
+                r#"{{"type":"provider.register","provider_id":"{id}","name":"Sim {i}","email":"ops@{id}.test","tier":"community","schedule":"{schedule}","payout_method":{{"kind":"solana","wallet":"{wallet}"}}}}"#
+            ));
+            lines.push(format!(
+                r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
+            ));
+            providers.push(SimProvider {
+                id,
+                wallet,
+                booked_micro_usdc: 0,
+            });
+        }
+        w.import(&lines).await;
+        Sim {
+            w,
+            rail,
+            rng,
+            providers,
+            booked: Vec::new(),
+            next_event: 0,
+            pass_ms: 40,
+            tally: Tally::default(),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.w.ledger.now_ms()
+    }
+
+    async fn step(&mut self) {
+        self.tally.steps += 1;
+        match self.rng.gen_range(0..100) {
+            0..40 => self.usage().await,
+            40..48 => self.void().await,
+            48..56 => self.adjustment().await,
+            56..78 => self.advance().await,
+            78..94 => self.pass().await,
+            _ => self.cancelled_pass().await,
+        }
+        self.check().await;
+    }
+
+    /// 1–6 usage events: mostly new, within one UTC day, in the last two days; some sent
+    /// again (duplicates), some overlapping an earlier one (rejected).
+    async fn usage(&mut self) {
+        let mut inputs = Vec::new();
+        let mut owners = Vec::new();
+        for _ in 0..self.rng.gen_range(1..=6) {
+            if !self.booked.is_empty() && self.rng.gen_bool(0.15) {
+                let b = &self.booked[self.rng.gen_range(0..self.booked.len())];
+                inputs.push(b.input.clone());
+                owners.push(b.provider);
+                continue;
+            }
+            let p = self.rng.gen_range(0..PROVIDERS);
+            let day_start = (self.now() - self.rng.gen_range(0..2) * 24 * HOUR_MS)
+                .div_euclid(24 * HOUR_MS)
+                * 24
+                * HOUR_MS;
+            let start =
+                day_start + self.rng.gen_range(0..20) * HOUR_MS + self.rng.gen_range(0..3_600_000);
+            // 3.6 USDC/h: 1 µUSDC of gross per millisecond; at most 3 h, within the day.
+            let gross = self.rng.gen_range(60_000..3 * HOUR_MS);
+            let end = (start + gross)
+                .min(day_start + 24 * HOUR_MS)
+                .min(self.now());
+            if end <= start {
+                continue;
+            }
+            self.next_event += 1;
+            inputs.push(UsageInput {
+                event_id: Some(format!("ev-{}", self.next_event)),
+                provider_id: Some(self.providers[p].id.clone()),
+                gpu_id: Some(format!("{}-g0", self.providers[p].id)),
+                rental_id: None,
+                started_at: Some(format_ms(start)),
+                ended_at: Some(format_ms(end)),
+                rate_usdc_per_hour: Some("3.6".into()),
+            });
+            owners.push(p);
+        }
+        let results = self
+            .w
+            .ledger
+            .ingest_usage(&inputs, &SenderScope::Admin, &Actor::system("sim"))
+            .await
+            .expect("ingest");
+        for ((input, p), r) in inputs.into_iter().zip(owners).zip(results) {
+            match r {
+                UsageResult::Accepted { .. } => {
+                    let start = settle::domain::time::parse_rfc3339_ms(
+                        input.started_at.as_deref().unwrap(),
+                    )
+                    .unwrap();
+                    let end =
+                        settle::domain::time::parse_rfc3339_ms(input.ended_at.as_deref().unwrap())
+                            .unwrap();
+                    let net = community_net(end - start);
+                    self.providers[p].booked_micro_usdc += net;
+                    self.booked.push(Booked {
+                        provider: p,
+                        input,
+                        net_micro_usdc: net,
+                        voided: false,
+                    });
+                    self.tally.usage_accepted += 1;
+                }
+                UsageResult::Duplicate { .. } => self.tally.usage_duplicate += 1,
+                UsageResult::Rejected { code, .. } => {
+                    assert!(
+                        matches!(code, "overlapping_usage" | "too_late"),
+                        "unexpected rejection {code}"
+                    );
+                    self.tally.usage_rejected += 1;
+                }
+            }
+        }
+    }
+
+    async fn void(&mut self) {
+        let open: Vec<usize> = (0..self.booked.len())
+            .filter(|i| !self.booked[*i].voided)
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        let i = open[self.rng.gen_range(0..open.len())];
+        let b = &mut self.booked[i];
+        let event_id =
+            settle::domain::ids::EventId::parse(b.input.event_id.as_deref().unwrap()).unwrap();
+        self.w
+            .ledger
+            .void_usage(&event_id, None, "simulated refund", &Actor::system("sim"))
+            .await
+            .expect("void");
+        b.voided = true;
+        self.providers[b.provider].booked_micro_usdc -= b.net_micro_usdc;
+        self.tally.voids += 1;
+    }
+
+    async fn adjustment(&mut self) {
+        let p = self.rng.gen_range(0..PROVIDERS);
+        let amount = self.rng.gen_range(-20_000_000..=50_000_000i64);
+        if amount == 0 {
+            return;
+        }
+        self.tally.adjustments += 1;
+        let id =
+            settle::domain::ids::AdjustmentId::parse(&format!("adj-{}", self.tally.adjustments))
+                .unwrap();
+        let provider = settle::domain::ids::ProviderId::parse(&self.providers[p].id).unwrap();
+        self.w
+            .ledger
+            .post_adjustment(
+                &id,
+                &provider,
+                amount,
+                "simulated",
+                None,
+                &Actor::system("sim"),
+            )
+            .await
+            .expect("adjustment");
+        self.providers[p].booked_micro_usdc += amount;
+    }
+
+    /// Moves the clock 1–40 hours; every run whose date is passed starts at 00:05 that day.
+    async fn advance(&mut self) {
+        let from = self.now();
+        let to = from + self.rng.gen_range(1..=40) * HOUR_MS;
+        let calendar = Calendar::platform_default();
+        let mut day = DateTime::from_timestamp_millis(from).unwrap().date_naive();
+        let last = DateTime::from_timestamp_millis(to).unwrap().date_naive();
+        while day <= last {
+            let run_at = day
+                .and_hms_opt(0, 5, 0)
+                .unwrap()
+                .and_utc()
+                .timestamp_millis();
+            if run_at > from && run_at <= to {
+                self.w.clock.set(run_at);
+                for run in runs_on(&calendar, day).unwrap() {
+                    let key = match run {
+                        settle_calendar::RunKey::Weekly { monday } => {
+                            settle::ledger::runs::weekly_key(&monday.to_string()).unwrap()
+                        }
+                        settle_calendar::RunKey::Monthly { year, month } => {
+                            settle::ledger::runs::monthly_key(&format!("{year}-{month:02}"))
+                                .unwrap()
+                        }
+                    };
+                    self.w
+                        .ledger
+                        .run_payouts(key, &calendar, &RunConfig::default(), &Actor::system("sim"))
+                        .await
+                        .unwrap_or_else(|e| panic!("run of {day}: {e}"));
+                    self.tally.runs += 1;
+                }
+                if self.rng.gen_bool(0.5) {
+                    self.cancelled_pass().await;
+                }
+            }
+            day = day.succ_opt().unwrap();
+        }
+        self.w.clock.set(to);
+    }
+
+    /// A random chain fault, then one payout pass (an error is allowed: RPC failures stop a
+    /// pass, and prove nothing).
+    async fn pass(&mut self) {
+        let chain = self.w.dev.chain.clone();
+        let n = self.rng.gen_range(1..=2);
+        match self.rng.gen_range(0..9) {
+            0 => chain.drop_next_sends(n),
+            1 => chain.blackhole_next_transactions(n),
+            2 => chain.fail_next_sends_after_landing(n),
+            3 => chain.delay_next_transactions(n, Delay::LastValidBlock),
+            4 => chain.delay_next_transactions(n, Delay::Blocks(self.rng.gen_range(1..20))),
+            5 => chain.fail_next_calls(n),
+            6 => chain.lag_status_node(self.rng.gen_range(1..10)),
+            _ => {
+                self.run_pass().await;
+                return;
+            }
+        }
+        self.tally.chain_faults += 1;
+        self.run_pass().await;
+        chain.clear_call_failures();
+        chain.lag_status_node(0);
+    }
+
+    async fn run_pass(&mut self) {
+        self.tally.passes += 1;
+        let started = std::time::Instant::now();
+        if let Ok(r) = self.rail.pay_pending(&self.w.ledger).await
+            && r.settled > 0
+            && r.pending + r.not_sent == 0
+        {
+            // A pass that paid without trouble: cancellations are drawn within its length.
+            self.pass_ms = (started.elapsed().as_millis() as u64).max(1);
+        }
+    }
+
+    /// A pass whose task is cancelled part-way: what it committed stays, its open
+    /// transaction rolls back, and the next pass repairs and resumes.
+    async fn cancelled_pass(&mut self) {
+        let rail = self.rail.clone();
+        let ledger = self.w.ledger.clone();
+        let after = Duration::from_millis(self.rng.gen_range(0..=self.pass_ms));
+        let task = tokio::spawn(async move { rail.pay_pending(&ledger).await });
+        tokio::time::sleep(after).await;
+        task.abort();
+        let _ = task.await;
+        self.tally.cancelled_passes += 1;
+        for p in &self.providers {
+            if self
+                .w
+                .payouts_of(&p.id)
+                .await
+                .iter()
+                .any(|x| x.status == "submitted")
+            {
+                self.tally.cancelled_mid_payment += 1;
+                break;
+            }
+        }
+        self.tally.passes += 1;
+    }
+
+    /// The invariants that hold after every step.
+    async fn check(&mut self) {
+        self.tally.invariant_checks += 1;
+        let report = settle::verify::verify(&self.w.ledger.store, &|_| {})
+            .await
+            .expect("verify runs");
+        assert!(
+            report.ok(),
+            "step {}: verify {:?}",
+            self.tally.steps,
+            report.problems
+        );
+        for p in &self.providers {
+            let b = settle::store::read::provider_balances(self.w.ledger.store.pool(), &p.id)
+                .await
+                .unwrap();
+            let payouts = self.w.payouts_of(&p.id).await;
+            let settled: i64 = payouts
+                .iter()
+                .filter(|x| x.status == "settled")
+                .map(|x| x.amount_micro_usdc)
+                .sum();
+            let in_flight: i64 = payouts
+                .iter()
+                .filter(|x| x.status == "submitted" || x.status == "created")
+                .map(|x| x.amount_micro_usdc)
+                .sum();
+            assert_eq!(
+                b.payable_micro_usdc
+                    + b.held_micro_usdc
+                    + b.in_transit_micro_usdc
+                    + b.paid_micro_usdc,
+                p.booked_micro_usdc,
+                "step {}: {} money not conserved: {b:?}",
+                self.tally.steps,
+                p.id
+            );
+            assert_eq!(
+                b.paid_micro_usdc, settled,
+                "step {}: {}",
+                self.tally.steps, p.id
+            );
+            let wallet = self.w.usdc_of(&p.wallet) as i64;
+            assert!(
+                wallet >= settled && wallet <= settled + in_flight,
+                "step {}: {} holds {wallet} µUSDC; settled {settled}, in flight {in_flight}",
+                self.tally.steps,
+                p.id
+            );
+        }
+    }
+
+    /// Faults stop; passes drain the outbox; then the chain and the ledger agree exactly.
+    async fn settle_down(&mut self) {
+        self.w.dev.chain.reset_hooks();
+        let mut drained = false;
+        for _ in 0..20 {
+            // Expired attempts need blocks to pass before they are proven expired.
+            self.w.dev.chain.advance(200);
+            match self.rail.pay_pending(&self.w.ledger).await {
+                Ok(r) if r.pending + r.not_sent == 0 => {
+                    drained = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert!(drained, "the outbox did not drain once the faults stopped");
+        self.check().await;
+        let mut paid_total = 0u64;
+        for p in &self.providers {
+            let payouts = self.w.payouts_of(&p.id).await;
+            assert!(
+                payouts
+                    .iter()
+                    .all(|x| x.status != "submitted" && x.status != "created"),
+                "{}: {payouts:?}",
+                p.id
+            );
+            let settled: i64 = payouts
+                .iter()
+                .filter(|x| x.status == "settled")
+                .map(|x| x.amount_micro_usdc)
+                .sum();
+            assert_eq!(
+                self.w.usdc_of(&p.wallet) as i64,
+                settled,
+                "{}: a payout doubled or lost",
+                p.id
+            );
+            paid_total += settled as u64;
+            self.tally.settled_payouts += payouts.iter().filter(|x| x.status == "settled").count();
+        }
+        self.tally.settled_micro_usdc = paid_total;
+        assert_eq!(
+            TREASURY_USDC - self.w.dev.treasury_usdc(),
+            paid_total,
+            "the treasury paid exactly the settled payouts"
+        );
+        let rec = self
+            .rail
+            .reconcile(&self.w.ledger)
+            .await
+            .expect("reconcile");
+        assert!(rec.ok(), "reconcile: {rec:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_keeps_its_invariants_under_seeded_faults() {
+    let first = env_or("SETTLE_SIM_SEED", SEED_DEFAULT);
+    let seeds = env_or("SETTLE_SIM_SEEDS", SEEDS_DEFAULT);
+    let steps = env_or("SETTLE_SIM_STEPS", STEPS_DEFAULT);
+    let mut total = Tally::default();
+    for seed in first..first + seeds {
+        println!(
+            "simulation seed {seed} (SETTLE_SIM_SEED={seed} SETTLE_SIM_SEEDS=1 reproduces it)"
+        );
+        let mut sim = Sim::new(seed).await;
+        for _ in 0..steps {
+            sim.step().await;
+        }
+        sim.settle_down().await;
+        let t = &sim.tally;
+        println!("  {t:?}");
+        total.steps += t.steps;
+        total.usage_accepted += t.usage_accepted;
+        total.usage_duplicate += t.usage_duplicate;
+        total.usage_rejected += t.usage_rejected;
+        total.voids += t.voids;
+        total.adjustments += t.adjustments;
+        total.runs += t.runs;
+        total.passes += t.passes;
+        total.chain_faults += t.chain_faults;
+        total.cancelled_passes += t.cancelled_passes;
+        total.cancelled_mid_payment += t.cancelled_mid_payment;
+        total.invariant_checks += t.invariant_checks;
+        total.settled_payouts += t.settled_payouts;
+        total.settled_micro_usdc += t.settled_micro_usdc;
+    }
+    println!("simulation: {seeds} seeds from {first}, {steps} steps each: {total:?}");
+    // The simulation proves little unless it paid, faulted and cancelled passes mid-payment.
+    assert!(
+        total.settled_payouts > 0 && total.chain_faults > 0 && total.cancelled_mid_payment > 0,
+        "{total:?}"
+    );
+}
