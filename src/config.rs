@@ -342,19 +342,32 @@ impl Default for BankConfig {
 pub struct SolanaConfig {
     /// JSON-RPC endpoint of the cluster.
     pub rpc_url: String,
+    /// The cluster `rpc_url` belongs to: `mainnet-beta`, `devnet`, `testnet` or `localnet`.
+    /// Checked at start against the node's genesis hash (`cluster_mismatch`); it decides
+    /// which mints may be paid in (`mint_not_allowed`).
+    pub cluster: String,
     /// Commitment of reads (`processed`, `confirmed`, `finalized`); payouts settle only at
     /// `finalized` regardless.
     pub commitment: String,
-    /// The USDC mint (mainnet `EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v`, devnet
-    /// `4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU`, or a local one).
+    /// The USDC mint. On `mainnet-beta` it must be `EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v`
+    /// and on `devnet` `4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU` unless listed in
+    /// `allowed_mints`; on `testnet` it must be listed; on `localnet` any mint. On every
+    /// cluster it must exist on chain as an SPL Token mint of 6 decimals.
     pub mint: String,
-    /// solana-keygen keypair file of the treasury (mode 0600).
+    /// Mints allowed besides the cluster's built-in USDC mint (an explicit, reviewed
+    /// exception: each entry is a base58 mint address).
+    pub allowed_mints: Vec<String>,
+    /// solana-keygen keypair file of the treasury (mode 0600). The key of the memo
+    /// references is derived from it (no other secret to manage).
     pub treasury_keypair_path: String,
     /// Priority fee in micro-lamports per compute unit.
     pub priority_fee_micro_lamports: u64,
     /// Most transfers per transaction (the 1,232-byte limit usually binds first).
     pub transfers_per_tx_max: usize,
-    /// Cluster of the explorer links: `mainnet-beta`, `devnet`, `testnet` or `custom`.
+    /// Deprecated and ignored (a warning at start when set): the cluster is `cluster`, and
+    /// the explorer links of the API use `http.explorer_cluster`. Still accepted so that
+    /// older configuration files load.
+    #[serde(skip_serializing)]
     pub explorer_cluster: String,
     /// Pause between two signature status polls.
     pub poll_interval_ms: u64,
@@ -372,12 +385,14 @@ impl Default for SolanaConfig {
     fn default() -> Self {
         SolanaConfig {
             rpc_url: "https://api.mainnet-beta.solana.com".to_owned(),
+            cluster: "mainnet-beta".to_owned(),
             commitment: "confirmed".to_owned(),
             mint: "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v".to_owned(),
+            allowed_mints: Vec::new(),
             treasury_keypair_path: String::new(),
             priority_fee_micro_lamports: 10_000,
             transfers_per_tx_max: 64,
-            explorer_cluster: "mainnet-beta".to_owned(),
+            explorer_cluster: String::new(),
             poll_interval_ms: 500,
             rebroadcast_interval_ms: 2_000,
             wait_timeout_ms: 180_000,
@@ -388,10 +403,12 @@ impl Default for SolanaConfig {
 }
 
 impl SolanaConfig {
-    /// Fast polling for a local chain (which produces a block per send and per poll).
+    /// A local chain (`cluster = localnet`, any mint) polled fast: the local chain produces
+    /// a block per send and per status poll.
     pub fn local_fast() -> SolanaConfig {
         SolanaConfig {
             rpc_url: "http://127.0.0.1:8899".to_owned(),
+            cluster: "localnet".to_owned(),
             priority_fee_micro_lamports: 1_000,
             poll_interval_ms: 2,
             rebroadcast_interval_ms: 20,

@@ -311,6 +311,7 @@ impl World {
             cmd.env("SETTLE_WORKERS__SOLANA_ENABLED", "true")
                 .env("SETTLE_WORKERS__SOLANA_INTERVAL_MS", "200")
                 .env("SETTLE_SOLANA__RPC_URL", &chain.rpc_url)
+                .env("SETTLE_SOLANA__CLUSTER", "localnet")
                 .env("SETTLE_SOLANA__MINT", &chain.mint)
                 .env("SETTLE_SOLANA__TREASURY_KEYPAIR_PATH", &self.keypair);
         }

@@ -43,7 +43,15 @@ fn pay_command(w: &World, failpoint: Option<&str>) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(common::settle_bin());
     cmd.arg("--database")
         .arg(&w.db.url)
-        .args(["--now", PAY_AT, "pay", "solana", "--rpc-url"])
+        .args([
+            "--now",
+            PAY_AT,
+            "pay",
+            "solana",
+            "--cluster",
+            "localnet",
+            "--rpc-url",
+        ])
         .arg(&w.dev.url)
         .arg("--mint")
         .arg(w.dev.mint.to_string())

@@ -84,6 +84,8 @@ async fn the_local_chain_command_serves_a_funded_treasury_until_sigterm() {
     );
     assert_eq!(code, 0, "{out}{err}");
     let rail_args = [
+        "--cluster",
+        "localnet",
         "--rpc-url",
         url.as_str(),
         "--mint",

@@ -2,7 +2,12 @@
 //!
 //! The rail's configuration is the `[solana]` section of the `--config` file (when given),
 //! then the `SETTLE_SOLANA__*` environment (`SETTLE_SOLANA__RPC_URL`,
-//! `SETTLE_SOLANA__MINT`, `SETTLE_SOLANA__TREASURY_KEYPAIR_PATH`, …), then these flags.
+//! `SETTLE_SOLANA__CLUSTER`, `SETTLE_SOLANA__MINT`, `SETTLE_SOLANA__TREASURY_KEYPAIR_PATH`, …),
+//! then these flags.
+//!
+//! Both commands refuse to start, with a stable code naming the mint and the cluster, when
+//! the mint is not the cluster's USDC mint nor in `solana.allowed_mints`
+//! (`mint_not_allowed`) or the node is not on the named cluster (`cluster_mismatch`).
 //!
 //! Exit codes of `pay solana`: 0 every payout of the outbox is settled or failed; 3 the
 //! preflight refused (nothing new sent; the message says what is missing); 4 some payouts
@@ -52,6 +57,10 @@ pub struct SolanaArgs {
     /// JSON-RPC endpoint.
     #[arg(long)]
     pub rpc_url: Option<String>,
+    /// The cluster of the endpoint: mainnet-beta, devnet, testnet or localnet (which mints
+    /// may be paid in; checked against the node's genesis hash).
+    #[arg(long)]
+    pub cluster: Option<String>,
     /// Commitment of reads: processed, confirmed, finalized.
     #[arg(long)]
     pub commitment: Option<String>,
@@ -101,6 +110,9 @@ pub fn load_config(path: Option<&Path>, args: &SolanaArgs) -> anyhow::Result<Sol
         .solana;
     if let Some(v) = &args.rpc_url {
         c.rpc_url = v.clone();
+    }
+    if let Some(v) = &args.cluster {
+        c.cluster = v.clone();
     }
     if let Some(v) = &args.commitment {
         c.commitment = v.clone();
@@ -260,6 +272,7 @@ pub async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
     let chain = dev::start_local_chain_on(&args.state_dir, addr, usdc_micro, lamports).await?;
     let info = json!({
         "rpc_url": chain.url,
+        "cluster": "localnet",
         "mint": chain.mint.to_string(),
         "treasury": chain.treasury.to_string(),
         "treasury_keypair": chain.treasury_path.display().to_string(),
@@ -281,12 +294,13 @@ pub async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
                     "local chain serving (SPL Token, ATA and Memo programs)"
                 )?;
                 writeln!(out, "rpc_url:          {}", chain.url)?;
+                writeln!(out, "cluster:          localnet")?;
                 writeln!(out, "mint:             {}", chain.mint)?;
                 writeln!(out, "treasury:         {}", chain.treasury)?;
                 writeln!(out, "treasury_keypair: {}", chain.treasury_path.display())?;
                 writeln!(
                     out,
-                    "pay with: settle pay solana --rpc-url {} --mint {} --treasury-keypair {}",
+                    "pay with: settle pay solana --cluster localnet --rpc-url {} --mint {} --treasury-keypair {}",
                     chain.url,
                     chain.mint,
                     chain.treasury_path.display()

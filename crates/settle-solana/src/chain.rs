@@ -150,6 +150,9 @@ pub trait Chain: Send + Sync {
 
     /// Lamports that make an account of `data_len` bytes rent exempt.
     async fn minimum_balance_for_rent_exemption(&self, data_len: usize) -> Result<u64, ChainError>;
+
+    /// The cluster's genesis hash (`getGenesisHash`): which cluster the node is on.
+    async fn genesis_hash(&self) -> Result<Hash, ChainError>;
 }
 
 /// Parse the instruction index out of a runtime error. Works on both the

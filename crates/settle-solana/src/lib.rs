@@ -1,13 +1,16 @@
 //! settle-solana: USDC payouts on Solana for the settle engine.
 //!
 //! - [`chain`]: the [`Chain`] trait, the narrow view of a cluster the payer needs.
+//! - [`cluster`]: the named cluster, its built-in USDC mint and the mint policy.
 //! - [`rpc`]: [`RpcChain`], the production adapter over `solana_client`'s `RpcClient`.
 //! - [`local`]: [`LocalChain`], litesvm with the real SPL programs plus a block and
 //!   finality model and failure hooks, for tests and the demo.
 //! - [`rpc_server`]: serves a [`LocalChain`] as a JSON-RPC endpoint so that
 //!   [`RpcChain`] can be exercised end to end.
-//! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions.
-//! - [`treasury`]: keypair loading (permission check, redacted), mint check, preflight.
+//! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions, keyed
+//!   memo references.
+//! - [`treasury`]: keypair loading (permission check, redacted), the memo key, mint check,
+//!   recipient token account check, preflight.
 //! - [`payer`]: the exactly-once protocol, the [`Journal`] trait and two journals.
 //! - [`mod@reconcile`]: compare settled payouts with on-chain token balance changes.
 //!
@@ -16,6 +19,7 @@
 //! provably expired.
 
 pub mod chain;
+pub mod cluster;
 pub mod local;
 pub mod pack;
 pub mod payer;
@@ -27,8 +31,9 @@ pub mod treasury;
 pub use chain::{
     Chain, ChainError, Confirmation, SigStatus, SignatureStatuses, Tip, TokenDelta, TxFailure,
 };
+pub use cluster::{Cluster, ClusterError, check_cluster};
 pub use local::{Delay, LocalChain, LocalChainConfig};
-pub use pack::{Transfer, WalletError, validate_wallet};
+pub use pack::{MemoKey, Transfer, WalletError, memo_ref, validate_wallet};
 pub use payer::{
     AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Payer,
     PayerConfig, PayoutOutcome, SignedAttempt,
@@ -37,8 +42,8 @@ pub use reconcile::{Discrepancy, ReconcileReport, SettledPayout, reconcile};
 pub use rpc::RpcChain;
 pub use rpc_server::{RpcServer, serve_local_chain, serve_local_chain_on};
 pub use treasury::{
-    PreflightError, PreflightReport, Treasury, TreasuryError, check_mint, forbid_core_dumps,
-    preflight,
+    PreflightError, PreflightReport, RecipientAccounts, TokenAccountRefusal, Treasury,
+    TreasuryError, check_mint, forbid_core_dumps, inspect_token_accounts, preflight,
 };
 
 /// Re-exports of the Solana types in the [`Chain`] trait.

@@ -76,6 +76,9 @@ pub struct LocalChainConfig {
     pub finality_depth_blocks: u64,
     /// Produce one block on every send and every status poll.
     pub auto_advance: bool,
+    /// The genesis hash the chain reports ([`local_genesis_hash`] by default). Tests set a
+    /// public cluster's to model a node of that cluster.
+    pub genesis_hash: Hash,
 }
 
 impl Default for LocalChainConfig {
@@ -84,6 +87,7 @@ impl Default for LocalChainConfig {
             blockhash_validity_blocks: BLOCKHASH_VALIDITY_BLOCKS_DEFAULT,
             finality_depth_blocks: FINALITY_DEPTH_BLOCKS_DEFAULT,
             auto_advance: true,
+            genesis_hash: local_genesis_hash(),
         }
     }
 }
@@ -224,7 +228,7 @@ impl LocalChain {
         let authority = Keypair::new();
         svm.airdrop(&authority.pubkey(), AUTHORITY_LAMPORTS)
             .expect("airdrop to the local mint authority");
-        let genesis = hashv(&[b"settle-local-genesis"]);
+        let genesis = local_genesis_hash();
         let mut inner = Inner {
             svm,
             config,
@@ -417,6 +421,46 @@ impl LocalChain {
         inner.admin_execute(&[ix]);
     }
 
+    /// Write an initialized SPL token account of `mint` owned by `token_owner` holding
+    /// `amount` at `address` (replacing whatever is there), owned by the real token
+    /// program. Models what the real programs allow: an associated token account whose
+    /// owner was changed by `SetAuthority(AccountOwner)`; or, with another mint, an
+    /// account the token program would reject.
+    pub fn plant_token_account(
+        &self,
+        address: &Pubkey,
+        mint: &Pubkey,
+        token_owner: &Pubkey,
+        amount: u64,
+    ) {
+        let mut inner = self.lock();
+        let state = TokenAccount {
+            mint: *mint,
+            owner: *token_owner,
+            amount,
+            state: spl_token_interface::state::AccountState::Initialized,
+            ..TokenAccount::default()
+        };
+        let mut data = vec![0; TokenAccount::LEN];
+        TokenAccount::pack(state, &mut data).expect("token account packs");
+        let lamports = inner
+            .svm
+            .minimum_balance_for_rent_exemption(TokenAccount::LEN);
+        inner
+            .svm
+            .set_account(
+                *address,
+                Account {
+                    lamports,
+                    data,
+                    owner: spl_token_interface::id(),
+                    executable: false,
+                    rent_epoch: 0,
+                },
+            )
+            .expect("planted token account");
+    }
+
     /// Freeze `owner`'s associated token account of `mint` now.
     pub fn freeze_token_account(&self, mint: &Pubkey, owner: &Pubkey) {
         self.lock().freeze(mint, owner);
@@ -541,7 +585,7 @@ pub(crate) struct InnerView<'a> {
 
 impl InnerView<'_> {
     pub(crate) fn genesis_hash(&self) -> Hash {
-        hashv(&[b"settle-local-genesis"])
+        self.inner.config.genesis_hash
     }
     pub(crate) fn landed(&self, signature: &Signature) -> Option<&LandedTransaction> {
         self.inner.history.get(signature)
@@ -919,6 +963,17 @@ impl Chain for LocalChain {
         inner.take_injected_failure()?;
         Ok(inner.svm.minimum_balance_for_rent_exemption(data_len))
     }
+
+    async fn genesis_hash(&self) -> Result<Hash, ChainError> {
+        let mut inner = self.lock();
+        inner.take_injected_failure()?;
+        Ok(inner.config.genesis_hash)
+    }
+}
+
+/// The default genesis hash of a [`LocalChain`] (no public cluster's).
+pub fn local_genesis_hash() -> Hash {
+    hashv(&[b"settle-local-genesis"])
 }
 
 /// Per-account `post - pre` token balances (an account missing before counts as 0).

@@ -5,18 +5,30 @@
 //! ```text
 //! 0  ComputeBudget SetComputeUnitLimit   (from simulation, see `compute_unit_limit_for`)
 //! 1  ComputeBudget SetComputeUnitPrice   (configured priority fee, micro-lamports per CU)
-//! 2  Memo                                ("settle payouts: <ids>" or "settle att-<16 hex>")
+//! 2  Memo                                ("settle refs: <refs>" or "settle att-<16 hex>")
 //! 3… per transfer: [ATA CreateIdempotent when the recipient ATA is missing] TransferChecked
 //! ```
 //!
 //! The packer adds transfers while the *serialized* transaction (one signature)
 //! stays within [`PACKET_DATA_SIZE`] bytes, measuring each candidate. The memo
-//! names the payout ids when they fit; otherwise it carries only the attempt id
-//! (`settle att-0123456789abcdef`), which the journal maps to its payout ids, so
-//! that long payout ids do not reduce the number of transfers per transaction.
+//! names the payouts' keyed references when they fit; otherwise it carries only the
+//! attempt id (`settle att-0123456789abcdef`, random), which the journal maps to its
+//! payout ids, so that the memo does not reduce the number of transfers per transaction.
+//!
+//! # Memo references
+//!
+//! A payout id is derived from guessable inputs (run and provider), so it never goes on
+//! chain. The memo carries its *reference* instead, `r-` and 24 hex digits of
+//! `HMAC-SHA256(memo_key, "settle/solana/memo-ref/v1\0" || payout_id)`, where
+//! `memo_key` is a server secret ([`MemoKey`], derived from the treasury key by
+//! [`crate::Treasury::memo_key`]). Without that key nobody can tell which payout, and so
+//! which provider, a transfer belongs to; with it (or with the ledger, which keeps each
+//! signed transaction with its payout ids) the operator can.
 
 use std::collections::HashSet;
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_instruction::Instruction;
 use solana_message::Message;
@@ -41,8 +53,13 @@ pub const COMPUTE_UNIT_MARGIN_PERCENT: u64 = 10;
 pub const COMPUTE_UNIT_MARGIN_UNITS: u64 = 1_000;
 /// Size of an SPL token account, whose rent the treasury pays for new ATAs.
 pub const TOKEN_ACCOUNT_LEN: usize = 165;
-/// Prefix of a memo that names payout ids.
-pub const MEMO_PAYOUTS_PREFIX: &str = "settle payouts: ";
+/// Prefix of a memo that names payout references (see [`memo_ref`]). Memos of ledgers
+/// written before references existed start with `settle payouts: ` and name payout ids.
+pub const MEMO_REFS_PREFIX: &str = "settle refs: ";
+/// Domain separator of a payout's memo reference.
+pub const MEMO_REF_DOMAIN: &[u8] = b"settle/solana/memo-ref/v1\0";
+/// Hex digits of a memo reference after `r-` (96 bits).
+pub const MEMO_REF_HEX_DIGITS: usize = 24;
 /// Prefix of a memo that names an attempt (when the ids do not fit). Kept short:
 /// every byte counts, and `settle att-<16 hex>` lets one more transfer fit.
 pub const MEMO_ATTEMPT_PREFIX: &str = "settle ";
@@ -104,7 +121,50 @@ pub fn validate_wallet(address: &str) -> Result<Pubkey, WalletError> {
     Ok(pubkey)
 }
 
-/// Static inputs of packing: who pays, which token, which fee.
+/// The secret key of memo references (32 bytes). Its `Debug` never shows the key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct MemoKey([u8; 32]);
+
+impl MemoKey {
+    /// A key from its bytes.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for MemoKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoKey(<redacted>)")
+    }
+}
+
+/// The on-chain reference of a payout: `r-` and 24 hex digits of
+/// `HMAC-SHA256(key, MEMO_REF_DOMAIN || payout_id)`. Unlinkable to the payout id (and so
+/// to its provider) without the key.
+pub fn memo_ref(key: &MemoKey, payout_id: &str) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key.bytes())
+        .expect("HMAC accepts a key of any length");
+    mac.update(MEMO_REF_DOMAIN);
+    mac.update(payout_id.as_bytes());
+    let tag = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(2 + MEMO_REF_HEX_DIGITS);
+    out.push_str("r-");
+    for byte in &tag[..MEMO_REF_HEX_DIGITS / 2] {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// `wallet`'s associated token account of `mint` (where its payouts go).
+pub fn token_account_of(wallet: &Pubkey, mint: &Pubkey) -> Pubkey {
+    get_associated_token_address(wallet, mint)
+}
+
+/// Static inputs of packing: who pays, which token, which fee, which memo key.
 #[derive(Debug, Clone, Copy)]
 pub struct PackParams {
     /// Treasury wallet: fee payer, transfer authority, ATA rent payer.
@@ -115,6 +175,8 @@ pub struct PackParams {
     pub priority_fee_micro_lamports: u64,
     /// Upper bound on transfers per transaction (the size limit usually binds first).
     pub transfers_per_tx_max: usize,
+    /// Key of the payouts' memo references.
+    pub memo_key: MemoKey,
 }
 
 impl PackParams {
@@ -229,9 +291,10 @@ pub fn serialized_size(tx: &Transaction) -> usize {
     bincode::serialized_size(tx).map_or(usize::MAX, |n| n as usize)
 }
 
-/// The memo naming the payout ids.
-pub fn payouts_memo(payout_ids: &[String]) -> String {
-    format!("{MEMO_PAYOUTS_PREFIX}{}", payout_ids.join(","))
+/// The memo naming the payouts by their keyed references ([`memo_ref`]), never by id.
+pub fn refs_memo(key: &MemoKey, payout_ids: &[String]) -> String {
+    let refs: Vec<String> = payout_ids.iter().map(|id| memo_ref(key, id)).collect();
+    format!("{MEMO_REFS_PREFIX}{}", refs.join(","))
 }
 
 /// The short memo naming only the attempt.
@@ -309,7 +372,7 @@ fn with_transfer(batch: &Batch, transfer: &Transfer, ata_missing: bool) -> Batch
 
 /// Give the batch the longest memo that fits; `None` when even the short memo does not.
 fn fit(params: &PackParams, mut batch: Batch) -> Option<Batch> {
-    batch.memo = payouts_memo(&batch.payout_ids());
+    batch.memo = refs_memo(&params.memo_key, &batch.payout_ids());
     if batch.serialized_size(params) <= PACKET_DATA_SIZE {
         return Some(batch);
     }

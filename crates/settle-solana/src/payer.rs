@@ -51,7 +51,7 @@ use crate::chain::{Chain, ChainError, Confirmation, SigStatus, Tip};
 use crate::pack::{
     Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, pack,
 };
-use crate::treasury::{PreflightError, Treasury, missing_token_accounts, preflight};
+use crate::treasury::{PreflightError, Treasury, inspect_token_accounts, preflight};
 
 /// Maximum signatures per `getSignatureStatuses` request.
 pub const SIGNATURES_PER_STATUS_REQUEST_MAX: usize = 256;
@@ -629,6 +629,16 @@ pub enum PayoutOutcome {
         /// The simulation error.
         reason: String,
     },
+    /// Never signed: the recipient's existing token account is not a token account of the
+    /// configured mint owned by the recipient's wallet (see
+    /// [`crate::treasury::TokenAccountRefusal`]). Nothing was sent.
+    Refused {
+        /// Stable code: `token_account_owner_mismatch`, `token_account_mint_mismatch` or
+        /// `token_account_invalid`.
+        code: &'static str,
+        /// What was found.
+        reason: String,
+    },
     /// Signed and possibly sent, outcome unknown yet (RPC trouble or timeout): the
     /// attempt stays open and a later `resume` settles it. Do not pay again.
     Pending {
@@ -767,6 +777,7 @@ impl Payer {
             mint: self.config.mint,
             priority_fee_micro_lamports: self.config.priority_fee_micro_lamports,
             transfers_per_tx_max: self.config.transfers_per_tx_max,
+            memo_key: self.treasury.memo_key(),
         }
     }
 
@@ -964,19 +975,37 @@ impl Payer {
         let mut queue: Vec<Transfer> = transfers.into_iter().map(|(t, _)| t).collect();
         let mut inflight = Vec::new();
         while !queue.is_empty() {
-            let missing = match self
+            // Every recipient's token account is inspected right before signing: an
+            // existing one must be a token account of the mint owned by the wallet.
+            let accounts = match self
                 .with_rpc_retries(|| {
-                    missing_token_accounts(self.chain.as_ref(), &params.mint, &queue)
+                    inspect_token_accounts(self.chain.as_ref(), &params.mint, &queue)
                 })
                 .await
             {
-                Ok(m) => m,
+                Ok(a) => a,
                 Err(e) => {
                     not_sent(report, &queue, &e.to_string());
                     return Ok(inflight);
                 }
             };
-            let batches = pack(&params, &queue, &missing, &mut new_attempt_id);
+            if !accounts.refused.is_empty() {
+                queue.retain(|t| match accounts.refused.get(&t.wallet) {
+                    Some(refusal) => {
+                        tracing::warn!(payout_id = %t.payout_id, code = refusal.code(), %refusal, "recipient token account refused; not signed");
+                        report.payouts.insert(
+                            t.payout_id.clone(),
+                            PayoutOutcome::Refused {
+                                code: refusal.code(),
+                                reason: refusal.to_string(),
+                            },
+                        );
+                        false
+                    }
+                    None => true,
+                });
+            }
+            let batches = pack(&params, &queue, &accounts.missing, &mut new_attempt_id);
             queue.clear();
             for batch in batches {
                 match self.prepare(&params, &batch).await {

@@ -341,4 +341,8 @@ impl Chain for RpcChain {
             .await
             .map_err(rpc_err)
     }
+
+    async fn genesis_hash(&self) -> Result<Hash, ChainError> {
+        self.client.get_genesis_hash().await.map_err(rpc_err)
+    }
 }

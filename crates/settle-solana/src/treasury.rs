@@ -1,21 +1,31 @@
-//! The treasury keypair (loaded safely, never printed), the USDC mint check and
-//! the preflight check that a whole run is covered before anything is sent.
+//! The treasury keypair (loaded safely, never printed) and the memo key derived from
+//! it, the USDC mint check, the recipients' token account check and the preflight check
+//! that a whole run is covered before anything is sent.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use solana_account::Account;
 use solana_program_pack::Pack;
 use solana_sdk::{
     pubkey::Pubkey,
     signature::{Keypair, Signer},
 };
 use spl_associated_token_account_interface::address::get_associated_token_address;
-use spl_token_interface::state::Mint;
+use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 use crate::chain::{Chain, ChainError};
 use crate::pack::{
-    COMPUTE_UNIT_LIMIT_MAX, PackParams, TOKEN_ACCOUNT_LEN, Transfer, USDC_DECIMALS, pack,
+    COMPUTE_UNIT_LIMIT_MAX, MemoKey, PackParams, TOKEN_ACCOUNT_LEN, Transfer, USDC_DECIMALS, pack,
 };
+
+/// The system program (owner of plain wallets and of lamports sent to a fresh address).
+const SYSTEM_PROGRAM_ID: Pubkey = Pubkey::from_str_const("11111111111111111111111111111111");
+
+/// The info string of the memo key's derivation (see [`Treasury::memo_key`]).
+pub const MEMO_KEY_INFO: &[u8] = b"settle/solana/memo-key/v1";
 
 /// Base fee per signature in lamports (one signature per payout transaction).
 pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
@@ -23,6 +33,7 @@ pub const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
 /// The treasury wallet. Holds the secret key; its `Debug` shows only the public key.
 pub struct Treasury {
     keypair: Keypair,
+    memo_key: MemoKey,
 }
 
 impl std::fmt::Debug for Treasury {
@@ -117,12 +128,24 @@ impl Treasury {
         wipe(&mut bytes);
         let keypair =
             keypair.map_err(|_| invalid("the public half does not match the secret half"))?;
-        Ok(Self { keypair })
+        Ok(Self::from_keypair(keypair))
     }
 
     /// Wrap an existing keypair (tests, demo).
     pub fn from_keypair(keypair: Keypair) -> Self {
-        Self { keypair }
+        let memo_key = derive_memo_key(&keypair);
+        Self { keypair, memo_key }
+    }
+
+    /// The key of the payouts' memo references ([`crate::pack::memo_ref`]), derived from
+    /// the treasury's secret: `HKDF-Expand(PRK = the 32-byte ed25519 seed,
+    /// info = "settle/solana/memo-key/v1", L = 32)`, i.e.
+    /// `HMAC-SHA256(seed, info || 0x01)` (RFC 5869; the extract step is skipped because
+    /// the seed is already uniformly random). No new secret to manage: whoever can compute
+    /// references already holds the key that moves the money, and the domain separator
+    /// keeps the derived key independent of the signing key.
+    pub fn memo_key(&self) -> MemoKey {
+        self.memo_key
     }
 
     /// The treasury wallet address.
@@ -138,6 +161,14 @@ impl Treasury {
     pub(crate) fn keypair(&self) -> &Keypair {
         &self.keypair
     }
+}
+
+fn derive_memo_key(keypair: &Keypair) -> MemoKey {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(keypair.secret_bytes())
+        .expect("HMAC accepts a key of any length");
+    mac.update(MEMO_KEY_INFO);
+    mac.update(&[1]);
+    MemoKey::from_bytes(mac.finalize().into_bytes().into())
 }
 
 /// Makes this process non-dumpable for the rest of its life, so that no core file (or
@@ -297,28 +328,170 @@ pub enum PreflightError {
     Chain(#[from] ChainError),
 }
 
-/// Recipient token accounts (of `mint`) that do not exist yet.
+/// Why a recipient's existing token account is not paid into. [`TokenAccountRefusal::code`]
+/// is a stable code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenAccountRefusal {
+    /// The token account at the wallet's associated address belongs to another wallet
+    /// (e.g. its owner was changed with `SetAuthority`): paying it would pay someone else.
+    #[error(
+        "token account {account} at the USDC address of wallet {wallet} belongs to {owner}, \
+         not to the wallet; nothing sent"
+    )]
+    OwnerMismatch {
+        /// The recipient wallet.
+        wallet: Pubkey,
+        /// Its associated token account address.
+        account: Pubkey,
+        /// The token account's `owner` field.
+        owner: Pubkey,
+    },
+    /// The token account at that address holds another mint than the pinned one.
+    #[error(
+        "token account {account} at the USDC address of wallet {wallet} holds mint {mint}, \
+         not the configured mint; nothing sent"
+    )]
+    MintMismatch {
+        /// The recipient wallet.
+        wallet: Pubkey,
+        /// Its associated token account address.
+        account: Pubkey,
+        /// The token account's mint.
+        mint: Pubkey,
+    },
+    /// The account at that address is not an initialized SPL token account.
+    #[error(
+        "account {account} at the USDC address of wallet {wallet} is not a token account \
+         ({reason}); nothing sent"
+    )]
+    Invalid {
+        /// The recipient wallet.
+        wallet: Pubkey,
+        /// Its associated token account address.
+        account: Pubkey,
+        /// What it is instead.
+        reason: String,
+    },
+}
+
+impl TokenAccountRefusal {
+    /// Stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TokenAccountRefusal::OwnerMismatch { .. } => "token_account_owner_mismatch",
+            TokenAccountRefusal::MintMismatch { .. } => "token_account_mint_mismatch",
+            TokenAccountRefusal::Invalid { .. } => "token_account_invalid",
+        }
+    }
+}
+
+/// What [`inspect_token_accounts`] found at the recipients' associated token addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecipientAccounts {
+    /// Addresses to create (`CreateIdempotent`): no account, or only lamports someone sent
+    /// there (a system account without data, which the ATA program takes over).
+    pub missing: HashSet<Pubkey>,
+    /// Wallets whose existing account must not be paid into, and why.
+    pub refused: HashMap<Pubkey, TokenAccountRefusal>,
+}
+
+/// Inspect every recipient's associated token account of `mint`: missing (to create),
+/// refused (not a token account of `mint` owned by the wallet), or fine.
+pub async fn inspect_token_accounts(
+    chain: &dyn Chain,
+    mint: &Pubkey,
+    transfers: &[Transfer],
+) -> Result<RecipientAccounts, ChainError> {
+    let mut wallets: Vec<Pubkey> = transfers
+        .iter()
+        .map(|t| t.wallet)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    wallets.sort_unstable();
+    let mut found = RecipientAccounts::default();
+    for chunk in wallets.chunks(100) {
+        let atas: Vec<Pubkey> = chunk
+            .iter()
+            .map(|w| get_associated_token_address(w, mint))
+            .collect();
+        let accounts = chain.accounts(&atas).await?;
+        if accounts.len() != atas.len() {
+            return Err(ChainError::Rpc(format!(
+                "node returned {} accounts for {} keys",
+                accounts.len(),
+                atas.len()
+            )));
+        }
+        for ((wallet, ata), account) in chunk.iter().zip(&atas).zip(accounts) {
+            match classify(wallet, ata, mint, account.as_ref()) {
+                Classified::Missing => {
+                    found.missing.insert(*ata);
+                }
+                Classified::Refused(refusal) => {
+                    found.refused.insert(*wallet, refusal);
+                }
+                Classified::Fine => {}
+            }
+        }
+    }
+    Ok(found)
+}
+
+enum Classified {
+    Missing,
+    Fine,
+    Refused(TokenAccountRefusal),
+}
+
+fn classify(wallet: &Pubkey, ata: &Pubkey, mint: &Pubkey, account: Option<&Account>) -> Classified {
+    let Some(account) = account else {
+        return Classified::Missing;
+    };
+    let invalid = |reason: String| {
+        Classified::Refused(TokenAccountRefusal::Invalid {
+            wallet: *wallet,
+            account: *ata,
+            reason,
+        })
+    };
+    if account.owner == SYSTEM_PROGRAM_ID && account.data.is_empty() {
+        // Lamports sent to the address before the account was created: CreateIdempotent
+        // allocates and assigns it (a dusting cannot block a provider's payouts).
+        return Classified::Missing;
+    }
+    if account.owner != spl_token_interface::id() {
+        return invalid(format!("owned by program {}", account.owner));
+    }
+    let Ok(token) = TokenAccount::unpack(&account.data) else {
+        return invalid("not an initialized SPL token account".to_string());
+    };
+    if token.mint != *mint {
+        return Classified::Refused(TokenAccountRefusal::MintMismatch {
+            wallet: *wallet,
+            account: *ata,
+            mint: token.mint,
+        });
+    }
+    if token.owner != *wallet {
+        return Classified::Refused(TokenAccountRefusal::OwnerMismatch {
+            wallet: *wallet,
+            account: *ata,
+            owner: token.owner,
+        });
+    }
+    Classified::Fine
+}
+
+/// Recipient token accounts (of `mint`) to create (see [`inspect_token_accounts`]).
 pub async fn missing_token_accounts(
     chain: &dyn Chain,
     mint: &Pubkey,
     transfers: &[Transfer],
 ) -> Result<HashSet<Pubkey>, ChainError> {
-    let atas: Vec<Pubkey> = transfers
-        .iter()
-        .map(|t| get_associated_token_address(&t.wallet, mint))
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
-    let mut missing = HashSet::new();
-    for chunk in atas.chunks(100) {
-        let accounts = chain.accounts(chunk).await?;
-        for (key, account) in chunk.iter().zip(accounts) {
-            if account.is_none() {
-                missing.insert(*key);
-            }
-        }
-    }
-    Ok(missing)
+    Ok(inspect_token_accounts(chain, mint, transfers)
+        .await?
+        .missing)
 }
 
 /// Check that the treasury covers the whole set: the USDC sum, and SOL for the fees

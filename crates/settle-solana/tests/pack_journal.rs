@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use settle_solana::{
     AttemptOutcome, FileJournal, Journal, JournalError, Keypair, MemoryJournal, Pubkey,
     SignedAttempt, Signer, Transfer,
-    pack::{self, PACKET_DATA_SIZE, PackParams},
+    pack::{self, MemoKey, PACKET_DATA_SIZE, PackParams},
 };
 use spl_associated_token_account_interface::address::get_associated_token_address;
 
@@ -15,6 +15,7 @@ fn params(per_tx_max: usize) -> PackParams {
         mint: Keypair::new().pubkey(),
         priority_fee_micro_lamports: 10_000,
         transfers_per_tx_max: per_tx_max,
+        memo_key: MemoKey::from_bytes([7; 32]),
     }
 }
 
@@ -95,18 +96,56 @@ fn new_token_accounts_cost_room_and_are_created_once_per_batch() {
     assert_eq!(batches[0].transfer_of_instruction(4), Some(0));
     assert_eq!(batches[0].transfer_of_instruction(5), Some(1));
     assert_eq!(batches[0].transfer_of_instruction(2), None);
-    assert_eq!(batches[0].memo, "settle payouts: a,b");
+    assert_eq!(
+        batches[0].memo,
+        format!(
+            "settle refs: {},{}",
+            pack::memo_ref(&p.memo_key, "a"),
+            pack::memo_ref(&p.memo_key, "b")
+        )
+    );
 }
 
 #[test]
-fn the_memo_names_the_ids_when_they_fit_and_the_attempt_otherwise() {
+fn the_memo_names_keyed_refs_when_they_fit_and_the_attempt_otherwise() {
     let p = params(1_000);
     let mut next = ids();
-    let few = pack::pack(&p, &transfers(3, 36), &HashSet::new(), &mut next);
-    assert!(few[0].memo.starts_with("settle payouts: "));
+    let few_transfers = transfers(3, 36);
+    let few = pack::pack(&p, &few_transfers, &HashSet::new(), &mut next);
+    assert!(few[0].memo.starts_with("settle refs: "), "{}", few[0].memo);
     assert_eq!(few[0].memo.matches(',').count(), 2);
+    for t in &few_transfers {
+        assert!(!few[0].memo.contains(&t.payout_id), "no payout id on chain");
+        assert!(
+            few[0]
+                .memo
+                .contains(&pack::memo_ref(&p.memo_key, &t.payout_id))
+        );
+    }
     let many = pack::pack(&p, &transfers(18, 36), &HashSet::new(), &mut next);
     assert_eq!(many[0].memo, format!("settle {}", many[0].attempt_id));
+}
+
+#[test]
+fn memo_refs_are_keyed_fixed_length_and_unlinkable_without_the_key() {
+    let key = MemoKey::from_bytes([1; 32]);
+    let other = MemoKey::from_bytes([2; 32]);
+    // A payout id is guessable (run and provider); its reference is not without the key.
+    let id = "po-0123456789abcdef01234567";
+    let r = pack::memo_ref(&key, id);
+    assert_eq!(r, pack::memo_ref(&key, id), "deterministic");
+    assert_eq!(r.len(), 2 + pack::MEMO_REF_HEX_DIGITS);
+    assert!(r.starts_with("r-") && r[2..].bytes().all(|b| b.is_ascii_hexdigit()));
+    assert!(!r.contains(&id[3..]), "{r}");
+    assert_ne!(
+        r,
+        pack::memo_ref(&other, id),
+        "another key, another reference"
+    );
+    assert_ne!(r, pack::memo_ref(&key, "po-0123456789abcdef01234568"));
+    // The key never prints.
+    assert_eq!(format!("{key:?}"), "MemoKey(<redacted>)");
+    assert!(!format!("{:?}", params(1)).contains("[7, 7"));
 }
 
 #[test]

@@ -8,7 +8,11 @@ use std::sync::Arc;
 use common::{Env, SOL, USDC, transfers, wallets};
 use settle_solana::{
     Keypair, MemoryJournal, PayError, PreflightError, Pubkey, Signer, Treasury, TreasuryError,
-    WalletError, check_mint, pack::PackParams, preflight, treasury::MintError, validate_wallet,
+    WalletError, check_mint,
+    pack::{MemoKey, PackParams},
+    preflight,
+    treasury::MintError,
+    validate_wallet,
 };
 
 fn write_keypair(dir: &std::path::Path, mode: u32) -> (std::path::PathBuf, Keypair) {
@@ -48,6 +52,33 @@ fn a_private_keypair_file_is_accepted_and_never_printed() {
     assert!(!debug.contains(&bs58::encode(&secret).into_string()));
     assert!(!debug.contains(&bs58::encode(&secret[..32]).into_string()));
     assert!(!debug.contains(&format!("{:?}", &secret[..32])));
+}
+
+#[test]
+fn the_memo_key_is_derived_from_the_treasury_seed_with_a_domain_separator() {
+    use hmac::{Hmac, Mac};
+    // Known answer: HKDF-Expand(seed, "settle/solana/memo-key/v1", 32) = HMAC(seed, info || 1).
+    let seed = [9u8; 32];
+    let treasury = Treasury::from_keypair(Keypair::new_from_array(seed));
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&seed).unwrap();
+    mac.update(b"settle/solana/memo-key/v1\x01");
+    let expected: [u8; 32] = mac.finalize().into_bytes().into();
+    assert_eq!(treasury.memo_key(), MemoKey::from_bytes(expected));
+    assert_ne!(
+        treasury.memo_key(),
+        MemoKey::from_bytes(seed),
+        "never the signing seed itself"
+    );
+    // The same key file gives the same key; another treasury another key.
+    let dir = tempfile::tempdir().unwrap();
+    let (path, keypair) = write_keypair(dir.path(), 0o600);
+    let loaded = Treasury::load(&path).unwrap();
+    assert_eq!(
+        loaded.memo_key(),
+        Treasury::from_keypair(keypair).memo_key()
+    );
+    assert_ne!(loaded.memo_key(), treasury.memo_key());
+    assert!(!format!("{loaded:?}").contains(&format!("{expected:?}")));
 }
 
 #[test]
@@ -143,6 +174,7 @@ async fn preflight_reports_what_the_run_needs() {
         mint: env.mint,
         priority_fee_micro_lamports: 1_000,
         transfers_per_tx_max: 64,
+        memo_key: env.treasury.memo_key(),
     };
     let report = preflight(&env.chain, &params, &transfers("pf", &recipients))
         .await

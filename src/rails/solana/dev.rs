@@ -43,14 +43,14 @@ impl std::fmt::Debug for DevChain {
 }
 
 impl DevChain {
-    /// A rail configuration for this chain that polls fast (the local chain produces a
-    /// block per send and per status poll, so nobody waits on a clock).
+    /// A rail configuration for this chain (`cluster = localnet`: its freshly created mint
+    /// is accepted) that polls fast (the local chain produces a block per send and per status
+    /// poll, so nobody waits on a clock).
     pub fn solana_config(&self) -> SolanaConfig {
         SolanaConfig {
             rpc_url: self.url.clone(),
             mint: self.mint.to_string(),
             treasury_keypair_path: self.treasury_path.display().to_string(),
-            explorer_cluster: "custom".to_owned(),
             ..SolanaConfig::local_fast()
         }
     }

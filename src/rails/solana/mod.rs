@@ -6,6 +6,13 @@
 //! transaction is on the ledger before it is sent). [`SolanaRail::reconcile`] compares
 //! every settled Solana payout with the token balance change of its transaction on chain.
 //!
+//! The rail checks what it pays before it starts ([`SolanaRail::with_chain`]): the cluster
+//! named in `solana.cluster` is the node's (genesis hash), the mint is that cluster's USDC
+//! mint or explicitly allowed (`solana.allowed_mints`; any mint on `localnet`), and the mint
+//! is an SPL Token mint of 6 decimals. Before each transaction it checks every recipient's
+//! existing token account (owned by the recipient's wallet, of the pinned mint). Memos carry
+//! keyed references of the payouts ([`settle_solana::memo_ref`]), never payout ids.
+//!
 //! Invariant: money leaves only here (and never inside an HTTP request).
 
 pub mod dev;
@@ -19,9 +26,9 @@ use serde::Serialize;
 use sqlx::Row;
 
 use settle_solana::{
-    Chain, ChainError, Confirmation, Discrepancy, PayError, Payer, PayerConfig, PayoutOutcome,
-    Pubkey, RpcChain, SettledPayout, SignatureStatuses, Tip, TokenDelta, Transfer, Treasury,
-    TreasuryError, check_mint, validate_wallet,
+    Chain, ChainError, Cluster, ClusterError, Confirmation, Discrepancy, PayError, Payer,
+    PayerConfig, PayoutOutcome, Pubkey, RpcChain, SettledPayout, SignatureStatuses, Tip,
+    TokenDelta, Transfer, Treasury, TreasuryError, check_cluster, check_mint, validate_wallet,
 };
 
 use crate::config::SolanaConfig;
@@ -29,9 +36,9 @@ use crate::ledger::runs::failpoint;
 use crate::ledger::{Ledger, LedgerError};
 pub use journal::{LedgerJournal, RepairReport, failpoints};
 
-/// The USDC mint on mainnet-beta.
+/// The USDC mint on mainnet-beta (built in: see [`settle_solana::cluster`]).
 pub const MAINNET_USDC_MINT: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
-/// The USDC mint on devnet.
+/// The USDC mint on devnet (built in).
 pub const DEVNET_USDC_MINT: &str = "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU";
 
 /// The explorer link of a transaction: no `?cluster=` on mainnet-beta; `custom` points the
@@ -49,6 +56,11 @@ pub enum SolanaRailError {
     /// A configuration value is missing or malformed.
     #[error("solana config: {0}")]
     Config(String),
+    /// The rail refuses to start: the cluster or the mint is not the one it may pay in.
+    /// `code` is stable: `invalid_cluster`, `invalid_mint`, `mint_not_allowed`,
+    /// `cluster_mismatch`.
+    #[error("{code}: {message}")]
+    Refused { code: &'static str, message: String },
     /// The treasury keypair file was refused (unreadable, readable by others, malformed).
     #[error(transparent)]
     Treasury(#[from] TreasuryError),
@@ -130,22 +142,68 @@ impl SolanaReconcileReport {
     }
 }
 
+impl SolanaRailError {
+    /// The stable code of a refusal at start (`None` for other errors).
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            SolanaRailError::Refused { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+impl From<ClusterError> for SolanaRailError {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::Chain(c) => SolanaRailError::Chain(c),
+            other => SolanaRailError::Refused {
+                code: other.code(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
 /// The rail: a chain, the treasury and the USDC mint.
 pub struct SolanaRail {
     config: SolanaConfig,
     chain: Arc<dyn Chain>,
     treasury: Arc<Treasury>,
     mint: Pubkey,
+    cluster: Cluster,
 }
 
 impl std::fmt::Debug for SolanaRail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SolanaRail")
             .field("rpc_url", &self.config.rpc_url)
+            .field("cluster", &self.cluster)
             .field("mint", &self.mint)
             .field("treasury", &self.treasury.pubkey())
             .finish_non_exhaustive()
     }
+}
+
+/// The cluster and mint of the configuration, if the cluster allows that mint (see
+/// [`SolanaRail::with_chain`]). Needs no chain.
+pub fn mint_policy(config: &SolanaConfig) -> Result<(Cluster, Pubkey), SolanaRailError> {
+    let cluster: Cluster = config.cluster.parse()?;
+    let address = |text: &str, key: &str| {
+        text.trim()
+            .parse::<Pubkey>()
+            .map_err(|e| SolanaRailError::Refused {
+                code: "invalid_mint",
+                message: format!("solana.{key} {text:?} is not a base58 address: {e}"),
+            })
+    };
+    let mint = address(&config.mint, "mint")?;
+    let allowed = config
+        .allowed_mints
+        .iter()
+        .map(|m| address(m, "allowed_mints"))
+        .collect::<Result<Vec<_>, _>>()?;
+    cluster.check_mint_allowed(&mint, &allowed)?;
+    Ok((cluster, mint))
 }
 
 /// Parses a commitment name.
@@ -161,14 +219,17 @@ pub fn parse_commitment(text: &str) -> Result<Confirmation, SolanaRailError> {
 }
 
 impl SolanaRail {
-    /// Connects to `config.rpc_url` through the production `RpcClient` adapter, loads the
-    /// treasury keypair (refused when group or others may read it; the key is never logged)
-    /// and checks the mint (SPL Token program, 6 decimals).
+    /// Checks the configuration's cluster and mint policy (no chain needed), connects to
+    /// `config.rpc_url` through the production `RpcClient` adapter, loads the treasury keypair
+    /// (refused when group or others may read it; the key is never logged), and checks the
+    /// node's cluster and the mint on chain (see [`SolanaRail::with_chain`]).
     pub async fn connect(config: &SolanaConfig) -> Result<SolanaRail, SolanaRailError> {
         if config.rpc_url.trim().is_empty() {
             return Err(SolanaRailError::Config("rpc_url is empty".into()));
         }
         let commitment = parse_commitment(&config.commitment)?;
+        // A mint the cluster does not allow is refused before the key is read.
+        mint_policy(config)?;
         if config.treasury_keypair_path.trim().is_empty() {
             return Err(SolanaRailError::Config(
                 "no treasury keypair file configured (treasury_keypair_path)".into(),
@@ -179,31 +240,59 @@ impl SolanaRail {
         SolanaRail::with_chain(config, chain, Arc::new(treasury)).await
     }
 
-    /// A rail on any [`Chain`] (the demo may use a `LocalChain` directly).
+    /// A rail on any [`Chain`] (the demo may use a `LocalChain` directly). Refuses to start
+    /// (nothing is paid or reconciled) when:
+    /// - `cluster` is not a known cluster (`invalid_cluster`) or `mint` / an entry of
+    ///   `allowed_mints` is not an address (`invalid_mint`);
+    /// - the mint is not the cluster's USDC mint nor in `allowed_mints` on `mainnet-beta`,
+    ///   `devnet` or `testnet` (`mint_not_allowed`);
+    /// - the node is not on `cluster` by its genesis hash, or claims `localnet` while on a
+    ///   public cluster (`cluster_mismatch`);
+    /// - the mint is not an SPL Token mint of 6 decimals on chain ([`SolanaRailError::Mint`]).
     pub async fn with_chain(
         config: &SolanaConfig,
         chain: Arc<dyn Chain>,
         treasury: Arc<Treasury>,
     ) -> Result<SolanaRail, SolanaRailError> {
-        let mint: Pubkey = config
-            .mint
-            .trim()
-            .parse()
-            .map_err(|e| SolanaRailError::Config(format!("mint {:?}: {e}", config.mint)))?;
+        let (cluster, mint) = mint_policy(config)?;
         if config.transfers_per_tx_max == 0 {
             return Err(SolanaRailError::Config(
                 "transfers_per_tx_max must be at least 1".into(),
             ));
         }
+        if !config.explorer_cluster.trim().is_empty() {
+            tracing::warn!(
+                explorer_cluster = %config.explorer_cluster,
+                %cluster,
+                "solana.explorer_cluster is deprecated and ignored: the cluster is solana.cluster, explorer links use http.explorer_cluster"
+            );
+        }
+        if cluster.usdc_mint() != Some(mint) && cluster != Cluster::Localnet {
+            tracing::warn!(%cluster, %mint, "solana: paying in a mint other than the cluster's USDC (listed in solana.allowed_mints)");
+        }
+        check_cluster(chain.as_ref(), cluster).await?;
         check_mint(chain.as_ref(), &mint)
             .await
             .map_err(|e| SolanaRailError::Mint(e.to_string()))?;
+        tracing::info!(%cluster, %mint, "solana rail: cluster and mint checked");
         Ok(SolanaRail {
             config: config.clone(),
             chain: Arc::new(FailpointChain(chain)),
             treasury,
             mint,
+            cluster,
         })
+    }
+
+    /// The cluster the rail pays on.
+    pub fn cluster(&self) -> Cluster {
+        self.cluster
+    }
+
+    /// The on-chain reference of a payout in the memos of its transactions (keyed with the
+    /// treasury's memo key): what an operator looks for in an explorer.
+    pub fn memo_ref(&self, payout_id: &str) -> String {
+        settle_solana::memo_ref(&self.treasury.memo_key(), payout_id)
     }
 
     pub fn mint(&self) -> Pubkey {
@@ -334,6 +423,13 @@ impl SolanaRail {
                 }
                 Some(PayoutOutcome::Rejected { reason }) => {
                     let reason = format!("rejected by simulation, nothing sent: {reason}");
+                    journal.fail_unsent(&r.payout_id, &reason).await?;
+                    r.status = "failed";
+                    r.reason = Some(reason);
+                }
+                Some(PayoutOutcome::Refused { code, reason }) => {
+                    // The recipient's token account is not the wallet's USDC account.
+                    let reason = format!("{code}: {reason}");
                     journal.fail_unsent(&r.payout_id, &reason).await?;
                     r.status = "failed";
                     r.reason = Some(reason);
@@ -538,5 +634,8 @@ impl Chain for FailpointChain {
     }
     async fn minimum_balance_for_rent_exemption(&self, data_len: usize) -> Result<u64, ChainError> {
         self.0.minimum_balance_for_rent_exemption(data_len).await
+    }
+    async fn genesis_hash(&self) -> Result<settle_solana::Hash, ChainError> {
+        self.0.genesis_hash().await
     }
 }
