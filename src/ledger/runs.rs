@@ -11,8 +11,6 @@
 //! Crash tests abort the process at named [failpoints](failpoint).
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{Datelike, NaiveDate, Weekday};
 use futures::TryStreamExt;
@@ -66,7 +64,18 @@ pub mod failpoints {
 
 /// Aborts the process (as a crash would: no destructor, no rollback message) when the
 /// failpoint `name` is armed by [`FAILPOINT_ENV`] and reached for the armed time.
+///
+/// Compiled into debug builds (the tests) and into release builds only with the
+/// `failpoints` feature: a production binary cannot be made to abort by its environment.
+#[cfg(not(any(debug_assertions, feature = "failpoints")))]
+#[inline(always)]
+pub fn failpoint(_name: &str) {}
+
+/// See the release version above.
+#[cfg(any(debug_assertions, feature = "failpoints"))]
 pub fn failpoint(name: &str) {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
     static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static HITS: AtomicU64 = AtomicU64::new(0);
     let armed = ARMED.get_or_init(|| {
