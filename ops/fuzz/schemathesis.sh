@@ -23,7 +23,7 @@ cat > "$work/seed.ndjson" <<SEED
 {"type":"rate.set","provider_id":"prv_fuzz","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2020-01-01T00:00:00Z"}
 SEED
 "$BIN" --database "$db" --now "$now" import "$work/seed.ndjson" >/dev/null
-token=$("$BIN" --database "$db" --format json token create --scope admin | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+token=$("$BIN" --database "$db" --format json token create --scope admin --name schemathesis | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 SETTLE_HTTP__BIND="127.0.0.1:$port" SETTLE_HTTP__METRICS_BIND="127.0.0.1:0" SETTLE_HTTP__AUTH_FAILURES_MAX=1000000 RUST_LOG=warn \
     "$BIN" --database "$db" serve --no-scheduler >"$work/serve.log" 2>&1 &
