@@ -5,8 +5,14 @@
 //! `api_tokens` and `api_token_revocations` are append-only (database triggers): a token is
 //! never changed, a revocation is a further row.
 //!
+//! Every token has a name (letters, digits and `. _ - @`, unique among live tokens) and
+//! records who created it; a revocation records who revoked it. A revocation takes effect at
+//! once and for good: any revocation row refuses the token, whatever its timestamp, and the
+//! timestamp is never later than the real clock.
+//!
 //! Tokens are access control, not money: they live beside the ledger, not in it. The actor
-//! recorded on the events a token causes is `token:{token_id}`.
+//! recorded on the events a token causes is `token:{name}#{token_id}` (see
+//! [`Principal::actor`]); the token's creator is on its row (`settle token list`).
 
 use std::fmt;
 
@@ -14,10 +20,12 @@ use sha2::{Digest, Sha256};
 use sqlx::{AnyPool, Row};
 use subtle::ConstantTimeEq;
 
+use crate::config::AuthConfig;
 use crate::domain::DomainError;
 use crate::domain::ids::ProviderId;
 use crate::domain::time::MS_PER_DAY;
 use crate::ledger::{Actor, Applied};
+use crate::store::{Dialect, TxConn};
 
 /// The prefix of every token (lets secret scanners recognise a leaked token).
 pub const TOKEN_PREFIX: &str = "stl_";
@@ -29,6 +37,8 @@ const ID_BYTES: usize = 8;
 pub const TOKEN_LEN_MAX: usize = 200;
 /// The longest label.
 pub const LABEL_LEN_MAX: usize = 200;
+/// The longest token name (the same rule as an operator's `--actor`).
+pub const NAME_LEN_MAX: usize = 64;
 /// The longest lifetime given at creation.
 pub const EXPIRES_IN_DAYS_MAX: i64 = 3650;
 
@@ -91,15 +101,23 @@ impl fmt::Display for Scope {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Principal {
     pub token_id: String,
+    /// The token's name (its id for a token created before names existed).
+    pub name: String,
     pub scope: Scope,
     /// Set for `provider` and `ingest` tokens.
     pub provider_id: Option<String>,
 }
 
+/// The actor of the events a token causes: `token:{name}#{token_id}`. Neither part can hold
+/// `#` or `:`, so the string names one token and cannot pose as another kind of actor.
+pub fn token_actor(name: &str, token_id: &str) -> Actor {
+    Actor(format!("token:{name}#{token_id}"))
+}
+
 impl Principal {
-    /// The actor recorded on the events this principal causes.
+    /// The actor recorded on the events this principal causes: the token's name and id.
     pub fn actor(&self) -> Actor {
-        Actor::token(&self.token_id)
+        token_actor(&self.name, &self.token_id)
     }
 
     /// Whether this principal may read `provider_id`'s data.
@@ -132,20 +150,31 @@ pub enum AuthError {
 pub struct NewToken {
     pub scope: Scope,
     pub provider_id: Option<ProviderId>,
+    /// 1 to [`NAME_LEN_MAX`] letters, digits or `. _ - @`; unique among live tokens.
+    pub name: String,
     pub label: String,
+    /// The lifetime; `None` takes the scope's default (`[auth] *_token_days_default`).
     pub expires_in_days: Option<i64>,
+    /// Who creates it (`operator:NAME` from the CLI).
+    pub created_by: Actor,
 }
 
 /// A token as listed (never with its secret or hash).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenInfo {
     pub token_id: String,
+    /// Its id for a token created before names existed.
+    pub name: String,
     pub scope: Scope,
     pub provider_id: Option<String>,
     pub label: String,
     pub created_at_ms: i64,
+    /// The creator's actor, `unknown` for a token created before creators were recorded.
+    pub created_by: String,
     pub expires_at_ms: Option<i64>,
     pub revoked_at_ms: Option<i64>,
+    /// The revoker's actor when revoked (`unknown` for revocations of before).
+    pub revoked_by: Option<String>,
 }
 
 impl TokenInfo {
@@ -185,6 +214,88 @@ fn split_token(token: &str) -> Option<(&str, &str)> {
     (id_ok && secret_ok).then_some((id, secret))
 }
 
+/// A token name: 1 to [`NAME_LEN_MAX`] ASCII letters, digits or `. _ - @` (the charset of
+/// an operator name), so the actor `token:{name}#{id}` reads one way only.
+pub fn check_name(name: &str) -> Result<(), DomainError> {
+    let valid = !name.is_empty()
+        && name.len() <= NAME_LEN_MAX
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+    if valid {
+        Ok(())
+    } else {
+        Err(DomainError::new(
+            "invalid_token_name",
+            format!("--name must be 1 to {NAME_LEN_MAX} letters, digits or . _ - @, got {name:?}"),
+        ))
+    }
+}
+
+/// The lifetime in days of a new `scope` token: `requested` (1 to [`EXPIRES_IN_DAYS_MAX`]),
+/// else the scope's default from `policy`; `None`: no expiry (admin and metering only, when
+/// their default is 0).
+pub fn lifetime_days(
+    scope: Scope,
+    requested: Option<i64>,
+    policy: &AuthConfig,
+) -> Result<Option<i64>, DomainError> {
+    if let Some(d) = requested {
+        if !(1..=EXPIRES_IN_DAYS_MAX).contains(&d) {
+            return Err(DomainError::new(
+                "invalid_expiry",
+                format!("expires-in-days must be 1..={EXPIRES_IN_DAYS_MAX}, got {d}"),
+            ));
+        }
+        return Ok(Some(d));
+    }
+    let (key, days, may_be_unlimited) = match scope {
+        Scope::Provider => (
+            "provider_token_days_default",
+            policy.provider_token_days_default,
+            false,
+        ),
+        Scope::Ingest => (
+            "ingest_token_days_default",
+            policy.ingest_token_days_default,
+            false,
+        ),
+        Scope::Admin => (
+            "admin_token_days_default",
+            policy.admin_token_days_default,
+            true,
+        ),
+        Scope::Metering => (
+            "metering_token_days_default",
+            policy.metering_token_days_default,
+            true,
+        ),
+    };
+    match days {
+        0 if may_be_unlimited => Ok(None),
+        d if (1..=EXPIRES_IN_DAYS_MAX).contains(&d) => Ok(Some(d)),
+        d => Err(DomainError::new(
+            "invalid_auth_config",
+            format!(
+                "auth.{key} must be {}1..={EXPIRES_IN_DAYS_MAX}, got {d}",
+                if may_be_unlimited {
+                    "0 (no expiry) or "
+                } else {
+                    ""
+                }
+            ),
+        )),
+    }
+}
+
+/// The real clock, whatever clock the ledger runs on: a revocation is never dated later.
+fn real_now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Whether a live token (not revoked, not expired at `now_ms`) is named `name`.
+const LIVE_NAME_SQL: &str = "SELECT t.token_id FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE COALESCE(t.name, t.token_id) = $1 AND r.token_id IS NULL AND (t.expires_at_ms IS NULL OR t.expires_at_ms > $2)";
+
 fn check_label(label: &str) -> Result<(), DomainError> {
     if label.chars().count() > LABEL_LEN_MAX || label.chars().any(char::is_control) {
         return Err(DomainError::new(
@@ -204,13 +315,17 @@ pub enum TokenError {
     Database(#[from] sqlx::Error),
 }
 
-/// Creates a token at `now_ms`. `provider` and `ingest` tokens need an existing provider;
-/// the others take none.
+/// Creates a token at `now_ms`, expiring after `new.expires_in_days` or the scope's default
+/// lifetime under `policy`. `provider` and `ingest` tokens need an existing provider; the
+/// others take none. The name must be free among live tokens (checked and inserted under one
+/// write lock, so two creations cannot both take it).
 pub async fn create_token(
     pool: &AnyPool,
     new: &NewToken,
+    policy: &AuthConfig,
     now_ms: i64,
 ) -> Result<CreatedToken, TokenError> {
+    check_name(&new.name)?;
     check_label(&new.label)?;
     match (&new.provider_id, new.scope.needs_provider()) {
         (None, true) => {
@@ -234,21 +349,37 @@ pub async fn create_token(
     {
         return Err(DomainError::new("unknown_provider", format!("no provider {p}")).into());
     }
-    let expires_at_ms = match new.expires_in_days {
-        None => None,
-        Some(d) if (1..=EXPIRES_IN_DAYS_MAX).contains(&d) => Some(now_ms + d * MS_PER_DAY),
-        Some(d) => {
-            return Err(DomainError::new(
-                "invalid_expiry",
-                format!("expires-in-days must be 1..={EXPIRES_IN_DAYS_MAX}, got {d}"),
-            )
-            .into());
-        }
-    };
+    let expires_at_ms =
+        lifetime_days(new.scope, new.expires_in_days, policy)?.map(|d| now_ms + d * MS_PER_DAY);
     let token_id = format!("tok_{}", hex::encode(rand::random::<[u8; ID_BYTES]>()));
     let secret = hex::encode(rand::random::<[u8; SECRET_BYTES]>());
+
+    let dialect = Dialect::of(&*pool.acquire().await?);
+    let mut tx = TxConn::begin(pool, dialect).await?;
+    if dialect == Dialect::Postgres {
+        // SQLite's BEGIN IMMEDIATE already holds the write lock.
+        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('api_tokens:names', 0))) AS l")
+            .execute(&mut *tx)
+            .await?;
+    }
+    if let Some(row) = sqlx::query(LIVE_NAME_SQL)
+        .bind(&new.name)
+        .bind(now_ms)
+        .fetch_optional(&mut *tx)
+        .await?
+    {
+        let holder: String = row.try_get(0)?;
+        return Err(DomainError::new(
+            "token_name_taken",
+            format!(
+                "the live token {holder} is named {:?}: pick another name, or revoke it first",
+                new.name
+            ),
+        )
+        .into());
+    }
     sqlx::query(
-        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(&token_id)
     .bind(secret_hash(&secret).to_vec())
@@ -257,28 +388,39 @@ pub async fn create_token(
     .bind(&new.label)
     .bind(now_ms)
     .bind(expires_at_ms)
-    .execute(pool)
+    .bind(&new.name)
+    .bind(&new.created_by.0)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(CreatedToken {
         token: format!("{TOKEN_PREFIX}{token_id}.{secret}"),
         info: TokenInfo {
             token_id,
+            name: new.name.clone(),
             scope: new.scope,
             provider_id: new.provider_id.as_ref().map(|p| p.to_string()),
             label: new.label.clone(),
             created_at_ms: now_ms,
+            created_by: new.created_by.0.clone(),
             expires_at_ms,
             revoked_at_ms: None,
+            revoked_by: None,
         },
     })
 }
 
-/// Revokes a token from `now_ms` on; revoking it again is a `duplicate`.
+/// Revokes a token, at once and for good, on behalf of `revoked_by`; revoking it again is a
+/// `duplicate`. The revocation is dated `now_ms` or the real clock, whichever is earlier (a
+/// `--now` ahead of the clock cannot date it in the future), and [`verify`] refuses a
+/// revoked token whatever that date.
 pub async fn revoke_token(
     pool: &AnyPool,
     token_id: &str,
+    revoked_by: &Actor,
     now_ms: i64,
 ) -> Result<Applied, TokenError> {
+    let revoked_at_ms = now_ms.min(real_now_ms());
     let known = sqlx::query("SELECT 1 FROM api_tokens WHERE token_id = $1")
         .bind(token_id)
         .fetch_optional(pool)
@@ -287,10 +429,11 @@ pub async fn revoke_token(
         return Err(DomainError::new("unknown_token", format!("no token {token_id}")).into());
     }
     let inserted = sqlx::query(
-        "INSERT INTO api_token_revocations (token_id, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (token_id) DO NOTHING",
+        "INSERT INTO api_token_revocations (token_id, revoked_at_ms, revoked_by) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
     )
     .bind(token_id)
-    .bind(now_ms)
+    .bind(revoked_at_ms)
+    .bind(&revoked_by.0)
     .execute(pool)
     .await?;
     Ok(if inserted.rows_affected() == 1 {
@@ -300,7 +443,12 @@ pub async fn revoke_token(
     })
 }
 
-const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms";
+/// A token's columns; a token of before migration 0004 has no stored name and reads as its
+/// id.
+const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id), t.created_by, r.revoked_by";
+
+/// The position of `token_hash` after [`TOKEN_COLUMNS`].
+const HASH_COLUMN: usize = 10;
 
 fn token_info(row: &sqlx::any::AnyRow) -> Result<TokenInfo, sqlx::Error> {
     let scope: String = row.try_get(1)?;
@@ -312,6 +460,9 @@ fn token_info(row: &sqlx::any::AnyRow) -> Result<TokenInfo, sqlx::Error> {
         created_at_ms: row.try_get(4)?,
         expires_at_ms: row.try_get(5)?,
         revoked_at_ms: row.try_get(6)?,
+        name: row.try_get(7)?,
+        created_by: row.try_get(8)?,
+        revoked_by: row.try_get(9)?,
     })
 }
 
@@ -325,8 +476,8 @@ pub async fn list_tokens(pool: &AnyPool) -> Result<Vec<TokenInfo>, sqlx::Error> 
     rows.iter().map(token_info).collect()
 }
 
-/// Verifies a bearer token at `now_ms`: known id, matching secret (constant time), not
-/// expired, not revoked.
+/// Verifies a bearer token at `now_ms`: known id, matching secret (constant time), never
+/// revoked (a revocation counts whatever its date), not expired at `now_ms`.
 pub async fn verify(pool: &AnyPool, token: &str, now_ms: i64) -> Result<Principal, AuthError> {
     let (token_id, secret) = split_token(token).ok_or(AuthError::Malformed)?;
     let row = sqlx::query(&format!(
@@ -341,12 +492,12 @@ pub async fn verify(pool: &AnyPool, token: &str, now_ms: i64) -> Result<Principa
         let _ = presented.as_slice().ct_eq(&[0u8; 32][..]);
         return Err(AuthError::Invalid);
     };
-    let stored: Vec<u8> = row.try_get(7)?;
+    let stored: Vec<u8> = row.try_get(HASH_COLUMN)?;
     if !bool::from(presented.as_slice().ct_eq(stored.as_slice())) {
         return Err(AuthError::Invalid);
     }
     let info = token_info(&row)?;
-    if info.revoked_at_ms.is_some_and(|r| r <= now_ms) {
+    if info.revoked_at_ms.is_some() {
         return Err(AuthError::Revoked);
     }
     if info.expires_at_ms.is_some_and(|e| e <= now_ms) {
@@ -354,6 +505,7 @@ pub async fn verify(pool: &AnyPool, token: &str, now_ms: i64) -> Result<Principa
     }
     Ok(Principal {
         token_id: info.token_id,
+        name: info.name,
         scope: info.scope,
         provider_id: info.provider_id,
     })
@@ -387,9 +539,68 @@ mod tests {
     }
 
     #[test]
+    fn names_and_actors() {
+        for ok in [
+            "ci-agent",
+            "a",
+            "alice@example.com",
+            "node_7.eu-west",
+            &"x".repeat(64),
+        ] {
+            check_name(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["", "two words", "a#b", "a:b", "tok\n", "é", &"x".repeat(65)] {
+            assert_eq!(
+                check_name(bad).unwrap_err().code,
+                "invalid_token_name",
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            token_actor("ci-agent", "tok_00ff").0,
+            "token:ci-agent#tok_00ff"
+        );
+    }
+
+    #[test]
+    fn default_lifetimes() {
+        let policy = AuthConfig::default();
+        assert_eq!(lifetime_days(Scope::Provider, None, &policy), Ok(Some(90)));
+        assert_eq!(lifetime_days(Scope::Ingest, None, &policy), Ok(Some(365)));
+        assert_eq!(lifetime_days(Scope::Admin, None, &policy), Ok(Some(365)));
+        assert_eq!(lifetime_days(Scope::Metering, None, &policy), Ok(Some(365)));
+        assert_eq!(
+            lifetime_days(Scope::Provider, Some(7), &policy),
+            Ok(Some(7))
+        );
+        assert_eq!(
+            lifetime_days(Scope::Provider, Some(0), &policy)
+                .unwrap_err()
+                .code,
+            "invalid_expiry"
+        );
+        let unlimited = AuthConfig {
+            admin_token_days_default: 0,
+            metering_token_days_default: 0,
+            provider_token_days_default: 0,
+            ingest_token_days_default: 4000,
+        };
+        assert_eq!(lifetime_days(Scope::Admin, None, &unlimited), Ok(None));
+        assert_eq!(lifetime_days(Scope::Metering, None, &unlimited), Ok(None));
+        // Provider and ingest tokens always expire.
+        for scope in [Scope::Provider, Scope::Ingest] {
+            assert_eq!(
+                lifetime_days(scope, None, &unlimited).unwrap_err().code,
+                "invalid_auth_config"
+            );
+        }
+    }
+
+    #[test]
     fn provider_reads() {
         let p = |scope, provider: Option<&str>| Principal {
             token_id: "t".into(),
+            name: "n".into(),
             scope,
             provider_id: provider.map(str::to_owned),
         };

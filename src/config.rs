@@ -460,6 +460,7 @@ pub struct Config {
     pub solana: SolanaConfig,
     pub workers: WorkersConfig,
     pub control: ControlConfig,
+    pub auth: AuthConfig,
 }
 
 /// Where dual control applies (`control.enforce`).
@@ -519,6 +520,40 @@ fn de_decimal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<rust_decimal::De
             "not a decimal: {text:?} (write it as a string, e.g. \"0.92\")"
         ))
     })
+}
+
+/// API tokens (`settle token create`): the lifetime a token gets when `--expires-in-days`
+/// is not given, per scope, in days. Provider and ingest tokens always expire (1 to
+/// 3650 days); admin and metering tokens take 0 for "no expiry".
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// A provider's dashboard token (90 days).
+    pub provider_token_days_default: i64,
+    /// An agent's ingest token (365 days).
+    pub ingest_token_days_default: i64,
+    /// An operator's admin token (365 days; 0: no expiry).
+    pub admin_token_days_default: i64,
+    /// The metering pipeline's token (365 days; 0: no expiry).
+    pub metering_token_days_default: i64,
+}
+
+impl AuthConfig {
+    pub const DEFAULT_PROVIDER_TOKEN_DAYS: i64 = 90;
+    pub const DEFAULT_INGEST_TOKEN_DAYS: i64 = 365;
+    pub const DEFAULT_ADMIN_TOKEN_DAYS: i64 = 365;
+    pub const DEFAULT_METERING_TOKEN_DAYS: i64 = 365;
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            provider_token_days_default: Self::DEFAULT_PROVIDER_TOKEN_DAYS,
+            ingest_token_days_default: Self::DEFAULT_INGEST_TOKEN_DAYS,
+            admin_token_days_default: Self::DEFAULT_ADMIN_TOKEN_DAYS,
+            metering_token_days_default: Self::DEFAULT_METERING_TOKEN_DAYS,
+        }
+    }
 }
 
 /// The rail workers of `settle serve`: the outbox of created payouts is drained by a Solana

@@ -504,7 +504,7 @@ pub fn render_table(d: &DemoReport) -> String {
     let _ = writeln!(out, "  {}", d.serve);
     let _ = writeln!(
         out,
-        "  settle --database {} token create --scope admin    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary",
+        "  settle --database {} token create --scope admin --name me    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary",
         d.database
     );
     out

@@ -21,9 +21,12 @@ async fn token(w: &World, scope: Scope, provider: Option<&str>) -> String {
         &NewToken {
             scope,
             provider_id: provider.map(|p| ProviderId::parse(p).unwrap()),
+            name: format!("bank-{scope}-{}", rand::random::<u32>()),
             label: "bank test".into(),
             expires_in_days: None,
+            created_by: settle::ledger::Actor::operator("test"),
         },
+        &settle::config::AuthConfig::default(),
         w.ledger.now_ms(),
     )
     .await

@@ -67,7 +67,9 @@ impl World {
         let token = |scope: &str| {
             let (code, out, err) = run_cli(
                 &db.url,
-                &["--format", "json", "token", "create", "--scope", scope],
+                &[
+                    "--format", "json", "token", "create", "--scope", scope, "--name", scope,
+                ],
             );
             assert_eq!(code, 0, "{out}{err}");
             serde_json::from_str::<Value>(&out).unwrap()["token"]

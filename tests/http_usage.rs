@@ -135,7 +135,15 @@ async fn a_mixed_batch_gets_one_result_per_event() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(actor, format!("token:{token_id}"));
+    // The actor on the booked events names the token: `token:{name}#{token_id}`.
+    let name: String = sqlx::query("SELECT name FROM api_tokens WHERE token_id = $1")
+        .bind(&token_id)
+        .fetch_one(app.ledger.store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert!(name.starts_with("test-ingest-"), "{name}");
+    assert_eq!(actor, format!("token:{name}#{token_id}"));
 
     // Booked exactly once: 2 h at 2.49 + 2 h at 1.8 = 8.58 gross, 20 % fee.
     let admin = app.token(Scope::Admin, None).await;

@@ -154,3 +154,129 @@ fn the_treasury_key_never_appears_in_output_or_logs() {
         assert_eq!(mode & 0o077, 0, "treasury key file mode {mode:o}");
     }
 }
+
+/// The operator documents a configuration key can be read from: the runbooks, the deployment
+/// files and the README.
+fn operator_documents() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for dir in ["ops/runbooks", "ops/deploy"] {
+        let mut entries: Vec<_> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .collect();
+        entries.sort();
+        files.extend(entries);
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            (p.strip_prefix(root).unwrap().display().to_string(), text)
+        })
+        .collect()
+}
+
+/// Every configuration key the runbooks, the deployment files and the README name, as
+/// `section.key` or `SETTLE_SECTION__KEY`, exists (the key-rotation runbook once named
+/// `solana.treasury_keypair`, which does not).
+#[test]
+fn documents_name_only_configuration_keys_that_exist() {
+    let defaults = toml::Table::try_from(settle::config::Config::default()).unwrap();
+    let exists = |section: &str, key: &str| {
+        defaults
+            .get(section)
+            .and_then(|s| s.as_table())
+            .is_some_and(|s| s.contains_key(key))
+    };
+    let mut named = 0;
+    let mut unknown = Vec::new();
+    for (file, text) in operator_documents() {
+        let words = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')));
+        for word in words {
+            let word = word.trim_end_matches('.');
+            let (section, key) = if let Some(rest) = word.strip_prefix("SETTLE_") {
+                match rest.split_once("__") {
+                    Some((s, k)) if s != "SECTION" => {
+                        (s.to_ascii_lowercase(), k.to_ascii_lowercase())
+                    }
+                    _ => continue,
+                }
+            } else {
+                match word.split_once('.') {
+                    Some((s, k))
+                        if defaults.contains_key(s)
+                            && !k.is_empty()
+                            && k.chars().all(|c| {
+                                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
+                            }) =>
+                    {
+                        (s.to_owned(), k.to_owned())
+                    }
+                    _ => continue,
+                }
+            };
+            named += 1;
+            if !exists(&section, &key) {
+                unknown.push(format!("{file}: {word}"));
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "no such configuration key: {unknown:?}");
+    assert!(named >= 10, "the scan found only {named} keys");
+}
+
+/// No deployment file hard-codes a password, secret or token: compose takes each from a
+/// required variable (`${POSTGRES_PASSWORD:?…}`), a database URL's password is such a
+/// reference too, and a script computes its own.
+#[test]
+fn deployment_files_hold_no_secrets() {
+    let mut checked = 0;
+    for (file, text) in operator_documents() {
+        if !file.starts_with("ops/deploy/") || file.ends_with(".md") {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.starts_with('#') {
+                continue;
+            }
+            // KEY: value / KEY=value whose key names a password or secret.
+            if let Some((key, value)) = line.split_once([':', '=']) {
+                let key = key.trim().trim_start_matches("- ").to_ascii_uppercase();
+                let value = value.trim().trim_matches(['"', '\'']);
+                if (key.ends_with("PASSWORD") || key.ends_with("SECRET") || key.ends_with("TOKEN"))
+                    && !value.is_empty()
+                {
+                    checked += 1;
+                    // Compose: a required variable. A script may compute it (`$(…)`).
+                    let from_outside = if file.ends_with(".yaml") {
+                        value.starts_with("${") && value.contains(":?")
+                    } else {
+                        value.starts_with('$')
+                    };
+                    assert!(
+                        from_outside,
+                        "{file}:{}: {key} is hard-coded; take it from a required variable (${{{key}:?…}})",
+                        n + 1
+                    );
+                }
+            }
+            // scheme://user:password@host
+            if let Some(at) = line.find("://").map(|i| &line[i + 3..])
+                && let Some((creds, _)) = at.split_once('@')
+                && let Some((_, password)) = creds.split_once(':')
+            {
+                checked += 1;
+                assert!(
+                    password.starts_with("${") && password.contains(":?"),
+                    "{file}:{}: a URL carries the password {password:?}",
+                    n + 1
+                );
+            }
+        }
+    }
+    assert!(checked >= 2, "found only {checked} secrets to check");
+}

@@ -103,7 +103,9 @@ async fn sigterm_during_ingestion_loses_no_acknowledged_event() {
     import(&db.url, "2026-11-16T00:00:00Z", &provider_lines("srv_a"));
     let (code, out, _) = run_cli(
         &db.url,
-        &["--format", "json", "token", "create", "--scope", "metering"],
+        &[
+            "--format", "json", "token", "create", "--scope", "metering", "--name", "meter",
+        ],
     );
     assert_eq!(code, 0);
     let token = serde_json::from_str::<Value>(&out).unwrap()["token"]

@@ -402,9 +402,12 @@ async fn main() {
         &NewToken {
             scope: Scope::Admin,
             provider_id: None,
+            name: "bench-admin".into(),
             label: "bench".into(),
             expires_in_days: None,
+            created_by: settle::ledger::Actor::operator("bench"),
         },
+        &settle::config::AuthConfig::default(),
         ledger.now_ms(),
     )
     .await
@@ -416,9 +419,12 @@ async fn main() {
         &NewToken {
             scope: Scope::Provider,
             provider_id: Some(ProviderId::parse(&target).unwrap()),
+            name: "bench-provider".into(),
             label: "bench".into(),
             expires_in_days: None,
+            created_by: settle::ledger::Actor::operator("bench"),
         },
+        &settle::config::AuthConfig::default(),
         ledger.now_ms(),
     )
     .await

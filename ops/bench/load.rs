@@ -106,9 +106,12 @@ async fn main() -> anyhow::Result<()> {
         &NewToken {
             scope: Scope::Metering,
             provider_id: None,
+            name: "load-metering".into(),
             label: "load".into(),
             expires_in_days: None,
+            created_by: settle::ledger::Actor::operator("bench"),
         },
+        &settle::config::AuthConfig::default(),
         now,
     )
     .await?
@@ -118,9 +121,12 @@ async fn main() -> anyhow::Result<()> {
         &NewToken {
             scope: Scope::Admin,
             provider_id: None,
+            name: "load-admin".into(),
             label: "load-admin".into(),
             expires_in_days: None,
+            created_by: settle::ledger::Actor::operator("bench"),
         },
+        &settle::config::AuthConfig::default(),
         now,
     )
     .await?

@@ -24,9 +24,10 @@ SEED
 # A real-clock ledger, so dual control is on while fuzzing; the seed itself (a provider with a
 # payout method) is booked without approvals.
 SETTLE_CONTROL__ENFORCE=never "$BIN" --database "$db" --actor seed import "$work/seed.ndjson" >/dev/null
-token=$("$BIN" --database "$db" --format json token create --scope admin | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+token=$("$BIN" --database "$db" --format json token create --scope admin --name schemathesis | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 SETTLE_HTTP__BIND="127.0.0.1:$port" SETTLE_HTTP__METRICS_BIND="127.0.0.1:0" SETTLE_HTTP__AUTH_FAILURES_MAX=1000000 RUST_LOG=warn \
+    SETTLE_BANK__OUTBOX_DIR="$work/outbox" \
     "$BIN" --database "$db" serve --no-scheduler >"$work/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done

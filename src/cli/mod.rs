@@ -445,7 +445,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Cmd::Earnings(args) => reads::earnings(&ledger, args, cli.format, &mut stdout).await?,
         Cmd::Payouts(args) => reads::payouts(&ledger, args, cli.format, &mut stdout).await?,
-        Cmd::Token(cmd) => reads::token(&ledger, cmd, cli.format, &mut stdout).await?,
+        Cmd::Token(cmd) => {
+            reads::token(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
+        }
         Cmd::Bank(args) => {
             bank::bank_cmd(
                 &ledger,

@@ -50,20 +50,26 @@ pub struct PayoutsArgs {
 /// `settle token …`
 #[derive(Subcommand, Debug)]
 pub enum TokenCmd {
-    /// Create an API token; the token is printed once and never stored.
+    /// Create an API token; the token is printed once and never stored. The creator
+    /// (`--actor`) is recorded with it.
     Create {
         /// admin, provider, ingest or metering.
         #[arg(long)]
         scope: String,
+        /// The token's name, on every event it causes (`token:NAME#ID`): 1 to 64 letters,
+        /// digits or . _ - @, unique among live tokens.
+        #[arg(long)]
+        name: String,
         /// The provider a provider or ingest token is bound to.
         #[arg(long)]
         provider: Option<String>,
         #[arg(long, default_value = "")]
         label: String,
+        /// Lifetime, 1 to 3650 days. Default: `[auth] {scope}_token_days_default`.
         #[arg(long)]
         expires_in_days: Option<i64>,
     },
-    /// Revoke a token by its id (from `token list`).
+    /// Revoke a token by its id (from `token list`): refused from this moment on.
     Revoke { token_id: String },
     /// List tokens (never their secrets).
     List,
@@ -283,10 +289,12 @@ pub async fn balance(
     Ok(0)
 }
 
-/// `settle token create | revoke | list`
+/// `settle token create | revoke | list`; the operator (`--actor`) is recorded as the creator
+/// or revoker; `[auth]` of the configuration gives the default lifetimes.
 pub async fn token(
     ledger: &Ledger,
     command: &TokenCmd,
+    config: Option<&std::path::Path>,
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
@@ -295,17 +303,21 @@ pub async fn token(
     match command {
         TokenCmd::Create {
             scope,
+            name,
             provider,
             label,
             expires_in_days,
         } => {
+            let policy = crate::config::Config::load(config, std::env::vars())?.auth;
             let new = NewToken {
                 scope: Scope::parse(scope)?,
                 provider_id: provider.as_deref().map(ProviderId::parse).transpose()?,
+                name: name.clone(),
                 label: label.clone(),
                 expires_in_days: *expires_in_days,
+                created_by: super::cli_actor(),
             };
-            let created = auth::create_token(pool, &new, now_ms).await?;
+            let created = auth::create_token(pool, &new, &policy, now_ms).await?;
             let i = &created.info;
             match format {
                 Format::Json => writeln!(
@@ -314,15 +326,24 @@ pub async fn token(
                     serde_json::to_string_pretty(&json!({
                         "token_id": i.token_id,
                         "token": created.token,
+                        "name": i.name,
                         "scope": i.scope.as_str(),
                         "provider_id": i.provider_id,
                         "label": i.label,
                         "created_at": format_ms(i.created_at_ms),
+                        "created_by": i.created_by,
                         "expires_at": i.expires_at_ms.map(format_ms),
                     }))?
                 )?,
                 _ => {
                     writeln!(out, "token_id: {}", i.token_id)?;
+                    writeln!(out, "name: {}", i.name)?;
+                    writeln!(
+                        out,
+                        "expires_at: {}",
+                        i.expires_at_ms
+                            .map_or_else(|| "never".to_owned(), format_ms)
+                    )?;
                     writeln!(out, "token: {}", created.token)?;
                     writeln!(
                         out,
@@ -333,7 +354,7 @@ pub async fn token(
             Ok(0)
         }
         TokenCmd::Revoke { token_id } => {
-            let applied = auth::revoke_token(pool, token_id, now_ms).await?;
+            let applied = auth::revoke_token(pool, token_id, &super::cli_actor(), now_ms).await?;
             match format {
                 Format::Json => writeln!(
                     out,
@@ -348,24 +369,30 @@ pub async fn token(
             let tokens = auth::list_tokens(pool).await?;
             let mut rows = Rows::new(vec![
                 "token_id",
+                "name",
                 "scope",
                 "provider_id",
                 "label",
                 "status",
                 "created_at",
+                "created_by",
                 "expires_at",
                 "revoked_at",
+                "revoked_by",
             ]);
             for t in tokens {
                 rows.push(vec![
                     json!(t.token_id),
+                    json!(t.name),
                     json!(t.scope.as_str()),
                     json!(t.provider_id),
                     json!(t.label),
                     json!(t.status(now_ms)),
                     json!(format_ms(t.created_at_ms)),
+                    json!(t.created_by),
                     json!(t.expires_at_ms.map(format_ms)),
                     json!(t.revoked_at_ms.map(format_ms)),
+                    json!(t.revoked_by),
                 ]);
             }
             write!(out, "{}", rows.render(format))?;

@@ -31,15 +31,24 @@ use super::{admin, dashboard, usage};
         super::healthz,
         super::readyz,
     ),
-    modifiers(&BearerAuth, &Unavailable),
+    modifiers(&BankRoutes, &BearerAuth, &Unavailable),
     tags(
         (name = "usage", description = "Metered usage ingestion (ingest, metering and admin tokens)"),
         (name = "dashboard", description = "Provider earnings and payouts (the provider's own token or admin)"),
-        (name = "admin", description = "Corrections, imports and dual-control approvals (admin tokens)"),
+        (name = "admin", description = "Corrections, imports, run reports, bank batches and dual-control approvals (admin tokens)"),
         (name = "ops", description = "Health"),
     )
 )]
 pub struct ApiDoc;
+
+/// The bank routes (`/v1/admin/bank/…`, src/http/bank.rs) with their schemas.
+struct BankRoutes;
+
+impl Modify for BankRoutes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        openapi.merge(super::bank::BankApiDoc::openapi());
+    }
+}
 
 struct BearerAuth;
 

@@ -25,6 +25,13 @@ pub struct TestDb {
 impl TestDb {
     /// A fresh, migrated database for one test.
     pub async fn new() -> TestDb {
+        let db = TestDb::unmigrated().await;
+        db.migrate().await;
+        db
+    }
+
+    /// A fresh, empty database (no schema): for tests of the migrations themselves.
+    pub async fn unmigrated() -> TestDb {
         match std::env::var("SETTLE_TEST_PG_URL") {
             Ok(admin_url) if !admin_url.is_empty() => {
                 let name = format!(
@@ -46,24 +53,20 @@ impl TestDb {
                     .rsplit_once('/')
                     .map(|(b, _)| b)
                     .unwrap_or(&admin_url);
-                let db = TestDb {
+                TestDb {
                     url: format!("{base}/{name}"),
                     _dir: None,
                     pg: Some((admin_url.clone(), name)),
-                };
-                db.migrate().await;
-                db
+                }
             }
             _ => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("settle.db").display());
-                let db = TestDb {
+                TestDb {
                     url,
                     _dir: Some(dir),
                     pg: None,
-                };
-                db.migrate().await;
-                db
+                }
             }
         }
     }

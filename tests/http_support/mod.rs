@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use settle::auth::{NewToken, Scope, create_token};
-use settle::config::HttpConfig;
+use settle::config::{AuthConfig, HttpConfig};
 use settle::domain::ids::ProviderId;
 use settle::domain::time::parse_rfc3339_ms;
 use settle::http::Application;
@@ -125,14 +125,19 @@ impl TestApp {
         provider: Option<&str>,
         expires_in_days: Option<i64>,
     ) -> (String, String) {
+        static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NAMES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let created = create_token(
             self.ledger.store.pool(),
             &NewToken {
                 scope,
                 provider_id: provider.map(|p| ProviderId::parse(p).unwrap()),
+                name: format!("test-{scope}-{n}"),
                 label: "test".into(),
                 expires_in_days,
+                created_by: Actor::operator("test"),
             },
+            &AuthConfig::default(),
             self.ledger.now_ms(),
         )
         .await
