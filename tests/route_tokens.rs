@@ -189,8 +189,25 @@ const ROUTES: &[Route] = &[
         r#"{"payout_id":"po-000000000000000000000000","code":"AC04"}"#,
         Rule::AdminOnly((404, Some("unknown_payout"))),
     ),
-    // The approval routes go here, e.g.:
-    // route("GET", "/v1/admin/approvals", "", Rule::AdminOnly(OK)),
+    route("GET", "/v1/admin/approvals", "", Rule::AdminOnly(OK)),
+    route(
+        "GET",
+        "/v1/admin/approvals/{id}",
+        "",
+        Rule::AdminOnly((404, Some("unknown_approval"))),
+    ),
+    route(
+        "POST",
+        "/v1/admin/approvals/{id}/approve",
+        "",
+        Rule::AdminOnly((404, Some("unknown_approval"))),
+    ),
+    route(
+        "POST",
+        "/v1/admin/approvals/{id}/reject",
+        r#"{"reason":"route table"}"#,
+        Rule::AdminOnly((404, Some("unknown_approval"))),
+    ),
 ];
 
 /// The expected answer of `who` on a route ruled by `rule`.
@@ -469,6 +486,10 @@ async fn every_route_of_the_openapi_document_answers_each_bearer_as_scoped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_recorded_a_week_ahead_refuses_the_token_at_once() {
     let db = TestDb::new().await;
+    // A simulated-clock ledger accepts a `--now` a week ahead (a real-clock one refuses it:
+    // tests/control.rs); the server still runs on the real clock.
+    let (code, out, err) = run_cli(&db.url, &["migrate", "--simulated-clock"]);
+    assert_eq!(code, 0, "{out}{err}");
     let dir = tempfile::tempdir().unwrap();
     let (token, token_id) = create_token(
         &db,
