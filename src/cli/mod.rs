@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use crate::config::LedgerConfig;
+use crate::config::Config;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
@@ -193,8 +193,9 @@ pub fn cli_actor() -> Actor {
         .unwrap_or_else(|| Actor::operator("cli"))
 }
 
-/// Opens the store and builds the ledger with the clock `--now` asks for.
-pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
+/// Opens the store and builds the ledger with the clock `--now` asks for and the loaded
+/// configuration's `[ledger]` (and `[control]`) rules.
+pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
     let store = Store::open(&cli.database, &StoreOptions::default())
         .await
         .with_context(|| format!("opening database {}", redact(&cli.database)))?;
@@ -215,7 +216,7 @@ pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
         }
         None => Arc::new(SystemClock),
     };
-    Ok(Ledger::new(store, clock, LedgerConfig::default()))
+    Ok(Ledger::new(store, clock, config.ledger.clone()))
 }
 
 /// Hides a password in a database URL.
@@ -245,12 +246,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Cmd::Chain(cmd) = &cli.command {
         return solana::chain_cmd(cmd, cli.format).await;
     }
-    let ledger = open_ledger(&cli).await?;
+    // One loaded configuration for the ledger and the server (the other sections are read
+    // by the commands that use them, from the same file and environment).
+    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    let ledger = open_ledger(&cli, &config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
         Cmd::Demo { .. } => unreachable!("handled before opening the database"),
         Cmd::Serve { no_scheduler } => {
-            let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
             serve::serve(ledger.clone(), config, !no_scheduler).await?;
             0
         }
@@ -357,7 +360,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// `ledger.anchor_file` of the configuration, when set.
 fn anchor_file(cli: &Cli) -> anyhow::Result<Option<std::path::PathBuf>> {
-    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
+    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
     Ok(Some(config.ledger.anchor_file)
         .filter(|f| !f.is_empty())
         .map(std::path::PathBuf::from))

@@ -31,7 +31,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use settle_calendar::Calendar;
 
-use crate::config::{HttpConfig, RunConfig};
+use crate::config::{BankConfig, Config, HttpConfig, RunConfig};
 use crate::ledger::Ledger;
 use problem::Problem;
 
@@ -43,6 +43,9 @@ pub struct AppState {
     /// The run calendar and rules, for the projected next payout and run reports.
     pub calendar: Arc<Calendar>,
     pub runs: Arc<RunConfig>,
+    /// The bank rail's originator and outbox, for the bank routes (`[bank]` of the served
+    /// configuration).
+    pub bank: Arc<BankConfig>,
 }
 
 /// The API's routes on `state` (without the listener): `settle serve` may merge more.
@@ -201,6 +204,30 @@ impl Application {
         calendar: Calendar,
         runs: RunConfig,
     ) -> std::io::Result<Application> {
+        Application::build_with(config, ledger, calendar, runs, BankConfig::default()).await
+    }
+
+    /// The server of `settle serve`: `[http]`, `[runs]` and `[bank]` of the served
+    /// configuration (the ledger carries `[ledger]`), with the default platform calendar.
+    pub async fn build_served(config: &Config, ledger: Ledger) -> std::io::Result<Application> {
+        Application::build_with(
+            config.http.clone(),
+            ledger,
+            Calendar::platform_default(),
+            config.runs.clone(),
+            config.bank.clone(),
+        )
+        .await
+    }
+
+    /// Binds and builds the routes with every part of the state given.
+    pub async fn build_with(
+        config: HttpConfig,
+        ledger: Ledger,
+        calendar: Calendar,
+        runs: RunConfig,
+        bank: BankConfig,
+    ) -> std::io::Result<Application> {
         server::check_config(&config)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(&config.bind).await?;
@@ -211,6 +238,7 @@ impl Application {
             config: Arc::new(config),
             calendar: Arc::new(calendar),
             runs: Arc::new(runs),
+            bank: Arc::new(bank),
         });
         Ok(Application {
             listener,
