@@ -615,16 +615,32 @@ async fn serve_refuses_the_example_originator_unless_allowed() {
     let refused = |config: &str| {
         let path = dir.path().join("refused.toml");
         std::fs::write(&path, config).unwrap();
-        let out = Command::new(settle_bin())
+        let err_path = dir.path().join("refused.err");
+        let mut child = Command::new(settle_bin())
             .args(["--database", &db.url, "--config"])
             .arg(&path)
             .args(["serve", "--no-scheduler"])
             .env_remove("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR")
-            .output()
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
             .unwrap();
+        // A refusal is immediate; a server that started is stopped and fails the test.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("settle serve started with the example originator: {config}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+            status.code(),
+            std::fs::read_to_string(&err_path).unwrap_or_default(),
         )
     };
     // The defaults (as ops/config.example.toml ships them).
