@@ -1,7 +1,10 @@
 //! Configuration: every limit is named (`*_max`) and has a documented default.
 //! Layering (TOML file, then `SETTLE_*` environment) lives in `Config::load`.
 
+use rust_decimal::Decimal;
 use serde::Deserialize;
+
+use crate::domain::bands::{FxBand, RateBand, WithoutPriceBook};
 
 /// Limits and rules of the ledger's commands (SPEC §4).
 #[derive(Clone, Debug, Deserialize, serde::Serialize)]
@@ -37,6 +40,46 @@ pub struct LedgerConfig {
     /// machines differ a little); further is refused (`now_off_clock`), and `verify`
     /// reports events booked further ahead than this (`booked_ahead_of_clock`).
     pub clock_skew_ms: i64,
+    /// Lowest `rate_usdc_per_hour` a usage event may carry, in percent of the provider's
+    /// price-book rate for the GPU's model in force at its `started_at` (inclusive; at most
+    /// 100); below it the event is rejected with `rate_out_of_band`.
+    pub usage_rate_band_min_pct: u32,
+    /// Highest such rate, in percent of the price-book rate (inclusive; at least 100); above
+    /// it `rate_out_of_band`.
+    pub usage_rate_band_max_pct: u32,
+    /// A usage event's own rate when the price book has no rate for the GPU's model at its
+    /// `started_at`: `reject` (`rate_without_price_book`: nothing bounds it) or `accept`
+    /// (only the 10,000 USDC/h cap of every rate applies).
+    pub usage_rate_without_price_book: WithoutPriceBook,
+    /// A copy of the `[control]` section, set by [`Config::load`], for the ledger's commands
+    /// (not a key of `[ledger]`).
+    #[serde(skip)]
+    pub control: ControlConfig,
+}
+
+impl LedgerConfig {
+    pub const DEFAULT_USAGE_RATE_BAND_MIN_PCT: u32 = 50;
+    pub const DEFAULT_USAGE_RATE_BAND_MAX_PCT: u32 = 200;
+
+    /// Lifts the bands (usage rates against the price book, FX rates): for a replay on a
+    /// simulated-clock ledger, and for a command a second actor approved.
+    pub fn lift_bands(&mut self) {
+        self.usage_rate_band_min_pct = 0;
+        self.usage_rate_band_max_pct = u32::MAX;
+        self.usage_rate_without_price_book = WithoutPriceBook::Accept;
+        self.control.fx_eur_per_usd_min = Decimal::ZERO;
+        self.control.fx_eur_per_usd_max = Decimal::MAX;
+        self.control.fx_step_max_pct = u32::MAX;
+    }
+
+    /// The band of the rates sent with usage events.
+    pub fn rate_band(&self) -> RateBand {
+        RateBand {
+            min_pct: self.usage_rate_band_min_pct,
+            max_pct: self.usage_rate_band_max_pct,
+            without_price_book: self.usage_rate_without_price_book,
+        }
+    }
 }
 
 impl Default for LedgerConfig {
@@ -53,6 +96,10 @@ impl Default for LedgerConfig {
             anchor_file: String::new(),
             anchor_interval_ms: 60_000,
             clock_skew_ms: 5 * 60 * 1000,
+            usage_rate_band_min_pct: Self::DEFAULT_USAGE_RATE_BAND_MIN_PCT,
+            usage_rate_band_max_pct: Self::DEFAULT_USAGE_RATE_BAND_MAX_PCT,
+            usage_rate_without_price_book: WithoutPriceBook::Reject,
+            control: ControlConfig::default(),
         }
     }
 }
@@ -313,6 +360,11 @@ pub struct BankConfig {
     pub nacha_entry_description: String,
     /// Most payouts in one bank file; more make several files.
     pub batch_payouts_max: usize,
+    /// Let `settle serve` start with the built-in example originator (the defaults above:
+    /// a test IBAN and NACHA ids), for demos and tests only. Without it `serve` refuses to
+    /// start (`example_originator`) while any of them is unchanged: its bank routes and
+    /// bank worker would write files a bank could accept.
+    pub allow_example_originator: bool,
 }
 
 impl Default for BankConfig {
@@ -331,7 +383,44 @@ impl Default for BankConfig {
             nacha_company_id: "1123456789".to_owned(),
             nacha_entry_description: "PAYOUT".to_owned(),
             batch_payouts_max: 10_000,
+            allow_example_originator: false,
         }
+    }
+}
+
+impl BankConfig {
+    /// The keys that still hold the built-in example originator's account identifiers: the
+    /// SEPA debtor IBAN, the NACHA immediate origin and company id (names and the ODFI's
+    /// routing number are not accounts of the operator).
+    pub fn example_originator_keys(&self) -> Vec<&'static str> {
+        let example = BankConfig::default();
+        let mut keys = Vec::new();
+        if self.sepa_debtor_iban.replace(' ', "").to_ascii_uppercase() == example.sepa_debtor_iban {
+            keys.push("bank.sepa_debtor_iban");
+        }
+        if self.nacha_immediate_origin.trim() == example.nacha_immediate_origin {
+            keys.push("bank.nacha_immediate_origin");
+        }
+        if self.nacha_company_id.trim() == example.nacha_company_id {
+            keys.push("bank.nacha_company_id");
+        }
+        keys
+    }
+
+    /// Refuses the built-in example originator unless `allow_example_originator` (stable
+    /// code `example_originator`).
+    pub fn check_not_example(&self) -> Result<(), crate::domain::DomainError> {
+        let keys = self.example_originator_keys();
+        if keys.is_empty() || self.allow_example_originator {
+            return Ok(());
+        }
+        Err(crate::domain::DomainError::new(
+            "example_originator",
+            format!(
+                "{} still hold the built-in example originator: bank files written with it name an account that is not yours; set your own in [bank], or bank.allow_example_originator = true for a demo or a test",
+                keys.join(", ")
+            ),
+        ))
     }
 }
 
@@ -463,7 +552,8 @@ pub struct Config {
     pub auth: AuthConfig,
 }
 
-/// Where dual control applies (`control.enforce`).
+/// Where the production guards apply (`control.enforce`): dual control, and the bands of
+/// usage rates and FX rates (`LedgerConfig::lift_bands`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Enforce {
@@ -473,12 +563,13 @@ pub enum Enforce {
     /// demos and tests without approvals.
     #[default]
     RealClock,
-    /// Nowhere (a single-operator installation that accepts the risk).
+    /// No approvals (a single-operator installation that accepts the risk); the bands hold
+    /// everywhere, an FX rate outside its band is rejected (`fx_rate_out_of_band`).
     Never,
 }
 
 /// Dual control (src/control.rs): which commands wait for a second actor.
-#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ControlConfig {
     pub enforce: Enforce,
@@ -491,11 +582,22 @@ pub struct ControlConfig {
     pub fx_eur_per_usd_min: rust_decimal::Decimal,
     #[serde(deserialize_with = "de_decimal")]
     pub fx_eur_per_usd_max: rust_decimal::Decimal,
-    /// FX rates moving more than this percentage from the latest rate wait for approval.
-    #[serde(deserialize_with = "de_decimal")]
-    pub fx_step_max_pct: rust_decimal::Decimal,
+    /// FX rates moving more than this percentage from the latest rate wait for approval
+    /// (inclusive; the first rate is checked against the bounds only).
+    pub fx_step_max_pct: u32,
     /// Requests listed at most by one `approvals list`.
     pub list_max: i64,
+}
+
+impl ControlConfig {
+    /// The band of the EUR per USD rate.
+    pub fn fx_band(&self) -> FxBand {
+        FxBand {
+            min: self.fx_eur_per_usd_min,
+            max: self.fx_eur_per_usd_max,
+            step_max_pct: self.fx_step_max_pct,
+        }
+    }
 }
 
 impl Default for ControlConfig {
@@ -505,21 +607,31 @@ impl Default for ControlConfig {
             adjustment_approval_micro_usdc: 1_000 * 1_000_000,
             release_approval_micro_usdc: 0,
             fx_eur_per_usd_min: rust_decimal::Decimal::new(5, 1),
-            fx_eur_per_usd_max: rust_decimal::Decimal::new(2, 0),
-            fx_step_max_pct: rust_decimal::Decimal::new(10, 0),
+            fx_eur_per_usd_max: rust_decimal::Decimal::new(20, 1),
+            fx_step_max_pct: 10,
             list_max: 1_000,
         }
     }
 }
 
-/// A decimal written as a string (`"0.92"`) or an integer; never a float.
-fn de_decimal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<rust_decimal::Decimal, D::Error> {
-    let text = de_digits(d, 0)?;
-    text.parse::<rust_decimal::Decimal>().map_err(|_| {
-        serde::de::Error::custom(format!(
-            "not a decimal: {text:?} (write it as a string, e.g. \"0.92\")"
-        ))
-    })
+/// A decimal written as a string (`"0.92"`) or an integer, never a float: a TOML float is
+/// binary and would not be the number the operator wrote.
+fn de_decimal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Decimal, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum TextOrInt {
+        Text(String),
+        Int(i64),
+    }
+    match TextOrInt::deserialize(d).map_err(|_| {
+        serde::de::Error::custom("a decimal must be written as a string, e.g. \"0.5\"")
+    })? {
+        TextOrInt::Text(t) => t
+            .trim()
+            .parse::<Decimal>()
+            .map_err(|_| serde::de::Error::custom(format!("not a decimal: {t:?}"))),
+        TextOrInt::Int(i) => Ok(Decimal::from(i)),
+    }
 }
 
 /// API tokens (`settle token create`): the lifetime a token gets when `--expires-in-days`
@@ -627,9 +739,31 @@ impl Config {
             }
             table.insert(path[path.len() - 1].clone(), env_value(&value));
         }
-        toml::Value::Table(root)
+        let mut config: Config = toml::Value::Table(root)
             .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        config.check()?;
+        config.ledger.control = config.control.clone();
+        Ok(config)
+    }
+
+    /// Rules between keys that serde cannot state.
+    fn check(&self) -> Result<(), ConfigError> {
+        let l = &self.ledger;
+        if l.usage_rate_band_min_pct > 100 || l.usage_rate_band_max_pct < 100 {
+            return Err(ConfigError::Invalid(format!(
+                "ledger.usage_rate_band_min_pct ({}) must be at most 100 and ledger.usage_rate_band_max_pct ({}) at least 100: the price-book rate itself is in the band",
+                l.usage_rate_band_min_pct, l.usage_rate_band_max_pct
+            )));
+        }
+        let c = &self.control;
+        if c.fx_eur_per_usd_min <= Decimal::ZERO || c.fx_eur_per_usd_min > c.fx_eur_per_usd_max {
+            return Err(ConfigError::Invalid(format!(
+                "control.fx_eur_per_usd_min ({}) must be positive and at most control.fx_eur_per_usd_max ({})",
+                c.fx_eur_per_usd_min, c.fx_eur_per_usd_max
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -720,6 +854,81 @@ mod tests {
             r#"["10.0.0.0/40"]"#.to_owned(),
         )];
         assert!(Config::load(None, bad.into_iter()).is_err());
+    }
+
+    #[test]
+    fn bands_load_checked_and_reach_the_ledger_config() {
+        let load = |text: &str| {
+            let dir = tempfile_dir();
+            let path = dir.join("settle.toml");
+            std::fs::write(&path, text).unwrap();
+            Config::load(Some(&path), std::iter::empty())
+        };
+        let c = load(
+            "[ledger]\nusage_rate_band_max_pct = 150\nusage_rate_without_price_book = \"accept\"\n[control]\nfx_eur_per_usd_min = \"0.8\"\nfx_step_max_pct = 5\n",
+        )
+        .unwrap();
+        assert_eq!(c.ledger.usage_rate_band_max_pct, 150);
+        assert_eq!(
+            c.ledger.rate_band().without_price_book,
+            WithoutPriceBook::Accept
+        );
+        assert_eq!(c.ledger.control, c.control, "[control] reaches the ledger");
+        assert_eq!(
+            c.ledger.control.fx_band().min,
+            Decimal::new(8, 1),
+            "exact decimal"
+        );
+        assert_eq!(c.ledger.control.fx_band().step_max_pct, 5);
+        for bad in [
+            "[ledger]\nusage_rate_band_min_pct = 101\n",
+            "[ledger]\nusage_rate_band_max_pct = 99\n",
+            "[ledger]\nusage_rate_without_price_book = \"maybe\"\n",
+            "[control]\nfx_eur_per_usd_min = 0.5\n",
+            "[control]\nfx_eur_per_usd_min = \"0\"\n",
+            "[control]\nfx_eur_per_usd_min = \"3\"\n",
+            "[control]\nfx_eur_per_usd_max = \"two\"\n",
+            "[ledger]\ncontrol = 1\n",
+        ] {
+            assert!(
+                matches!(load(bad), Err(ConfigError::Invalid(_))),
+                "{bad} is refused"
+            );
+        }
+    }
+
+    #[test]
+    fn the_example_originator_is_recognised() {
+        let example = BankConfig::default();
+        assert_eq!(
+            example.example_originator_keys(),
+            [
+                "bank.sepa_debtor_iban",
+                "bank.nacha_immediate_origin",
+                "bank.nacha_company_id"
+            ]
+        );
+        assert_eq!(
+            example.check_not_example().unwrap_err().code,
+            "example_originator"
+        );
+        let spaced = BankConfig {
+            sepa_debtor_iban: "de02 1203 0000 0000 2020 51".into(),
+            nacha_immediate_origin: "1987654320".into(),
+            nacha_company_id: "1987654320".into(),
+            ..BankConfig::default()
+        };
+        assert_eq!(spaced.example_originator_keys(), ["bank.sepa_debtor_iban"]);
+        let own = BankConfig {
+            sepa_debtor_iban: "NL91ABNA0417164300".into(),
+            ..spaced.clone()
+        };
+        assert!(own.check_not_example().is_ok());
+        let allowed = BankConfig {
+            allow_example_originator: true,
+            ..BankConfig::default()
+        };
+        assert!(allowed.check_not_example().is_ok());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!   redirecting money; the provider's own change is out of this engine's reach);
 //! - `fee_schedule.set`;
 //! - `fx.rate_set` outside `control.fx_eur_per_usd_min..=max` or moving more than
-//!   `control.fx_step_max_pct` from the latest rate;
+//!   `control.fx_step_max_pct` from the latest rate (`domain::bands::fx_check`);
 //! - the release of a held payout at or above `control.release_approval_micro_usdc`.
 //!
 //! A gated command is booked as a request ([`crate::ledger::approvals`]) and answers
@@ -14,7 +14,6 @@
 //! request. An actor other than the requester approves it (the command then runs, its
 //! events naming both actors) or rejects it.
 
-use rust_decimal::Decimal;
 use serde_json::{Value, json};
 
 use crate::config::{ControlConfig, Enforce, RunConfig};
@@ -165,9 +164,14 @@ pub async fn request_for(
                 let mut conn = ledger.store.pool().acquire().await?;
                 crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?
             };
-            match fx_out_of_band(config, latest.map(|(_, r)| r), *eur_per_usd) {
-                None => None,
-                Some(why) => {
+            match crate::domain::bands::fx_check(
+                latest.map(|(_, r)| r),
+                *eur_per_usd,
+                &config.fx_band(),
+            ) {
+                Ok(()) => None,
+                Err(why) => {
+                    let why = why.message;
                     let mut line = json!({"type": "fx.rate_set", "eur_per_usd": eur_per_usd.normalize().to_string()});
                     if let Some(id) = fx_id {
                         line["fx_id"] = json!(id.as_str());
@@ -194,31 +198,6 @@ fn method_kind(method: Option<&crate::domain::event::PayoutMethod>) -> &'static 
         Some(PayoutMethod::Ach { .. }) => "ach",
         None => "no",
     }
-}
-
-/// Why an FX rate needs a second look: outside the configured band, or a step from the
-/// latest rate larger than `fx_step_max_pct`. `None` when it is within both.
-pub fn fx_out_of_band(
-    config: &ControlConfig,
-    latest: Option<Decimal>,
-    rate: Decimal,
-) -> Option<String> {
-    if rate < config.fx_eur_per_usd_min || rate > config.fx_eur_per_usd_max {
-        return Some(format!(
-            "outside the band {}..={}",
-            config.fx_eur_per_usd_min, config.fx_eur_per_usd_max
-        ));
-    }
-    let latest = latest.filter(|l| *l > Decimal::ZERO)?;
-    let step_pct = ((rate - latest).abs() * Decimal::from(100)) / latest;
-    (step_pct > config.fx_step_max_pct).then(|| {
-        format!(
-            "a step of {}% from the latest rate {} (more than {}%)",
-            step_pct.round_dp(2),
-            latest.normalize(),
-            config.fx_step_max_pct
-        )
-    })
 }
 
 /// Runs a command, or books the request it needs (see the module docs).
@@ -305,7 +284,10 @@ pub async fn approve(
     let row = ledger.approval(approval_id).await?;
     Ledger::check_decider(&row, actor)?;
     let on_behalf = Actor(format!("{} approved by {}", row.requested_by, actor.0));
-    let applied = execute(ledger, runs, &row, &on_behalf).await?;
+    // What the approver looked at may lie outside a band (that is why it waited).
+    let mut approved = ledger.clone();
+    approved.config.lift_bands();
+    let applied = execute(&approved, runs, &row, &on_behalf).await?;
     let row = ledger
         .decide_approval(approval_id, true, None, actor)
         .await?;

@@ -389,11 +389,32 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
             "balances": balances,
         }),
         bank_files,
-        serve: format!("settle --database {url} serve"),
+        serve: format!(
+            "settle --database {url} --config {} serve",
+            write_serve_config(&dir, &bank_config)?.display()
+        ),
     };
     ledger.store.close().await;
     drop(chain);
     Ok(demo)
+}
+
+/// Writes `DIR/settle.toml` for `settle serve` over the demo's data: its bank outbox, and
+/// the built-in example originator allowed (`settle serve` refuses it otherwise: a demo's
+/// bank files are samples, never for a bank).
+fn write_serve_config(dir: &Path, bank: &BankConfig) -> anyhow::Result<PathBuf> {
+    let mut section = toml::Table::new();
+    section.insert("outbox_dir".into(), bank.outbox_dir.clone().into());
+    section.insert("allow_example_originator".into(), true.into());
+    let mut root = toml::Table::new();
+    root.insert("bank".into(), section.into());
+    let path = dir.join("settle.toml");
+    let text = format!(
+        "# settle serve over the demo's data (settle demo writes this file).\n{}",
+        toml::to_string(&root)?
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 /// Renders the report for a terminal.

@@ -42,8 +42,9 @@ async fn serve(w: &World) -> String {
         calendar: Arc::new(Calendar::platform_default()),
         runs: Arc::new(RunConfig::default()),
         control: Arc::new(settle::config::ControlConfig::default()),
+        bank: Arc::new(w.bank.clone()),
     };
-    let app = settle::http::bank::routes_with(w.bank.clone()).with_state(state);
+    let app = settle::http::bank::routes().with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });

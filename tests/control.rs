@@ -390,6 +390,12 @@ async fn payout_method_fee_and_fx_changes_wait_and_a_rejection_sticks() {
     assert_eq!(again["lines"][0]["code"], "approval_rejected", "{again}");
     let fx = actors_of(&db, "fx.rate_set").await;
     assert_eq!(fx.len(), 2, "only 0.92 and 0.93 are booked: {fx:?}");
+    // Approved, the 1.20 (outside the step) is booked: the approver lifted its band.
+    let step_id = report["lines"][5]["approval_id"].as_str().unwrap();
+    let (code, decided, stderr) = approve(&db.url, "bob", step_id);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    assert_eq!(decided[0]["result"], "accepted", "{decided}");
+    assert_eq!(actors_of(&db, "fx.rate_set").await.len(), 3);
     let (code, v) = verify(&db.url);
     assert_eq!(code, 0, "{v}");
 }

@@ -301,6 +301,8 @@ impl World {
                 format!("127.0.0.1:{metrics_port}"),
             )
             .env("RUST_LOG", "info")
+            // The bank routes write files with the built-in example originator: a test.
+            .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());

@@ -30,6 +30,8 @@ use sqlx::Row;
 
 /// Providers: enough that a random kill lands in the middle of a run.
 const PROVIDERS: usize = 200;
+/// Each provider's price-book rate and the rate its usage is sent at, by `i % 4`.
+const RATES: [&str; 4] = ["2.49", "31", "17.999999", "12"];
 /// Kills per named failpoint, and random kills, at least.
 const KILLS_PER_FAILPOINT: usize = 5;
 const RANDOM_KILLS_MIN: usize = 50;
@@ -62,6 +64,11 @@ fn setup_lines() -> Vec<String> {
         ));
         lines.push(format!(
             r#"{{"type":"gpu.register","gpu_id":"{p}-g0","provider_id":"{p}","model":"H100-80GB"}}"#
+        ));
+        // The price book the usage rates are checked against (SPEC §2).
+        lines.push(format!(
+            r#"{{"type":"rate.set","provider_id":"{p}","model":"H100-80GB","rate_usdc_per_hour":"{}","effective_from":"2026-01-01T00:00:00Z"}}"#,
+            RATES[i % 4]
         ));
         if i % 13 == 0 {
             lines.push(format!(
@@ -101,7 +108,7 @@ fn round_lines(round: usize, run_date: NaiveDate) -> Vec<String> {
             r#"{{"type":"usage","event_id":"u-{round}-{i}","provider_id":"{p}","gpu_id":"{p}-g0","started_at":"{}","ended_at":"{}","rate_usdc_per_hour":"{}"}}"#,
             format_ms(start),
             format_ms(start + minutes * 60_000),
-            ["2.49", "31", "17.999999", "12"][i % 4]
+            RATES[i % 4]
         ));
         if i % 23 == 0 && round % 3 == 1 {
             lines.push(format!(

@@ -113,6 +113,8 @@ impl World {
                 format!("127.0.0.1:{metrics_port}"),
             )
             .env("RUST_LOG", "info")
+            // The bank routes write files with the built-in example originator: a test.
+            .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in env {
@@ -661,6 +663,7 @@ async fn metrics_are_on_their_own_listener_or_behind_the_token() {
             .env("SETTLE_HTTP__BIND", "127.0.0.1:0")
             .env("SETTLE_HTTP__METRICS_BIND", "")
             .env("SETTLE_HTTP__METRICS_TOKEN", "short")
+            .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
             .output()
             .unwrap();
         (

@@ -166,7 +166,8 @@ async fn metering_may_send_rates_for_any_gpu_and_other_scopes_may_not_send() {
         "2026-11-24T10:00:00Z",
         "2026-11-24T11:00:00Z",
     );
-    e["rate_usdc_per_hour"] = json!("10.000000");
+    // An agreed rate within the band around prv_b's price book (3 USDC/h: 1.5 to 6).
+    e["rate_usdc_per_hour"] = json!("5.000000");
     let body: Value = app
         .post(
             Some(&metering),
@@ -185,7 +186,7 @@ async fn metering_may_send_rates_for_any_gpu_and_other_scopes_may_not_send() {
             "/v1/providers/prv_b/earnings?from=2026-11-24&to=2026-11-25",
         )
         .await;
-    assert_eq!(earnings["totals"]["gross_usdc"], "10.000000");
+    assert_eq!(earnings["totals"]["gross_usdc"], "5.000000");
 
     let provider = app.token(Scope::Provider, Some("prv_b")).await;
     let batch = json!({"events": []}).to_string();

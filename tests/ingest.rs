@@ -94,6 +94,16 @@ fn usage(
     }
 }
 
+/// `ledger` with the price-book band of event rates opened wide (0 % to u32::MAX %, any rate
+/// without a price book accepted), for the tests of pricing arithmetic at extreme rates.
+fn without_band(ledger: &Ledger) -> Ledger {
+    let mut wide = ledger.clone();
+    wide.config.usage_rate_band_min_pct = 0;
+    wide.config.usage_rate_band_max_pct = u32::MAX;
+    wide.config.usage_rate_without_price_book = settle::domain::bands::WithoutPriceBook::Accept;
+    wide
+}
+
 async fn ingest(ledger: &Ledger, inputs: &[UsageInput], scope: &SenderScope) -> Vec<UsageResult> {
     let results = ledger
         .ingest_usage(inputs, scope, &actor())
@@ -706,6 +716,27 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
             "rate_not_allowed",
         ),
         (
+            "rate above twice the price book (2.49)",
+            with(&|u| u.rate_usdc_per_hour = Some("4.980001".into())),
+            &m,
+            "rate_out_of_band",
+        ),
+        (
+            "rate below half the price book",
+            with(&|u| u.rate_usdc_per_hour = Some("1.244999".into())),
+            &m,
+            "rate_out_of_band",
+        ),
+        (
+            "rate for a model without a price-book rate",
+            with(&|u| {
+                u.gpu_id = Some("prv_a-l4".into());
+                u.rate_usdc_per_hour = Some("0.44".into());
+            }),
+            &m,
+            "rate_without_price_book",
+        ),
+        (
             "ingest token of another provider",
             with(&|u| {
                 u.provider_id = Some("prv_b".into());
@@ -965,8 +996,11 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
             &m,
         ),
     ];
+    // `Rate`'s own bounds (0.000001 and 10000) lie far outside the price-book band
+    // (tests/bands.rs): they are accepted with the band opened wide.
+    let wide = without_band(&ledger);
     for (what, input, scope) in &boundaries {
-        let results = ingest(&ledger, std::slice::from_ref(input), scope).await;
+        let results = ingest(&wide, std::slice::from_ref(input), scope).await;
         assert_eq!(outcomes(&results), ["accepted"], "{what}: {results:?}");
     }
     assert_eq!(booked_usage_ids(&ledger).await.len(), boundaries.len());
@@ -1169,6 +1203,8 @@ struct Expect(&'static str, &'static str, i64, i64);
 async fn pricing_end_to_end_matches_an_independent_integer_computation() {
     let db = TestDb::new().await;
     let (ledger, clock) = db.ledger_at("2026-11-19T00:00:00Z").await;
+    // Extreme agreed rates (6770.50125, 0.000007) exercise the arithmetic, not the band.
+    let ledger = without_band(&ledger);
     let p = "prv_p";
     import_lines(
         &ledger,
@@ -1650,10 +1686,12 @@ async fn concurrent_senders_book_every_event_exactly_once() {
         for g in 0..GPUS {
             for n in 0..EVENTS_PER_GPU {
                 let (s, e) = (start + n as i64 * 420_000, start + (n as i64 + 1) * 420_000);
+                // Agreed rates 1.3 to about 1.9 USDC/h: within the band around the
+                // book's 2.49 (1.245 to 4.98).
                 let rate_micro = if n % 2 == 0 {
                     2_490_000
                 } else {
-                    1_000_000 + (p * 7919 + g * 104_729 + n * 31) as i64
+                    1_300_000 + (p * 7919 + g * 104_729 + n * 31) as i64
                 };
                 let rate =
                     (n % 2 == 1).then(|| settle::domain::money::format_micro_usdc(rate_micro));

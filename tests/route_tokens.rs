@@ -282,6 +282,7 @@ impl Server {
             // Hundreds of deliberate 401s from one address: the limiter is not under test.
             .env("SETTLE_HTTP__AUTH_FAILURES_MAX", "1000000")
             .env("SETTLE_BANK__OUTBOX_DIR", dir.join("outbox"))
+            .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

@@ -78,6 +78,7 @@ async fn a_tier_change_in_the_registration_millisecond_keeps_the_registration_ti
         r#"{"type":"provider.register","provider_id":"prv_t","name":"T","email":"t@x.test","tier":"community","schedule":"weekly"}"#,
         r#"{"type":"provider.update","provider_id":"prv_t","tier":"enterprise"}"#,
         r#"{"type":"gpu.register","gpu_id":"gpu_t","provider_id":"prv_t","model":"H100-80GB"}"#,
+        r#"{"type":"rate.set","provider_id":"prv_t","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}"#,
         r#"{"type":"usage","event_id":"before","provider_id":"prv_t","gpu_id":"gpu_t","started_at":"2026-11-23T10:00:00Z","ended_at":"2026-11-23T11:00:00Z","rate_usdc_per_hour":"2.49"}"#,
     ] {
         assert_eq!(import_line(&ledger, line).await, "accepted", "{line}");

@@ -26,6 +26,7 @@ async fn injection_strings_in_every_text_field_are_data() {
         lines.push(json!({"type": "provider.register", "provider_id": p, "name": evil, "email": format!("a{i}@x.test"), "tier": "community", "schedule": "weekly",
             "payout_method": {"kind": "sepa", "iban": "DE89370400440532013000", "holder": format!("Holder {i} O'Brien")}}));
         lines.push(json!({"type": "gpu.register", "gpu_id": format!("{p}-g"), "provider_id": p, "model": "H100-80GB"}));
+        lines.push(json!({"type": "rate.set", "provider_id": p, "model": "H100-80GB", "rate_usdc_per_hour": "2.49", "effective_from": "2026-01-01T00:00:00Z"}));
         lines.push(json!({"type": "usage", "event_id": format!("{p}-u"), "provider_id": p, "gpu_id": format!("{p}-g"), "started_at": "2026-11-23T10:00:00Z", "ended_at": "2026-11-23T11:00:00Z", "rate_usdc_per_hour": "2.49"}));
         lines.push(json!({"type": "usage.void", "event_id": format!("{p}-u"), "reason": evil}));
         lines.push(json!({"type": "adjustment", "adjustment_id": format!("adj-{i}"), "provider_id": p, "amount_usdc": "1.000000", "reason": evil, "reference": evil}));

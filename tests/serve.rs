@@ -35,6 +35,8 @@ fn start_serve(url: &str, port: u16, scheduler: bool) -> Child {
         // Several servers at once: each its own metrics port.
         .env("SETTLE_HTTP__METRICS_BIND", "127.0.0.1:0")
         .env("RUST_LOG", "warn")
+        // The bank routes write files with the built-in example originator: a test.
+        .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -121,6 +121,10 @@ impl Sim {
             lines.push(format!(
                 r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
             ));
+            // The metering sends the price-book rate (within the usage band).
+            lines.push(format!(
+                r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}}"#
+            ));
             providers.push(SimProvider {
                 id,
                 wallet,

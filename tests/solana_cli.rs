@@ -51,6 +51,8 @@ async fn the_local_chain_command_serves_a_funded_treasury_until_sigterm() {
         ),
         r#"{"type":"gpu.register","gpu_id":"cli1-g0","provider_id":"cli1","model":"H100-80GB"}"#
             .to_owned(),
+        r#"{"type":"rate.set","provider_id":"cli1","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}"#
+            .to_owned(),
         r#"{"type":"usage","event_id":"cli1-u0","provider_id":"cli1","gpu_id":"cli1-g0","started_at":"2026-11-18T00:00:00Z","ended_at":"2026-11-18T12:00:00Z","rate_usdc_per_hour":"3.6"}"#
             .to_owned(),
     ] {

@@ -155,6 +155,7 @@ async fn pay_reconcile_and_serve_do_not_start_with_a_wrong_mint() {
         .env("SETTLE_HTTP__BIND", "127.0.0.1:0")
         .env("SETTLE_HTTP__METRICS_BIND", "127.0.0.1:0")
         .env("SETTLE_WORKERS__SOLANA_ENABLED", "true")
+        .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
         .env("SETTLE_WORKERS__SOLANA_INTERVAL_MS", "50")
         .env("SETTLE_SOLANA__RPC_URL", &w.dev.url)
         .env("SETTLE_SOLANA__MINT", &mint)

@@ -24,9 +24,10 @@ use std::time::Instant;
 use settle::config::LedgerConfig;
 use settle::domain::event::{PayoutMethod, Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
+use settle::domain::money::Rate;
 use settle::domain::time::{format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::registry::{RegisterGpu, RegisterProvider};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
 use settle::ledger::runs::{RunConfig, weekly_key};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::{Store, StoreOptions};
@@ -231,13 +232,26 @@ async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>) {
             .register_gpu(
                 &RegisterGpu {
                     gpu_id: GpuId::parse(&format!("{}-g0", pid(p))).unwrap(),
-                    provider_id,
+                    provider_id: provider_id.clone(),
                     model: GpuModel::parse("H100-80GB").unwrap(),
                 },
                 &operator,
             )
             .await
             .expect("register gpu");
+        // The price book the usage rate is checked against (SPEC §2).
+        ledger
+            .set_rate(
+                &SetRate {
+                    provider_id,
+                    model: GpuModel::parse("H100-80GB").unwrap(),
+                    rate: Rate::parse("40").unwrap(),
+                    effective_from_ms: parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap(),
+                },
+                &operator,
+            )
+            .await
+            .expect("set rate");
         let results = ledger
             .ingest_usage(
                 &[UsageInput {

@@ -122,6 +122,10 @@ async fn bench(args: Args) {
         lines.push(format!(
             r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
         ));
+        // The price book the usage rate is checked against (SPEC §2).
+        lines.push(format!(
+            r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}}"#
+        ));
         let gross = 40_000_000 + (i as i64 % 1000) * 7_919;
         usage.push(UsageInput {
             event_id: Some(format!("{id}-u0")),

@@ -26,6 +26,8 @@ SEED
 SETTLE_CONTROL__ENFORCE=never "$BIN" --database "$db" --actor seed import "$work/seed.ndjson" >/dev/null
 token=$("$BIN" --database "$db" --format json token create --scope admin --name schemathesis | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# A fuzzing server: the built-in example bank originator is allowed (serve refuses it otherwise).
+SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR=true SETTLE_BANK__OUTBOX_DIR="$work/outbox" \
 SETTLE_HTTP__BIND="127.0.0.1:$port" SETTLE_HTTP__METRICS_BIND="127.0.0.1:0" SETTLE_HTTP__AUTH_FAILURES_MAX=1000000 RUST_LOG=warn \
     SETTLE_BANK__OUTBOX_DIR="$work/outbox" \
     "$BIN" --database "$db" serve --no-scheduler >"$work/serve.log" 2>&1 &

@@ -137,6 +137,11 @@ pub async fn bank_cmd(
     let pool = ledger.store.pool();
     match &args.cmd {
         BankCmd::Generate => {
+            // `settle serve` refuses the example originator; here an operator is at the
+            // keyboard, so it is a warning on stderr before any file is written.
+            if let Err(e) = config.check_not_example() {
+                eprintln!("warning: {e}");
+            }
             let report = match bank::generate_batches(ledger, &config, &cli_actor()).await {
                 Ok(r) => r,
                 Err(e) => return rejected(e),

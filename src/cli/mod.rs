@@ -16,6 +16,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
+use crate::config::Config;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
@@ -230,12 +231,11 @@ fn may_book(cmd: &Cmd) -> bool {
 ///   off the clock for a command that may book.
 /// - An undecided ledger (new, or created before clock modes) is fixed by its first
 ///   command that may book: with `--now` simulated, without real.
-pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
+pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
     let store = Store::open(&cli.database, &StoreOptions::default())
         .await
         .with_context(|| format!("opening database {}", redact(&cli.database)))?;
     store.migrate().await.context("migrating the database")?;
-    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?.ledger;
     let now = match &cli.now {
         Some(text) => Some(parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?),
         None => None,
@@ -293,7 +293,7 @@ pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
         (_, None) => Arc::new(SystemClock),
         (Some(ClockMode::Simulated) | None, Some(now)) => manual(now).await?,
         (Some(ClockMode::Real), Some(now)) => {
-            let skew = config.clock_skew_ms;
+            let skew = config.ledger.clock_skew_ms;
             let ahead = now - real_now > skew;
             if ahead || (may_book(&cli.command) && (now - real_now).abs() > skew) {
                 bail!(
@@ -316,7 +316,15 @@ pub async fn open_ledger(cli: &Cli) -> anyhow::Result<Ledger> {
             }
         }
     };
-    Ok(Ledger::new(store, clock, config))
+    let mut ledger_config = config.ledger.clone();
+    if mode != Some(ClockMode::Real) && config.control.enforce == crate::config::Enforce::RealClock
+    {
+        // A replay (simulated clock) books history as it was: with control.enforce =
+        // "real_clock" the bands hold on real-clock ledgers only ("always" and "never"
+        // keep them everywhere).
+        ledger_config.lift_bands();
+    }
+    Ok(Ledger::new(store, clock, ledger_config))
 }
 
 /// Hides a password in a database URL.
@@ -346,12 +354,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Cmd::Chain(cmd) = &cli.command {
         return solana::chain_cmd(cmd, cli.format).await;
     }
-    let ledger = open_ledger(&cli).await?;
+    // One loaded configuration for the ledger and the server (the other sections are read
+    // by the commands that use them, from the same file and environment).
+    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    let ledger = open_ledger(&cli, &config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
         Cmd::Demo { .. } => unreachable!("handled before opening the database"),
         Cmd::Serve { no_scheduler } => {
-            let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
             serve::serve(ledger.clone(), config, !no_scheduler).await?;
             0
         }
@@ -474,7 +484,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// `ledger.anchor_file` of the configuration, when set.
 fn anchor_file(cli: &Cli) -> anyhow::Result<Option<std::path::PathBuf>> {
-    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
+    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
     Ok(Some(config.ledger.anchor_file)
         .filter(|f| !f.is_empty())
         .map(std::path::PathBuf::from))

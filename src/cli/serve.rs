@@ -188,7 +188,16 @@ async fn anchor_pass(ledger: &Ledger, path: &std::path::Path) {
 }
 
 /// Runs the service until a shutdown signal.
+///
+/// Refuses to start (`example_originator`) while `[bank]` holds the built-in example
+/// originator, unless `bank.allow_example_originator`: the bank routes are always served
+/// and the bank worker may be on, so a served process can always write bank files, and a
+/// file naming the example account must never reach a bank.
 pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> anyhow::Result<()> {
+    config
+        .bank
+        .check_not_example()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

@@ -3,6 +3,7 @@
 //!
 //! Invariant: nothing in here imports sqlx, tokio, axum or the Solana crates.
 
+pub mod bands;
 pub mod decision;
 pub mod event;
 pub mod ids;

@@ -5,9 +5,9 @@
 //! Generating writes files into the outbox; no money moves inside a request: the files go
 //! to the bank outside the engine.
 //!
-//! The bank configuration comes from an `Extension<Arc<BankConfig>>` on the router when
-//! one is layered (`routes_with`), otherwise from the `SETTLE_BANK__*` environment over
-//! the defaults.
+//! The bank configuration is the state's (`AppState::bank`): `settle serve` gives it the
+//! `[bank]` section of its `--config` file with the `SETTLE_BANK__*` overrides, and refuses
+//! to start while it holds the built-in example originator (`example_originator`).
 
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
@@ -23,7 +23,7 @@ use super::AppState;
 use super::extract::{Auth, Page, Q, RawBody, page_of};
 use super::problem::Problem;
 use crate::auth::Scope;
-use crate::config::{BankConfig, Config};
+use crate::config::BankConfig;
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
 use crate::ledger::LedgerError;
@@ -41,11 +41,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/admin/bank/returns", post(post_return))
 }
 
-/// The bank routes with an explicit configuration.
-pub fn routes_with(config: BankConfig) -> Router<AppState> {
-    routes().layer(Extension(Arc::new(config)))
-}
-
 /// The OpenAPI paths of the bank routes (merge into the API document).
 #[derive(OpenApi)]
 #[openapi(paths(
@@ -59,21 +54,9 @@ pub fn routes_with(config: BankConfig) -> Router<AppState> {
 ))]
 pub struct BankApiDoc;
 
-type BankCfg = Option<Extension<Arc<BankConfig>>>;
-
-fn bank_config(ext: BankCfg) -> Result<Arc<BankConfig>, Problem> {
-    match ext {
-        Some(Extension(c)) => Ok(c),
-        None => Config::load(None, std::env::vars())
-            .map(|c| Arc::new(c.bank))
-            .map_err(|e| {
-                Problem::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "invalid_bank_config",
-                    e.to_string(),
-                )
-            }),
-    }
+/// The served bank configuration.
+fn bank_config(state: &AppState) -> Arc<BankConfig> {
+    state.bank.clone()
 }
 
 impl From<BankError> for Problem {
@@ -221,11 +204,10 @@ pub struct GenerateResponse {
 )]
 pub async fn generate(
     State(state): State<AppState>,
-    cfg: BankCfg,
     auth: Auth,
 ) -> Result<Json<GenerateResponse>, Problem> {
     let principal = auth.require(&[Scope::Admin])?;
-    let config = bank_config(cfg)?;
+    let config = bank_config(&state);
     let report = bank::generate_batches(&state.ledger, &config, &principal.actor()).await?;
     Ok(Json(GenerateResponse {
         batches: report
@@ -337,12 +319,11 @@ fn unknown(id: &str) -> Problem {
 )]
 pub async fn batch_file(
     State(state): State<AppState>,
-    cfg: BankCfg,
     auth: Auth,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     auth.require(&[Scope::Admin])?;
-    let config = bank_config(cfg)?;
+    let config = bank_config(&state);
     let originator = Originator::parse(&config).map_err(BankError::from)?;
     let (b, file) = bank::regenerate(&state.ledger, &originator, &id).await?;
     let content_type = match b.rail {

@@ -31,7 +31,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use settle_calendar::Calendar;
 
-use crate::config::{HttpConfig, RunConfig};
+use crate::config::{BankConfig, HttpConfig, RunConfig};
 use crate::ledger::Ledger;
 use problem::Problem;
 
@@ -45,6 +45,9 @@ pub struct AppState {
     pub runs: Arc<RunConfig>,
     /// Dual control (`[control]`): which admin commands wait for a second actor.
     pub control: Arc<crate::config::ControlConfig>,
+    /// The bank rail's originator and outbox, for the bank routes (`[bank]` of the served
+    /// configuration).
+    pub bank: Arc<BankConfig>,
 }
 
 /// The API's routes on `state` (without the listener): `settle serve` may merge more.
@@ -215,6 +218,7 @@ impl Application {
             calendar: Arc::new(Calendar::platform_default()),
             runs: Arc::new(config.runs.clone()),
             control: Arc::new(config.control.clone()),
+            bank: Arc::new(config.bank.clone()),
         });
         Ok(Application {
             listener,

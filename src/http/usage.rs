@@ -33,7 +33,8 @@ pub struct UsageEvent {
     /// RFC 3339, after `started_at`, at most 7 days later.
     pub ended_at: String,
     /// The agreed rate, USDC per GPU-hour (decimal string). `metering` and `admin` tokens
-    /// only; without it the provider's price book applies.
+    /// only; without it the provider's price book applies. It must lie within the configured
+    /// band around the price-book rate at `started_at` (default half to twice).
     pub rate_usdc_per_hour: Option<String>,
 }
 
@@ -58,8 +59,9 @@ pub struct UsageEventResult {
     pub status: String,
     /// Rejections: `malformed_event`, `conflict`, `overlapping_usage`, `unknown_gpu`,
     /// `gpu_provider_mismatch`, `forbidden_provider`, `rate_not_allowed`, `invalid_interval`,
-    /// `interval_too_long`, `in_future`, `too_late`, `no_rate`, `missing_field`,
-    /// `invalid_*`, …
+    /// `interval_too_long`, `in_future`, `too_late`, `no_rate`, `rate_out_of_band` (the
+    /// event's rate outside `ledger.usage_rate_band_min_pct..=usage_rate_band_max_pct` of the
+    /// price book at `started_at`), `rate_without_price_book`, `missing_field`, `invalid_*`, …
     pub code: Option<String>,
     pub message: Option<String>,
 }

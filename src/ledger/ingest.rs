@@ -12,6 +12,7 @@ use sqlx::Row;
 
 use super::{Actor, Ledger, LedgerError, content_hash};
 use crate::domain::DomainError;
+use crate::domain::bands::{RateBand, rate_check};
 use crate::domain::event::*;
 use crate::domain::ids::{EventId, GpuId, ProviderId, RentalId};
 use crate::domain::money::Rate;
@@ -254,11 +255,12 @@ impl Ledger {
     ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
         let streams: Vec<String> = groups.iter().map(|(p, _)| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+        let band = self.config.rate_band();
         let mut attempt: u32 = 0;
         loop {
             let result = async {
                 let mut tx = self.store.begin_streams(&names).await?;
-                let booked = book_groups(&mut tx, groups, actor, now_ms).await?;
+                let booked = book_groups(&mut tx, groups, &band, actor, now_ms).await?;
                 tx.commit().await?;
                 Ok::<_, LedgerError>(booked)
             }
@@ -339,9 +341,14 @@ async fn load_contexts(
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams: the idempotency check, the overlap check
 /// and the append are atomic. The reads are done for all providers at once.
+///
+/// An event's own rate must lie in `band` around the price-book rate of its GPU's model at
+/// its `started_at`: the price books are read once per batch with the tier histories, so
+/// the check costs one in-memory look-up per event.
 async fn book_groups(
     tx: &mut WriteTx,
     groups: &[(String, Vec<Parsed>)],
+    band: &RateBand,
     actor: &Actor,
     now_ms: i64,
 ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
@@ -536,7 +543,19 @@ async fn book_groups(
                 .get(provider_id.as_str())
                 .expect("a context per provider with candidates");
             let (rate, rate_source) = match e.rate {
-                Some(rate) => (rate, "event"),
+                Some(rate) => {
+                    // Usage cannot mint money: the sent rate stays near the price book.
+                    if let Err(error) =
+                        rate_check(rate, ctx.prices.rate_at(model, e.started_at_ms), band)
+                    {
+                        out.push((
+                            e.index,
+                            UsageResult::rejected(Some(e.event_id.clone()), error),
+                        ));
+                        continue;
+                    }
+                    (rate, "event")
+                }
                 None => match ctx.prices.rate_at(model, e.started_at_ms) {
                     Some(rate) => (rate, "price_book"),
                     None => {

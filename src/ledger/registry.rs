@@ -356,6 +356,10 @@ impl Ledger {
     /// other rate: a conflict). Without a key, the rate already in force is a duplicate, so
     /// replaying an old line never makes a stale rate fresh again; to re-confirm an
     /// unchanged rate, give the line a new `fx_id`.
+    ///
+    /// A rate outside `[control]` `fx_eur_per_usd_min..=fx_eur_per_usd_max`, or more than
+    /// `fx_step_max_pct` percent away from the rate in force, is rejected with
+    /// `fx_rate_out_of_band` (see `domain::bands::fx_check`).
     pub async fn set_fx_rate(
         &self,
         eur_per_usd: rust_decimal::Decimal,
@@ -373,19 +377,20 @@ impl Ledger {
         let hash = content_hash(&format!("fx|{rate_text}"));
         let now = self.now_ms();
         crate::write_stream!(self, PLATFORM_STREAM, |tx| {
-            match &key {
-                Some(key) => {
-                    if let Some(stored) = find_idem(tx, key).await? {
-                        return duplicate_or_conflict(&stored, &hash, &format!("FX rate {key}"));
-                    }
-                }
-                None => {
-                    let latest = super::runs::latest_fx_rate(tx.conn(), i64::MAX).await?;
-                    if latest.is_some_and(|(_, l)| l.normalize() == eur_per_usd.normalize()) {
-                        return Ok(Applied::Duplicate);
-                    }
-                }
+            if let Some(key) = &key
+                && let Some(stored) = find_idem(tx, key).await?
+            {
+                return duplicate_or_conflict(&stored, &hash, &format!("FX rate {key}"));
             }
+            let latest = super::runs::latest_fx_rate(tx.conn(), i64::MAX)
+                .await?
+                .map(|(_, l)| l);
+            if key.is_none() && latest.is_some_and(|l| l.normalize() == eur_per_usd.normalize()) {
+                return Ok(Applied::Duplicate);
+            }
+            // A typo ("92" for "0.92") never pays: the rate stays in its band and near the
+            // rate in force, read under the platform stream's lock.
+            crate::domain::bands::fx_check(latest, eur_per_usd, &self.config.control.fx_band())?;
             tx.append(NewEvent {
                 body: EventBody::FxRateSet(FxRateSet {
                     eur_per_usd: rate_text.clone(),

@@ -94,6 +94,8 @@ impl World {
                 r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"{schedule}"{method}}}"#
             ),
             format!(r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#),
+            // The price book the usage rate of `earn` is checked against (SPEC §2).
+            format!(r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}}"#),
         ])
         .await;
     }

@@ -124,6 +124,10 @@ impl World {
             lines.push(format!(
                 r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
             ));
+            // The price book the usage rate is checked against (SPEC §2).
+            lines.push(format!(
+                r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}}"#
+            ));
             // 3.6 USDC/h = 1 µUSDC per millisecond.
             let gross = 40_000_000 + 7_919 * i as i64;
             usage.push(UsageInput {
