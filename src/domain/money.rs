@@ -201,6 +201,9 @@ mod tests {
         assert_eq!(format_micro_usdc(0), "0.000000");
         assert_eq!(format_cents(1234), "12.34");
         assert_eq!(format_cents(5), "0.05");
+        assert_eq!(format_cents(0), "0.00");
+        assert_eq!(format_cents(-1234), "-12.34");
+        assert_eq!(format_cents(-5), "-0.05");
     }
 
     #[test]
@@ -217,7 +220,11 @@ mod tests {
             Rate::parse("10000").unwrap().micro_usdc_per_hour(),
             10_000_000_000
         );
+        assert_eq!(Rate::parse("2.49").unwrap().to_canonical(), "2.490000");
+        assert_eq!(Rate::parse("0.000001").unwrap().to_string(), "0.000001");
         for bad in [
+            ".5",
+            "5.",
             "0",
             "0.0",
             "10000.000001",
