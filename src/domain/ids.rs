@@ -118,5 +118,11 @@ mod tests {
         assert!(ProviderId::parse("prv/42").is_err());
         assert!(GpuModel::parse("H100-80GB").is_ok());
         assert!(GpuModel::parse("H100 80GB").is_err());
+        assert_eq!(GpuModel::parse("").unwrap_err().code, "invalid_model");
+        assert!(GpuModel::parse(&"A".repeat(64)).is_ok());
+        assert_eq!(
+            GpuModel::parse(&"A".repeat(65)).unwrap_err().code,
+            "invalid_model"
+        );
     }
 }
