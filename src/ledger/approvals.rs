@@ -102,18 +102,8 @@ impl Ledger {
         reason: Option<&str>,
         actor: &Actor,
     ) -> Result<ApprovalRow, LedgerError> {
-        if let Some(r) = reason
-            && (r.trim().is_empty()
-                || r.chars().count() > self.config.text_len_max
-                || r.chars().any(char::is_control))
-        {
-            return reject(
-                "invalid_text",
-                format!(
-                    "reason must be 1..={} characters without control characters",
-                    self.config.text_len_max
-                ),
-            );
+        if let Some(r) = reason {
+            super::corrections::check_text(r, "reason", self.config.text_len_max)?;
         }
         let key = format!("approval:{approval_id}:decided");
         let now = self.now_ms();

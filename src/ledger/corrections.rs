@@ -11,7 +11,7 @@ use crate::domain::event::*;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
 use crate::store::NewEvent;
 
-fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
+pub(crate) fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
     if text.trim().is_empty() || text.chars().count() > max || text.chars().any(char::is_control) {
         return reject(
             "invalid_text",

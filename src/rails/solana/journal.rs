@@ -312,6 +312,20 @@ pub struct LedgerJournal {
 }
 
 impl LedgerJournal {
+    /// The attempts that hold each payout: open, landed or failed (see [`claims`]).
+    async fn claimed(
+        &self,
+    ) -> Result<HashMap<String, Vec<(String, Option<String>)>>, JournalError> {
+        let mut conn = self
+            .ledger
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(|e| JournalError(e.to_string()))?;
+        claims(&mut conn).await.map_err(journal_error)
+    }
+
     pub fn new(ledger: Ledger) -> LedgerJournal {
         LedgerJournal {
             ledger,
@@ -741,14 +755,7 @@ impl Journal for LedgerJournal {
     }
 
     async fn resolved_payouts(&self, payout_ids: &[String]) -> Result<Vec<String>, JournalError> {
-        let mut conn = self
-            .ledger
-            .store
-            .pool()
-            .acquire()
-            .await
-            .map_err(|e| JournalError(e.to_string()))?;
-        let claimed = claims(&mut conn).await.map_err(journal_error)?;
+        let claimed = self.claimed().await?;
         Ok(payout_ids
             .iter()
             .filter(|id| {
@@ -762,15 +769,7 @@ impl Journal for LedgerJournal {
     }
 
     async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
-        let mut conn = self
-            .ledger
-            .store
-            .pool()
-            .acquire()
-            .await
-            .map_err(|e| JournalError(e.to_string()))?;
-        // `claims` keeps the attempts that are open, landed or failed.
-        let claimed = claims(&mut conn).await.map_err(journal_error)?;
+        let claimed = self.claimed().await?;
         Ok(payout_ids
             .iter()
             .flat_map(|id| {
