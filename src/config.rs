@@ -681,6 +681,12 @@ pub struct WorkersConfig {
     pub bank_enabled: bool,
     /// Pause between two bank-batch generations.
     pub bank_interval_ms: u64,
+    /// Pause between two passes of the projector, which folds the aggregates (balances,
+    /// earnings by day, payable by day) of the usage `settle serve` booked.
+    pub projector_interval_ms: u64,
+    /// Pause between two sweeps of the projector over every stream (it then also folds
+    /// what other processes booked, e.g. `settle ingest FILE`).
+    pub projector_sweep_interval_ms: u64,
 }
 
 impl Default for WorkersConfig {
@@ -690,6 +696,8 @@ impl Default for WorkersConfig {
             solana_interval_ms: 30_000,
             bank_enabled: false,
             bank_interval_ms: 3_600_000,
+            projector_interval_ms: 50,
+            projector_sweep_interval_ms: 60_000,
         }
     }
 }

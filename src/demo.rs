@@ -330,7 +330,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
     let mut earnings_per_gpu = Vec::new();
     for p in PROVIDERS {
         let r = crate::store::read::earnings(
-            pool,
+            &ledger.store,
             p.id,
             date_start_ms(week),
             date_start_ms(monday),

@@ -100,6 +100,17 @@ fn render_labels(labels: &[(&'static str, String)]) -> String {
     format!("{{{}}}", inner.join(","))
 }
 
+/// `settle_projection_lag_seconds`: how long the oldest aggregate change this process left
+/// to the projector has waited (fractional seconds, so it is rendered here).
+pub fn projection_lag(lag: std::time::Duration) -> String {
+    format!(
+        "# HELP settle_projection_lag_seconds How long the oldest booked change not yet folded into the aggregates has waited.\n\
+         # TYPE settle_projection_lag_seconds gauge\n\
+         settle_projection_lag_seconds {:.3}\n",
+        lag.as_secs_f64()
+    )
+}
+
 /// Gauges read from the projections at scrape time: payouts by status and rail, and how
 /// long ago the ledger last booked something.
 pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, sqlx::Error> {

@@ -82,7 +82,7 @@ async fn booked_ids(ledger: &Ledger) -> Vec<String> {
 }
 
 async fn payable(ledger: &Ledger, provider: &str) -> i64 {
-    settle::store::read::balances(ledger.store.pool(), Some(provider))
+    settle::store::read::balances(&ledger.store, Some(provider))
         .await
         .unwrap()
         .first()

@@ -149,6 +149,12 @@ async fn usage_payload(ledger: &Ledger, event_id: &str) -> serde_json::Value {
 
 /// The balances of a provider stream's accounts.
 async fn accounts(ledger: &Ledger, provider: &str) -> BTreeMap<String, i64> {
+    // The projector folds the booked usage into the balances behind the append.
+    ledger
+        .store
+        .catch_up(&[&provider_stream(provider)])
+        .await
+        .unwrap();
     sqlx::query("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
         .bind(provider_stream(provider))
         .fetch_all(ledger.store.pool())

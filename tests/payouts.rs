@@ -85,9 +85,11 @@ async fn submitted_then_settled_moves_the_money_to_the_treasury() {
     // A rail may settle without a separate submit (created → settled).
     w.ledger.settle_payout(&u, "nacha-1", &a).await.unwrap();
     let treasury = |account: &str| {
+        let store = w.ledger.store.clone();
         let pool = w.ledger.store.pool().clone();
         let account = account.to_owned();
         async move {
+            store.catch_up_all().await.unwrap();
             let v: i64 = sqlx::query_scalar("SELECT CAST(COALESCE(SUM(balance_micro_usdc), 0) AS BIGINT) FROM account_balances WHERE account = $1")
                 .bind(account)
                 .fetch_one(&pool)

@@ -405,9 +405,7 @@ async fn postgres_restarts_lose_and_double_nothing() {
         let p = id.rsplit_once('-').unwrap().0.to_owned();
         *minutes.entry(p).or_default() += 1;
     }
-    let balances = settle::store::read::balances(store.pool(), None)
-        .await
-        .unwrap();
+    let balances = settle::store::read::balances(&store, None).await.unwrap();
     assert_eq!(balances.len(), PROVIDERS);
     let mut payable_total = 0;
     for b in &balances {
@@ -588,9 +586,7 @@ async fn postgres_restarts_lose_and_double_nothing() {
     assert_eq!(decided_keys, decided_events);
     assert_eq!(completed, 1, "the run completed once");
     assert_eq!(count(&store, &decided_sql).await, PROVIDERS as i64);
-    let balances = settle::store::read::balances(store.pool(), None)
-        .await
-        .unwrap();
+    let balances = settle::store::read::balances(&store, None).await.unwrap();
     for b in &balances {
         let e = earned(&b.provider_id);
         assert_eq!(

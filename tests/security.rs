@@ -98,7 +98,7 @@ async fn injection_strings_in_every_text_field_are_data() {
         "no table was dropped or emptied"
     );
     // Each provider: usage voided (net 0) plus a 1 USDC adjustment.
-    for b in settle::store::read::balances(pool, None).await.unwrap() {
+    for b in settle::store::read::balances(&store, None).await.unwrap() {
         assert_eq!(b.payable_micro_usdc, 1_000_000, "{}", b.provider_id);
     }
     let report = settle::verify::verify(&store, &|_| {}).await.unwrap();

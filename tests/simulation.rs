@@ -401,7 +401,7 @@ impl Sim {
             report.problems
         );
         for p in &self.providers {
-            let b = settle::store::read::provider_balances(self.w.ledger.store.pool(), &p.id)
+            let b = settle::store::read::provider_balances(&self.w.ledger.store, &p.id)
                 .await
                 .unwrap();
             let payouts = self.w.payouts_of(&p.id).await;

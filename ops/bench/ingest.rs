@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
@@ -459,6 +460,21 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     let (mut sent, mut accepted, mut duplicates) = (0usize, 0usize, 0usize);
     let mut expected_net: BTreeMap<usize, i64> = BTreeMap::new();
     let mut latencies = Vec::new();
+    // The projector, as `settle serve` runs it: folds the aggregates behind the bookings,
+    // sampling its lag (how long the oldest unfolded booking has waited) before each pass.
+    let stop = Arc::new(AtomicBool::new(false));
+    let projector = {
+        let (store, stop) = (ledger.store.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut lags = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                lags.push(store.projection_lag());
+                store.fold_dirty().await.expect("fold");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            lags
+        })
+    };
     let started = Instant::now();
     for batch in w.batches() {
         let t = Instant::now();
@@ -502,8 +518,16 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
         }
         sent += inputs.len();
     }
+    let booked_secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::SeqCst);
+    let lags = projector.await.expect("projector");
+    // The rate counts the folding too: measured until every aggregate is folded.
+    let tail_started = Instant::now();
+    ledger.store.catch_up_all().await.expect("fold the tail");
+    let fold_tail_secs = tail_started.elapsed().as_secs_f64();
     let secs = started.elapsed().as_secs_f64();
     let hwm = vm_hwm_kb();
+    let (lag_p50, lag_p99, lag_max) = percentiles(lags);
 
     // Correctness of what was measured: each event booked once, balances exact.
     assert_eq!(accepted, args.events, "every unique event accepted once");
@@ -533,6 +557,8 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     let (p50, p99, max) = percentiles(latencies);
     serde_json::json!({"sent": sent, "booked": booked, "accepted": accepted, "duplicates": duplicates,
         "secs": secs, "events_per_s": sent as f64 / secs, "setup_secs": setup_secs,
+        "booked_secs": booked_secs, "fold_tail_secs": fold_tail_secs,
+        "projector_lag_ms_p50": lag_p50, "projector_lag_ms_p99": lag_p99, "projector_lag_ms_max": lag_max,
         "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max, "vm_hwm_kb": hwm})
 }
 

@@ -203,7 +203,7 @@ pub async fn earnings(
     }
     let by = EarningsBy::parse(&args.group_by)?;
     let (from_ms, to_ms) = parse_range(args.from.as_deref(), args.to.as_deref(), ledger.now_ms())?;
-    let report = read::earnings(pool, provider.as_str(), from_ms, to_ms, by).await?;
+    let report = read::earnings(&ledger.store, provider.as_str(), from_ms, to_ms, by).await?;
     write!(out, "{}", earnings_rows(&report).render(format))?;
     if format == Format::Table {
         let t = &report.totals;
@@ -268,7 +268,7 @@ pub async fn balance(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let balances = read::balances(ledger.store.pool(), provider).await?;
+    let balances = read::balances(&ledger.store, provider).await?;
     let mut rows = Rows::new(vec![
         "provider_id",
         "available_usdc",

@@ -49,6 +49,9 @@ async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
         Ok(more) => text.push_str(&more),
         Err(e) => tracing::warn!(error = %e, "metrics: cannot read the projections"),
     }
+    text.push_str(&crate::metrics::projection_lag(
+        ledger.store.projection_lag(),
+    ));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
@@ -113,6 +116,27 @@ where
             _ = &mut stop => return,
             _ = tokio::time::sleep(interval) => {}
         }
+    }
+}
+
+/// One pass of the projector: folds what this process booked; on a sweep, every stream
+/// that is behind (events another process booked).
+async fn projector_pass(ledger: &Ledger, sweep: bool) {
+    let folded = if sweep {
+        ledger.store.catch_up_all().await
+    } else {
+        ledger.store.fold_dirty().await
+    };
+    match folded {
+        Ok(events) => {
+            crate::metrics::global().count(
+                "settle_projector_folded_events_total",
+                "Events whose aggregates the background projector folded.",
+                &[],
+                events as i64,
+            );
+        }
+        Err(e) => tracing::error!(error = %e, "projector pass failed; retrying next pass"),
     }
 }
 
@@ -253,6 +277,27 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
     };
 
     let mut workers = Vec::new();
+    {
+        // The projector (issue 13): folds the aggregates of booked usage behind the
+        // appends; a sweep at start and every `projector_sweep_interval_ms` finds what
+        // other processes (`settle ingest FILE`) booked.
+        let ledger = ledger.clone();
+        let interval = Duration::from_millis(config.workers.projector_interval_ms.max(1));
+        let sweep_every = Duration::from_millis(config.workers.projector_sweep_interval_ms.max(1));
+        let mut last_sweep: Option<std::time::Instant> = None;
+        workers.push(tokio::spawn(every(
+            interval,
+            stopped(stop_rx.clone()),
+            move || {
+                let sweep = last_sweep.is_none_or(|t| t.elapsed() >= sweep_every);
+                if sweep {
+                    last_sweep = Some(std::time::Instant::now());
+                }
+                let ledger = ledger.clone();
+                async move { projector_pass(&ledger, sweep).await }
+            },
+        )));
+    }
     if config.workers.solana_enabled {
         let rail = std::sync::Arc::new(
             crate::rails::solana::SolanaRail::connect(&config.solana)

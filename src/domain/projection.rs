@@ -269,6 +269,19 @@ pub enum ProjOp {
     RemoveSegments { gpu_id: String, event_id: String },
 }
 
+/// The additive aggregates: only ever changed by [`ProjOp::Add`], so their rows are sums
+/// over events and may be folded after the append, in any grouping, as long as each event
+/// is folded exactly once (the projector, `store::fold`). Every other table is written in
+/// the append's transaction.
+pub const AGGREGATES: &[&str] = &["account_balances", "earnings_daily", "payable_recorded"];
+
+impl ProjOp {
+    /// Whether this op changes an additive aggregate (see [`AGGREGATES`]).
+    pub fn is_aggregate(&self) -> bool {
+        matches!(self, ProjOp::Add { table, .. } if AGGREGATES.contains(table))
+    }
+}
+
 fn col(table_name: &str, column: &str) -> usize {
     table(table_name)
         .vals

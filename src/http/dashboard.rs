@@ -137,12 +137,11 @@ pub async fn summary(
     Path(id): Path<String>,
 ) -> Result<Json<Summary>, Problem> {
     auth.read_provider(&state, &id).await?;
-    let pool = state.ledger.store.pool();
     let now_ms = state.ledger.now_ms();
     // Independent reads, on separate connections.
     let (periods, b, next_payout) = tokio::try_join!(
-        async { Ok::<_, Problem>(read::period_totals(pool, &id, now_ms).await?) },
-        async { Ok::<_, Problem>(read::provider_balances(pool, &id).await?) },
+        async { Ok::<_, Problem>(read::period_totals(&state.ledger.store, &id, now_ms).await?) },
+        async { Ok::<_, Problem>(read::provider_balances(&state.ledger.store, &id).await?) },
         next_payout(&state, &id, now_ms),
     )?;
     Ok(Json(Summary {
@@ -248,7 +247,7 @@ async fn earnings_report(
         .map_err(|e| Problem::bad_request(e.code, e.message))?;
     let (from_ms, to_ms) = parse_range(q.from.as_deref(), q.to.as_deref(), state.ledger.now_ms())
         .map_err(|e| Problem::bad_request(e.code, e.message))?;
-    Ok(read::earnings(state.ledger.store.pool(), id, from_ms, to_ms, by).await?)
+    Ok(read::earnings(&state.ledger.store, id, from_ms, to_ms, by).await?)
 }
 
 /// Earnings over `[from, to)` by business time, grouped; voided usage excluded.
@@ -397,7 +396,7 @@ pub async fn gpus(
     let page = Page::parse(&state, q.limit, q.cursor.as_deref(), "gpus")?;
     auth.read_provider(&state, &id).await?;
     let mut rows = read::provider_gpus(
-        state.ledger.store.pool(),
+        &state.ledger.store,
         &id,
         state.ledger.now_ms(),
         page.after.as_deref(),

@@ -139,6 +139,12 @@ impl From<sqlx::Error> for Problem {
     }
 }
 
+impl From<crate::store::StoreError> for Problem {
+    fn from(e: crate::store::StoreError) -> Problem {
+        LedgerError::Store(e).into()
+    }
+}
+
 impl From<LedgerError> for Problem {
     fn from(e: LedgerError) -> Problem {
         match &e {

@@ -479,6 +479,10 @@ pub async fn projected_next_payout(
     provider_id: &str,
     now_ms: i64,
 ) -> Result<Option<ProjectedPayout>, LedgerError> {
+    // The projection reads the provider's aggregates exactly, like the run would.
+    store
+        .catch_up(&[&crate::domain::event::provider_stream(provider_id)])
+        .await?;
     let mut conn = store.pool().acquire().await?;
     let Some(provider) = load_provider_pool(&mut conn, provider_id).await? else {
         return Ok(None);

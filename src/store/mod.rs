@@ -8,10 +8,12 @@
 //! hash chain and applies projection ops in the same transaction; it never decides anything.
 
 mod chain;
+mod fold;
 mod project;
 pub mod read;
 
 pub use chain::{GENESIS_HASH, canonical_bytes, event_hash};
+pub use fold::{FOLD_BEFORE_COMMIT, FOLD_EVENTS_MAX, FOLD_STREAMS_MAX};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -204,6 +206,8 @@ pub struct Store {
     dialect: Dialect,
     /// SQLite has one writer: writers of this process queue here instead of spinning on BUSY.
     sqlite_writer: Arc<Mutex<()>>,
+    /// Streams booked on by this process whose aggregates wait for the projector.
+    dirty: Arc<std::sync::Mutex<fold::Dirty>>,
 }
 
 /// An event to append: its body, who caused it, when it was booked, and its idempotency key
@@ -307,6 +311,7 @@ impl Store {
             pool,
             dialect,
             sqlite_writer: Arc::new(Mutex::new(())),
+            dirty: Default::default(),
         })
     }
 
@@ -338,7 +343,17 @@ impl Store {
     /// Starts a write transaction on one stream: takes the stream's write lock and reads
     /// its head. Events are appended with [`WriteTx::append`] and land with
     /// [`WriteTx::commit`], together with their projection changes, or not at all.
+    ///
+    /// The stream's aggregates are brought up to its head first (a usage booking may have
+    /// left them to the projector), so a command reads them exactly, and the command's own
+    /// events are folded when it commits.
     pub async fn begin(&self, stream: &str) -> Result<WriteTx, StoreError> {
+        let mut tx = self.begin_inner(stream, false).await?;
+        fold::fold_streams(&mut tx.tx, self.dialect, &[stream], i64::MAX).await?;
+        Ok(tx)
+    }
+
+    async fn begin_inner(&self, stream: &str, defer: bool) -> Result<WriteTx, StoreError> {
         let guard = match self.dialect {
             Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             Dialect::Postgres => None,
@@ -382,22 +397,28 @@ impl Store {
             pending: Vec::new(),
             ops: Vec::new(),
             others: BTreeMap::new(),
+            defer_aggregates: defer,
+            dirty: self.dirty.clone(),
         })
     }
 
-    /// Starts one write transaction over several streams (a usage batch that spans
+    /// Starts one booking transaction over several streams (a usage batch that spans
     /// providers, booked with one commit): takes every stream's write lock, in name order,
     /// and reads their heads, each with one statement whatever the number of streams.
     /// Appends go to the first stream in name order until [`WriteTx::use_stream`] switches.
     /// Each stream keeps its own sequence and hash chain; the caller bounds the number of
     /// streams (on PostgreSQL each is an advisory lock held until commit).
+    ///
+    /// The log-first write path (issue 13): the transaction writes the events and the state
+    /// tables their decisions read, and leaves the aggregates to the projector
+    /// ([`Store::fold_dirty`]); every reader of an aggregate folds first.
     pub async fn begin_streams(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
         let mut names: Vec<&str> = streams.to_vec();
         names.sort_unstable();
         names.dedup();
         assert!(!names.is_empty(), "a write transaction needs a stream");
         if names.len() == 1 {
-            return self.begin(names[0]).await;
+            return self.begin_inner(names[0], true).await;
         }
         let guard = match self.dialect {
             Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
@@ -412,14 +433,7 @@ impl Store {
             Dialect::Postgres => {
                 // The array is unpacked in order: every writer locks in name order, so
                 // writers of overlapping stream sets cannot deadlock.
-                sqlx::query(&format!(
-                    "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(j.value ->> 0, 0))) FROM {}",
-                    self.dialect.json_rows(1)
-                ))
-                .bind(&rows)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(classify)?;
+                fold::lock_streams(&mut tx, self.dialect, &names).await?;
                 format!(
                     "SELECT j.value ->> 0, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
                      (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
@@ -460,6 +474,8 @@ impl Store {
             pending: Vec::new(),
             ops: Vec::new(),
             others: heads,
+            defer_aggregates: true,
+            dirty: self.dirty.clone(),
         })
     }
 
@@ -641,6 +657,15 @@ impl Store {
             )));
         }
         project::replace_all(&mut tx, projections).await?;
+        // The fresh fold covers every event: every stream is folded to its head.
+        sqlx::query("DELETE FROM projection_checkpoints")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO projection_checkpoints (stream, seq) SELECT stream, MAX(seq) FROM events GROUP BY stream",
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -714,6 +739,10 @@ pub struct WriteTx {
     ops: Vec<ProjOp>,
     /// The heads of the other streams locked by [`Store::begin_streams`].
     others: BTreeMap<String, (i64, Vec<u8>, i64)>,
+    /// Whether the aggregates of the appended events are left to the projector (a usage
+    /// booking) instead of folded at commit.
+    defer_aggregates: bool,
+    dirty: Arc<std::sync::Mutex<fold::Dirty>>,
 }
 
 impl WriteTx {
@@ -786,8 +815,12 @@ impl WriteTx {
             hash: Vec::new(),
         };
         stored.hash = event_hash(&stored.prev_hash, &canonical_bytes(&stored)).to_vec();
-        self.ops
-            .extend(ops(&self.stream, seq, recorded_at_ms, &event.body));
+        // The aggregates are folded from the stored events (`fold`), at commit or later.
+        self.ops.extend(
+            ops(&self.stream, seq, recorded_at_ms, &event.body)
+                .into_iter()
+                .filter(|op| !op.is_aggregate()),
+        );
         self.head_seq = seq;
         self.head_hash = stored.hash.clone();
         self.head_recorded_at_ms = recorded_at_ms;
@@ -843,7 +876,21 @@ impl WriteTx {
         project::apply_ops(&mut self.tx, &self.ops)
             .await
             .map_err(classify)?;
+        let mut appended: Vec<&str> = self.pending.iter().map(|e| e.stream.as_str()).collect();
+        appended.dedup();
+        if !self.defer_aggregates {
+            appended.sort_unstable();
+            appended.dedup();
+            fold::fold_streams(&mut self.tx, self.dialect, &appended, i64::MAX).await?;
+        }
+        let appended: Vec<String> = appended.into_iter().map(str::to_owned).collect();
         self.tx.commit().await.map_err(classify)?;
+        if self.defer_aggregates && !appended.is_empty() {
+            self.dirty
+                .lock()
+                .expect("dirty set lock")
+                .mark(appended.iter().map(String::as_str));
+        }
         Ok(std::mem::take(&mut self.pending))
     }
 }

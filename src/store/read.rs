@@ -3,6 +3,8 @@
 
 use sqlx::{AnyPool, Row};
 
+use super::{Store, StoreError};
+
 use crate::domain::event::{accounts, provider_stream};
 
 /// A provider's balances, in micro-USDC.
@@ -17,11 +19,17 @@ pub struct Balances {
     pub paid_micro_usdc: i64,
 }
 
-/// Balances of one provider, or of every provider in id order.
+/// Balances of one provider, or of every provider in id order, exact: the aggregates are
+/// folded up to the ledger head first.
 pub async fn balances(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: Option<&str>,
-) -> Result<Vec<Balances>, sqlx::Error> {
+) -> Result<Vec<Balances>, StoreError> {
+    match provider_id {
+        Some(p) => store.catch_up(&[&provider_stream(p)]).await?,
+        None => store.catch_up_all().await?,
+    };
+    let pool = store.pool();
     let ids: Vec<String> = match provider_id {
         Some(p) => sqlx::query("SELECT provider_id FROM providers WHERE provider_id = $1")
             .bind(p)
@@ -39,13 +47,19 @@ pub async fn balances(
     };
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        out.push(provider_balances(pool, &id).await?);
+        out.push(folded_balances(pool, &id).await?);
     }
     Ok(out)
 }
 
-/// Balances of one provider from the account projection of its stream.
-pub async fn provider_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, sqlx::Error> {
+/// Balances of one provider from the account projection of its stream, folded up to the
+/// stream's head first.
+pub async fn provider_balances(store: &Store, provider_id: &str) -> Result<Balances, StoreError> {
+    store.catch_up(&[&provider_stream(provider_id)]).await?;
+    Ok(folded_balances(store.pool(), provider_id).await?)
+}
+
+async fn folded_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, sqlx::Error> {
     let rows =
         sqlx::query("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
             .bind(provider_stream(provider_id))
@@ -325,12 +339,14 @@ async fn aggregate(
 /// where it starts), grouped by `by`. Voided usage is excluded: its reversal nets it out
 /// with the same business time.
 pub async fn earnings(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: &str,
     from_ms: i64,
     to_ms: i64,
     by: EarningsBy,
-) -> Result<EarningsReport, sqlx::Error> {
+) -> Result<EarningsReport, StoreError> {
+    store.catch_up(&[&provider_stream(provider_id)]).await?;
+    let pool = store.pool();
     use crate::domain::time::{
         MS_PER_DAY, date_of_ms, day_date, month_start_ms, next_month_start_ms, week_start_ms,
     };
@@ -417,10 +433,12 @@ pub struct PeriodTotals {
 
 /// Week-to-date and month-to-date earnings of a provider, in one read.
 pub async fn period_totals(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: &str,
     now_ms: i64,
-) -> Result<PeriodTotals, sqlx::Error> {
+) -> Result<PeriodTotals, StoreError> {
+    store.catch_up(&[&provider_stream(provider_id)]).await?;
+    let pool = store.pool();
     use crate::domain::time::{MS_PER_DAY, month_start_ms, next_month_start_ms, week_start_ms};
     let week_from_ms = week_start_ms(now_ms);
     let month_from_ms = month_start_ms(now_ms);
@@ -482,12 +500,14 @@ pub struct GpuEarnings {
 /// A provider's GPUs in id order after `after_gpu_id`, at most `limit`, with lifetime,
 /// week-to-date and month-to-date earnings as of `now_ms`.
 pub async fn provider_gpus(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: &str,
     now_ms: i64,
     after_gpu_id: Option<&str>,
     limit: i64,
-) -> Result<Vec<GpuEarnings>, sqlx::Error> {
+) -> Result<Vec<GpuEarnings>, StoreError> {
+    store.catch_up(&[&provider_stream(provider_id)]).await?;
+    let pool = store.pool();
     use crate::domain::time::{MS_PER_DAY, month_start_ms, week_start_ms};
     let sum = |col: &str, since: &str| {
         format!(

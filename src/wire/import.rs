@@ -518,6 +518,9 @@ impl<'a> Importer<'a> {
     /// Books what is pending and returns every line's result, in line order.
     pub async fn finish(mut self) -> Result<Vec<LineResult>, LedgerError> {
         self.flush().await?;
+        // What this import booked is folded into the aggregates before it reports: the
+        // process leaves no work behind for the next reader.
+        self.ledger.store.fold_dirty().await?;
         self.results.sort_by_key(|r| r.line);
         Ok(self.results)
     }

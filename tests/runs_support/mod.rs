@@ -287,6 +287,8 @@ pub async fn check_money(ledger: &Ledger) {
     for (key, n) in &decided {
         assert_eq!(*n, 1, "{key:?} decided {n} times");
     }
+    // The balances as every reader sees them: the projector's backlog folded first.
+    store.catch_up_all().await.unwrap();
     let pool = store.pool();
     for (provider, net) in &booked {
         let rows = sqlx::query(

@@ -1,0 +1,323 @@
+//! The projector (SPEC §3, issue 13): folds the additive aggregates of appended events.
+//!
+//! A usage booking writes only its events and the state it decides on (the idempotency
+//! keys and the GPU's usage segments, which the next overlap check reads); the aggregates
+//! its events change ([`AGGREGATES`]: balances, earnings by day, payable by booking day) are
+//! folded afterwards, stream by stream in sequence order, by whoever comes first:
+//! - the background projector of `settle serve` ([`Store::fold_dirty`], [`Store::catch_up_all`]),
+//! - every other command, which folds its stream's tail when it begins
+//!   ([`Store::begin`]) and its own events when it commits,
+//! - every read of an aggregate, which folds the streams it reads ([`Store::catch_up`]):
+//!   a payout decision, `verify`, `balance` and the dashboard all read exactly.
+//!
+//! Exactly once: a fold writes its aggregate rows and moves the stream's checkpoint
+//! (`projection_checkpoints`) in one transaction, and moves it only from the value it read;
+//! a concurrent fold of the same stream finds the checkpoint moved, fails with
+//! [`StoreError::Conflict`] and rolls back. Crashes roll the whole fold back.
+//!
+//! [`AGGREGATES`]: crate::domain::projection::AGGREGATES
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sqlx::{AnyConnection, Row};
+
+use super::{Dialect, Store, StoreError, TxConn, classify, json_rows_param, project};
+use crate::domain::event::EventBody;
+use crate::domain::projection::ops;
+
+/// Events read per fold statement (bounds a fold's memory; a longer tail takes several).
+pub const FOLD_EVENTS_MAX: i64 = 20_000;
+/// Streams folded in one transaction.
+pub const FOLD_STREAMS_MAX: usize = 512;
+/// The failpoint inside a fold transaction, its rows written, before its commit (crash
+/// tests: `SETTLE_FAILPOINT=fold.before_commit`).
+pub const FOLD_BEFORE_COMMIT: &str = "fold.before_commit";
+/// Attempts of one fold that lost the race for a checkpoint before giving up.
+const FOLD_RETRIES_MAX: u32 = 20;
+
+/// What one fold did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Folded {
+    pub events: u64,
+    /// Whether a stream's tail was longer than [`FOLD_EVENTS_MAX`] (fold again).
+    pub more: bool,
+}
+
+/// Folds the committed tail (the events after the checkpoint) of each of `streams` inside
+/// the caller's transaction, at most `events_max` events. The caller holds the streams'
+/// write locks (PostgreSQL) or the writer (SQLite): no fold of these streams runs beside it.
+pub(crate) async fn fold_streams(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    streams: &[&str],
+    events_max: i64,
+) -> Result<Folded, StoreError> {
+    if streams.is_empty() {
+        return Ok(Folded::default());
+    }
+    let from = dialect.json_rows(1);
+    let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
+    let mut checkpoints: BTreeMap<String, i64> = BTreeMap::new();
+    let sql = format!(
+        "SELECT c.stream, c.seq FROM {from} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0"
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&names))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(classify)?
+    {
+        checkpoints.insert(r.try_get(0)?, r.try_get(1)?);
+    }
+    let after: Vec<(&str, i64)> = streams
+        .iter()
+        .map(|s| (*s, checkpoints.get(*s).copied().unwrap_or(0)))
+        .collect();
+    let sql = format!(
+        "SELECT e.stream, e.seq, e.event_type, e.version, e.recorded_at_ms, e.payload FROM {from} \
+         JOIN events AS e ON e.stream = j.value ->> 0 AND e.seq > CAST(j.value ->> 1 AS BIGINT) \
+         ORDER BY e.stream, e.seq LIMIT $2"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(json_rows_param(&after))
+        .bind(events_max)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(classify)?;
+    let mut adds = Vec::new();
+    let mut folded_to: BTreeMap<String, i64> = BTreeMap::new();
+    for r in &rows {
+        let stream: String = r.try_get(0)?;
+        let seq: i64 = r.try_get(1)?;
+        let event_type: String = r.try_get(2)?;
+        let version: i64 = r.try_get(3)?;
+        let recorded_at_ms: i64 = r.try_get(4)?;
+        let payload: String = r.try_get(5)?;
+        let body = EventBody::from_json(&event_type, version as u32, &payload).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "event {stream}#{seq} does not decode for folding: {}",
+                e.message
+            ))
+        })?;
+        adds.extend(
+            ops(&stream, seq, recorded_at_ms, &body)
+                .into_iter()
+                .filter(|op| op.is_aggregate()),
+        );
+        folded_to.insert(stream, seq);
+    }
+    project::apply_ops(conn, &adds).await.map_err(classify)?;
+
+    // Move each checkpoint from the value read to the last event folded, or fail.
+    let (moved, created): (Vec<_>, Vec<_>) = folded_to
+        .iter()
+        .map(|(s, to)| (s.as_str(), checkpoints.get(s).copied(), *to))
+        .partition(|(_, old, _)| old.is_some());
+    if !moved.is_empty() {
+        let rows: Vec<(&str, i64, i64)> = moved
+            .iter()
+            .map(|(s, old, to)| (*s, old.unwrap_or(0), *to))
+            .collect();
+        let updated = sqlx::query(&format!(
+            "UPDATE projection_checkpoints SET seq = CAST(j.value ->> 2 AS BIGINT) FROM {from} \
+             WHERE projection_checkpoints.stream = j.value ->> 0 \
+             AND projection_checkpoints.seq = CAST(j.value ->> 1 AS BIGINT)"
+        ))
+        .bind(json_rows_param(&rows))
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?
+        .rows_affected();
+        if updated != rows.len() as u64 {
+            return Err(StoreError::Conflict(format!(
+                "{} of {} projection checkpoints moved during the fold",
+                rows.len() as u64 - updated,
+                rows.len()
+            )));
+        }
+    }
+    if !created.is_empty() {
+        let rows: Vec<(&str, i64)> = created.iter().map(|(s, _, to)| (*s, *to)).collect();
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO projection_checkpoints (stream, seq) SELECT j.value ->> 0, CAST(j.value ->> 1 AS BIGINT) \
+             FROM {from} WHERE true ON CONFLICT (stream) DO NOTHING"
+        ))
+        .bind(json_rows_param(&rows))
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?
+        .rows_affected();
+        if inserted != rows.len() as u64 {
+            return Err(StoreError::Conflict(
+                "a projection checkpoint was created during the fold".into(),
+            ));
+        }
+    }
+    Ok(Folded {
+        events: rows.len() as u64,
+        more: rows.len() as i64 >= events_max,
+    })
+}
+
+/// Streams that [`Store::fold_dirty`] should fold: appended to by this process with their
+/// aggregates deferred. Each carries when it first fell behind (the lag) and the
+/// generation of its latest append, so a fold that began before an append leaves it dirty.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    generation: u64,
+    streams: BTreeMap<String, (Instant, u64)>,
+}
+
+impl Dirty {
+    pub(crate) fn mark<'a>(&mut self, streams: impl IntoIterator<Item = &'a str>) {
+        self.generation += 1;
+        let generation = self.generation;
+        let now = Instant::now();
+        for s in streams {
+            self.streams
+                .entry(s.to_owned())
+                .and_modify(|(_, g)| *g = generation)
+                .or_insert((now, generation));
+        }
+    }
+}
+
+impl Store {
+    /// Brings the aggregates of `streams` up to their heads as of this call; returns the
+    /// number of events folded. Cheap when they are up to date (one read, no lock).
+    pub async fn catch_up(&self, streams: &[&str]) -> Result<u64, StoreError> {
+        if streams.is_empty() {
+            return Ok(0);
+        }
+        let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
+        let sql = format!(
+            "SELECT j.value ->> 0 FROM {} WHERE \
+             COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = j.value ->> 0), 0) \
+             < COALESCE((SELECT e.seq FROM events AS e WHERE e.stream = j.value ->> 0 ORDER BY e.seq DESC LIMIT 1), 0)",
+            self.dialect.json_rows(1)
+        );
+        let behind: Vec<String> = sqlx::query(&sql)
+            .bind(json_rows_param(&names))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<_, _>>()?;
+        self.fold_all_of(&behind).await
+    }
+
+    /// Brings the aggregates of every stream up to its head as of this call (`verify`,
+    /// platform-wide reads, the projector's start and its periodic sweep).
+    pub async fn catch_up_all(&self) -> Result<u64, StoreError> {
+        // One probe per stream through the primary key (a skip scan), like
+        // `max_recorded_at_ms`: no scan of the events.
+        let rows = sqlx::query(
+            "WITH RECURSIVE s(stream) AS ( \
+                SELECT MIN(stream) FROM events \
+                UNION ALL \
+                SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream) FROM s WHERE s.stream IS NOT NULL \
+             ) \
+             SELECT s.stream FROM s WHERE s.stream IS NOT NULL AND \
+             COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = s.stream), 0) \
+             < (SELECT h.seq FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let behind: Vec<String> = rows
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<_, _>>()?;
+        self.fold_all_of(&behind).await
+    }
+
+    /// The background projector's step: folds the streams this process booked usage on
+    /// since their last fold. Returns the number of events folded.
+    pub async fn fold_dirty(&self) -> Result<u64, StoreError> {
+        let (generation, streams): (u64, Vec<String>) = {
+            let dirty = self.dirty.lock().expect("dirty set lock");
+            (dirty.generation, dirty.streams.keys().cloned().collect())
+        };
+        let folded = self.fold_all_of(&streams).await?;
+        let mut dirty = self.dirty.lock().expect("dirty set lock");
+        dirty.streams.retain(|_, (_, g)| *g > generation);
+        Ok(folded)
+    }
+
+    /// How long the oldest aggregate change this process deferred has waited to be folded
+    /// (`settle_projection_lag_seconds`); zero when nothing waits.
+    pub fn projection_lag(&self) -> Duration {
+        let dirty = self.dirty.lock().expect("dirty set lock");
+        dirty
+            .streams
+            .values()
+            .map(|(since, _)| since.elapsed())
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Folds every event of `streams` committed before this call, in transactions of at
+    /// most [`FOLD_STREAMS_MAX`] streams and [`FOLD_EVENTS_MAX`] events.
+    async fn fold_all_of(&self, streams: &[String]) -> Result<u64, StoreError> {
+        let mut names: Vec<&str> = streams.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut total = 0;
+        for chunk in names.chunks(FOLD_STREAMS_MAX) {
+            let mut attempt = 0;
+            loop {
+                match self.fold_once(chunk).await {
+                    Ok(folded) => {
+                        total += folded.events;
+                        if !folded.more {
+                            break;
+                        }
+                    }
+                    Err(e) if e.is_retryable() && attempt < FOLD_RETRIES_MAX => {
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 3)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// One fold transaction over `streams` (sorted): takes their write locks like a writer.
+    async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
+        let _guard = match self.dialect {
+            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            Dialect::Postgres => None,
+        };
+        let mut tx = TxConn::begin(&self.pool, self.dialect)
+            .await
+            .map_err(classify)?;
+        if self.dialect == Dialect::Postgres {
+            lock_streams(&mut tx, self.dialect, streams).await?;
+        }
+        let folded = fold_streams(&mut tx, self.dialect, streams, FOLD_EVENTS_MAX).await?;
+        crate::ledger::runs::failpoint(FOLD_BEFORE_COMMIT);
+        tx.commit().await.map_err(classify)?;
+        Ok(folded)
+    }
+}
+
+/// Takes the PostgreSQL write locks of `streams`, in the order given (every writer passes
+/// them in name order, so writers of overlapping sets cannot deadlock).
+pub(crate) async fn lock_streams(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    streams: &[&str],
+) -> Result<(), StoreError> {
+    let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
+    sqlx::query(&format!(
+        "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(j.value ->> 0, 0))) FROM {}",
+        dialect.json_rows(1)
+    ))
+    .bind(json_rows_param(&names))
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(classify)?;
+    Ok(())
+}
