@@ -49,6 +49,9 @@ struct Args {
     /// `agent`: provider-ordered, a batch holds one or two providers' events.
     mix: String,
     dbs: Vec<String>,
+    /// `behind`: the projector folds while the batches are booked (as `settle serve`);
+    /// `at-end`: nothing is folded until the last batch (booking and folding timed apart).
+    fold: String,
     pg_url: String,
     dir: Option<String>,
     phases: Vec<String>,
@@ -65,6 +68,7 @@ fn parse_args() -> Args {
         gpus: 8,
         mix: "metering".into(),
         dbs: vec!["sqlite".into(), "postgres".into()],
+        fold: "behind".into(),
         pg_url: std::env::var("SETTLE_BENCH_PG_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
         dir: None,
@@ -81,6 +85,7 @@ fn parse_args() -> Args {
             "--providers" => a.providers = val().parse().expect("--providers N"),
             "--gpus" => a.gpus = val().parse().expect("--gpus N"),
             "--mix" => a.mix = val(),
+            "--fold" => a.fold = val(),
             "--db" => a.dbs = val().split(',').map(str::to_owned).collect(),
             "--phase" => a.phases = val().split(',').map(str::to_owned).collect(),
             "--pg-url" => a.pg_url = val(),
@@ -93,6 +98,10 @@ fn parse_args() -> Args {
     assert!(
         matches!(a.mix.as_str(), "metering" | "agent"),
         "--mix metering|agent"
+    );
+    assert!(
+        matches!(a.fold.as_str(), "behind" | "at-end"),
+        "--fold behind|at-end"
     );
     assert!(a.dup_pct < 100 && a.batch > 0 && a.providers > 0 && a.gpus > 0);
     a
@@ -336,6 +345,7 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                         "PRAGMA journal_mode = WAL",
                         "PRAGMA synchronous = FULL",
                         "PRAGMA cache_size = -16384",
+                        "PRAGMA wal_autocheckpoint = 10000",
                     ] {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }
@@ -398,9 +408,15 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
 }
 
 async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
-    let store = Store::open(&db.url, &StoreOptions::default())
-        .await
-        .expect("open store");
+    // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES.
+    let mut options = StoreOptions::default();
+    if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_CACHE_KIB") {
+        options.sqlite_cache_kib = v.parse().expect("SETTLE_BENCH_SQLITE_CACHE_KIB");
+    }
+    if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_WAL_PAGES") {
+        options.sqlite_wal_autocheckpoint_pages = v.parse().expect("SETTLE_BENCH_SQLITE_WAL_PAGES");
+    }
+    let store = Store::open(&db.url, &options).await.expect("open store");
     store.migrate().await.expect("migrate");
     let clock = Arc::new(ManualClock::new(w.start_ms - MS_PER_DAY));
     let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
@@ -463,11 +479,16 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     // The projector, as `settle serve` runs it: folds the aggregates behind the bookings,
     // sampling its lag (how long the oldest unfolded booking has waited) before each pass.
     let stop = Arc::new(AtomicBool::new(false));
+    let fold_at_end = args.fold == "at-end";
     let projector = {
         let (store, stop) = (ledger.store.clone(), stop.clone());
         tokio::spawn(async move {
             let mut lags = Vec::new();
             while !stop.load(Ordering::SeqCst) {
+                if fold_at_end {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
                 lags.push(store.projection_lag());
                 store.fold_dirty().await.expect("fold");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -612,6 +633,8 @@ fn main() {
                     &args.gpus.to_string(),
                     "--mix",
                     &args.mix,
+                    "--fold",
+                    &args.fold,
                     "--pg-url",
                     &args.pg_url,
                 ]);

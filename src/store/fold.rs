@@ -45,8 +45,9 @@ pub struct Folded {
 }
 
 /// Folds the committed tail (the events after the checkpoint) of each of `streams` inside
-/// the caller's transaction, at most `events_max` events. The caller holds the streams'
-/// write locks (PostgreSQL) or the writer (SQLite): no fold of these streams runs beside it.
+/// the caller's transaction, at most `events_max` events. A concurrent fold of one of the
+/// streams makes one of the two fail with [`StoreError::Conflict`] (the checkpoint moved):
+/// the caller retries. On SQLite the caller holds the writer, so folds never meet.
 pub(crate) async fn fold_streams(
     conn: &mut AnyConnection,
     dialect: Dialect,
@@ -234,13 +235,22 @@ impl Store {
     /// The background projector's step: folds the streams this process booked usage on
     /// since their last fold. Returns the number of events folded.
     pub async fn fold_dirty(&self) -> Result<u64, StoreError> {
-        let (generation, streams): (u64, Vec<String>) = {
+        let (generation, streams, started) = {
             let dirty = self.dirty.lock().expect("dirty set lock");
-            (dirty.generation, dirty.streams.keys().cloned().collect())
+            let streams: Vec<String> = dirty.streams.keys().cloned().collect();
+            (dirty.generation, streams, Instant::now())
         };
         let folded = self.fold_all_of(&streams).await?;
         let mut dirty = self.dirty.lock().expect("dirty set lock");
-        dirty.streams.retain(|_, (_, g)| *g > generation);
+        // A stream booked on again since this fold began stays dirty; what waits on it was
+        // booked after `started`, so that bounds its lag.
+        dirty.streams.retain(|_, (since, g)| {
+            if *g <= generation {
+                return false;
+            }
+            *since = (*since).max(started);
+            true
+        });
         Ok(folded)
     }
 
@@ -284,7 +294,11 @@ impl Store {
         Ok(total)
     }
 
-    /// One fold transaction over `streams` (sorted): takes their write locks like a writer.
+    /// One fold transaction over `streams` (sorted). On PostgreSQL it takes no stream lock:
+    /// bookings never wait for the projector. A stream's committed events are a gapless
+    /// prefix (its writers commit in sequence order under its lock), and two folds of one
+    /// stream meet at its checkpoint row, where the later one finds the checkpoint moved
+    /// and retries (`tests/projector.rs` races them). On SQLite it takes the writer.
     async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
         let _guard = match self.dialect {
             Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
@@ -293,9 +307,6 @@ impl Store {
         let mut tx = TxConn::begin(&self.pool, self.dialect)
             .await
             .map_err(classify)?;
-        if self.dialect == Dialect::Postgres {
-            lock_streams(&mut tx, self.dialect, streams).await?;
-        }
         let folded = fold_streams(&mut tx, self.dialect, streams, FOLD_EVENTS_MAX).await?;
         crate::ledger::runs::failpoint(FOLD_BEFORE_COMMIT);
         tx.commit().await.map_err(classify)?;
