@@ -144,6 +144,24 @@ async fn main() -> anyhow::Result<()> {
 
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let start = Instant::now();
+    // The projector, as `settle serve` runs it (`[workers] projector_interval_ms` = 50): folds
+    // the aggregates behind the bookings; its lag is sampled before each pass.
+    let projector = {
+        let store = ledger.store.clone();
+        tokio::spawn(async move {
+            let mut lags = Vec::new();
+            loop {
+                lags.push(store.projection_lag().as_micros() as u64);
+                if let Err(e) = store.fold_dirty().await {
+                    eprintln!("projector: {e}");
+                }
+                if lags.len() % 2 == 0 && Instant::now() > deadline {
+                    return lags;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
     // Usage senders: each owns one GPU and walks forward through one-minute slices that
     // start 60 days ago; a share of each batch re-sends earlier events unchanged.
     let mut senders = Vec::new();
@@ -237,6 +255,8 @@ async fn main() -> anyhow::Result<()> {
         query_latencies.extend(r.await?);
     }
     server.abort();
+    let mut lags = projector.await?;
+    lags.sort_unstable();
     usage_latencies.sort_unstable();
     query_latencies.sort_unstable();
 
@@ -276,6 +296,13 @@ async fn main() -> anyhow::Result<()> {
         query_latencies.len(),
         percentile(&query_latencies, 0.5) as f64 / 1000.0,
         percentile(&query_latencies, 0.99) as f64 / 1000.0
+    );
+    println!(
+        "  projector lag       p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} passes)",
+        percentile(&lags, 0.5) as f64 / 1000.0,
+        percentile(&lags, 0.99) as f64 / 1000.0,
+        lags.last().copied().unwrap_or(0) as f64 / 1000.0,
+        lags.len()
     );
     println!(
         "  booked {count} usage events; acknowledged == booked: {}; none twice: {}",
