@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AnyConnection, Row};
 
-use super::{Dialect, Store, StoreError, TxConn, classify, json_rows_param, project};
+use super::{Dialect, Store, StoreError, classify, json_rows_param, project};
 use crate::domain::event::EventBody;
 use crate::domain::projection::ops;
 
@@ -300,13 +300,7 @@ impl Store {
     /// stream meet at its checkpoint row, where the later one finds the checkpoint moved
     /// and retries (`tests/projector.rs` races them). On SQLite it takes the writer.
     async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
-        let _guard = match self.dialect {
-            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
-        let mut tx = TxConn::begin(&self.pool, self.dialect)
-            .await
-            .map_err(classify)?;
+        let (_guard, mut tx) = self.write_tx().await?;
         let folded = fold_streams(&mut tx, self.dialect, streams, FOLD_EVENTS_MAX).await?;
         crate::ledger::runs::failpoint(FOLD_BEFORE_COMMIT);
         tx.commit().await.map_err(classify)?;

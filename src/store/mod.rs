@@ -350,6 +350,20 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// A transaction that may write, begun on a connection of its own; on SQLite with this
+    /// process's writer held (returned: it is released when dropped, after the
+    /// transaction ends).
+    async fn write_tx(&self) -> Result<(Option<OwnedMutexGuard<()>>, TxConn), StoreError> {
+        let guard = match self.dialect {
+            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            Dialect::Postgres => None,
+        };
+        let tx = TxConn::begin(&self.pool, self.dialect)
+            .await
+            .map_err(classify)?;
+        Ok((guard, tx))
+    }
+
     /// Starts a write transaction on one stream: takes the stream's write lock and reads
     /// its head. Events are appended with [`WriteTx::append`] and land with
     /// [`WriteTx::commit`], together with their projection changes, or not at all.
@@ -364,13 +378,7 @@ impl Store {
     }
 
     async fn begin_inner(&self, stream: &str, defer: bool) -> Result<WriteTx, StoreError> {
-        let guard = match self.dialect {
-            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
-        let mut tx = TxConn::begin(&self.pool, self.dialect)
-            .await
-            .map_err(classify)?;
+        let (guard, mut tx) = self.write_tx().await?;
         if self.dialect == Dialect::Postgres {
             // Serialise writers of one stream without blocking other streams.
             sqlx::query(
@@ -430,13 +438,7 @@ impl Store {
         if names.len() == 1 {
             return self.begin_inner(names[0], true).await;
         }
-        let guard = match self.dialect {
-            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
-        let mut tx = TxConn::begin(&self.pool, self.dialect)
-            .await
-            .map_err(classify)?;
+        let (guard, mut tx) = self.write_tx().await?;
         let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
         let rows = json_rows_param(&rows);
         let heads_sql = match self.dialect {
@@ -647,11 +649,7 @@ impl Store {
         projections: &crate::domain::projection::Projections,
         events_folded: i64,
     ) -> Result<(), StoreError> {
-        let _guard = match self.dialect {
-            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
-        let mut tx = TxConn::begin(&self.pool, self.dialect).await?;
+        let (_guard, mut tx) = self.write_tx().await?;
         if self.dialect == Dialect::Postgres {
             sqlx::query("LOCK TABLE events IN SHARE MODE")
                 .execute(&mut *tx)
