@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AnyConnection, Row};
 
-use super::{Dialect, Store, StoreError, classify, json_rows_param, project};
+use super::{Dialect, STREAMS_SKIP_SCAN, Store, StoreError, classify, json_rows_param, project};
 use crate::domain::event::EventBody;
 use crate::domain::projection::ops;
 
@@ -214,14 +214,10 @@ impl Store {
         // One probe per stream through the primary key (a skip scan), like
         // `max_recorded_at_ms`: no scan of the events.
         let rows = sqlx::query(
-            "WITH RECURSIVE s(stream) AS ( \
-                SELECT MIN(stream) FROM events \
-                UNION ALL \
-                SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream) FROM s WHERE s.stream IS NOT NULL \
-             ) \
+            &format!("{STREAMS_SKIP_SCAN} \
              SELECT s.stream FROM s WHERE s.stream IS NOT NULL AND \
              COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = s.stream), 0) \
-             < (SELECT h.seq FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)",
+             < (SELECT h.seq FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)"),
         )
         .fetch_all(&self.pool)
         .await?;

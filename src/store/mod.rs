@@ -246,6 +246,13 @@ pub struct StoredEvent {
     pub hash: Vec<u8>,
 }
 
+/// Every stream name, one primary-key probe per stream (a skip scan, no scan of the events):
+/// the common table `s(stream)`, ending in one NULL row.
+pub(crate) const STREAMS_SKIP_SCAN: &str = "WITH RECURSIVE s(stream) AS ( \
+    SELECT MIN(stream) FROM events \
+    UNION ALL \
+    SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream) FROM s WHERE s.stream IS NOT NULL)";
+
 pub(crate) const EVENT_COLUMNS: &str = "stream, seq, event_type, version, idem_key, content_hash, actor, recorded_at_ms, payload, lines, prev_hash, hash";
 
 impl StoredEvent {
@@ -497,13 +504,9 @@ impl Store {
     /// probe per stream, no index on `recorded_at`).
     pub async fn max_recorded_at_ms(&self) -> Result<Option<i64>, StoreError> {
         let row = sqlx::query(
-            "WITH RECURSIVE s(stream) AS ( \
-                SELECT MIN(stream) FROM events \
-                UNION ALL \
-                SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream) FROM s WHERE s.stream IS NOT NULL \
-             ) \
+            &format!("{STREAMS_SKIP_SCAN} \
              SELECT MAX((SELECT h.recorded_at_ms FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)) \
-             FROM s WHERE s.stream IS NOT NULL",
+             FROM s WHERE s.stream IS NOT NULL"),
         )
             .fetch_one(&self.pool)
             .await?;
