@@ -194,6 +194,39 @@ pub struct HttpConfig {
     /// Bearer token `/metrics` requires (at least 32 characters); empty: none on
     /// `metrics_bind`, and no `/metrics` at all when `metrics_bind` is empty.
     pub metrics_token: SecretString,
+    /// Live streams (`GET /v1/providers/{id}/stream`) open at once; past it, 503
+    /// `streams_exhausted` with `Retry-After`. A stream holds no request slot of
+    /// `concurrency_max` once its headers are sent.
+    pub streams_max: usize,
+    /// How often an open stream looks for new ledger events of its provider, ms: an update
+    /// reaches the client at most this long (plus the summary's reads) after its commit.
+    pub stream_poll_interval_ms: u64,
+    /// Pause between two heartbeats (SSE comments) of an idle stream, ms, so that proxies
+    /// do not close it.
+    pub stream_heartbeat_ms: u64,
+    /// How long the dashboard's sign-in cookie lives, seconds (the token itself is still
+    /// checked on every request: revoking it signs the browser out).
+    pub session_max_age_s: u64,
+    /// The `Secure` attribute of the dashboard's cookies (sent over HTTPS only). Unset: set
+    /// unless `bind` is a loopback address (a local demo over plain HTTP).
+    pub cookie_secure: Option<bool>,
+}
+
+impl HttpConfig {
+    /// Whether the dashboard's cookies carry `Secure` (see `cookie_secure`).
+    pub fn cookie_is_secure(&self) -> bool {
+        self.cookie_secure.unwrap_or_else(|| {
+            let host = self
+                .bind
+                .rsplit_once(':')
+                .map_or(self.bind.as_str(), |(h, _)| h)
+                .trim_matches(|c| c == '[' || c == ']');
+            !(host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback()))
+        })
+    }
 }
 
 impl Default for HttpConfig {
@@ -215,6 +248,11 @@ impl Default for HttpConfig {
             shutdown_deadline_ms: 20_000,
             metrics_bind: "127.0.0.1:9090".to_owned(),
             metrics_token: SecretString::default(),
+            streams_max: 256,
+            stream_poll_interval_ms: 250,
+            stream_heartbeat_ms: 15_000,
+            session_max_age_s: 8 * 3600,
+            cookie_secure: None,
         }
     }
 }

@@ -230,6 +230,10 @@ pub struct DemoReport {
     pub chain: Value,
     pub bank_files: Vec<Value>,
     pub serve: String,
+    /// The dashboard of `settle serve` over the demo's data.
+    pub dashboard_url: String,
+    /// A provider token of `prv_atlas` (made by the demo, valid 7 days) to sign in with.
+    pub dashboard_token: String,
 }
 
 /// Runs the demo in `dir` (created; an earlier demo database there is replaced).
@@ -373,6 +377,22 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
         "the demo ledger does not verify: {:?}",
         verify.problems
     );
+    // A provider token to sign in to the dashboard with.
+    let dashboard_token = crate::auth::create_token(
+        ledger.store.pool(),
+        &crate::auth::NewToken {
+            scope: crate::auth::Scope::Provider,
+            provider_id: Some(crate::domain::ids::ProviderId::parse("prv_atlas")?),
+            name: "demo-dashboard".into(),
+            label: "settle demo: the dashboard of prv_atlas".into(),
+            expires_in_days: Some(7),
+            created_by: crate::ledger::Actor::operator("demo"),
+        },
+        &crate::config::AuthConfig::default(),
+        chrono::Utc::now().timestamp_millis(),
+    )
+    .await?
+    .token;
     let demo = DemoReport {
         database: url.clone(),
         week_start: week.to_string(),
@@ -393,6 +413,11 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
             "settle --database {url} --config {} serve",
             write_serve_config(&dir, &bank_config)?.display()
         ),
+        dashboard_url: format!(
+            "http://{}/dashboard",
+            crate::config::HttpConfig::default().bind
+        ),
+        dashboard_token,
     };
     ledger.store.close().await;
     drop(chain);
@@ -523,6 +548,11 @@ pub fn render_table(d: &DemoReport) -> String {
         "\nThe ledger verifies (hash chains, balanced lines, projections). Explore it:"
     );
     let _ = writeln!(out, "  {}", d.serve);
+    let _ = writeln!(
+        out,
+        "  then open {} and sign in as prv_atlas with this provider token (valid 7 days):\n  {}",
+        d.dashboard_url, d.dashboard_token
+    );
     let _ = writeln!(
         out,
         "  settle --database {} token create --scope admin --name me    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary",

@@ -5,15 +5,12 @@
 mod bank_support;
 mod common;
 
-use std::sync::Arc;
-
 use bank_support::*;
 use serde_json::{Value, json};
 use settle::auth::{NewToken, Scope, create_token};
-use settle::config::{HttpConfig, RunConfig};
+use settle::config::HttpConfig;
 use settle::domain::ids::ProviderId;
 use settle::http::{AppState, Application};
-use settle_calendar::Calendar;
 
 async fn token(w: &World, scope: Scope, provider: Option<&str>) -> String {
     create_token(
@@ -36,14 +33,11 @@ async fn token(w: &World, scope: Scope, provider: Option<&str>) -> String {
 
 /// The bank routes with the world's outbox, served on a free port.
 async fn serve(w: &World) -> String {
-    let state = AppState {
-        ledger: w.ledger.clone(),
-        config: Arc::new(HttpConfig::default()),
-        calendar: Arc::new(Calendar::platform_default()),
-        runs: Arc::new(RunConfig::default()),
-        control: Arc::new(settle::config::ControlConfig::default()),
-        bank: Arc::new(w.bank.clone()),
+    let config = settle::config::Config {
+        bank: w.bank.clone(),
+        ..Default::default()
     };
+    let state = AppState::new(w.ledger.clone(), &config);
     let app = settle::http::bank::routes().with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -39,6 +39,7 @@ st run "http://127.0.0.1:$port/openapi.json" \
     -H "Authorization: Bearer $token" \
     --checks not_a_server_error,response_schema_conformance,content_type_conformance,status_code_conformance \
     --max-examples "$MAX_EXAMPLES" \
+    --exclude-path '/v1/providers/{id}/stream' \
     --seed 20261130 \
     2>&1 | tee "$work/schemathesis.log"
 status=${PIPESTATUS[0]}

@@ -108,6 +108,10 @@ pub struct Summary {
     pub provider_id: String,
     /// The instant the summary was computed at (the ledger clock).
     pub as_of: String,
+    /// The ledger position the figures include: the `seq` of the provider's stream read
+    /// before the figures (every event up to it is in them). The live stream
+    /// (`/v1/providers/{id}/stream`) carries the same number as its event id.
+    pub ledger_position: i64,
     /// The current week (Monday 00:00 UTC to the next Monday), by business time.
     pub week_to_date: PeriodEarnings,
     /// The current calendar month (UTC), by business time.
@@ -137,16 +141,51 @@ pub async fn summary(
     Path(id): Path<String>,
 ) -> Result<Json<Summary>, Problem> {
     auth.read_provider(&state, &id).await?;
+    Ok(Json(provider_summary(&state, &id).await?))
+}
+
+/// A provider's current figures, unformatted: what the summary and the page show.
+pub struct Figures {
+    /// The provider stream's `seq`, read before the figures.
+    pub ledger_position: i64,
+    pub now_ms: i64,
+    pub periods: read::PeriodTotals,
+    pub balances: read::Balances,
+    pub next_payout: Option<crate::ledger::runs::ProjectedPayout>,
+}
+
+/// The figures of a provider whose read was authorised (the summary route, the live stream
+/// and the page share them).
+pub async fn provider_figures(state: &AppState, id: &str) -> Result<Figures, Problem> {
+    let ledger_position = state
+        .ledger
+        .store
+        .stream_head(&crate::domain::event::provider_stream(id))
+        .await?;
     let now_ms = state.ledger.now_ms();
     // Independent reads, on separate connections.
-    let (periods, b, next_payout) = tokio::try_join!(
-        async { Ok::<_, Problem>(read::period_totals(&state.ledger.store, &id, now_ms).await?) },
-        async { Ok::<_, Problem>(read::provider_balances(&state.ledger.store, &id).await?) },
-        next_payout(&state, &id, now_ms),
+    let (periods, balances, next_payout) = tokio::try_join!(
+        async { Ok::<_, Problem>(read::period_totals(&state.ledger.store, id, now_ms).await?) },
+        async { Ok::<_, Problem>(read::provider_balances(&state.ledger.store, id).await?) },
+        next_payout(state, id, now_ms),
     )?;
-    Ok(Json(Summary {
-        provider_id: id,
-        as_of: format_ms(now_ms),
+    Ok(Figures {
+        ledger_position,
+        now_ms,
+        periods,
+        balances,
+        next_payout,
+    })
+}
+
+/// The summary of a provider whose read was authorised.
+pub async fn provider_summary(state: &AppState, id: &str) -> Result<Summary, Problem> {
+    let f = provider_figures(state, id).await?;
+    let (periods, b) = (&f.periods, &f.balances);
+    Ok(Summary {
+        provider_id: id.to_owned(),
+        as_of: format_ms(f.now_ms),
+        ledger_position: f.ledger_position,
         week_to_date: PeriodEarnings::new(periods.week_from_ms, periods.week_to_ms, &periods.week),
         month_to_date: PeriodEarnings::new(
             periods.month_from_ms,
@@ -159,8 +198,14 @@ pub async fn summary(
             in_transit_usdc: format_micro_usdc(b.in_transit_micro_usdc),
             paid_lifetime_usdc: format_micro_usdc(b.paid_micro_usdc),
         },
-        next_payout,
-    }))
+        next_payout: f.next_payout.map(|p| NextPayout {
+            date: p.run_date,
+            run_kind: p.run_kind,
+            run_key: p.run_key,
+            projected_usdc: format_micro_usdc(p.amount_micro_usdc),
+            decision: p.decision,
+        }),
+    })
 }
 
 /// The projected next payout (SPEC §5), from the payout-run module.
@@ -168,22 +213,15 @@ async fn next_payout(
     state: &AppState,
     provider_id: &str,
     now_ms: i64,
-) -> Result<Option<NextPayout>, Problem> {
-    let projected = crate::ledger::runs::projected_next_payout(
+) -> Result<Option<crate::ledger::runs::ProjectedPayout>, Problem> {
+    Ok(crate::ledger::runs::projected_next_payout(
         &state.ledger.store,
         &state.calendar,
         &state.runs,
         provider_id,
         now_ms,
     )
-    .await?;
-    Ok(projected.map(|p| NextPayout {
-        date: p.run_date,
-        run_kind: p.run_kind,
-        run_key: p.run_key,
-        projected_usdc: format_micro_usdc(p.amount_micro_usdc),
-        decision: p.decision,
-    }))
+    .await?)
 }
 
 /// Query of an earnings report.

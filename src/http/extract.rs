@@ -38,7 +38,7 @@ impl FromRequestParts<AppState> for Auth {
 }
 
 /// A failed authentication of `client`: counted, or 429 when the address is blocked.
-fn limit_failure(
+pub(crate) fn limit_failure(
     client: Option<std::net::IpAddr>,
     problem: Problem,
     config: &HttpConfig,
@@ -122,9 +122,27 @@ fn bearer(headers: &axum::http::HeaderMap) -> Result<String, Problem> {
         })
 }
 
+/// The token of the request: `Authorization: Bearer`, or, for a `GET` without that header,
+/// the dashboard's sign-in cookie (reads only: a cookie never authorises a change, so a
+/// forged cross-site request can change nothing).
+fn request_token(parts: &Parts) -> Result<String, Problem> {
+    match bearer(&parts.headers) {
+        Ok(token) => Ok(token),
+        Err(problem) => {
+            if parts.method == axum::http::Method::GET
+                && !parts.headers.contains_key(header::AUTHORIZATION)
+                && let Some(token) = super::page::session_token(&parts.headers)
+            {
+                return Ok(token);
+            }
+            Err(problem)
+        }
+    }
+}
+
 async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
     {
-        let token = bearer(&parts.headers)?;
+        let token = request_token(parts)?;
         let now_ms = state.ledger.now_ms();
         match auth::verify(state.ledger.store.pool(), &token, now_ms).await {
             Ok(principal) => {

@@ -10,8 +10,10 @@ pub mod extract;
 pub mod limit;
 pub mod load;
 pub mod openapi;
+pub mod page;
 pub mod problem;
 pub mod server;
+pub mod stream;
 pub mod usage;
 
 use std::future::Future;
@@ -48,6 +50,23 @@ pub struct AppState {
     /// The bank rail's originator and outbox, for the bank routes (`[bank]` of the served
     /// configuration).
     pub bank: Arc<BankConfig>,
+    /// The live streams (`/v1/providers/{id}/stream`) open on this server.
+    pub streams: Arc<stream::StreamHub>,
+}
+
+impl AppState {
+    /// The state of a server over `ledger` with the served configuration.
+    pub fn new(ledger: Ledger, config: &crate::config::Config) -> AppState {
+        AppState {
+            ledger,
+            config: Arc::new(config.http.clone()),
+            calendar: Arc::new(Calendar::platform_default()),
+            runs: Arc::new(config.runs.clone()),
+            control: Arc::new(config.control.clone()),
+            bank: Arc::new(config.bank.clone()),
+            streams: Arc::new(stream::StreamHub::new(&config.http)),
+        }
+    }
 }
 
 /// The API's routes on `state` (without the listener): `settle serve` may merge more.
@@ -72,6 +91,7 @@ pub fn router(state: AppState) -> Router {
             get(dashboard::earnings_csv),
         )
         .route("/v1/providers/{id}/gpus", get(dashboard::gpus))
+        .route("/v1/providers/{id}/stream", get(stream::stream))
         .route("/v1/providers/{id}/payouts", get(dashboard::payouts))
         .route(
             "/v1/providers/{id}/payouts.csv",
@@ -86,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/approvals/{id}/approve", post(admin::approve))
         .route("/v1/admin/approvals/{id}/reject", post(admin::reject))
         .merge(bank::routes())
+        .merge(page::routes())
         .route("/openapi.json", get(openapi_json))
         .route_layer(axum::middleware::from_fn_with_state(gate, load::gate))
         .route("/healthz", get(healthz))
@@ -188,6 +209,7 @@ pub struct Application {
     addr: SocketAddr,
     router: Router,
     limits: server::ServeLimits,
+    streams: Arc<stream::StreamHub>,
 }
 
 impl Application {
@@ -212,19 +234,15 @@ impl Application {
         let listener = TcpListener::bind(&config.http.bind).await?;
         let addr = listener.local_addr()?;
         let limits = server::ServeLimits::from_config(&config.http);
-        let router = router(AppState {
-            ledger,
-            config: Arc::new(config.http.clone()),
-            calendar: Arc::new(Calendar::platform_default()),
-            runs: Arc::new(config.runs.clone()),
-            control: Arc::new(config.control.clone()),
-            bank: Arc::new(config.bank.clone()),
-        });
+        let state = AppState::new(ledger, config);
+        let streams = state.streams.clone();
+        let router = router(state);
         Ok(Application {
             listener,
             addr,
             router,
             limits,
+            streams,
         })
     }
 
@@ -250,6 +268,12 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         tracing::info!(addr = %self.addr, "HTTP API listening");
+        let streams = self.streams.clone();
+        let shutdown = async move {
+            shutdown.await;
+            // Live streams never finish by themselves: end them with the listener.
+            streams.close();
+        };
         server::serve(self.listener, self.router, self.limits, shutdown).await
     }
 }

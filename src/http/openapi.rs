@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, dashboard, usage};
+use super::{admin, dashboard, stream, usage};
 
 /// `GET /openapi.json`
 #[derive(OpenApi)]
@@ -20,6 +20,7 @@ use super::{admin, dashboard, usage};
         dashboard::gpus,
         dashboard::payouts,
         dashboard::payouts_csv,
+        stream::stream,
         admin::void_usage,
         admin::post_adjustment,
         admin::import,
@@ -31,6 +32,7 @@ use super::{admin, dashboard, usage};
         super::healthz,
         super::readyz,
     ),
+    components(schemas(stream::StreamEntry)),
     modifiers(&BankRoutes, &BearerAuth, &Unavailable),
     tags(
         (name = "usage", description = "Metered usage ingestion (ingest, metering and admin tokens)"),
@@ -58,6 +60,16 @@ impl Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+        // The dashboard page's sign-in cookie: accepted on GET routes only.
+        components.add_security_scheme(
+            "session_cookie",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Cookie(
+                utoipa::openapi::security::ApiKeyValue::with_description(
+                    "settle_session",
+                    "The dashboard's sign-in cookie (POST /dashboard/login); reads only",
+                ),
+            )),
         );
     }
 }

@@ -51,6 +51,8 @@ pub fn check_config(config: &HttpConfig) -> Result<(), String> {
         ("request_timeout_ms", config.request_timeout_ms),
         ("concurrency_max", config.concurrency_max as u64),
         ("connections_max", config.connections_max as u64),
+        ("stream_poll_interval_ms", config.stream_poll_interval_ms),
+        ("stream_heartbeat_ms", config.stream_heartbeat_ms),
     ] {
         if value == 0 {
             return Err(format!("http.{key} must be at least 1"));

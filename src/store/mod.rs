@@ -544,6 +544,16 @@ impl Store {
         Ok(heads)
     }
 
+    /// The `seq` of a stream's last event (0 for a stream without events): one probe of the
+    /// primary key.
+    pub async fn stream_head(&self, stream: &str) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT MAX(seq) FROM events WHERE stream = $1")
+            .bind(stream)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<Option<i64>, _>(0)?.unwrap_or(0))
+    }
+
     /// Events of one stream with `seq > after`, in order, at most `limit`.
     pub async fn stream_events(
         &self,

@@ -14,6 +14,7 @@
 //! | [`pain001_schema`] | both of the above: validates SEPA files | both of the above |
 //! | [`root`] | effective uid 0 | run as root (CI does) |
 //! | [`tmpfs`] | a tmpfs mounted for the test | root with `CAP_SYS_ADMIN` |
+//! | [`browser`] | `chromium` and `chromedriver` | Debian/Ubuntu `chromium chromium-driver` |
 //! | [`postgres_server`] | `initdb`, `pg_ctl`, `postgres` (and a user to run them as) | the `postgresql` package |
 //!
 //! A test hands the probe to [`require`] when the whole test needs it, or to
@@ -226,6 +227,41 @@ pub fn xmllint() -> Result<PathBuf, Missing> {
             "install it (Debian/Ubuntu: `apt-get install libxml2-utils`)",
         )
     })
+}
+
+/// A headless browser for the dashboard's browser test: Chromium and the ChromeDriver of the
+/// same version.
+#[derive(Clone, Debug)]
+pub struct Browser {
+    pub chromium: PathBuf,
+    pub chromedriver: PathBuf,
+}
+
+/// [`Browser`]: `chromium` (or `SETTLE_CHROMIUM`) and `chromedriver` (or
+/// `SETTLE_CHROMEDRIVER`).
+pub fn browser() -> Result<Browser, Missing> {
+    let find = |env: &str, names: &[&str]| {
+        std::env::var_os(env)
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+            .or_else(|| names.iter().find_map(|n| find_on_path(n)))
+    };
+    let how = "install Chromium and its driver (Debian/Ubuntu: `apt-get install chromium \
+               chromium-driver`), or point SETTLE_CHROMIUM and SETTLE_CHROMEDRIVER at them";
+    match (
+        find(
+            "SETTLE_CHROMIUM",
+            &["chromium", "chromium-browser", "google-chrome"],
+        ),
+        find("SETTLE_CHROMEDRIVER", &["chromedriver"]),
+    ) {
+        (Some(chromium), Some(chromedriver)) => Ok(Browser {
+            chromium,
+            chromedriver,
+        }),
+        (None, _) => Err(Missing::new("Chromium is not on PATH", how)),
+        (_, None) => Err(Missing::new("chromedriver is not on PATH", how)),
+    }
 }
 
 fn find_on_path(program: &str) -> Option<PathBuf> {

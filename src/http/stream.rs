@@ -1,0 +1,291 @@
+//! `GET /v1/providers/{id}/stream`: a provider's figures, live, as Server-Sent Events.
+//!
+//! The position of a provider's figures is the `seq` of its ledger stream: every event that
+//! changes them (usage, voids, adjustments, payout state changes) is appended there, and
+//! nowhere else. A stream sends
+//! - `event: entry`, `id: <seq>`: one per ledger event of the provider, in order, with its
+//!   type and ids (no amounts, no payout method details);
+//! - `event: summary`, `id: <seq>`: the whole summary (`GET …/summary`) after the entries
+//!   up to `seq`, and once on connect;
+//! - `event: problem`: a read failed (problem+json as data); the stream ends, and the client
+//!   reconnects with its last id.
+//!
+//! A client that reconnects with `Last-Event-ID: n` (browsers do it by themselves) gets the
+//! entries after `n` and then a summary, or nothing while the ledger has not moved: no gap
+//! and no repeat, across server restarts too, since positions live in the ledger. Heartbeat
+//! comments keep proxies from closing an idle stream; at most `http.streams_max` are open
+//! (503 `streams_exhausted` past it), and all of them end when the server shuts down.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::extract::Auth;
+use super::problem::Problem;
+use crate::config::HttpConfig;
+use crate::domain::event::provider_stream;
+use crate::domain::time::format_ms;
+use crate::store::StoredEvent;
+
+/// Entries read per query while a stream catches up.
+const ENTRIES_PAGE: i64 = 500;
+/// `Retry-After` of a refused stream, seconds.
+const STREAMS_RETRY_AFTER_S: u64 = 5;
+
+/// The open streams of a server: their bound, their timing, and the signal that ends them.
+pub struct StreamHub {
+    slots: Arc<Semaphore>,
+    streams_max: usize,
+    poll: Duration,
+    heartbeat: Duration,
+    closing: watch::Sender<bool>,
+}
+
+impl StreamHub {
+    pub fn new(config: &HttpConfig) -> StreamHub {
+        StreamHub {
+            slots: Arc::new(Semaphore::new(config.streams_max)),
+            streams_max: config.streams_max,
+            poll: Duration::from_millis(config.stream_poll_interval_ms.max(1)),
+            heartbeat: Duration::from_millis(config.stream_heartbeat_ms.max(1)),
+            closing: watch::channel(false).0,
+        }
+    }
+
+    /// Ends every open stream and refuses new ones (the server is shutting down): a
+    /// graceful shutdown would otherwise wait for them until its deadline.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+        self.slots.close();
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.streams_max - self.slots.available_permits()
+    }
+}
+
+/// One ledger event of the provider, as a stream entry.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct StreamEntry {
+    /// The event's `seq` in the provider's stream (also the SSE event id).
+    pub position: i64,
+    /// The event type, e.g. `usage.recorded`, `payout.settled`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// When the ledger booked it.
+    pub recorded_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payout_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adjustment_id: Option<String>,
+}
+
+impl StreamEntry {
+    fn of(e: &StoredEvent) -> StreamEntry {
+        let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap_or_default();
+        let text = |key: &str| payload.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+        StreamEntry {
+            position: e.seq,
+            event_type: e.event_type.clone(),
+            recorded_at: format_ms(e.recorded_at_ms),
+            event_id: text("event_id"),
+            gpu_id: text("gpu_id"),
+            payout_id: text("payout_id"),
+            adjustment_id: text("adjustment_id"),
+        }
+    }
+}
+
+/// `Last-Event-ID`: a ledger position this stream sent (400 `invalid_last_event_id` else).
+fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(Some)
+        .ok_or_else(|| {
+            Problem::bad_request(
+                "invalid_last_event_id",
+                "Last-Event-ID must be a ledger position this stream sent (an integer)",
+            )
+        })
+}
+
+/// The live figures of a provider.
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{id}/stream",
+    tag = "dashboard",
+    params(
+        ("id" = String, Path, description = "Provider id"),
+        ("Last-Event-ID" = Option<i64>, Header,
+         description = "The id of the last event received: resume after it"),
+    ),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+         description = "Server-Sent Events: `summary` (data: Summary), `entry` (data: \
+                        StreamEntry), `problem` (data: Problem, then the stream ends); the id of \
+                        each is its ledger position. Comments are heartbeats."),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 503, body = Problem, content_type = "application/problem+json",
+         description = "`streams_exhausted`: http.streams_max streams are open"),
+    ),
+    security(("bearer" = []), ("session_cookie" = []))
+)]
+pub async fn stream(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    auth.read_provider(&state, &id).await?;
+    let last = last_event_id(&headers)?;
+    let hub = state.streams.clone();
+    let permit = hub.slots.clone().try_acquire_owned().map_err(|_| Problem {
+        retry_after_s: Some(STREAMS_RETRY_AFTER_S),
+        ..Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "streams_exhausted",
+            format!(
+                "{} live streams are open, the most this server keeps (http.streams_max); \
+                 retry later",
+                hub.streams_max
+            ),
+        )
+    })?;
+    let (tx, mut rx) = mpsc::channel::<Event>(16);
+    let heartbeat = hub.heartbeat;
+    tokio::spawn(follow(state, id, last, permit, tx));
+    let events =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>)));
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat"))
+        .into_response())
+}
+
+type Sender = mpsc::Sender<Event>;
+
+/// Sends what the client misses, then follows the provider's stream until the client
+/// leaves, the server shuts down or a read fails (a `problem` event, then the end: the
+/// client reconnects with its last id).
+async fn follow(
+    state: AppState,
+    id: String,
+    last: Option<i64>,
+    _permit: OwnedSemaphorePermit,
+    tx: Sender,
+) {
+    let mut closing = state.streams.closing.subscribe();
+    let result = async {
+        let stream = provider_stream(&id);
+        let head = state.ledger.store.stream_head(&stream).await?;
+        // A position past the head was not sent by this ledger: start afresh.
+        let mut position = match last.filter(|n| *n <= head) {
+            Some(n) => n,
+            None => {
+                let summary = super::dashboard::provider_summary(&state, &id).await?;
+                let position = summary.ledger_position;
+                send(&tx, summary_event(&summary, position)).await?;
+                position
+            }
+        };
+        loop {
+            if *closing.borrow() {
+                return Ok(());
+            }
+            let head = state.ledger.store.stream_head(&stream).await?;
+            if head > position {
+                while position < head {
+                    let events = state
+                        .ledger
+                        .store
+                        .stream_events(&stream, position, ENTRIES_PAGE)
+                        .await?;
+                    let Some(last) = events.last() else { break };
+                    let next = last.seq;
+                    for e in &events {
+                        send(&tx, entry_event(&StreamEntry::of(e))).await?;
+                    }
+                    position = next;
+                }
+                let summary = super::dashboard::provider_summary(&state, &id).await?;
+                // The summary was read after the entries: it includes at least `position`.
+                send(&tx, summary_event(&summary, position)).await?;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(state.streams.poll) => {}
+                _ = closing.changed() => return Ok(()),
+                _ = tx.closed() => return Ok(()),
+            }
+        }
+    }
+    .await;
+    match result {
+        Ok(()) | Err(Ended::ClientGone) => {}
+        Err(Ended::Failed(problem)) => {
+            tracing::warn!(provider_id = %id, code = %problem.code, "live stream ended by an error");
+            let data = serde_json::to_string(&problem).unwrap_or_default();
+            let _ = tx.send(Event::default().event("problem").data(data)).await;
+        }
+    }
+}
+
+/// Why a stream ended early.
+enum Ended {
+    ClientGone,
+    Failed(Problem),
+}
+
+impl From<Problem> for Ended {
+    fn from(e: Problem) -> Ended {
+        Ended::Failed(e)
+    }
+}
+
+impl From<crate::store::StoreError> for Ended {
+    fn from(e: crate::store::StoreError) -> Ended {
+        Ended::Failed(e.into())
+    }
+}
+
+async fn send(tx: &Sender, event: Event) -> Result<(), Ended> {
+    tx.send(event).await.map_err(|_| Ended::ClientGone)
+}
+
+/// The summary, as of the entries up to `position` (its id; the figures may include later
+/// events, whose entries follow).
+fn summary_event(summary: &super::dashboard::Summary, position: i64) -> Event {
+    Event::default()
+        .event("summary")
+        .id(position.to_string())
+        .data(serde_json::to_string(summary).unwrap_or_default())
+}
+
+fn entry_event(entry: &StreamEntry) -> Event {
+    Event::default()
+        .event("entry")
+        .id(entry.position.to_string())
+        .data(serde_json::to_string(entry).unwrap_or_default())
+}
