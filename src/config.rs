@@ -207,15 +207,26 @@ pub struct HttpConfig {
     /// How long the dashboard's sign-in cookie lives, seconds (the token itself is still
     /// checked on every request: revoking it signs the browser out).
     pub session_max_age_s: u64,
-    /// The `Secure` attribute of the dashboard's cookies (sent over HTTPS only). Unset: set
-    /// unless `bind` is a loopback address (a local demo over plain HTTP).
-    pub cookie_secure: Option<bool>,
+    /// The `Secure` attribute of the dashboard's cookies (sent over HTTPS only): `auto`
+    /// (default: set unless `bind` is a loopback address, a local demo over plain HTTP),
+    /// `always` or `never`.
+    pub cookie_secure: CookieSecure,
+}
+
+/// When the dashboard's cookies carry `Secure`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CookieSecure {
+    #[default]
+    Auto,
+    Always,
+    Never,
 }
 
 impl HttpConfig {
     /// Whether the dashboard's cookies carry `Secure` (see `cookie_secure`).
     pub fn cookie_is_secure(&self) -> bool {
-        self.cookie_secure.unwrap_or_else(|| {
+        let auto = || {
             let host = self
                 .bind
                 .rsplit_once(':')
@@ -225,7 +236,12 @@ impl HttpConfig {
                 || host
                     .parse::<std::net::IpAddr>()
                     .is_ok_and(|ip| ip.is_loopback()))
-        })
+        };
+        match self.cookie_secure {
+            CookieSecure::Auto => auto(),
+            CookieSecure::Always => true,
+            CookieSecure::Never => false,
+        }
     }
 }
 
@@ -252,7 +268,7 @@ impl Default for HttpConfig {
             stream_poll_interval_ms: 250,
             stream_heartbeat_ms: 15_000,
             session_max_age_s: 8 * 3600,
-            cookie_secure: None,
+            cookie_secure: CookieSecure::Auto,
         }
     }
 }

@@ -444,7 +444,7 @@ fn write_serve_config(dir: &Path, bank: &BankConfig) -> anyhow::Result<PathBuf> 
 
 /// Renders the report for a terminal.
 pub fn render_table(d: &DemoReport) -> String {
-    use crate::cli::output::Rows;
+    use crate::report::output::Rows;
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
@@ -477,7 +477,7 @@ pub fn render_table(d: &DemoReport) -> String {
     for e in &d.earnings_per_gpu {
         rows.push(rows.columns.iter().map(|c| e[*c].clone()).collect());
     }
-    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    out.push_str(&rows.render(crate::report::output::Format::Table));
     let _ = writeln!(
         out,
         "\nWeekly run {} (cutoff {}):",
@@ -504,7 +504,7 @@ pub fn render_table(d: &DemoReport) -> String {
             c["payout_id"].clone(),
         ]);
     }
-    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    out.push_str(&rows.render(crate::report::output::Format::Table));
     let _ = writeln!(out, "\nPayouts:");
     let mut rows = Rows::new(vec![
         "payout_id",
@@ -518,7 +518,7 @@ pub fn render_table(d: &DemoReport) -> String {
     for p in &d.payouts {
         rows.push(rows.columns.iter().map(|c| p[*c].clone()).collect());
     }
-    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    out.push_str(&rows.render(crate::report::output::Format::Table));
     let _ = writeln!(
         out,
         "\nSolana (local chain {}, real SPL Token program): {} transactions landed; treasury now {} USDC",
@@ -530,7 +530,7 @@ pub fn render_table(d: &DemoReport) -> String {
     for b in d.chain["balances"].as_array().into_iter().flatten() {
         rows.push(rows.columns.iter().map(|c| b[*c].clone()).collect());
     }
-    out.push_str(&rows.render(crate::cli::output::Format::Table));
+    out.push_str(&rows.render(crate::report::output::Format::Table));
     let _ = writeln!(out, "\nBank files:");
     for f in &d.bank_files {
         let _ = writeln!(

@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod metrics;
 pub mod rails;
+pub mod report;
 pub mod store;
 pub mod verify;
 pub mod wire;

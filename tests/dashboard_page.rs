@@ -245,7 +245,7 @@ async fn cookies_are_secure_off_loopback_and_the_pages_own_assets_are_small() {
     let app = spawn_app_with(
         NOW,
         HttpConfig {
-            cookie_secure: Some(true),
+            cookie_secure: settle::config::CookieSecure::Always,
             ..HttpConfig::default()
         },
     )

@@ -8,7 +8,7 @@ mod http_support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use settle::auth::Scope;
 use settle::config::HttpConfig;
 use settle::http::Application;
@@ -258,6 +258,50 @@ async fn the_stream_follows_the_ledger_and_resumes_without_gap_or_repeat_across_
     // A position this ledger never reached starts afresh with the summary.
     let mut ahead = reader(&base, "prv_a", &token, Some(h0 + 1_000)).await;
     assert_eq!(id_of(&ahead.expect("summary").await), h0 + 4);
+
+    // Voids and adjustments move the figures too: each an entry, then the summary.
+    let admin = app.token(Scope::Admin, None).await;
+    let void = json!({"reason": "customer refund"}).to_string();
+    let r = app
+        .post(Some(&admin), "/v1/admin/usage/k4/void", void)
+        .await;
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let e = s.expect("entry").await;
+    assert_eq!(
+        (
+            id_of(&e),
+            e.data["type"].as_str(),
+            e.data["event_id"].as_str()
+        ),
+        (h0 + 5, Some("usage.voided"), Some("k4"))
+    );
+    assert_eq!(
+        s.expect("summary").await.data["week_to_date"]["net_usdc"],
+        "4.428000"
+    );
+    let adjustment = json!({"adjustment_id": "adj-1", "provider_id": "prv_a",
+        "amount_usdc": "1", "reason": "goodwill"});
+    let r = app
+        .post(
+            Some(&admin),
+            "/v1/admin/adjustments",
+            adjustment.to_string(),
+        )
+        .await;
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let e = s.expect("entry").await;
+    assert_eq!(
+        (
+            id_of(&e),
+            e.data["type"].as_str(),
+            e.data["adjustment_id"].as_str()
+        ),
+        (h0 + 6, Some("adjustment.posted"), Some("adj-1"))
+    );
+    let summary = s.expect("summary").await;
+    assert_eq!(summary.data["balances"]["available_usdc"], "5.428000");
+    // Entries name ids, never amounts or payout methods.
+    assert!(e.data.get("amount_micro_usdc").is_none() && e.data.get("method").is_none());
 
     stop.send(()).unwrap();
     server.await.unwrap();

@@ -9,10 +9,10 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::cli_actor;
-use super::output::{Format, Rows};
 use crate::domain::money::format_micro_usdc;
 use crate::domain::time::format_ms;
 use crate::ledger::{Ledger, LedgerError};
+use crate::report::output::{Format, Rows};
 use crate::store::read::ApprovalRow;
 
 /// Exit code of a refused decision (as for other rejected commands).

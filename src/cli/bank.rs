@@ -12,12 +12,12 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::output::{Format, Rows};
 use crate::config::{BankConfig, Config};
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
 use crate::ledger::{Ledger, LedgerError};
 use crate::rails::bank::{self, BankBatch, BankError, Originator};
+use crate::report::output::{Format, Rows};
 
 /// Exit code of a command the ledger rejected, or of a batch with problems.
 const EXIT_REJECTED: i32 = 2;

@@ -3,7 +3,6 @@
 
 pub mod approvals;
 pub mod bank;
-pub mod output;
 pub mod reads;
 pub mod runs;
 pub mod serve;
@@ -20,9 +19,9 @@ use crate::config::Config;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
+use crate::report::output::{Format, Rows};
 use crate::store::{ClockMode, Store, StoreOptions};
 use crate::wire::import::{Command, Importer, Totals, parse_line};
-use output::{Format, Rows};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

@@ -8,12 +8,12 @@ use clap::Subcommand;
 use serde_json::json;
 use settle_calendar::{Calendar, RunKey};
 
-use super::output::{Format, Rows};
 use crate::config::RunConfig;
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
 use crate::ledger::runs::{self, RunReport};
 use crate::ledger::{Ledger, LedgerError};
+use crate::report::output::{Format, Rows};
 
 /// Exit code of a command the ledger rejected.
 const EXIT_REJECTED: i32 = 2;

@@ -20,11 +20,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::output::{Format, Rows};
 use crate::config::{Config, SolanaConfig};
 use crate::domain::money::{format_micro_usdc, parse_micro_usdc};
 use crate::ledger::Ledger;
 use crate::rails::solana::{SolanaRail, SolanaRailError, dev};
+use crate::report::output::{Format, Rows};
 
 /// Exit code: the preflight refused, nothing new was sent.
 pub const EXIT_PREFLIGHT: i32 = 3;

@@ -12,9 +12,9 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::extract::{Auth, Page, Q, encode_cursor, page_of};
 use super::problem::Problem;
-use crate::cli::reads::{earnings_rows, explorer_url, parse_range, payout_rows};
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::format_ms;
+use crate::report::{earnings_rows, explorer_url, parse_range, payout_rows};
 use crate::store::read::{self, EarningsBy, EarningsTotals, PayoutFilter, PayoutRow};
 
 /// Money and time of a set of usage. Money: USDC decimal strings, 6 fractional digits.
@@ -376,7 +376,7 @@ pub async fn earnings_csv(
 ) -> Result<Response, Problem> {
     let report = earnings_report(&state, &auth, &id, &q).await?;
     Ok(csv(
-        earnings_rows(&report).render(crate::cli::output::Format::Csv),
+        earnings_rows(&report).render(crate::report::output::Format::Csv),
         &format!("earnings-{id}.csv"),
     ))
 }
@@ -659,7 +659,8 @@ pub async fn payouts_csv(
     )
     .await?;
     Ok(csv(
-        payout_rows(&rows, &state.config.explorer_cluster).render(crate::cli::output::Format::Csv),
+        payout_rows(&rows, &state.config.explorer_cluster)
+            .render(crate::report::output::Format::Csv),
         &format!("payouts-{id}.csv"),
     ))
 }

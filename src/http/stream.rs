@@ -70,7 +70,17 @@ impl StreamHub {
 
     /// Streams open now.
     pub fn open(&self) -> usize {
-        self.streams_max - self.slots.available_permits()
+        self.streams_max
+            .saturating_sub(self.slots.available_permits())
+    }
+
+    fn gauge(&self) {
+        crate::metrics::global().gauge(
+            "settle_http_streams_open",
+            "Live streams (GET /v1/providers/{id}/stream) open, at most http.streams_max.",
+            &[],
+            self.open() as i64,
+        );
     }
 }
 
@@ -194,9 +204,10 @@ async fn follow(
     state: AppState,
     id: String,
     last: Option<i64>,
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
     tx: Sender,
 ) {
+    state.streams.gauge();
     let mut closing = state.streams.closing.subscribe();
     let result = async {
         let stream = provider_stream(&id);
@@ -242,6 +253,8 @@ async fn follow(
         }
     }
     .await;
+    drop(permit);
+    state.streams.gauge();
     match result {
         Ok(()) | Err(Ended::ClientGone) => {}
         Err(Ended::Failed(problem)) => {

@@ -240,8 +240,7 @@ async fn history(
     };
     let (from, to) = (nonempty(&q.from), nonempty(&q.to));
     let (from_ms, to_ms) =
-        match crate::cli::reads::parse_range(from.as_deref(), to.as_deref(), state.ledger.now_ms())
-        {
+        match crate::report::parse_range(from.as_deref(), to.as_deref(), state.ledger.now_ms()) {
             Ok(range) => range,
             Err(e) => return Ok(Err(e.message)),
         };

@@ -562,10 +562,7 @@ fn payouts_section(
         let details = match (p.rail.as_str(), &p.reference) {
             ("solana", Some(sig)) => format!(
                 "<a href=\"{}\" rel=\"noopener noreferrer\" target=\"_blank\">{}</a>",
-                escape(&crate::cli::reads::explorer_url(
-                    sig,
-                    &view.explorer_cluster
-                )),
+                escape(&crate::report::explorer_url(sig, &view.explorer_cluster)),
                 escape(lang.t("view_transaction"))
             ),
             (_, Some(batch)) => escape(&lang.tf(
