@@ -115,4 +115,66 @@ mod tests {
             "2026-12-01T00:00:00.000Z"
         );
     }
+
+    #[test]
+    fn dates_days_and_their_edges() {
+        let d = |y, m, day| NaiveDate::from_ymd_opt(y, m, day).unwrap();
+        // A date is its 00:00 UTC; an instant keeps its milliseconds; the codes are stable.
+        assert_eq!(
+            parse_instant_or_date_ms("2026-11-23").unwrap(),
+            1_795_392_000_000
+        );
+        assert_eq!(
+            parse_instant_or_date_ms("2026-11-23T00:00:00.001Z").unwrap(),
+            1_795_392_000_001
+        );
+        assert_eq!(
+            parse_instant_or_date_ms("2026-13-01").unwrap_err().code,
+            "invalid_date"
+        );
+        assert_eq!(
+            parse_rfc3339_ms("yesterday").unwrap_err().code,
+            "invalid_timestamp"
+        );
+        assert_eq!(
+            parse_instant_or_date_ms("2026-11-2").unwrap_err().code,
+            "invalid_timestamp"
+        );
+        assert_eq!(format_ms(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_ms(i64::MAX), format!("invalid-time({})", i64::MAX));
+
+        // Days: before the epoch too (floor, not truncation).
+        assert_eq!(date_of_ms(0), d(1970, 1, 1));
+        assert_eq!(date_of_ms(-1), d(1969, 12, 31));
+        assert_eq!(
+            date_of_ms(1_795_392_000_000 + MS_PER_DAY - 1),
+            d(2026, 11, 23)
+        );
+        assert_eq!(date_start_ms(d(2026, 11, 23)), 1_795_392_000_000);
+        assert_eq!(date_start_ms(d(1970, 1, 2)), MS_PER_DAY);
+        let noon = d(2026, 11, 23).and_hms_milli_opt(12, 0, 0, 5).unwrap();
+        assert_eq!(naive_ms(noon), 1_795_392_000_000 + 12 * 3_600_000 + 5);
+        assert_eq!(day_number(1_795_392_000_000), 20_780);
+        assert_eq!(day_number(-1), -1);
+        assert_eq!(day_date(20_780), d(2026, 11, 23));
+        assert_eq!(day_date(-1), d(1969, 12, 31));
+
+        // Weeks start on Monday 00:00: a Monday is its own start, a Sunday the Monday before.
+        let monday = date_start_ms(d(2026, 11, 23));
+        assert_eq!(week_start_ms(monday), monday);
+        assert_eq!(week_start_ms(monday - 1), date_start_ms(d(2026, 11, 16)));
+        assert_eq!(week_start_ms(date_start_ms(d(2026, 11, 29)) + 1), monday);
+        // Months, across the year's end.
+        let dec = date_start_ms(d(2026, 12, 31)) + 5;
+        assert_eq!(month_start_ms(dec), date_start_ms(d(2026, 12, 1)));
+        assert_eq!(next_month_start_ms(dec), date_start_ms(d(2027, 1, 1)));
+        assert_eq!(
+            next_month_start_ms(date_start_ms(d(2026, 1, 31))),
+            date_start_ms(d(2026, 2, 1))
+        );
+        assert_eq!(
+            month_start_ms(date_start_ms(d(2026, 3, 1)) - 1),
+            date_start_ms(d(2026, 2, 1))
+        );
+    }
 }
