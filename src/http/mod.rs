@@ -181,10 +181,7 @@ pub async fn healthz() -> Json<Health> {
     responses((status = 200, body = Health), (status = 503, body = Health))
 )]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
-    match sqlx::query("SELECT 1")
-        .execute(state.ledger.store.pool())
-        .await
-    {
+    match state.ledger.store.ping().await {
         Ok(_) => (
             StatusCode::OK,
             Json(Health {

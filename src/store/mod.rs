@@ -544,6 +544,12 @@ impl Store {
         Ok(heads)
     }
 
+    /// The database answers (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// The `seq` of a stream's last event (0 for a stream without events): one probe of the
     /// primary key.
     pub async fn stream_head(&self, stream: &str) -> Result<i64, StoreError> {

@@ -227,9 +227,7 @@ impl Lang {
 
     /// The date of an instant (milliseconds since the epoch), UTC.
     pub fn date_of_ms(self, ms: i64) -> String {
-        DateTime::from_timestamp_millis(ms)
-            .map(|t| self.date(t.date_naive()))
-            .unwrap_or_default()
+        self.date(crate::domain::time::date_of_ms(ms))
     }
 }
 

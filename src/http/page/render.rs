@@ -192,9 +192,7 @@ fn range_value(view: &PanelView, from: bool, asked: Option<&str>) -> String {
 
 /// `YYYY-MM-DD` of an instant, UTC.
 fn ymd(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.date_naive().format("%Y-%m-%d").to_string())
-        .unwrap_or_default()
+    crate::domain::time::date_of_ms(ms).to_string()
 }
 
 /// The live part: current period, balances, next payout, history, GPUs, payouts, downloads.
