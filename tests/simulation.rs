@@ -13,14 +13,23 @@
 //! wallet holds exactly its settled payouts (none doubled, none lost), the treasury paid
 //! exactly their sum, and reconciliation is clean.
 //!
+//! Database faults hit the real database under the engine, drawn by the seed for a quarter
+//! of the steps: a write refused by the database (a trigger per table, armed for the step,
+//! raises: on PostgreSQL with SQLSTATE 53100 `disk_full`) at the append, an aggregate, the
+//! fold's checkpoint, the segments, the run and payout rows or the Solana outbox, so the
+//! failure lands at that statement of whichever transaction writes the table; and on
+//! PostgreSQL dropped connections (every backend of the engine terminated by
+//! `pg_terminate_backend` at a drawn instant within the step). A command that fails is sent
+//! again as a client or an operator would, once the fault is gone: the invariants then prove
+//! nothing was booked twice or lost, including a commit whose answer was lost.
+//!
 //! `SETTLE_SIM_SEED` (first seed, printed), `SETTLE_SIM_SEEDS` (how many) and
-//! `SETTLE_SIM_STEPS` (steps per seed) override the defaults. Database faults are injected
-//! by `tests/faults.rs` and `tests/pg_restart.rs` (dropped connections, failed commits,
-//! disk full); here the database is the real one, unfaulted.
+//! `SETTLE_SIM_STEPS` (steps per seed) override the defaults.
 
 mod common;
 mod solana_support;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +54,130 @@ const PROVIDERS: usize = 6;
 const HOUR_MS: i64 = 3_600_000;
 /// The treasury's USDC at the start: more than any simulation pays.
 const TREASURY_USDC: u64 = 100_000 * USDC;
+
+/// The tables a refused write is drawn from: the append itself, an additive aggregate and
+/// the projector's checkpoint, the booked segments, a run's decisions, the payouts and the
+/// Solana outbox.
+const FAULT_TABLES: &[&str] = &[
+    "events",
+    "account_balances",
+    "projection_checkpoints",
+    "usage_segments",
+    "run_decisions",
+    "payouts",
+    "solana_attempts",
+];
+/// The share of steps that run under a database fault.
+const DB_FAULT_PERCENT: u32 = 25;
+
+/// Faults of the real database under the engine, armed for one step at a time.
+struct DbFaults {
+    /// One connection of the simulation's own (not the engine's pool).
+    admin: sqlx::AnyPool,
+    postgres: bool,
+    /// The table whose writes are refused now.
+    refusing: Option<&'static str>,
+    /// A pending termination of the engine's connections: how many it terminated.
+    dropping: Option<tokio::task::JoinHandle<u64>>,
+}
+
+impl DbFaults {
+    async fn install(url: &str, postgres: bool) -> DbFaults {
+        let admin = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .expect("the simulation's own connection");
+        let mut ddl = vec![
+            "CREATE TABLE sim_faults (target TEXT PRIMARY KEY, armed BIGINT NOT NULL)".to_owned(),
+        ];
+        if postgres {
+            ddl.push(
+                "CREATE FUNCTION sim_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF EXISTS (SELECT 1 FROM sim_faults WHERE target = TG_TABLE_NAME AND armed = 1) THEN \
+                 RAISE EXCEPTION 'could not extend file: No space left on device (injected by the simulation)' \
+                 USING ERRCODE = 'disk_full'; END IF; RETURN NEW; END $$"
+                    .to_owned(),
+            );
+        }
+        for t in FAULT_TABLES {
+            ddl.push(format!("INSERT INTO sim_faults VALUES ('{t}', 0)"));
+            if postgres {
+                ddl.push(format!(
+                    "CREATE TRIGGER sim_fault_{t} BEFORE INSERT OR UPDATE ON {t} \
+                     FOR EACH ROW EXECUTE FUNCTION sim_fault()"
+                ));
+            } else {
+                for op in ["INSERT", "UPDATE"] {
+                    ddl.push(format!(
+                        "CREATE TRIGGER sim_fault_{t}_{op} BEFORE {op} ON {t} \
+                         WHEN (SELECT armed FROM sim_faults WHERE target = '{t}') = 1 \
+                         BEGIN SELECT RAISE(ABORT, 'database or disk is full (injected by the simulation)'); END"
+                    ));
+                }
+            }
+        }
+        for statement in ddl {
+            sqlx::query(&statement)
+                .execute(&admin)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        DbFaults {
+            admin,
+            postgres,
+            refusing: None,
+            dropping: None,
+        }
+    }
+
+    async fn set(&self, table: &str, armed: i64) {
+        sqlx::query("UPDATE sim_faults SET armed = $1 WHERE target = $2")
+            .bind(armed)
+            .bind(table)
+            .execute(&self.admin)
+            .await
+            .expect("arm or disarm a fault");
+    }
+
+    async fn refuse(&mut self, table: &'static str) {
+        self.set(table, 1).await;
+        self.refusing = Some(table);
+    }
+
+    /// Terminates every other backend of the database after `after`.
+    fn drop_connections_after(&mut self, after: Duration) {
+        let admin = self.admin.clone();
+        self.dropping = Some(tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(&admin)
+            .await
+            .map(|rows| rows.len() as u64)
+            .expect("terminate the engine's connections")
+        }));
+    }
+
+    fn armed(&self) -> bool {
+        self.refusing.is_some() || self.dropping.is_some()
+    }
+
+    /// Ends the fault: the refused table accepts writes again; a pending drop has happened.
+    /// Returns how many connections the drop terminated.
+    async fn clear(&mut self) -> u64 {
+        let dropped = match self.dropping.take() {
+            Some(task) => task.await.expect("the drop task"),
+            None => 0,
+        };
+        if let Some(table) = self.refusing.take() {
+            self.set(table, 0).await;
+        }
+        dropped
+    }
+}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -84,6 +217,13 @@ struct Tally {
     /// Cancelled passes that left a payout on its way (signed, not yet settled).
     cancelled_mid_payment: usize,
     invariant_checks: usize,
+    /// Steps run under a refused table / with the engine's connections dropped.
+    db_refusals: usize,
+    db_drops: usize,
+    /// Connections the drops terminated.
+    connections_dropped: u64,
+    /// Commands that failed on an injected database fault and were sent again.
+    db_faults_hit: usize,
     settled_payouts: usize,
     settled_micro_usdc: u64,
 }
@@ -94,7 +234,10 @@ struct Sim {
     rng: StdRng,
     providers: Vec<SimProvider>,
     booked: Vec<Booked>,
+    /// The ids of every accepted usage event.
+    booked_ids: HashSet<String>,
     next_event: usize,
+    db: DbFaults,
     /// How long the last uncancelled pass took: a cancellation is drawn within it.
     pass_ms: u64,
     tally: Tally,
@@ -132,13 +275,16 @@ impl Sim {
             });
         }
         w.import(&lines).await;
+        let db = DbFaults::install(&w.db.url, w.db.is_postgres()).await;
         Sim {
             w,
             rail,
             rng,
             providers,
             booked: Vec::new(),
+            booked_ids: HashSet::new(),
             next_event: 0,
+            db,
             pass_ms: 40,
             tally: Tally::default(),
         }
@@ -150,6 +296,7 @@ impl Sim {
 
     async fn step(&mut self) {
         self.tally.steps += 1;
+        self.arm_db_fault().await;
         match self.rng.gen_range(0..100) {
             0..40 => self.usage().await,
             40..48 => self.void().await,
@@ -158,7 +305,37 @@ impl Sim {
             78..94 => self.pass().await,
             _ => self.cancelled_pass().await,
         }
+        self.tally.connections_dropped += self.db.clear().await;
         self.check().await;
+    }
+
+    /// For a share of the steps: a table that refuses writes, or (PostgreSQL) the engine's
+    /// connections dropped at an instant within the step.
+    async fn arm_db_fault(&mut self) {
+        if self.rng.gen_range(0..100) >= DB_FAULT_PERCENT {
+            return;
+        }
+        if self.db.postgres && self.rng.gen_bool(0.4) {
+            let after = Duration::from_millis(self.rng.gen_range(0..=self.pass_ms));
+            self.db.drop_connections_after(after);
+            self.tally.db_drops += 1;
+        } else {
+            let table = FAULT_TABLES[self.rng.gen_range(0..FAULT_TABLES.len())];
+            self.db.refuse(table).await;
+            self.tally.db_refusals += 1;
+        }
+    }
+
+    /// A command failed: only an injected database fault may be the cause. The fault is
+    /// cleared, and the caller sends the same command again.
+    async fn db_fault_hit(&mut self, what: &str, error: &dyn std::fmt::Display) {
+        assert!(
+            self.db.armed(),
+            "step {}: {what} failed with no database fault injected: {error}",
+            self.tally.steps
+        );
+        self.tally.db_faults_hit += 1;
+        self.tally.connections_dropped += self.db.clear().await;
     }
 
     /// 1–6 usage events: mostly new, within one UTC day, in the last two days; some sent
@@ -200,15 +377,37 @@ impl Sim {
             });
             owners.push(p);
         }
-        let results = self
+        let actor = Actor::system("sim");
+        let mut retried = false;
+        let results = match self
             .w
             .ledger
-            .ingest_usage(&inputs, &SenderScope::Admin, &Actor::system("sim"))
+            .ingest_usage(&inputs, &SenderScope::Admin, &actor)
             .await
-            .expect("ingest");
+        {
+            Ok(results) => results,
+            Err(e) => {
+                self.db_fault_hit("ingest", &e).await;
+                retried = true;
+                self.w
+                    .ledger
+                    .ingest_usage(&inputs, &SenderScope::Admin, &actor)
+                    .await
+                    .expect("ingest sent again once the fault is gone")
+            }
+        };
         for ((input, p), r) in inputs.into_iter().zip(owners).zip(results) {
+            // Sent again after a failure: a new event reported as a duplicate was booked by
+            // the failed attempt (its commit went through, its answer was lost).
+            let first_booking = match &r {
+                UsageResult::Accepted { .. } => true,
+                UsageResult::Duplicate { .. } => {
+                    retried && !self.booked_ids.contains(input.event_id.as_deref().unwrap())
+                }
+                UsageResult::Rejected { .. } => false,
+            };
             match r {
-                UsageResult::Accepted { .. } => {
+                _ if first_booking => {
                     let start = settle::domain::time::parse_rfc3339_ms(
                         input.started_at.as_deref().unwrap(),
                     )
@@ -218,6 +417,8 @@ impl Sim {
                             .unwrap();
                     let net = community_net(end - start);
                     self.providers[p].booked_micro_usdc += net;
+                    self.booked_ids
+                        .insert(input.event_id.clone().expect("an id"));
                     self.booked.push(Booked {
                         provider: p,
                         input,
@@ -226,6 +427,7 @@ impl Sim {
                     });
                     self.tally.usage_accepted += 1;
                 }
+                UsageResult::Accepted { .. } => unreachable!("an acceptance is a first booking"),
                 UsageResult::Duplicate { .. } => self.tally.usage_duplicate += 1,
                 UsageResult::Rejected { code, .. } => {
                     assert!(
@@ -246,14 +448,26 @@ impl Sim {
             return;
         }
         let i = open[self.rng.gen_range(0..open.len())];
-        let b = &mut self.booked[i];
         let event_id =
-            settle::domain::ids::EventId::parse(b.input.event_id.as_deref().unwrap()).unwrap();
-        self.w
+            settle::domain::ids::EventId::parse(self.booked[i].input.event_id.as_deref().unwrap())
+                .unwrap();
+        let actor = Actor::system("sim");
+        // Sent again after a failure, the void is booked once: accepted, or a duplicate of
+        // the failed attempt's commit.
+        if let Err(e) = self
+            .w
             .ledger
-            .void_usage(&event_id, None, "simulated refund", &Actor::system("sim"))
+            .void_usage(&event_id, None, "simulated refund", &actor)
             .await
-            .expect("void");
+        {
+            self.db_fault_hit("void", &e).await;
+            self.w
+                .ledger
+                .void_usage(&event_id, None, "simulated refund", &actor)
+                .await
+                .expect("void sent again once the fault is gone");
+        }
+        let b = &mut self.booked[i];
         b.voided = true;
         self.providers[b.provider].booked_micro_usdc -= b.net_micro_usdc;
         self.tally.voids += 1;
@@ -270,18 +484,20 @@ impl Sim {
             settle::domain::ids::AdjustmentId::parse(&format!("adj-{}", self.tally.adjustments))
                 .unwrap();
         let provider = settle::domain::ids::ProviderId::parse(&self.providers[p].id).unwrap();
-        self.w
+        let actor = Actor::system("sim");
+        if let Err(e) = self
+            .w
             .ledger
-            .post_adjustment(
-                &id,
-                &provider,
-                amount,
-                "simulated",
-                None,
-                &Actor::system("sim"),
-            )
+            .post_adjustment(&id, &provider, amount, "simulated", None, &actor)
             .await
-            .expect("adjustment");
+        {
+            self.db_fault_hit("adjustment", &e).await;
+            self.w
+                .ledger
+                .post_adjustment(&id, &provider, amount, "simulated", None, &actor)
+                .await
+                .expect("adjustment sent again once the fault is gone");
+        }
         self.providers[p].booked_micro_usdc += amount;
     }
 
@@ -310,11 +526,20 @@ impl Sim {
                                 .unwrap()
                         }
                     };
-                    self.w
+                    let actor = Actor::system("sim");
+                    if let Err(e) = self
+                        .w
                         .ledger
-                        .run_payouts(key, &calendar, &RunConfig::default(), &Actor::system("sim"))
+                        .run_payouts(key.clone(), &calendar, &RunConfig::default(), &actor)
                         .await
-                        .unwrap_or_else(|e| panic!("run of {day}: {e}"));
+                    {
+                        self.db_fault_hit("run", &e).await;
+                        self.w
+                            .ledger
+                            .run_payouts(key, &calendar, &RunConfig::default(), &actor)
+                            .await
+                            .unwrap_or_else(|e| panic!("run of {day} started again: {e}"));
+                    }
                     self.tally.runs += 1;
                 }
                 if self.rng.gen_bool(0.5) {
@@ -353,12 +578,14 @@ impl Sim {
     async fn run_pass(&mut self) {
         self.tally.passes += 1;
         let started = std::time::Instant::now();
-        if let Ok(r) = self.rail.pay_pending(&self.w.ledger).await
-            && r.settled > 0
-            && r.pending + r.not_sent == 0
-        {
-            // A pass that paid without trouble: cancellations are drawn within its length.
-            self.pass_ms = (started.elapsed().as_millis() as u64).max(1);
+        match self.rail.pay_pending(&self.w.ledger).await {
+            Ok(r) if r.settled > 0 && r.pending + r.not_sent == 0 && !self.db.armed() => {
+                // A pass that paid without trouble: cancellations are drawn within its length.
+                self.pass_ms = (started.elapsed().as_millis() as u64).max(1);
+            }
+            // A pass stops on an RPC or database failure; the next one repairs and resumes.
+            Err(_) if self.db.armed() => self.tally.db_faults_hit += 1,
+            _ => {}
         }
     }
 
@@ -525,13 +752,28 @@ async fn the_engine_keeps_its_invariants_under_seeded_faults() {
         total.cancelled_passes += t.cancelled_passes;
         total.cancelled_mid_payment += t.cancelled_mid_payment;
         total.invariant_checks += t.invariant_checks;
+        total.db_refusals += t.db_refusals;
+        total.db_drops += t.db_drops;
+        total.connections_dropped += t.connections_dropped;
+        total.db_faults_hit += t.db_faults_hit;
         total.settled_payouts += t.settled_payouts;
         total.settled_micro_usdc += t.settled_micro_usdc;
     }
     println!("simulation: {seeds} seeds from {first}, {steps} steps each: {total:?}");
-    // The simulation proves little unless it paid, faulted and cancelled passes mid-payment.
+    // The simulation proves little unless it paid, faulted and cancelled passes mid-payment,
+    // and its database faults made commands fail.
     assert!(
         total.settled_payouts > 0 && total.chain_faults > 0 && total.cancelled_mid_payment > 0,
         "{total:?}"
     );
+    assert!(
+        total.db_refusals > 0 && total.db_faults_hit > 0,
+        "no injected database fault failed a command: {total:?}"
+    );
+    if std::env::var("SETTLE_TEST_PG_URL").is_ok_and(|u| !u.is_empty()) {
+        assert!(
+            total.connections_dropped > 0,
+            "no connection of the engine was dropped: {total:?}"
+        );
+    }
 }

@@ -731,3 +731,361 @@ pub fn lines_from_json(text: &str) -> Result<Vec<Line>, DomainError> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Given one event, then exactly these postings: every SPEC §3 posting rule as a table,
+    //! and the names, codes and stored forms the ledger's bytes depend on.
+    use super::*;
+
+    fn l(account: &str, amount: i64) -> Line {
+        Line::new(account, amount)
+    }
+
+    fn seg(started_at_ms: i64, ended_at_ms: i64, gross: i64, fee: i64, net: i64) -> Segment {
+        Segment {
+            started_at_ms,
+            ended_at_ms,
+            fee_bps: 2000,
+            gross_micro_usdc: gross,
+            fee_micro_usdc: fee,
+            net_micro_usdc: net,
+        }
+    }
+
+    fn usage(segments: Vec<Segment>) -> UsageRecorded {
+        UsageRecorded {
+            event_id: "ev-1".into(),
+            provider_id: "p".into(),
+            gpu_id: "g".into(),
+            model: "H100".into(),
+            rental_id: None,
+            started_at_ms: 0,
+            ended_at_ms: 10,
+            rate_usdc_per_hour: "3.600000".into(),
+            rate_source: "event".into(),
+            segments,
+        }
+    }
+
+    fn hold(amount: i64) -> PayoutHoldResolved {
+        PayoutHoldResolved {
+            payout_id: "po".into(),
+            provider_id: "p".into(),
+            amount_micro_usdc: amount,
+            reason: None,
+            amount_eur_cents: None,
+            eur_per_usd: None,
+        }
+    }
+
+    fn created(held: bool, method: PayoutMethod) -> PayoutCreated {
+        PayoutCreated {
+            payout_id: "po".into(),
+            provider_id: "p".into(),
+            run_kind: "weekly".into(),
+            run_key: "2026-W48".into(),
+            amount_micro_usdc: 70,
+            method,
+            held,
+            amount_eur_cents: None,
+            eur_per_usd: None,
+        }
+    }
+
+    fn solana() -> PayoutMethod {
+        PayoutMethod::Solana { wallet: "w".into() }
+    }
+
+    fn sepa() -> PayoutMethod {
+        PayoutMethod::Sepa {
+            iban: "DE89370400440532013000".into(),
+            bic: None,
+            holder: "H".into(),
+        }
+    }
+
+    #[test]
+    fn each_event_posts_its_lines() {
+        let settled = |rail| {
+            EventBody::PayoutSettled(PayoutSettled {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail,
+                amount_micro_usdc: 70,
+                reference: "r".into(),
+            })
+        };
+        let returned = |rail| {
+            EventBody::PayoutReturned(PayoutReturned {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail,
+                amount_micro_usdc: 70,
+                reason_code: "R01".into(),
+                reason: "insufficient funds".into(),
+                method_invalid: false,
+            })
+        };
+        let cases: Vec<(EventBody, Vec<Line>)> = vec![
+            (
+                EventBody::UsageRecorded(usage(vec![
+                    seg(0, 5, 100, 20, 80),
+                    seg(5, 10, 50, 10, 40),
+                ])),
+                vec![
+                    l("platform:receivable", -100),
+                    l("provider:p:payable", 80),
+                    l("platform:fees", 20),
+                    l("platform:receivable", -50),
+                    l("provider:p:payable", 40),
+                    l("platform:fees", 10),
+                ],
+            ),
+            (
+                EventBody::UsageVoided(UsageVoided {
+                    event_id: "ev-1".into(),
+                    provider_id: "p".into(),
+                    gpu_id: "g".into(),
+                    model: "H100".into(),
+                    reason: "refund".into(),
+                    segments: vec![seg(0, 5, 100, 20, 80)],
+                }),
+                vec![
+                    l("platform:receivable", 100),
+                    l("provider:p:payable", -80),
+                    l("platform:fees", -20),
+                ],
+            ),
+            // A zero amount posts no line; a zero fee (a 0 bps tier) only the fee line.
+            (
+                EventBody::UsageRecorded(usage(vec![seg(0, 1, 0, 0, 0), seg(1, 2, 7, 0, 7)])),
+                vec![l("platform:receivable", -7), l("provider:p:payable", 7)],
+            ),
+            (
+                EventBody::UsageRecorded(usage(vec![seg(0, 1, 5, 5, 0)])),
+                vec![l("platform:receivable", -5), l("platform:fees", 5)],
+            ),
+            (
+                EventBody::AdjustmentPosted(AdjustmentPosted {
+                    adjustment_id: "a".into(),
+                    provider_id: "p".into(),
+                    amount_micro_usdc: -30,
+                    reason: "r".into(),
+                    reference: None,
+                }),
+                vec![l("provider:p:payable", -30), l("platform:adjustments", 30)],
+            ),
+            (
+                EventBody::PayoutCreated(created(false, solana())),
+                vec![l("provider:p:payable", -70), l("provider:p:in_transit", 70)],
+            ),
+            (
+                EventBody::PayoutCreated(created(true, sepa())),
+                vec![l("provider:p:payable", -70), l("provider:p:held", 70)],
+            ),
+            (
+                EventBody::PayoutReleased(hold(70)),
+                vec![l("provider:p:held", -70), l("provider:p:in_transit", 70)],
+            ),
+            (
+                EventBody::PayoutCancelled(hold(70)),
+                vec![l("provider:p:held", -70), l("provider:p:payable", 70)],
+            ),
+            (
+                settled(Rail::Solana),
+                vec![
+                    l("provider:p:in_transit", -70),
+                    l("platform:treasury:usdc", 70),
+                ],
+            ),
+            (
+                settled(Rail::Ach),
+                vec![
+                    l("provider:p:in_transit", -70),
+                    l("platform:treasury:bank", 70),
+                ],
+            ),
+            (
+                EventBody::PayoutFailed(PayoutFailed {
+                    payout_id: "po".into(),
+                    provider_id: "p".into(),
+                    rail: Rail::Solana,
+                    amount_micro_usdc: 70,
+                    reason: "expired".into(),
+                }),
+                vec![l("provider:p:in_transit", -70), l("provider:p:payable", 70)],
+            ),
+            (
+                returned(Rail::Sepa),
+                vec![
+                    l("platform:treasury:bank", -70),
+                    l("provider:p:payable", 70),
+                ],
+            ),
+            (
+                returned(Rail::Solana),
+                vec![
+                    l("platform:treasury:usdc", -70),
+                    l("provider:p:payable", 70),
+                ],
+            ),
+            // Events that move no money post nothing.
+            (
+                EventBody::PayoutHeld(PayoutHeld {
+                    payout_id: "po".into(),
+                    provider_id: "p".into(),
+                    reason: "limit".into(),
+                }),
+                vec![],
+            ),
+            (
+                EventBody::FxRateSet(FxRateSet {
+                    eur_per_usd: "0.92".into(),
+                }),
+                vec![],
+            ),
+        ];
+        for (body, expected) in cases {
+            let lines = body.lines();
+            assert_eq!(lines, expected, "{}", body.event_type());
+            assert_eq!(
+                lines.iter().map(|l| l.amount_micro_usdc).sum::<i64>(),
+                0,
+                "{} balances",
+                body.event_type()
+            );
+        }
+    }
+
+    #[test]
+    fn names_codes_and_fees() {
+        for tier in [Tier::Community, Tier::Enterprise] {
+            assert_eq!(Tier::parse(tier.as_str()), Ok(tier));
+        }
+        assert_eq!(Tier::Community.as_str(), "community");
+        assert_eq!(Tier::Enterprise.as_str(), "enterprise");
+        assert_eq!(Tier::Community.default_fee_bps(), 2000);
+        assert_eq!(Tier::Enterprise.default_fee_bps(), 1500);
+        assert_eq!(Tier::parse("gold").unwrap_err().code, "invalid_tier");
+
+        for s in [Schedule::Weekly, Schedule::Monthly] {
+            assert_eq!(Schedule::parse(s.as_str()), Ok(s));
+        }
+        assert_eq!(Schedule::Weekly.as_str(), "weekly");
+        assert_eq!(Schedule::Monthly.as_str(), "monthly");
+        assert_eq!(
+            Schedule::parse("daily").unwrap_err().code,
+            "invalid_schedule"
+        );
+
+        for s in [
+            ProviderStatus::Active,
+            ProviderStatus::OnHold,
+            ProviderStatus::Suspended,
+        ] {
+            assert_eq!(ProviderStatus::parse(s.as_str()), Ok(s));
+        }
+        assert_eq!(ProviderStatus::Active.as_str(), "active");
+        assert_eq!(ProviderStatus::OnHold.as_str(), "on_hold");
+        assert_eq!(ProviderStatus::Suspended.as_str(), "suspended");
+        assert_eq!(
+            ProviderStatus::parse("closed").unwrap_err().code,
+            "invalid_status"
+        );
+
+        for r in [Rail::Solana, Rail::Sepa, Rail::Ach] {
+            assert_eq!(Rail::parse(r.as_str()), Ok(r));
+        }
+        assert_eq!(Rail::Solana.as_str(), "solana");
+        assert_eq!(Rail::Sepa.as_str(), "sepa");
+        assert_eq!(Rail::Ach.as_str(), "ach");
+        assert_eq!(Rail::parse("swift").unwrap_err().code, "invalid_rail");
+        assert!(!Rail::Solana.is_bank());
+        assert!(Rail::Sepa.is_bank() && Rail::Ach.is_bank());
+        assert_eq!(Rail::Solana.treasury_account(), "platform:treasury:usdc");
+        assert_eq!(Rail::Sepa.treasury_account(), "platform:treasury:bank");
+
+        assert_eq!(solana().rail(), Rail::Solana);
+        assert_eq!(sepa().rail(), Rail::Sepa);
+        let ach = PayoutMethod::Ach {
+            routing: "011000015".into(),
+            account: "1".into(),
+            account_type: "checking".into(),
+            holder: "H".into(),
+            entity: "individual".into(),
+        };
+        assert_eq!(ach.rail(), Rail::Ach);
+
+        assert_eq!(accounts::payable("p"), "provider:p:payable");
+        assert_eq!(accounts::in_transit("p"), "provider:p:in_transit");
+        assert_eq!(accounts::held("p"), "provider:p:held");
+        assert_eq!(provider_stream("p"), "provider:p");
+    }
+
+    #[test]
+    fn payloads_round_trip_and_bad_ones_are_named() {
+        let bodies = [
+            EventBody::UsageRecorded(usage(vec![seg(0, 10, 100, 20, 80)])),
+            EventBody::PayoutCreated(created(true, sepa())),
+            EventBody::PayoutReleased(hold(5)),
+            EventBody::PayoutCancelled(hold(5)),
+            EventBody::FxRateSet(FxRateSet {
+                eur_per_usd: "0.92".into(),
+            }),
+        ];
+        let names = [
+            "usage.recorded",
+            "payout.created",
+            "payout.released",
+            "payout.cancelled",
+            "fx.rate_set",
+        ];
+        for (body, name) in bodies.iter().zip(names) {
+            assert_eq!(body.event_type(), name);
+            assert_eq!(body.version(), 1);
+            assert!(EVENT_TYPES.contains(&(name, 1)), "{name} listed");
+            let back = EventBody::from_json(name, 1, &body.to_json()).unwrap();
+            assert_eq!(&back, body);
+        }
+        assert_eq!(
+            EventBody::FxRateSet(FxRateSet {
+                eur_per_usd: "0.92".into()
+            })
+            .to_json(),
+            r#"{"eur_per_usd":"0.92"}"#
+        );
+        let fx = r#"{"eur_per_usd":"0.92"}"#;
+        assert_eq!(
+            EventBody::from_json("fx.rate_set", 2, fx).unwrap_err().code,
+            "unknown_event_version"
+        );
+        assert_eq!(
+            EventBody::from_json("fx.rate_moved", 1, fx)
+                .unwrap_err()
+                .code,
+            "unknown_event_type"
+        );
+        assert_eq!(
+            EventBody::from_json("fx.rate_set", 1, r#"{"eur_per_usd":"0.92","x":1}"#)
+                .unwrap_err()
+                .code,
+            "invalid_event_payload"
+        );
+    }
+
+    #[test]
+    fn stored_lines_keep_their_form() {
+        let lines = vec![l("provider:p:payable", -70), l("provider:p:held", 70)];
+        let text = lines_to_json(&lines);
+        assert_eq!(
+            text,
+            r#"[["provider:p:payable",-70],["provider:p:held",70]]"#
+        );
+        assert_eq!(lines_from_json(&text).unwrap(), lines);
+        assert_eq!(
+            lines_from_json("[[1,2]]").unwrap_err().code,
+            "invalid_lines"
+        );
+    }
+}

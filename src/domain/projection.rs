@@ -742,3 +742,755 @@ impl Projections {
         self.tables.get(table).into_iter().flat_map(|t| t.iter())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Given events folded in order, then exactly these projection rows: every table's
+    //! columns as the store and `verify` read them.
+    use super::*;
+
+    const DAY: i64 = 86_400_000;
+
+    fn t(s: &str) -> Val {
+        Val::from(s)
+    }
+    fn i(v: i64) -> Val {
+        Val::Int(v)
+    }
+
+    /// The rows of one table, in key order.
+    fn rows(p: &Projections, table: &str) -> Vec<(Vec<Val>, Vec<Val>)> {
+        p.rows(table).map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    fn seg(started_at_ms: i64, ended_at_ms: i64, gross: i64, fee: i64, net: i64) -> Segment {
+        Segment {
+            started_at_ms,
+            ended_at_ms,
+            fee_bps: 2000,
+            gross_micro_usdc: gross,
+            fee_micro_usdc: fee,
+            net_micro_usdc: net,
+        }
+    }
+
+    fn usage(event_id: &str, gpu_id: &str, segments: Vec<Segment>) -> EventBody {
+        EventBody::UsageRecorded(UsageRecorded {
+            event_id: event_id.into(),
+            provider_id: "p".into(),
+            gpu_id: gpu_id.into(),
+            model: "H100".into(),
+            rental_id: None,
+            started_at_ms: segments[0].started_at_ms,
+            ended_at_ms: segments[segments.len() - 1].ended_at_ms,
+            rate_usdc_per_hour: "3.600000".into(),
+            rate_source: "event".into(),
+            segments,
+        })
+    }
+
+    fn method(wallet: &str) -> PayoutMethod {
+        PayoutMethod::Solana {
+            wallet: wallet.into(),
+        }
+    }
+
+    fn method_json(wallet: &str) -> Val {
+        t(&format!(r#"{{"kind":"solana","wallet":"{wallet}"}}"#))
+    }
+
+    #[test]
+    fn usage_and_its_void_fold_into_earnings_segments_and_balances() {
+        let mut p = Projections::default();
+        // Day 1 10:00 to day 2 02:00, split at midnight; booked on day 3.
+        let ev = usage(
+            "ev-1",
+            "g",
+            vec![
+                seg(DAY + 10 * 3_600_000, 2 * DAY, 1_000, 200, 800),
+                seg(2 * DAY, 2 * DAY + 7_200_000, 300, 60, 240),
+            ],
+        );
+        p.fold("provider:p", 1, 3 * DAY + 5, &ev);
+        // Another event on the same GPU, and one with the same id on another GPU.
+        p.fold(
+            "provider:p",
+            2,
+            3 * DAY + 6,
+            &usage(
+                "ev-2",
+                "g",
+                vec![seg(2 * DAY + DAY / 2, 2 * DAY + DAY / 2 + 10, 5, 1, 4)],
+            ),
+        );
+        p.fold(
+            "provider:p",
+            3,
+            4 * DAY,
+            &usage("ev-1", "h", vec![seg(DAY, DAY + 10, 7, 1, 6)]),
+        );
+        assert_eq!(
+            rows(&p, "earnings_daily"),
+            vec![
+                (
+                    vec![t("p"), t("g"), i(1)],
+                    vec![t("H100"), i(1_000), i(200), i(800), i(14 * 3_600_000)]
+                ),
+                (
+                    vec![t("p"), t("g"), i(2)],
+                    vec![t("H100"), i(305), i(61), i(244), i(7_200_000 + 10)]
+                ),
+                (
+                    vec![t("p"), t("h"), i(1)],
+                    vec![t("H100"), i(7), i(1), i(6), i(10)]
+                ),
+            ]
+        );
+        // Payable by booking day: the net of the whole event on the day it was recorded.
+        assert_eq!(
+            rows(&p, "payable_recorded"),
+            vec![
+                (vec![t("p"), i(3)], vec![i(1_044)]),
+                (vec![t("p"), i(4)], vec![i(6)]),
+            ]
+        );
+        assert_eq!(
+            rows(&p, "usage_segments")[0],
+            (
+                vec![t("g"), i(DAY + 10 * 3_600_000)],
+                vec![
+                    i(2 * DAY),
+                    t("ev-1"),
+                    t("p"),
+                    t("H100"),
+                    i(1_000),
+                    i(200),
+                    i(800)
+                ]
+            )
+        );
+        assert_eq!(rows(&p, "usage_segments").len(), 4);
+
+        // The void reverses ev-1 on g exactly, on the day it is booked (day 5).
+        let EventBody::UsageRecorded(u) = ev else {
+            unreachable!()
+        };
+        p.fold(
+            "provider:p",
+            4,
+            5 * DAY,
+            &EventBody::UsageVoided(UsageVoided {
+                event_id: u.event_id,
+                provider_id: u.provider_id,
+                gpu_id: u.gpu_id,
+                model: u.model,
+                reason: "refund".into(),
+                segments: u.segments,
+            }),
+        );
+        assert_eq!(
+            rows(&p, "earnings_daily"),
+            vec![
+                (
+                    vec![t("p"), t("g"), i(1)],
+                    vec![t("H100"), i(0), i(0), i(0), i(0)]
+                ),
+                (
+                    vec![t("p"), t("g"), i(2)],
+                    vec![t("H100"), i(5), i(1), i(4), i(10)]
+                ),
+                (
+                    vec![t("p"), t("h"), i(1)],
+                    vec![t("H100"), i(7), i(1), i(6), i(10)]
+                ),
+            ]
+        );
+        assert_eq!(
+            rows(&p, "payable_recorded")[2],
+            (vec![t("p"), i(5)], vec![i(-1_040)])
+        );
+        let kept: Vec<(Val, Val)> = rows(&p, "usage_segments")
+            .into_iter()
+            .map(|(k, v)| (k[0].clone(), v[1].clone()))
+            .collect();
+        assert_eq!(kept, vec![(t("g"), t("ev-2")), (t("h"), t("ev-1"))]);
+        // Balances are per stream and account: receivable, fees, payable.
+        let balances = rows(&p, "account_balances");
+        assert_eq!(
+            balances,
+            vec![
+                (vec![t("provider:p"), t("platform:fees")], vec![i(2)]),
+                (
+                    vec![t("provider:p"), t("platform:receivable")],
+                    vec![i(-12)]
+                ),
+                (vec![t("provider:p"), t("provider:p:payable")], vec![i(10)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn providers_tiers_gpus_rates_and_fees() {
+        let mut p = Projections::default();
+        p.fold(
+            "provider:p",
+            1,
+            100,
+            &EventBody::ProviderRegistered(ProviderRegistered {
+                provider_id: "p".into(),
+                name: "P".into(),
+                email: "p@x".into(),
+                tier: Tier::Community,
+                schedule: Schedule::Weekly,
+                status: ProviderStatus::Active,
+                payout_method: Some(method("w1")),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "providers"),
+            vec![(
+                vec![t("p")],
+                vec![
+                    t("P"),
+                    t("p@x"),
+                    t("community"),
+                    t("weekly"),
+                    t("active"),
+                    method_json("w1"),
+                    Val::Null,
+                    i(0),
+                    i(100)
+                ]
+            )]
+        );
+        // A returned payout that proves the method wrong marks it; an update clears it.
+        let returned = |invalid| {
+            EventBody::PayoutReturned(PayoutReturned {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail: Rail::Sepa,
+                amount_micro_usdc: 0,
+                reason_code: "AC04".into(),
+                reason: "closed".into(),
+                method_invalid: invalid,
+            })
+        };
+        p.fold("provider:p", 2, 150, &returned(false));
+        assert_eq!(rows(&p, "providers")[0].1[7], i(0));
+        p.fold("provider:p", 3, 160, &returned(true));
+        assert_eq!(rows(&p, "providers")[0].1[7], i(1));
+        p.fold(
+            "provider:p",
+            4,
+            200,
+            &EventBody::ProviderUpdated(ProviderUpdated {
+                provider_id: "p".into(),
+                name: Some("Q".into()),
+                email: Some("q@x".into()),
+                tier: Some(Tier::Enterprise),
+                schedule: Some(Schedule::Monthly),
+                status: Some(ProviderStatus::OnHold),
+                payout_method: Some(method("w2")),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "providers"),
+            vec![(
+                vec![t("p")],
+                vec![
+                    t("Q"),
+                    t("q@x"),
+                    t("enterprise"),
+                    t("monthly"),
+                    t("on_hold"),
+                    method_json("w2"),
+                    i(200),
+                    i(0),
+                    i(100)
+                ]
+            )]
+        );
+        // An update that names nothing changes nothing; one of an unknown provider is a no-op.
+        let before = p.clone();
+        p.fold(
+            "provider:p",
+            5,
+            300,
+            &EventBody::ProviderUpdated(ProviderUpdated {
+                provider_id: "p".into(),
+                ..Default::default()
+            }),
+        );
+        p.fold(
+            "provider:x",
+            1,
+            300,
+            &EventBody::ProviderUpdated(ProviderUpdated {
+                provider_id: "x".into(),
+                status: Some(ProviderStatus::Suspended),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(p, before);
+        assert_eq!(
+            rows(&p, "provider_tiers"),
+            vec![
+                (vec![t("p"), i(100), i(1)], vec![t("community")]),
+                (vec![t("p"), i(200), i(4)], vec![t("enterprise")]),
+            ]
+        );
+
+        p.fold(
+            "provider:p",
+            6,
+            400,
+            &EventBody::GpuRegistered(GpuRegistered {
+                gpu_id: "g".into(),
+                provider_id: "p".into(),
+                model: "H100".into(),
+            }),
+        );
+        p.fold(
+            "provider:p",
+            7,
+            500,
+            &EventBody::RateSet(RateSet {
+                provider_id: "p".into(),
+                model: "H100".into(),
+                rate_usdc_per_hour: "2.500000".into(),
+                effective_from_ms: 450,
+            }),
+        );
+        p.fold(
+            "platform",
+            1,
+            600,
+            &EventBody::FeeScheduleSet(FeeScheduleSet {
+                tier: Tier::Enterprise,
+                fee_bps: 1200,
+                effective_from_ms: 550,
+            }),
+        );
+        p.fold(
+            "platform",
+            2,
+            700,
+            &EventBody::FxRateSet(FxRateSet {
+                eur_per_usd: "0.92".into(),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "gpus"),
+            vec![(vec![t("g")], vec![t("p"), t("H100"), i(400)])]
+        );
+        assert_eq!(
+            rows(&p, "rates"),
+            vec![(vec![t("p"), t("H100"), i(450)], vec![t("2.500000")])]
+        );
+        assert_eq!(
+            rows(&p, "fee_schedules"),
+            vec![(vec![t("enterprise"), i(550)], vec![i(1200)])]
+        );
+        assert_eq!(rows(&p, "fx_rates"), vec![(vec![i(700)], vec![t("0.92")])]);
+    }
+
+    fn payout_row(p: &Projections) -> Vec<Val> {
+        rows(p, "payouts")[0].1.clone()
+    }
+
+    #[test]
+    fn a_payout_and_its_run_through_every_state() {
+        let mut p = Projections::default();
+        let s = "provider:p";
+        p.fold(
+            s,
+            1,
+            10,
+            &EventBody::AdjustmentPosted(AdjustmentPosted {
+                adjustment_id: "a".into(),
+                provider_id: "p".into(),
+                amount_micro_usdc: 500,
+                reason: "credit".into(),
+                reference: None,
+            }),
+        );
+        assert_eq!(
+            rows(&p, "payable_recorded"),
+            vec![(vec![t("p"), i(0)], vec![i(500)])]
+        );
+        p.fold(
+            s,
+            2,
+            20,
+            &EventBody::PayoutRunDecided(PayoutRunDecided {
+                run_kind: "weekly".into(),
+                run_key: "2026-11-30".into(),
+                provider_id: "p".into(),
+                decision: "paid".into(),
+                available_micro_usdc: 500,
+                amount_micro_usdc: 400,
+                payout_id: Some("po".into()),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "run_decisions"),
+            vec![(
+                vec![t("weekly"), t("2026-11-30"), t("p")],
+                vec![t("paid"), i(500), i(400), t("po"), i(20)]
+            )]
+        );
+        p.fold(
+            s,
+            3,
+            30,
+            &EventBody::PayoutCreated(PayoutCreated {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                run_kind: "weekly".into(),
+                run_key: "2026-11-30".into(),
+                amount_micro_usdc: 400,
+                method: method("w"),
+                held: true,
+                amount_eur_cents: Some(3),
+                eur_per_usd: None,
+            }),
+        );
+        assert_eq!(
+            payout_row(&p),
+            vec![
+                t("p"),
+                t("weekly"),
+                t("2026-11-30"),
+                t("solana"),
+                i(400),
+                i(3),
+                Val::Null,
+                method_json("w"),
+                t("held"),
+                Val::Null,
+                Val::Null,
+                Val::Null,
+                Val::Null,
+                i(30),
+                i(30)
+            ]
+        );
+        p.fold(
+            s,
+            4,
+            40,
+            &EventBody::PayoutHeld(PayoutHeld {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                reason: "above limit".into(),
+            }),
+        );
+        assert_eq!(payout_row(&p)[8..10], [t("held"), t("above limit")]);
+        assert_eq!(payout_row(&p)[14], i(40));
+        let resolved = |cents: Option<i64>, rate: Option<&str>| PayoutHoldResolved {
+            payout_id: "po".into(),
+            provider_id: "p".into(),
+            amount_micro_usdc: 400,
+            reason: None,
+            amount_eur_cents: cents,
+            eur_per_usd: rate.map(str::to_owned),
+        };
+        p.fold(s, 5, 50, &EventBody::PayoutReleased(resolved(None, None)));
+        assert_eq!(
+            payout_row(&p)[4..9],
+            [i(400), i(3), Val::Null, method_json("w"), t("created")]
+        );
+        p.fold(
+            s,
+            6,
+            55,
+            &EventBody::PayoutReleased(resolved(Some(37), Some("0.92"))),
+        );
+        assert_eq!(payout_row(&p)[5..7], [i(37), t("0.92")]);
+        p.fold(
+            s,
+            7,
+            60,
+            &EventBody::PayoutSubmitted(PayoutSubmitted {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail: Rail::Solana,
+                reference: "sig".into(),
+                end_to_end_id: Some("e2e".into()),
+            }),
+        );
+        assert_eq!(payout_row(&p)[8], t("submitted"));
+        assert_eq!(payout_row(&p)[11..15], [t("sig"), t("e2e"), i(30), i(60)]);
+        p.fold(
+            s,
+            8,
+            70,
+            &EventBody::PayoutSettled(PayoutSettled {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail: Rail::Solana,
+                amount_micro_usdc: 400,
+                reference: "sig2".into(),
+            }),
+        );
+        assert_eq!(payout_row(&p)[8], t("settled"));
+        assert_eq!(payout_row(&p)[11], t("sig2"));
+        p.fold(
+            s,
+            9,
+            80,
+            &EventBody::PayoutFailed(PayoutFailed {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail: Rail::Solana,
+                amount_micro_usdc: 400,
+                reason: "expired".into(),
+            }),
+        );
+        assert_eq!(
+            payout_row(&p)[8..11],
+            [t("failed"), t("above limit"), t("expired")]
+        );
+        p.fold(
+            s,
+            10,
+            90,
+            &EventBody::PayoutReturned(PayoutReturned {
+                payout_id: "po".into(),
+                provider_id: "p".into(),
+                rail: Rail::Solana,
+                amount_micro_usdc: 400,
+                reason_code: "R01".into(),
+                reason: "insufficient funds".into(),
+                method_invalid: false,
+            }),
+        );
+        assert_eq!(
+            payout_row(&p)[8..11],
+            [
+                t("returned"),
+                t("above limit"),
+                t("R01: insufficient funds")
+            ]
+        );
+        p.fold(s, 11, 95, &EventBody::PayoutCancelled(resolved(None, None)));
+        assert_eq!(payout_row(&p)[8], t("cancelled"));
+        assert_eq!(payout_row(&p)[14], i(95));
+
+        let mut totals = BTreeMap::new();
+        totals.insert("paid".to_owned(), (1, 400));
+        p.fold(
+            "platform",
+            1,
+            99,
+            &EventBody::PayoutRunCompleted(PayoutRunCompleted {
+                run_kind: "weekly".into(),
+                run_key: "2026-11-30".into(),
+                cutoff_ms: 15,
+                candidates: 2,
+                totals,
+            }),
+        );
+        assert_eq!(
+            rows(&p, "payout_runs"),
+            vec![(
+                vec![t("weekly"), t("2026-11-30")],
+                vec![i(15), i(2), t(r#"{"paid":[1,400]}"#), i(99)]
+            )]
+        );
+        // Every state change posted its lines (two releases of the same 400 included).
+        let balances: BTreeMap<String, i64> = rows(&p, "account_balances")
+            .into_iter()
+            .map(|(k, v)| (k[1].text().unwrap().to_owned(), v[0].int()))
+            .collect();
+        assert_eq!(balances["provider:p:held"], 400 - 400 - 400 - 400);
+        assert_eq!(balances["provider:p:in_transit"], 400 + 400 - 400 - 400);
+        assert_eq!(balances["platform:treasury:usdc"], 400 - 400);
+        assert_eq!(balances["provider:p:payable"], 500 - 400 + 400 + 400 + 400);
+    }
+
+    #[test]
+    fn bank_batches_solana_attempts_and_approvals() {
+        let mut p = Projections::default();
+        p.fold(
+            "platform",
+            1,
+            10,
+            &EventBody::BankBatchGenerated(BankBatchGenerated {
+                batch_id: "b".into(),
+                rail: Rail::Sepa,
+                file_name: "b.xml".into(),
+                sha256: "ab".into(),
+                payout_ids: vec!["po1".into(), "po2".into()],
+                total_cents: 1234,
+                currency: "EUR".into(),
+            }),
+        );
+        p.fold(
+            "platform",
+            2,
+            20,
+            &EventBody::BankBatchStatusChanged(BankBatchStatus {
+                batch_id: "b".into(),
+                status: "submitted".into(),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "bank_batches"),
+            vec![(
+                vec![t("b")],
+                vec![
+                    t("sepa"),
+                    t("b.xml"),
+                    t("ab"),
+                    t(r#"["po1","po2"]"#),
+                    i(1234),
+                    t("EUR"),
+                    t("submitted"),
+                    i(10),
+                    i(20)
+                ]
+            )]
+        );
+        p.fold(
+            "platform",
+            3,
+            30,
+            &EventBody::SolanaTxSigned(SolanaTxSigned {
+                attempt_id: "at".into(),
+                payout_ids: vec!["po1".into()],
+                signature: "sig".into(),
+                blockhash: "bh".into(),
+                last_valid_block_height: 77,
+                tx_base64: "AA==".into(),
+                transfers: vec![("po1".into(), "w".into(), 5)],
+            }),
+        );
+        assert_eq!(
+            rows(&p, "solana_attempts"),
+            vec![(
+                vec![t("at")],
+                vec![
+                    t(r#"["po1"]"#),
+                    t("sig"),
+                    t("bh"),
+                    i(77),
+                    t("AA=="),
+                    t(r#"[["po1","w",5]]"#),
+                    Val::Null,
+                    Val::Null,
+                    Val::Null,
+                    i(30),
+                    Val::Null
+                ]
+            )]
+        );
+        p.fold(
+            "platform",
+            4,
+            40,
+            &EventBody::SolanaTxResolved(SolanaTxResolved {
+                attempt_id: "at".into(),
+                outcome: "landed".into(),
+                slot: Some(9),
+                reason: Some("ok".into()),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "solana_attempts")[0].1[6..],
+            [t("landed"), i(9), t("ok"), i(30), i(40)]
+        );
+        p.fold(
+            "platform",
+            5,
+            50,
+            &EventBody::ApprovalRequested(ApprovalRequested {
+                approval_id: "ap".into(),
+                kind: "adjustment".into(),
+                command: "{}".into(),
+                summary: "credit p".into(),
+                provider_id: Some("p".into()),
+                amount_micro_usdc: Some(5),
+                requested_by: "alice".into(),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "approvals"),
+            vec![(
+                vec![t("ap")],
+                vec![
+                    t("adjustment"),
+                    t("{}"),
+                    t("credit p"),
+                    t("p"),
+                    i(5),
+                    t("alice"),
+                    i(50),
+                    t("pending"),
+                    Val::Null,
+                    Val::Null,
+                    Val::Null
+                ]
+            )]
+        );
+        p.fold(
+            "platform",
+            6,
+            60,
+            &EventBody::ApprovalDecided(ApprovalDecided {
+                approval_id: "ap".into(),
+                decision: "rejected".into(),
+                decided_by: "bob".into(),
+                reason: Some("no".into()),
+            }),
+        );
+        assert_eq!(
+            rows(&p, "approvals")[0].1[7..],
+            [t("rejected"), t("bob"), i(60), t("no")]
+        );
+        // None of these tables is an additive aggregate; balances are.
+        let first = ops(
+            "platform",
+            1,
+            10,
+            &EventBody::FxRateSet(FxRateSet {
+                eur_per_usd: "1".into(),
+            }),
+        );
+        assert!(!first[0].is_aggregate());
+        let adj = ops(
+            "provider:p",
+            1,
+            10,
+            &EventBody::AdjustmentPosted(AdjustmentPosted {
+                adjustment_id: "a".into(),
+                provider_id: "p".into(),
+                amount_micro_usdc: 1,
+                reason: "r".into(),
+                reference: None,
+            }),
+        );
+        assert_eq!(adj.len(), 3);
+        assert!(adj.iter().all(ProjOp::is_aggregate));
+    }
+
+    #[test]
+    fn cells_and_tables() {
+        assert_eq!(Val::Int(-7).int(), -7);
+        assert_eq!(Val::Null.int(), 0);
+        assert_eq!(t("x").int(), 0);
+        assert_eq!(t("x").text(), Some("x"));
+        assert_eq!(Val::Int(1).text(), None);
+        assert_eq!(Val::from(Some("a".to_owned())), t("a"));
+        assert_eq!(Val::from(None::<String>), Val::Null);
+        assert_eq!(Val::from(Some(3i64)), i(3));
+        assert_eq!(Val::from(None::<i64>), Val::Null);
+        assert_eq!(
+            serde_json::to_string(&vec![Val::Null, i(1), t("a")]).unwrap(),
+            r#"[null,1,"a"]"#
+        );
+        assert_eq!(table("gpus").key, ["gpu_id"]);
+        assert_eq!(col("payouts", "status"), 8);
+        assert_eq!(Projections::default().rows("gpus").count(), 0);
+    }
+}
