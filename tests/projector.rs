@@ -367,3 +367,62 @@ async fn a_fold_killed_before_its_commit_leaves_nothing_and_the_next_fold_takes_
     }
     verify_clean(&store).await;
 }
+
+/// A fold whose write fails at any of its statements (the database refuses the aggregate
+/// rows or the checkpoint: disk full) commits nothing: the checkpoints stay where they were,
+/// and the next fold takes the whole tail once. A fold that committed what it wrote before
+/// the failure would count those events twice on the next fold.
+#[tokio::test]
+async fn a_fold_refused_at_any_statement_commits_nothing_and_the_next_fold_takes_it_all() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 3).await;
+    let store = ledger.store.clone();
+    let tables = [
+        "earnings_daily",
+        "payable_recorded",
+        "account_balances",
+        "projection_checkpoints",
+    ];
+    let mut faults = common::DbFaults::install(&db.url, db.is_postgres(), &tables).await;
+    let checkpoints = "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints";
+    for (trial, table) in tables.iter().enumerate() {
+        let results = ledger
+            .ingest_usage(
+                &metering_mix(3, trial * 20, 20),
+                &SenderScope::Metering,
+                &Actor::system("metering"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(accepted(&results), 60, "{table}");
+        let before = scalar(&store, checkpoints).await;
+        faults.refuse(table).await;
+        let refused = store.catch_up_all().await;
+        assert!(
+            refused.is_err(),
+            "a fold with {table} refusing writes failed: {refused:?}"
+        );
+        assert_eq!(
+            scalar(&store, checkpoints).await,
+            before,
+            "{table}: the refused fold moved no checkpoint"
+        );
+        faults.clear().await;
+    }
+    // The next fold takes every event once: the aggregates equal the ledger's own sums.
+    assert_eq!(store.catch_up_all().await.unwrap(), 240);
+    let expected = booked_net(&store).await;
+    for (provider, net) in &expected {
+        let payable = scalar(
+            &store,
+            &format!(
+                "SELECT balance_micro_usdc FROM account_balances \
+                 WHERE owner = 'provider:{provider}' AND account = 'provider:{provider}:payable'"
+            ),
+        )
+        .await;
+        assert_eq!(payable, *net, "{provider}");
+    }
+    verify_clean(&store).await;
+}

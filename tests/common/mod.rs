@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use settle::config::LedgerConfig;
 use settle::domain::time::parse_rfc3339_ms;
@@ -235,4 +236,118 @@ pub fn minute_slices(
             rate_usdc_per_hour: None,
         })
         .collect()
+}
+
+/// Faults of the real database under the engine (no mock): a table that refuses writes
+/// while armed (a trigger per table reads the armed flag from `sim_faults`; on PostgreSQL
+/// it raises SQLSTATE 53100 `disk_full`, on SQLite an aborting trigger), and on PostgreSQL
+/// every other backend of the database terminated at a chosen instant.
+pub struct DbFaults {
+    /// One connection of the simulation's own (not the engine's pool).
+    admin: sqlx::AnyPool,
+    pub postgres: bool,
+    /// The table whose writes are refused now.
+    pub refusing: Option<&'static str>,
+    /// A pending termination of the engine's connections: how many it terminated.
+    dropping: Option<tokio::task::JoinHandle<u64>>,
+}
+
+impl DbFaults {
+    /// Installs a refusing trigger on each of `tables` (disarmed).
+    pub async fn install(url: &str, postgres: bool, tables: &[&str]) -> DbFaults {
+        let admin = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .expect("the simulation's own connection");
+        let mut ddl = vec![
+            "CREATE TABLE sim_faults (target TEXT PRIMARY KEY, armed BIGINT NOT NULL)".to_owned(),
+        ];
+        if postgres {
+            ddl.push(
+                "CREATE FUNCTION sim_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF EXISTS (SELECT 1 FROM sim_faults WHERE target = TG_TABLE_NAME AND armed = 1) THEN \
+                 RAISE EXCEPTION 'could not extend file: No space left on device (injected by the simulation)' \
+                 USING ERRCODE = 'disk_full'; END IF; RETURN NEW; END $$"
+                    .to_owned(),
+            );
+        }
+        for t in tables {
+            ddl.push(format!("INSERT INTO sim_faults VALUES ('{t}', 0)"));
+            if postgres {
+                ddl.push(format!(
+                    "CREATE TRIGGER sim_fault_{t} BEFORE INSERT OR UPDATE ON {t} \
+                     FOR EACH ROW EXECUTE FUNCTION sim_fault()"
+                ));
+            } else {
+                for op in ["INSERT", "UPDATE"] {
+                    ddl.push(format!(
+                        "CREATE TRIGGER sim_fault_{t}_{op} BEFORE {op} ON {t} \
+                         WHEN (SELECT armed FROM sim_faults WHERE target = '{t}') = 1 \
+                         BEGIN SELECT RAISE(ABORT, 'database or disk is full (injected by the simulation)'); END"
+                    ));
+                }
+            }
+        }
+        for statement in ddl {
+            sqlx::query(&statement)
+                .execute(&admin)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        DbFaults {
+            admin,
+            postgres,
+            refusing: None,
+            dropping: None,
+        }
+    }
+
+    async fn set(&self, table: &str, armed: i64) {
+        sqlx::query("UPDATE sim_faults SET armed = $1 WHERE target = $2")
+            .bind(armed)
+            .bind(table)
+            .execute(&self.admin)
+            .await
+            .expect("arm or disarm a fault");
+    }
+
+    /// Writes to `table` fail until [`DbFaults::clear`].
+    pub async fn refuse(&mut self, table: &'static str) {
+        self.set(table, 1).await;
+        self.refusing = Some(table);
+    }
+
+    /// Terminates every other backend of the database after `after`.
+    pub fn drop_connections_after(&mut self, after: Duration) {
+        let admin = self.admin.clone();
+        self.dropping = Some(tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(&admin)
+            .await
+            .map(|rows| rows.len() as u64)
+            .expect("terminate the engine's connections")
+        }));
+    }
+
+    pub fn armed(&self) -> bool {
+        self.refusing.is_some() || self.dropping.is_some()
+    }
+
+    /// Ends the fault: the refused table accepts writes again; a pending drop has happened.
+    /// Returns how many connections the drop terminated.
+    pub async fn clear(&mut self) -> u64 {
+        let dropped = match self.dropping.take() {
+            Some(task) => task.await.expect("the drop task"),
+            None => 0,
+        };
+        if let Some(table) = self.refusing.take() {
+            self.set(table, 0).await;
+        }
+        dropped
+    }
 }
