@@ -236,6 +236,13 @@ impl Sim {
             "step {}: {what} failed with no database fault injected: {error}",
             self.tally.steps
         );
+        if let Some(table) = self.db.refusing {
+            assert!(
+                error.to_string().contains("injected by the simulation"),
+                "step {}: {what} failed while {table} refused writes, but not on the refusal: {error}",
+                self.tally.steps
+            );
+        }
         self.count_hit();
         self.tally.connections_dropped += self.db.clear().await;
     }
