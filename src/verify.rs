@@ -3,8 +3,10 @@
 
 use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
-use crate::domain::projection::{Projections, TABLES};
-use crate::store::{GENESIS_HASH, Store, StoreError, canonical_bytes, event_hash};
+use crate::domain::projection::{Projections, TABLES, ops};
+use crate::store::{
+    GENESIS_HASH, ProjectionSnapshot, Store, StoreError, canonical_bytes, event_hash,
+};
 
 /// Events read per page while folding.
 const PAGE_EVENTS: i64 = 5_000;
@@ -88,15 +90,18 @@ pub async fn fold_ledger(
     report: &mut VerifyReport,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<Projections, StoreError> {
-    fold_checked(store, report, None, progress).await
+    fold_checked(store, report, None, None, progress).await
 }
 
 /// [`fold_ledger`], and each stream's chain recomputed from the events' contents alone
-/// must pass through its head in `anchors` (src/anchor.rs).
+/// must pass through its head in `anchors` (src/anchor.rs). With `at`, the fold is the one
+/// that snapshot must hold: each stream's events up to its head there, their aggregate
+/// changes up to its checkpoint there. Every event is checked either way.
 async fn fold_checked(
     store: &Store,
     report: &mut VerifyReport,
     anchors: Option<&Heads>,
+    at: Option<&ProjectionSnapshot>,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<Projections, StoreError> {
     let mut projections = Projections::default();
@@ -189,7 +194,18 @@ async fn fold_checked(
                                 "stored lines differ from the lines the event posts".into(),
                             ));
                         }
-                        projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body);
+                        match at {
+                            None => projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body),
+                            Some(at) if e.seq <= at.heads.get(&stream).copied().unwrap_or(0) => {
+                                let folded_to = at.checkpoints.get(&stream).copied().unwrap_or(0);
+                                for op in ops(&e.stream, e.seq, e.recorded_at_ms, &body) {
+                                    if e.seq <= folded_to || !op.is_aggregate() {
+                                        projections.apply(&op);
+                                    }
+                                }
+                            }
+                            Some(_) => {}
+                        }
                     }
                     Err(err) => report.push(problem("invalid_payload", err.message)),
                 }
@@ -243,12 +259,28 @@ pub async fn verify_anchored(
         }),
         Err(e) => return Err(e),
     }
-    let fresh = fold_checked(store, &mut report, anchors, progress).await?;
+    // Writers may go on meanwhile: the stored side is one snapshot, and the fold is the
+    // one that snapshot must hold.
+    let snapshot = store.projection_snapshot().await?;
+    for (stream, checkpoint) in &snapshot.checkpoints {
+        let head = snapshot.heads.get(stream).copied().unwrap_or(0);
+        if *checkpoint > head {
+            report.push(Problem {
+                stream: stream.clone(),
+                seq: Some(*checkpoint),
+                kind: "checkpoint_ahead",
+                detail: format!(
+                    "the aggregates claim events up to seq {checkpoint}; the stream ends at seq {head}"
+                ),
+            });
+        }
+    }
+    let fresh = fold_checked(store, &mut report, anchors, Some(&snapshot), progress).await?;
     for spec in TABLES {
-        let stored = store.load_projection(spec).await?;
+        let stored = &snapshot.tables[spec.name];
         let empty = Default::default();
         let folded = fresh.tables.get(spec.name).unwrap_or(&empty);
-        if &stored == folded {
+        if stored == folded {
             continue;
         }
         let mut differing = 0;

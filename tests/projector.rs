@@ -429,3 +429,103 @@ async fn a_fold_refused_at_any_statement_commits_nothing_and_the_next_fold_takes
     }
     verify_clean(&store).await;
 }
+
+/// `verify` on a ledger that is being written (an operator checks production while it
+/// books): bookings and folds that commit while it reads make no correct row look wrong,
+/// and rows altered behind the engine's back are still found, and only they.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_while_bookings_commit_finds_only_what_was_altered() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 3).await;
+    let store = ledger.store.clone();
+    let booking = ledger.clone();
+    let writer = tokio::spawn(async move {
+        for n in 0..200 {
+            booking
+                .ingest_usage(
+                    &metering_mix(3, n * 5, 5),
+                    &SenderScope::Metering,
+                    &Actor::system("metering"),
+                )
+                .await
+                .unwrap();
+        }
+    });
+    let count = "SELECT COUNT(*) FROM events";
+    let (mut overlapped, mut altered, mut runs) = (0, false, 0);
+    while !writer.is_finished() || runs < 10 {
+        runs += 1;
+        if runs == 8 {
+            // Altered behind the engine's back: a GPU's model and an aggregate balance.
+            sqlx::query("UPDATE gpus SET model = 'A100-40GB' WHERE gpu_id = 'f0-g'")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            sqlx::query(
+                "UPDATE account_balances SET balance_micro_usdc = balance_micro_usdc + 1 \
+                 WHERE owner = 'provider:f1' AND account = 'provider:f1:payable'",
+            )
+            .execute(store.pool())
+            .await
+            .unwrap();
+            altered = true;
+        }
+        let before = scalar(&store, count).await;
+        let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
+        if scalar(&store, count).await != before {
+            overlapped += 1;
+        }
+        let mut found: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.kind, p.detail.split(':').next().unwrap()))
+            .collect();
+        found.sort();
+        let expected: Vec<String> = if altered {
+            vec![
+                "projection_mismatch: account_balances".into(),
+                "projection_mismatch: gpus".into(),
+            ]
+        } else {
+            vec![]
+        };
+        assert_eq!(found, expected, "verify {runs}: {:?}", report.problems);
+    }
+    writer.await.unwrap();
+    assert!(
+        overlapped >= 3,
+        "only {overlapped} of {runs} verifies ran while bookings committed"
+    );
+}
+
+/// A checkpoint beyond its stream's head would make the projector skip the events booked
+/// up to it: `verify` names it.
+#[tokio::test]
+async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 1).await;
+    ledger
+        .ingest_usage(
+            &metering_mix(1, 0, 3),
+            &SenderScope::Metering,
+            &Actor::system("metering"),
+        )
+        .await
+        .unwrap();
+    let store = ledger.store.clone();
+    store.catch_up_all().await.unwrap();
+    verify_clean(&store).await;
+    sqlx::query("UPDATE projection_checkpoints SET seq = seq + 5 WHERE stream = 'provider:f0'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
+    let kinds: Vec<(&str, &str, Option<i64>)> = report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.stream.as_str(), p.seq))
+        .collect();
+    assert_eq!(kinds, vec![("checkpoint_ahead", "provider:f0", Some(11))]);
+}

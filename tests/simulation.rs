@@ -132,6 +132,8 @@ struct Sim {
     booked_ids: HashSet<String>,
     next_event: usize,
     db: DbFaults,
+    /// What the current step does and under which database fault (for failure messages).
+    doing: String,
     /// How long the last uncancelled pass took: a cancellation is drawn within it.
     pass_ms: u64,
     tally: Tally,
@@ -179,6 +181,7 @@ impl Sim {
             booked_ids: HashSet::new(),
             next_event: 0,
             db,
+            doing: String::new(),
             pass_ms: 40,
             tally: Tally::default(),
         }
@@ -190,8 +193,17 @@ impl Sim {
 
     async fn step(&mut self) {
         self.tally.steps += 1;
-        self.arm_db_fault().await;
-        match self.rng.gen_range(0..100) {
+        self.doing = self.arm_db_fault().await;
+        let action = self.rng.gen_range(0..100);
+        self.doing += match action {
+            0..40 => "usage",
+            40..48 => "void",
+            48..56 => "adjustment",
+            56..78 => "advance",
+            78..94 => "pass",
+            _ => "cancelled pass",
+        };
+        match action {
             0..40 => self.usage().await,
             40..48 => self.void().await,
             48..56 => self.adjustment().await,
@@ -205,18 +217,20 @@ impl Sim {
 
     /// For a share of the steps: a table that refuses writes, or (PostgreSQL) the engine's
     /// connections dropped at an instant within the step.
-    async fn arm_db_fault(&mut self) {
+    async fn arm_db_fault(&mut self) -> String {
         if self.rng.gen_range(0..100) >= DB_FAULT_PERCENT {
-            return;
+            return String::new();
         }
         if self.db.postgres && self.rng.gen_bool(0.4) {
             let after = Duration::from_millis(self.rng.gen_range(0..=self.pass_ms));
             self.db.drop_connections_after(after);
             self.tally.db_drops += 1;
+            format!("connections dropped after {after:?}: ")
         } else {
             let table = FAULT_TABLES[self.rng.gen_range(0..FAULT_TABLES.len())];
             self.db.refuse(table).await;
             self.tally.db_refusals += 1;
+            format!("{table} refusing writes: ")
         }
     }
 
@@ -534,8 +548,9 @@ impl Sim {
             .expect("verify runs");
         assert!(
             report.ok(),
-            "step {}: verify {:?}",
+            "step {} ({}): verify {:?}",
             self.tally.steps,
+            self.doing,
             report.problems
         );
         for p in &self.providers {

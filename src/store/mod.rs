@@ -658,7 +658,45 @@ impl Store {
         >,
         StoreError,
     > {
-        project::load_table(&self.pool, table).await
+        let mut conn = self.pool.acquire().await?;
+        project::load_table(&mut conn, table).await
+    }
+
+    /// Every projection table, each stream's head and each stream's projector checkpoint,
+    /// read in one snapshot (a repeatable-read, read-only transaction on PostgreSQL; one
+    /// read transaction on SQLite's WAL). Against it `verify` compares a fresh fold of each
+    /// stream's events up to that head, with the aggregates folded up to that checkpoint:
+    /// bookings and folds that commit while `verify` reads cannot make a correct ledger
+    /// look wrong.
+    pub async fn projection_snapshot(&self) -> Result<ProjectionSnapshot, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let mut snapshot = ProjectionSnapshot::default();
+        for (sql, into) in [
+            (
+                "SELECT stream, MAX(seq) FROM events GROUP BY stream",
+                &mut snapshot.heads,
+            ),
+            (
+                "SELECT stream, seq FROM projection_checkpoints",
+                &mut snapshot.checkpoints,
+            ),
+        ] {
+            for row in sqlx::query(sql).fetch_all(&mut *tx).await? {
+                into.insert(row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?);
+            }
+        }
+        for spec in crate::domain::projection::TABLES {
+            snapshot
+                .tables
+                .insert(spec.name, project::load_table(&mut tx, spec).await?);
+        }
+        tx.rollback().await?;
+        Ok(snapshot)
     }
 
     /// Replaces all projections with `projections` (folded from `events_folded` events) in
@@ -696,6 +734,20 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// The projections as one snapshot saw them (see [`Store::projection_snapshot`]).
+#[derive(Debug, Default)]
+pub struct ProjectionSnapshot {
+    /// Stream → the seq of its last event.
+    pub heads: BTreeMap<String, i64>,
+    /// Stream → the seq up to which the aggregates hold its events.
+    pub checkpoints: BTreeMap<String, i64>,
+    /// Table → key → values.
+    pub tables: BTreeMap<
+        &'static str,
+        BTreeMap<Vec<crate::domain::projection::Val>, Vec<crate::domain::projection::Val>>,
+    >,
 }
 
 /// A database transaction on a connection of its own, begun and committed explicitly.

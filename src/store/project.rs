@@ -245,12 +245,12 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
 
 /// Loads a whole projection table, keyed like [`Projections`].
 pub async fn load_table(
-    pool: &sqlx::AnyPool,
+    conn: &mut AnyConnection,
     spec: &'static TableSpec,
 ) -> Result<BTreeMap<Vec<Val>, Vec<Val>>, StoreError> {
     let cols = columns(spec);
     let sql = format!("SELECT {} FROM {}", cols.join(","), spec.name);
-    let rows = sqlx::query(&sql).fetch_all(pool).await?;
+    let rows = sqlx::query(&sql).fetch_all(&mut *conn).await?;
     let mut out = BTreeMap::new();
     for row in rows {
         let mut cells = Vec::with_capacity(cols.len());
