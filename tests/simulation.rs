@@ -70,6 +70,8 @@ const FAULT_TABLES: &[&str] = &[
 ];
 /// The share of steps that run under a database fault.
 const DB_FAULT_PERCENT: u32 = 25;
+/// From this many faults of a kind on, at least one must have failed a command.
+const DB_FAULTS_SHOWN: usize = 50;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -693,14 +695,15 @@ async fn the_engine_keeps_its_invariants_under_seeded_faults() {
         total.settled_payouts > 0 && total.chain_faults > 0 && total.cancelled_mid_payment > 0,
         "{total:?}"
     );
+    // About one refused write in five and one drop in eight meets a command that writes
+    // the refused table or is on the wire at that instant: over the default seeds (about
+    // 250 and 90) that never comes to nothing; a single seed reproduced alone may.
     assert!(
-        total.refusals_hit > 0,
+        total.refusals_hit > 0 || total.db_refusals < DB_FAULTS_SHOWN,
         "no refused write failed a command: {total:?}"
     );
-    if std::env::var("SETTLE_TEST_PG_URL").is_ok_and(|u| !u.is_empty()) {
-        assert!(
-            total.drops_hit > 0,
-            "no dropped connection failed a command: {total:?}"
-        );
-    }
+    assert!(
+        total.drops_hit > 0 || total.db_drops < DB_FAULTS_SHOWN,
+        "no dropped connection failed a command: {total:?}"
+    );
 }
