@@ -733,7 +733,7 @@ pub fn lines_from_json(text: &str) -> Result<Vec<Line>, DomainError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Given one event, then exactly these postings: every SPEC §3 posting rule as a table,
     //! and the names, codes and stored forms the ledger's bytes depend on.
     use super::*;
@@ -742,7 +742,14 @@ mod tests {
         Line::new(account, amount)
     }
 
-    fn seg(started_at_ms: i64, ended_at_ms: i64, gross: i64, fee: i64, net: i64) -> Segment {
+    /// A day segment at the community fee (2000 bps) with the amounts given.
+    pub(crate) fn seg(
+        started_at_ms: i64,
+        ended_at_ms: i64,
+        gross: i64,
+        fee: i64,
+        net: i64,
+    ) -> Segment {
         Segment {
             started_at_ms,
             ended_at_ms,

@@ -748,6 +748,7 @@ mod tests {
     //! Given events folded in order, then exactly these projection rows: every table's
     //! columns as the store and `verify` read them.
     use super::*;
+    use crate::domain::event::tests::seg;
 
     const DAY: i64 = 86_400_000;
 
@@ -761,17 +762,6 @@ mod tests {
     /// The rows of one table, in key order.
     fn rows(p: &Projections, table: &str) -> Vec<(Vec<Val>, Vec<Val>)> {
         p.rows(table).map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-
-    fn seg(started_at_ms: i64, ended_at_ms: i64, gross: i64, fee: i64, net: i64) -> Segment {
-        Segment {
-            started_at_ms,
-            ended_at_ms,
-            fee_bps: 2000,
-            gross_micro_usdc: gross,
-            fee_micro_usdc: fee,
-            net_micro_usdc: net,
-        }
     }
 
     fn usage(event_id: &str, gpu_id: &str, segments: Vec<Segment>) -> EventBody {
