@@ -73,6 +73,38 @@ const DB_FAULT_PERCENT: u32 = 25;
 /// From this many faults of a kind on, at least one must have failed a command.
 const DB_FAULTS_SHOWN: usize = 50;
 
+/// Runs `fut` until it has suspended `cut_after` times, then drops it at its next
+/// suspension: a crash of the task at that await point (`None`: never). Returns the output
+/// if it finished first, and how many times it suspended.
+async fn cut_at_await<F: std::future::Future>(
+    fut: F,
+    cut_after: Option<usize>,
+) -> (Option<F::Output>, usize) {
+    let mut fut = std::pin::pin!(fut);
+    let mut suspended = 0;
+    let out = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+        std::task::Poll::Pending if Some(suspended) == cut_after => std::task::Poll::Ready(None),
+        std::task::Poll::Pending => {
+            suspended += 1;
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    (out, suspended)
+}
+
+/// The await points (by index) at which passes were cut.
+#[derive(Default)]
+struct CutPoints(std::collections::BTreeSet<usize>);
+
+impl std::fmt::Debug for CutPoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let last = self.0.last().copied().unwrap_or(0);
+        write!(f, "{} distinct, up to #{last}", self.0.len())
+    }
+}
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -108,6 +140,8 @@ struct Tally {
     passes: usize,
     chain_faults: usize,
     cancelled_passes: usize,
+    /// The await points at which a cancelled pass was cut (it had not finished).
+    cut_at: CutPoints,
     /// Cancelled passes that left a payout on its way (signed, not yet settled).
     cancelled_mid_payment: usize,
     invariant_checks: usize,
@@ -136,8 +170,11 @@ struct Sim {
     db: DbFaults,
     /// What the current step does and under which database fault (for failure messages).
     doing: String,
-    /// How long the last uncancelled pass took: a cancellation is drawn within it.
+    /// How long the last untroubled pass took: a connection drop is drawn within it.
     pass_ms: u64,
+    /// How many times the last untroubled pass suspended: a cancellation is drawn among
+    /// those await points.
+    pass_awaits: usize,
     tally: Tally,
 }
 
@@ -185,6 +222,7 @@ impl Sim {
             db,
             doing: String::new(),
             pass_ms: 40,
+            pass_awaits: 40,
             tally: Tally::default(),
         }
     }
@@ -503,10 +541,13 @@ impl Sim {
     async fn run_pass(&mut self) {
         self.tally.passes += 1;
         let started = std::time::Instant::now();
-        match self.rail.pay_pending(&self.w.ledger).await {
+        let (result, suspended) = cut_at_await(self.rail.pay_pending(&self.w.ledger), None).await;
+        match result.expect("an uncut pass finishes") {
             Ok(r) if r.settled > 0 && r.pending + r.not_sent == 0 && !self.db.armed() => {
-                // A pass that paid without trouble: cancellations are drawn within its length.
+                // A pass that paid without trouble: drops are drawn within its length, and
+                // cancellations among its await points.
                 self.pass_ms = (started.elapsed().as_millis() as u64).max(1);
+                self.pass_awaits = suspended.max(1);
             }
             // A pass stops on an RPC or database failure; the next one repairs and resumes.
             Err(_) if self.db.armed() => self.count_hit(),
@@ -514,17 +555,17 @@ impl Sim {
         }
     }
 
-    /// A pass whose task is cancelled part-way: what it committed stays, its open
-    /// transaction rolls back, and the next pass repairs and resumes.
+    /// A pass crashed at one of its await points (drawn by the seed among those of the
+    /// last untroubled pass): the future is dropped there, as an aborted task is. What it
+    /// committed stays, its open transaction rolls back, and the next pass repairs and
+    /// resumes.
     async fn cancelled_pass(&mut self) {
-        let rail = self.rail.clone();
-        let ledger = self.w.ledger.clone();
-        let after = Duration::from_millis(self.rng.gen_range(0..=self.pass_ms));
-        let task = tokio::spawn(async move { rail.pay_pending(&ledger).await });
-        tokio::time::sleep(after).await;
-        task.abort();
-        let _ = task.await;
+        let cut = self.rng.gen_range(0..self.pass_awaits);
+        let (finished, _) = cut_at_await(self.rail.pay_pending(&self.w.ledger), Some(cut)).await;
         self.tally.cancelled_passes += 1;
+        if finished.is_none() {
+            self.tally.cut_at.0.insert(cut);
+        }
         // The simulation's own reads below are no command under test: the fault ends first.
         self.tally.connections_dropped += self.db.clear().await;
         for p in &self.providers {
@@ -678,6 +719,7 @@ async fn the_engine_keeps_its_invariants_under_seeded_faults() {
         total.passes += t.passes;
         total.chain_faults += t.chain_faults;
         total.cancelled_passes += t.cancelled_passes;
+        total.cut_at.0.extend(t.cut_at.0.iter().copied());
         total.cancelled_mid_payment += t.cancelled_mid_payment;
         total.invariant_checks += t.invariant_checks;
         total.db_refusals += t.db_refusals;
@@ -694,6 +736,10 @@ async fn the_engine_keeps_its_invariants_under_seeded_faults() {
     assert!(
         total.settled_payouts > 0 && total.chain_faults > 0 && total.cancelled_mid_payment > 0,
         "{total:?}"
+    );
+    assert!(
+        total.cut_at.0.len() >= 10 || total.cancelled_passes < 50,
+        "passes were cut at too few distinct await points: {total:?}"
     );
     // About one refused write in five and one drop in eight meets a command that writes
     // the refused table or is on the wire at that instant: over the default seeds (about
