@@ -95,27 +95,6 @@ pub async fn payout(pool: &AnyPool, payout_id: &str) -> Result<Option<PayoutReco
     load(&mut conn, payout_id).await
 }
 
-/// The payouts of a run, in payout id order.
-pub async fn run_payouts(
-    pool: &AnyPool,
-    run_kind: &str,
-    run_key: &str,
-) -> Result<Vec<PayoutRecord>, LedgerError> {
-    let rows = sqlx::query(&format!(
-        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE run_kind = $1 AND run_key = $2"
-    ))
-    .bind(run_kind)
-    .bind(run_key)
-    .fetch_all(pool)
-    .await?;
-    let mut out = rows
-        .iter()
-        .map(payout_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    out.sort_by(|a, b| a.payout_id.cmp(&b.payout_id));
-    Ok(out)
-}
-
 /// The payouts of a provider, oldest first.
 pub async fn provider_payouts(
     pool: &AnyPool,

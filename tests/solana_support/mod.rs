@@ -173,10 +173,27 @@ impl World {
             .unwrap_or_else(|e| panic!("weekly {monday}: {e}"))
     }
 
+    /// The payouts of a weekly run, in payout id order.
     pub async fn run_payouts(&self, monday: &str) -> Vec<PayoutRecord> {
-        settle::ledger::payouts::run_payouts(self.ledger.store.pool(), "weekly", monday)
-            .await
-            .unwrap()
+        let pool = self.ledger.store.pool();
+        let ids = sqlx::query(
+            "SELECT payout_id FROM payouts WHERE run_kind = 'weekly' AND run_key = $1 ORDER BY payout_id",
+        )
+        .bind(monday)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let mut out = Vec::with_capacity(ids.len());
+        for row in ids {
+            let id: String = sqlx::Row::try_get(&row, 0).unwrap();
+            out.push(
+                settle::ledger::payouts::payout(pool, &id)
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        out
     }
 
     pub async fn payouts_of(&self, provider: &str) -> Vec<PayoutRecord> {
