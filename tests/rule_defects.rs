@@ -406,7 +406,9 @@ async fn a_held_eur_payout_without_eur_amount_is_released_at_the_fresh_rate() {
         r#"{"type":"provider.update","provider_id":"eu_hold","status":"on_hold"}"#.to_owned(),
     ])
     .await;
-    // No FX rate at all: every EUR payout is held without an EUR amount.
+    // A rate recorded now is 20 days old at the run: stale (fx_stale_hours = 48).
+    w.fx("0.9137").await;
+    // No fresh FX rate: every EUR payout is held without an EUR amount.
     w.at("2026-12-01T00:05:00Z");
     let dec = w.monthly("2026-12").await;
     let id = |p: &str| candidate(&dec, p).payout_id.clone().unwrap();
@@ -432,9 +434,10 @@ async fn a_held_eur_payout_without_eur_amount_is_released_at_the_fresh_rate() {
         .await
         .unwrap();
     assert_eq!(w.payout(&id("eu_cancel")).await.status, "cancelled");
-    // A fresh rate: both release at it.
+    // A fresh rate: both release at it, 47 hours later still (within the 48 hours).
     w.at("2026-12-02T09:00:00Z");
     w.fx("0.9137").await;
+    w.at("2026-12-04T08:00:00Z");
     for p in ["eu_stale", "eu_hold"] {
         let applied = w
             .ledger

@@ -668,11 +668,14 @@ async fn the_projected_next_payout_is_what_the_next_paying_run_would_pay() {
     w.provider("big", W, Some(SOLANA)).await;
     w.provider("small", W, Some(SOLANA)).await;
     w.provider("monthly_p", M, Some(SEPA)).await;
+    w.provider("monthly_big", M, Some(SOLANA)).await;
     w.provider("none", W, None).await;
     w.provider("gone", W, Some(SOLANA)).await;
     w.update("gone", r#""status":"suspended""#).await;
     w.at("2026-11-19T00:00:00Z");
     w.earn("big", 50_000_000, "2026-11-18T01:00:00Z").await; // 40
+    w.earn("monthly_big", 50_000_000, "2026-11-18T01:00:00Z")
+        .await; // 40
     w.earn("small", 12_500_000, "2026-11-18T01:00:00Z").await; // 10
     w.earn("monthly_p", 12_500_000, "2026-11-18T01:00:00Z")
         .await; // 10
@@ -711,6 +714,16 @@ async fn the_projected_next_payout_is_what_the_next_paying_run_would_pay() {
         (monthly.run_key.as_str(), monthly.amount_micro_usdc),
         ("2026-12", 10 * USDC),
         "bank rails pay whole cents"
+    );
+    // Above the weekly minimum, a monthly provider still waits for the monthly run.
+    let monthly_big = project("monthly_big").await.unwrap();
+    assert_eq!(
+        (
+            monthly_big.run_kind.as_str(),
+            monthly_big.run_date.as_str(),
+            monthly_big.amount_micro_usdc
+        ),
+        ("monthly", "2026-12-01", 40 * USDC)
     );
     let none = project("none").await.unwrap();
     assert_eq!(

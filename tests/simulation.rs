@@ -3,8 +3,9 @@
 //! weekly and monthly runs when the clock passes their dates, and USDC payout passes on a
 //! local chain running the real SPL Token program, with chain faults (dropped, swallowed,
 //! delayed and expired transactions, failing and lagging RPC nodes, sends that fail after
-//! landing) and payout passes cancelled part-way (a crash of the paying task at an await
-//! point: its open transaction rolls back, what it committed stays).
+//! landing) and payout passes crashed at an await point (the pass's future dropped at its
+//! n-th suspension, n drawn by the seed, as an aborted task is: its open transaction rolls
+//! back, what it committed stays).
 //!
 //! After every step: `verify` is clean (hash chains, balanced lines, projections = a fresh
 //! fold); every provider's money is conserved (available + held + in transit + paid = what

@@ -414,3 +414,19 @@ impl Ledger {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_are_checked_at_their_edges() {
+        let code = |text: &str| check_text(text, "reason", 4).err().map(|e| e.code());
+        assert_eq!(code("abcd"), None, "exactly the limit");
+        assert_eq!(code("äöüß"), None, "characters, not bytes");
+        assert_eq!(code("abcde"), Some("invalid_text"), "one more");
+        assert_eq!(code(""), Some("invalid_text"));
+        assert_eq!(code("  "), Some("invalid_text"));
+        assert_eq!(code("a\nb"), Some("invalid_text"));
+    }
+}
