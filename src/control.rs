@@ -226,7 +226,7 @@ pub async fn submit_release(
     if enforced(ledger, config).await? {
         let payout = crate::ledger::payouts::payout(ledger.store.pool(), payout_id).await?;
         if let Some(p) = payout
-            && p.status == "held"
+            && p.status == crate::domain::payout::PayoutStatus::Held
             && p.amount_micro_usdc >= config.release_approval_micro_usdc
         {
             let request = NewRequest {

@@ -147,11 +147,13 @@ pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, 
             (now_ms - latest).max(0) / 1000,
         );
     }
-    let oldest: Option<i64> =
-        sqlx::query("SELECT MIN(updated_at_ms) FROM payouts WHERE status = 'created'")
-            .fetch_one(pool)
-            .await?
-            .try_get(0)?;
+    let oldest: Option<i64> = sqlx::query(&format!(
+        "SELECT MIN(updated_at_ms) FROM payouts WHERE status = '{}'",
+        crate::domain::payout::PayoutStatus::Created
+    ))
+    .fetch_one(pool)
+    .await?
+    .try_get(0)?;
     metrics.gauge(
         "settle_outbox_oldest_created_payout_age_seconds",
         "Age of the oldest payout waiting for its rail (0 when none).",

@@ -86,3 +86,36 @@ fn http_and_cli_share_report_instead_of_importing_each_other() {
         found.join("\n")
     );
 }
+
+#[test]
+fn payout_statuses_are_spelled_in_the_state_machine_only() {
+    // SQL literals and string comparisons of a payout status: the sets they select come
+    // from `domain::payout` (`PayoutStatus::sql_list`, `is_pending`, `is_in_transit`, …).
+    // (A Solana attempt's outcome and a pay pass's report have words of their own.)
+    let statuses = [
+        "created",
+        "held",
+        "submitted",
+        "settled",
+        "failed",
+        "cancelled",
+        "returned",
+    ];
+    let mut forbidden = Vec::new();
+    for s in statuses {
+        forbidden.push(format!("'{s}'"));
+        forbidden.push(format!("status == \"{s}\""));
+        forbidden.push(format!("status != \"{s}\""));
+        forbidden.push(format!("status.as_str() == \"{s}\""));
+    }
+    let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
+    let found: Vec<String> = naming("src", &forbidden)
+        .into_iter()
+        .filter(|l| !l.contains("src/domain/payout.rs"))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a payout status spelled outside domain::payout:\n{}",
+        found.join("\n")
+    );
+}

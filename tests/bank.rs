@@ -228,7 +228,7 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         (&po_ind, ach),
     ] {
         let p = w.payout(id).await;
-        assert_eq!(p.status, "submitted", "{id}");
+        assert_eq!(p.status.as_str(), "submitted", "{id}");
         assert_eq!(p.reference.as_deref(), Some(batch.batch.batch_id.as_str()));
         assert!(p.end_to_end_id.is_some());
         // Once in a file, a bank payout cannot be failed by hand: only a return undoes it.
@@ -250,7 +250,7 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         "ACH end-to-end id = the entry's identification number"
     );
     assert_eq!(
-        w.payout(&po_sol).await.status,
+        w.payout(&po_sol).await.status.as_str(),
         "created",
         "Solana payouts are not the bank's"
     );
@@ -352,7 +352,7 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         ("us_ind", &po_ind),
     ] {
         let p = w.payout(id).await;
-        assert_eq!(p.status, "settled");
+        assert_eq!(p.status.as_str(), "settled");
         assert_eq!(
             w.treasury_bank(provider).await,
             p.amount_micro_usdc,
@@ -377,7 +377,7 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         ("AC04", true, "accepted")
     );
     assert_eq!(r.batch_id, sepa.batch.batch_id);
-    assert_eq!(w.payout(&po_de).await.status, "returned");
+    assert_eq!(w.payout(&po_de).await.status.as_str(), "returned");
     assert_eq!(w.payable("eu_de").await, 4_567 + de_amount, "payable +");
     assert_eq!(w.treasury_bank("eu_de").await, 0, "treasury bank −");
     let again = bank::return_payout(&w.ledger, &po_de, "AC04", &w.actor())
@@ -519,7 +519,7 @@ async fn generation_is_idempotent_concurrent_safe_and_numbers_files_of_a_day() {
     for batch in &all {
         for id in &batch.payout_ids {
             assert!(seen.insert(id.clone()), "{id} is in two batches");
-            assert_eq!(w.payout(id).await.status, "submitted");
+            assert_eq!(w.payout(id).await.status.as_str(), "submitted");
         }
         assert_eq!(
             sha256_file(&bank::outbox_path(&w.bank, batch).unwrap()),
@@ -618,7 +618,7 @@ async fn a_crash_anywhere_in_generation_is_finished_by_the_next_run() {
             for id in &b.payout_ids {
                 assert!(seen.insert(id.clone()), "{failpoint}: {id} in two batches");
                 let p = w.payout(id).await;
-                assert_eq!(p.status, "submitted", "{failpoint}: {id}");
+                assert_eq!(p.status.as_str(), "submitted", "{failpoint}: {id}");
                 assert_eq!(p.reference.as_deref(), Some(b.batch_id.as_str()));
             }
             let path = bank::outbox_path(&w.bank, b).unwrap();
@@ -760,7 +760,7 @@ async fn returns_are_checked_before_anything_is_booked() {
         !r.method_invalid,
         "the provider already entered other details"
     );
-    assert_eq!(w.payout(&po_biz).await.status, "returned");
+    assert_eq!(w.payout(&po_biz).await.status.as_str(), "returned");
     assert_eq!(w.treasury_bank("us_biz").await, 0);
     assert_eq!(w.payable("us_biz").await, 40 * USDC + 12_345);
     let batch_id = w.payout(&po_de).await.reference.unwrap();

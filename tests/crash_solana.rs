@@ -164,7 +164,7 @@ async fn scenario(crash: Crash, advance_while_down: bool) -> (bool, Duration, St
     for p in &providers {
         let payouts = w.payouts_of(&p.id).await;
         assert_eq!(payouts.len(), 1);
-        assert_eq!(payouts[0].status, "settled", "{}", p.id);
+        assert_eq!(payouts[0].status.as_str(), "settled", "{}", p.id);
         assert_eq!(w.usdc_of(&p.wallet), p.net_micro_usdc as u64, "{}", p.id);
     }
     assert_eq!(w.dev.treasury_usdc(), treasury_before - total as u64);

@@ -66,7 +66,7 @@ async fn submitted_then_settled_moves_the_money_to_the_treasury() {
         w.ledger.settle_payout(&s, "5sigSolana", &a).await.unwrap(),
         Applied::Duplicate
     );
-    assert_eq!(w.payout(&s).await.status, "settled");
+    assert_eq!(w.payout(&s).await.status.as_str(), "settled");
     assert_eq!(w.balances("s").await, (0, 0, 0, 40 * USDC));
 
     let e2e = e.clone();

@@ -145,7 +145,11 @@ async fn every_bank_return_blocks_the_bank_details_until_they_are_confirmed_agai
             .await
             .unwrap_or_else(|e| panic!("{code}: {e}"));
         assert_eq!((r.status, r.method_invalid), ("accepted", true), "{code}");
-        assert_eq!(w.payout(&payout_id).await.status, "returned", "{code}");
+        assert_eq!(
+            w.payout(&payout_id).await.status.as_str(),
+            "returned",
+            "{code}"
+        );
         assert_eq!(w.payable(&provider).await, 50 * USDC * 8 / 10, "{code}");
     }
     w.check().await;
@@ -433,7 +437,10 @@ async fn a_held_eur_payout_without_eur_amount_is_released_at_the_fresh_rate() {
         .cancel_payout(&id("eu_cancel"), "wrong details", &w.actor())
         .await
         .unwrap();
-    assert_eq!(w.payout(&id("eu_cancel")).await.status, "cancelled");
+    assert_eq!(
+        w.payout(&id("eu_cancel")).await.status.as_str(),
+        "cancelled"
+    );
     // A fresh rate: both release at it, 47 hours later still (within the 48 hours).
     w.at("2026-12-02T09:00:00Z");
     w.fx("0.9137").await;
@@ -463,7 +470,7 @@ async fn a_held_eur_payout_without_eur_amount_is_released_at_the_fresh_rate() {
         .unwrap();
     let sepa = &files.batches[0];
     assert_eq!(sepa.batch.total_cents, 2 * 4568);
-    assert_eq!(w.payout(&id("eu_hold")).await.status, "submitted");
+    assert_eq!(w.payout(&id("eu_hold")).await.status.as_str(), "submitted");
     w.check().await;
 }
 

@@ -174,7 +174,7 @@ async fn bank_payouts_floor_to_cents_carry_the_remainder_and_convert_to_eur_half
         "300 cents × 0.915 = 274.5 → 274 (half to even)"
     );
     assert_eq!(pb.eur_per_usd.as_deref(), Some("0.915"));
-    assert_eq!(pb.status, "created");
+    assert_eq!(pb.status.as_str(), "created");
     let c = candidate(&dec, "c_ach");
     assert_eq!(
         (c.decision.as_str(), c.amount_micro_usdc),
@@ -266,7 +266,7 @@ async fn a_held_payout_is_released_and_another_cancelled() {
             .unwrap(),
         Applied::Duplicate
     );
-    assert_eq!(w.payout(&id1).await.status, "created");
+    assert_eq!(w.payout(&id1).await.status.as_str(), "created");
     assert_eq!(w.balances("h1").await, (0, 0, 40 * USDC, 0));
     assert_eq!(
         w.ledger
@@ -282,7 +282,7 @@ async fn a_held_payout_is_released_and_another_cancelled() {
             .unwrap(),
         Applied::Duplicate
     );
-    assert_eq!(w.payout(&id2).await.status, "cancelled");
+    assert_eq!(w.payout(&id2).await.status.as_str(), "cancelled");
     assert_eq!(w.balances("h2").await, (40 * USDC, 0, 0, 0));
     assert_eq!(
         w.ledger
@@ -447,7 +447,7 @@ async fn each_of_the_seven_decisions_in_one_run() {
             assert_eq!(payout.hold_reason.as_deref(), hold, "{p}");
             assert_eq!(payout.amount_micro_usdc, c.amount_micro_usdc);
             assert_eq!(
-                payout.status,
+                payout.status.as_str(),
                 if hold.is_some() { "held" } else { "created" }
             );
             assert_eq!(id.len(), 27);

@@ -575,7 +575,7 @@ impl Sim {
                 .payouts_of(&p.id)
                 .await
                 .iter()
-                .any(|x| x.status == "submitted")
+                .any(|x| x.status.as_str() == "submitted")
             {
                 self.tally.cancelled_mid_payment += 1;
                 break;
@@ -604,12 +604,12 @@ impl Sim {
             let payouts = self.w.payouts_of(&p.id).await;
             let settled: i64 = payouts
                 .iter()
-                .filter(|x| x.status == "settled")
+                .filter(|x| x.status.as_str() == "settled")
                 .map(|x| x.amount_micro_usdc)
                 .sum();
             let in_flight: i64 = payouts
                 .iter()
-                .filter(|x| x.status == "submitted" || x.status == "created")
+                .filter(|x| x.status.as_str() == "submitted" || x.status.as_str() == "created")
                 .map(|x| x.amount_micro_usdc)
                 .sum();
             assert_eq!(
@@ -660,13 +660,13 @@ impl Sim {
             assert!(
                 payouts
                     .iter()
-                    .all(|x| x.status != "submitted" && x.status != "created"),
+                    .all(|x| x.status.as_str() != "submitted" && x.status.as_str() != "created"),
                 "{}: {payouts:?}",
                 p.id
             );
             let settled: i64 = payouts
                 .iter()
-                .filter(|x| x.status == "settled")
+                .filter(|x| x.status.as_str() == "settled")
                 .map(|x| x.amount_micro_usdc)
                 .sum();
             assert_eq!(
@@ -676,7 +676,10 @@ impl Sim {
                 p.id
             );
             paid_total += settled as u64;
-            self.tally.settled_payouts += payouts.iter().filter(|x| x.status == "settled").count();
+            self.tally.settled_payouts += payouts
+                .iter()
+                .filter(|x| x.status.as_str() == "settled")
+                .count();
         }
         self.tally.settled_micro_usdc = paid_total;
         assert_eq!(

@@ -59,7 +59,7 @@ async fn a_weekly_run_of_250_solana_providers_is_paid_exactly_once() {
         let payouts = w.payouts_of(&p.id).await;
         assert_eq!(payouts.len(), 1, "{}", p.id);
         let payout = &payouts[0];
-        assert_eq!(payout.status, "settled", "{}", p.id);
+        assert_eq!(payout.status.as_str(), "settled", "{}", p.id);
         assert_eq!(payout.amount_micro_usdc, p.net_micro_usdc);
         let signature = payout.reference.clone().expect("signature as reference");
         assert!(signature.parse::<Signature>().is_ok(), "{signature}");
@@ -184,12 +184,12 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
         let now = w.payouts_of(&p.provider_id).await.remove(0);
         let wallet = wallet_of(&p.provider_id);
         if p.payout_id == rejected.payout_id {
-            assert_eq!(now.status, "failed");
+            assert_eq!(now.status.as_str(), "failed");
             let reason = now.failure_reason.unwrap();
             assert!(reason.contains("rejected by simulation"), "{reason}");
             assert_eq!(w.usdc_of(&wallet), 0);
         } else if failed_ids.contains(&p.payout_id) {
-            assert_eq!(now.status, "failed", "{}", p.payout_id);
+            assert_eq!(now.status.as_str(), "failed", "{}", p.payout_id);
             let reason = now.failure_reason.unwrap();
             assert!(reason.contains("failed on chain"), "{reason}");
             assert_eq!(
@@ -198,7 +198,7 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
                 "the failed transaction moved nothing"
             );
         } else {
-            assert_eq!(now.status, "settled", "{}", p.payout_id);
+            assert_eq!(now.status.as_str(), "settled", "{}", p.payout_id);
             assert_eq!(w.usdc_of(&wallet), now.amount_micro_usdc as u64);
         }
     }
@@ -226,7 +226,7 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
             .payouts_of(&p.id)
             .await
             .into_iter()
-            .filter(|x| x.status == "settled")
+            .filter(|x| x.status.as_str() == "settled")
             .collect();
         assert_eq!(settled.len(), 1, "{} paid exactly once", p.id);
         assert_eq!(settled[0].amount_micro_usdc, p.net_micro_usdc);
@@ -252,7 +252,7 @@ async fn preflight_refuses_what_the_treasury_cannot_cover_and_sends_nothing() {
     assert_eq!(w.dev.chain.stats().send_calls, sends, "nothing sent");
     assert_eq!(w.count_events("solana_tx.signed").await, 0);
     for p in &providers {
-        assert_eq!(w.payouts_of(&p.id).await[0].status, "created");
+        assert_eq!(w.payouts_of(&p.id).await[0].status.as_str(), "created");
         assert_eq!(w.usdc_of(&p.wallet), 0);
     }
 
@@ -459,13 +459,15 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     .unwrap();
     assert_eq!(applied, Applied::Accepted);
     assert_eq!(
-        w.payouts_of(&payouts[2].provider_id).await[0].status,
+        w.payouts_of(&payouts[2].provider_id).await[0]
+            .status
+            .as_str(),
         "submitted"
     );
     let repaired = journal.repair().await.unwrap();
     assert_eq!((repaired.failed, repaired.settled), (1, 0));
     let p = w.payouts_of(&payouts[2].provider_id).await.remove(0);
-    assert_eq!(p.status, "failed");
+    assert_eq!(p.status.as_str(), "failed");
     assert!(p.failure_reason.unwrap().contains("0x11"));
     assert_eq!(
         journal.repair().await.unwrap().failed,

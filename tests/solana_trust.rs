@@ -179,7 +179,7 @@ async fn pay_reconcile_and_serve_do_not_start_with_a_wrong_mint() {
     assert_eq!(w.dev.chain.stats().send_calls, sends);
     assert_eq!(w.count_events("solana_tx.signed").await, 0);
     for p in &providers {
-        assert_eq!(w.payouts_of(&p.id).await[0].status, "created");
+        assert_eq!(w.payouts_of(&p.id).await[0].status.as_str(), "created");
         assert_eq!(w.usdc_of(&p.wallet), 0);
     }
 }
@@ -252,7 +252,7 @@ async fn a_token_account_of_another_owner_is_never_paid_and_the_payout_fails_wit
     assert_eq!(result.status, "failed");
     assert!(result.signature.is_none(), "never signed");
     let payout = w.payouts_of(&victim.id).await.remove(0);
-    assert_eq!(payout.status, "failed");
+    assert_eq!(payout.status.as_str(), "failed");
     let reason = payout.failure_reason.clone().unwrap();
     assert!(
         reason.starts_with("token_account_owner_mismatch: ") && reason.contains(&thief.to_string()),

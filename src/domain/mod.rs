@@ -8,6 +8,7 @@ pub mod decision;
 pub mod event;
 pub mod ids;
 pub mod money;
+pub mod payout;
 pub mod pricing;
 pub mod projection;
 pub mod time;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::event::*;
+use super::payout::{PayoutStatus, PayoutStep};
 use super::time::day_number;
 
 /// A projection cell (serialised as JSON null, number or string).
@@ -467,7 +468,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
                 p.amount_eur_cents.into(),
                 p.eur_per_usd.clone().into(),
                 json(&p.method),
-                if p.held { "held" } else { "created" }.into(),
+                PayoutStatus::at_creation(p.held).as_str().into(),
                 Val::Null,
                 Val::Null,
                 Val::Null,
@@ -479,7 +480,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::PayoutHeld(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
-            "held",
+            PayoutStep::Hold,
             vec![("hold_reason", p.reason.as_str().into())],
         )),
         EventBody::PayoutReleased(p) => {
@@ -490,18 +491,23 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
             if let Some(rate) = &p.eur_per_usd {
                 set.push(("eur_per_usd", rate.as_str().into()));
             }
-            out.push(payout_patch(&p.payout_id, recorded_at_ms, "created", set))
+            out.push(payout_patch(
+                &p.payout_id,
+                recorded_at_ms,
+                PayoutStep::Release,
+                set,
+            ))
         }
         EventBody::PayoutCancelled(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
-            "cancelled",
+            PayoutStep::Cancel,
             vec![],
         )),
         EventBody::PayoutSubmitted(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
-            "submitted",
+            PayoutStep::Submit,
             vec![
                 ("reference", p.reference.as_str().into()),
                 ("end_to_end_id", p.end_to_end_id.clone().into()),
@@ -510,20 +516,20 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::PayoutSettled(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
-            "settled",
+            PayoutStep::Settle,
             vec![("reference", p.reference.as_str().into())],
         )),
         EventBody::PayoutFailed(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
-            "failed",
+            PayoutStep::Fail,
             vec![("failure_reason", p.reason.as_str().into())],
         )),
         EventBody::PayoutReturned(p) => {
             out.push(payout_patch(
                 &p.payout_id,
                 recorded_at_ms,
-                "returned",
+                PayoutStep::Return,
                 vec![(
                     "failure_reason",
                     format!("{}: {}", p.reason_code, p.reason).into(),
@@ -640,8 +646,14 @@ fn payable_recorded(provider_id: &str, recorded_at_ms: i64, delta: i64) -> ProjO
     }
 }
 
-fn payout_patch(payout_id: &str, at_ms: i64, status: &str, mut set: Vec<(&str, Val)>) -> ProjOp {
-    set.push(("status", status.into()));
+/// A payout's row after `step`: the status the transition table leads to.
+fn payout_patch(
+    payout_id: &str,
+    at_ms: i64,
+    step: PayoutStep,
+    mut set: Vec<(&str, Val)>,
+) -> ProjOp {
+    set.push(("status", step.to().as_str().into()));
     set.push(("updated_at_ms", at_ms.into()));
     patch("payouts", vec![payout_id.into()], set)
 }

@@ -283,7 +283,7 @@ pub async fn show_batch(
             .map(|p| BatchPayoutView {
                 payout_id: p.payout_id,
                 provider_id: p.provider_id,
-                status: p.status,
+                status: p.status.to_string(),
                 amount_usdc: format_micro_usdc(p.amount_micro_usdc),
                 amount_eur: p.amount_eur_cents.map(format_cents),
                 end_to_end_id: p.end_to_end_id,

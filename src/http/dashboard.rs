@@ -549,7 +549,7 @@ fn payout_item(p: &PayoutRow, cluster: &str) -> PayoutItem {
         run_kind: p.run_kind.clone(),
         run_key: p.run_key.clone(),
         rail: p.rail.clone(),
-        status: p.status.clone(),
+        status: p.status.to_string(),
         amount_usdc: format_micro_usdc(p.amount_micro_usdc),
         amount_eur: p.amount_eur_cents.map(format_cents),
         eur_per_usd: p.eur_per_usd.clone(),

@@ -1,10 +1,5 @@
-//! The payout lifecycle (SPEC §3, §6) after a run created a payout:
-//!
-//! ```text
-//! held ──release──▶ created ──submit──▶ submitted ──settle──▶ settled ──return──▶ returned
-//!   │                  │                   │
-//!   └──cancel──▶ cancelled   created/submitted ──fail──▶ failed
-//! ```
+//! The payout lifecycle (SPEC §3, §6) after a run created a payout: the commands that move
+//! a payout along the one transition table of [`crate::domain::payout`].
 //!
 //! Each command is one transaction on the payout's provider stream and idempotent by an
 //! idempotency key per payout and event kind (`payout:{id}:{kind}`): repeating it with the
@@ -19,6 +14,7 @@ use super::{
 };
 use crate::domain::DomainError;
 use crate::domain::event::*;
+use crate::domain::payout::{PayoutStatus, PayoutStep};
 use crate::store::NewEvent;
 
 /// Longest rail reference (a Solana signature is 88 base58 characters; a batch id less).
@@ -38,8 +34,7 @@ pub struct PayoutRecord {
     pub amount_eur_cents: Option<i64>,
     pub eur_per_usd: Option<String>,
     pub method: PayoutMethod,
-    /// `created`, `held`, `submitted`, `settled`, `failed`, `cancelled` or `returned`.
-    pub status: String,
+    pub status: PayoutStatus,
     pub hold_reason: Option<String>,
     pub failure_reason: Option<String>,
     pub reference: Option<String>,
@@ -66,7 +61,7 @@ fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, LedgerError> {
         amount_eur_cents: r.try_get(6)?,
         eur_per_usd: r.try_get(7)?,
         method: serde_json::from_str(&method).map_err(corrupt)?,
-        status: r.try_get(9)?,
+        status: PayoutStatus::parse(&r.try_get::<String, _>(9)?).map_err(corrupt)?,
         hold_reason: r.try_get(10)?,
         failure_reason: r.try_get(11)?,
         reference: r.try_get(12)?,
@@ -119,10 +114,9 @@ fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// One lifecycle step: the event kind, the states it may start from, and its event.
+/// One lifecycle step: the transition, and its event.
 struct Step<'a> {
-    kind: &'static str,
-    from: &'static [&'static str],
+    step: PayoutStep,
     /// The command's normalised content (to tell a duplicate from a conflict).
     content: String,
     make: &'a (dyn Fn(&PayoutRecord) -> EventBody + Sync),
@@ -138,7 +132,8 @@ impl Ledger {
         let Some(found) = payout(self.store.pool(), payout_id).await? else {
             return reject("unknown_payout", format!("no payout {payout_id}"));
         };
-        let key = format!("payout:{payout_id}:{}", step.kind);
+        let kind = step.step.name();
+        let key = format!("payout:{payout_id}:{kind}");
         let hash = content_hash(&format!("{key}|{}", step.content));
         let now = self.now_ms();
         crate::write_stream!(self, &provider_stream(&found.provider_id), |tx| {
@@ -146,24 +141,14 @@ impl Ledger {
                 return duplicate_or_conflict(
                     &stored,
                     &hash,
-                    &format!("{} of payout {payout_id}", step.kind),
+                    &format!("{kind} of payout {payout_id}"),
                 );
             }
             let Some(current) = load(tx.conn(), payout_id).await? else {
                 return reject("unknown_payout", format!("no payout {payout_id}"));
             };
-            if !step.from.contains(&current.status.as_str()) {
-                return reject(
-                    "invalid_payout_state",
-                    format!(
-                        "payout {payout_id} is {}; {} needs it {}",
-                        current.status,
-                        step.kind,
-                        step.from.join(" or ")
-                    ),
-                );
-            }
-            if step.kind == "failed"
+            step.step.apply(payout_id, current.status)?;
+            if step.step == PayoutStep::Fail
                 && current.rail.is_bank()
                 && let Some(batch) = &current.reference
             {
@@ -201,7 +186,7 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         let mut conversion: Option<(i64, String)> = None;
         if let Some(p) = payout(self.store.pool(), payout_id).await?
-            && p.status == "held"
+            && p.status == PayoutStatus::Held
             && p.rail == Rail::Sepa
             && p.amount_eur_cents.is_none()
         {
@@ -230,8 +215,7 @@ impl Ledger {
         self.payout_step(
             payout_id,
             Step {
-                kind: "released",
-                from: &["held"],
+                step: PayoutStep::Release,
                 content: String::new(),
                 make: &|p| {
                     EventBody::PayoutReleased(PayoutHoldResolved {
@@ -261,8 +245,7 @@ impl Ledger {
         self.payout_step(
             payout_id,
             Step {
-                kind: "cancelled",
-                from: &["held"],
+                step: PayoutStep::Cancel,
                 content: reason.clone(),
                 make: &|p| {
                     EventBody::PayoutCancelled(PayoutHoldResolved {
@@ -298,8 +281,7 @@ impl Ledger {
         self.payout_step(
             payout_id,
             Step {
-                kind: "submitted",
-                from: &["created"],
+                step: PayoutStep::Submit,
                 content: format!("{reference}|{}", e2e.as_deref().unwrap_or("")),
                 make: &|p| {
                     EventBody::PayoutSubmitted(PayoutSubmitted {
@@ -316,6 +298,59 @@ impl Ledger {
         .await
     }
 
+    /// Records that the Solana rail signed attempt `attempt_id` for the payout, whose
+    /// transaction has `signature`: created → submitted, or submitted → submitted when an
+    /// expired transaction was signed again. Idempotent per attempt
+    /// (`payout:{id}:submitted:{attempt_id}`). A payout its attempt already settled or
+    /// failed (a repair after the outcome) is left alone: `duplicate`.
+    pub async fn submit_payout_attempt(
+        &self,
+        payout_id: &str,
+        provider_id: &str,
+        attempt_id: &str,
+        signature: &str,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        let key = format!("payout:{payout_id}:submitted:{attempt_id}");
+        let hash = content_hash(&format!("{key}|{signature}"));
+        let now = self.now_ms();
+        crate::write_stream!(self, &provider_stream(provider_id), |tx| {
+            if let Some(stored) = find_idem(tx, &key).await? {
+                return duplicate_or_conflict(
+                    &stored,
+                    &hash,
+                    &format!("submission of {payout_id}"),
+                );
+            }
+            let Some(current) = load(tx.conn(), payout_id).await? else {
+                return reject("unknown_payout", format!("no payout {payout_id}"));
+            };
+            if matches!(current.status, PayoutStatus::Settled | PayoutStatus::Failed) {
+                return Ok(Applied::Duplicate);
+            }
+            let step = if current.status == PayoutStatus::Submitted {
+                PayoutStep::Resubmit
+            } else {
+                PayoutStep::Submit
+            };
+            step.apply(payout_id, current.status)?;
+            tx.append(NewEvent {
+                body: EventBody::PayoutSubmitted(PayoutSubmitted {
+                    payout_id: payout_id.to_owned(),
+                    provider_id: current.provider_id.clone(),
+                    rail: current.rail,
+                    reference: signature.to_owned(),
+                    end_to_end_id: None,
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: now,
+                idem_key: Some(key.clone()),
+                content_hash: Some(hash.clone()),
+            });
+            Ok(Applied::Accepted)
+        })
+    }
+
     /// Records that the money arrived: created/submitted → settled (in transit → treasury).
     pub async fn settle_payout(
         &self,
@@ -328,8 +363,7 @@ impl Ledger {
         self.payout_step(
             payout_id,
             Step {
-                kind: "settled",
-                from: &["created", "submitted"],
+                step: PayoutStep::Settle,
                 content: reference.clone(),
                 make: &|p| {
                     EventBody::PayoutSettled(PayoutSettled {
@@ -359,8 +393,7 @@ impl Ledger {
         self.payout_step(
             payout_id,
             Step {
-                kind: "failed",
-                from: &["created", "submitted"],
+                step: PayoutStep::Fail,
                 content: reason.clone(),
                 make: &|p| {
                     EventBody::PayoutFailed(PayoutFailed {
@@ -394,8 +427,7 @@ impl Ledger {
         self.payout_step(
             payout_id,
             Step {
-                kind: "returned",
-                from: &["settled"],
+                step: PayoutStep::Return,
                 content: format!("{reason_code}|{reason}|{method_invalid}"),
                 make: &|p| {
                     EventBody::PayoutReturned(PayoutReturned {

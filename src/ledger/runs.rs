@@ -26,6 +26,7 @@ pub use crate::config::RunConfig;
 use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
+use crate::domain::payout::PayoutStatus;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
 use crate::store::{Dialect, NewEvent, Store};
 
@@ -209,9 +210,10 @@ pub async fn available_micro_usdc(
     .fetch_one(&mut *conn)
     .await?
     .try_get(0)?;
-    let paid_out: i64 = sqlx::query(
-        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts WHERE provider_id = $1 AND status NOT IN ('failed', 'cancelled', 'returned')",
-    )
+    let paid_out: i64 = sqlx::query(&format!(
+        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts WHERE provider_id = $1 AND status NOT IN ({})",
+        PayoutStatus::sql_list(PayoutStatus::is_undone)
+    ))
     .bind(provider_id)
     .fetch_one(&mut *conn)
     .await?

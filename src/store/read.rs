@@ -6,6 +6,7 @@ use sqlx::{AnyPool, Row};
 use super::{Store, StoreError};
 
 use crate::domain::event::{accounts, provider_stream};
+use crate::domain::payout::PayoutStatus;
 
 /// A provider's balances, in micro-USDC.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -581,20 +582,16 @@ impl PayoutFilter {
         }
     }
 
-    pub fn statuses(self) -> &'static [&'static str] {
-        match self {
-            PayoutFilter::Pending => &["created", "held", "submitted"],
-            PayoutFilter::History => &["settled", "failed", "cancelled", "returned"],
-            PayoutFilter::All => &[
-                "created",
-                "held",
-                "submitted",
-                "settled",
-                "failed",
-                "cancelled",
-                "returned",
-            ],
-        }
+    /// The statuses the filter selects.
+    pub fn statuses(self) -> Vec<PayoutStatus> {
+        PayoutStatus::ALL
+            .into_iter()
+            .filter(|s| match self {
+                PayoutFilter::Pending => s.is_pending(),
+                PayoutFilter::History => !s.is_pending(),
+                PayoutFilter::All => true,
+            })
+            .collect()
     }
 }
 
@@ -609,7 +606,7 @@ pub struct PayoutRow {
     pub amount_micro_usdc: i64,
     pub amount_eur_cents: Option<i64>,
     pub eur_per_usd: Option<String>,
-    pub status: String,
+    pub status: PayoutStatus,
     pub hold_reason: Option<String>,
     pub failure_reason: Option<String>,
     /// Solana: the transaction signature; bank rails: the batch id.
@@ -643,8 +640,8 @@ pub async fn payouts(
         .bind(after_ms)
         .bind(after_id)
         .bind(limit);
-    for s in statuses {
-        q = q.bind(*s);
+    for s in &statuses {
+        q = q.bind(s.as_str());
     }
     let rows = q.fetch_all(pool).await?;
     rows.iter()
@@ -658,7 +655,8 @@ pub async fn payouts(
                 amount_micro_usdc: r.try_get(5)?,
                 amount_eur_cents: r.try_get(6)?,
                 eur_per_usd: r.try_get(7)?,
-                status: r.try_get(8)?,
+                status: PayoutStatus::parse(&r.try_get::<String, _>(8)?)
+                    .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
                 hold_reason: r.try_get(9)?,
                 failure_reason: r.try_get(10)?,
                 reference: r.try_get(11)?,

@@ -584,7 +584,7 @@ fn payouts_section(
             escape(run_label(lang, &p.run_kind)),
             escape(&p.run_key),
             escape(&p.rail.to_uppercase()),
-            escape(&status_text(lang, &p.status)),
+            escape(&status_text(lang, p.status.as_str())),
             amount,
             details,
         );

@@ -40,6 +40,7 @@ use sqlx::{AnyConnection, AnyPool, Row};
 use crate::config::BankConfig;
 use crate::domain::DomainError;
 use crate::domain::event::{BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail};
+use crate::domain::payout::PayoutStatus;
 use crate::domain::time::day_number;
 use crate::ledger::payouts::{self, PayoutRecord};
 use crate::ledger::runs::failpoint;
@@ -213,9 +214,10 @@ fn naive(ms: i64) -> NaiveDateTime {
 
 /// The `created` payouts on the bank rails, sorted by id.
 async fn created_bank_payouts(pool: &AnyPool) -> Result<Vec<PayoutRecord>, BankError> {
-    let rows = sqlx::query(
-        "SELECT payout_id FROM payouts WHERE status = 'created' AND rail IN ('sepa', 'ach')",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT payout_id FROM payouts WHERE status = '{}' AND rail IN ('sepa', 'ach')",
+        PayoutStatus::Created
+    ))
     .fetch_all(pool)
     .await
     .map_err(LedgerError::from)?;
@@ -402,8 +404,8 @@ async fn submit_batch_payouts(
     let mut submitted = 0;
     let mut problems = Vec::new();
     for p in batch_payouts(ledger.store.pool(), b).await? {
-        match p.status.as_str() {
-            "created" => {
+        match p.status {
+            PayoutStatus::Created => {
                 let e2e = files::end_to_end_id(p.rail, &p.payout_id);
                 match ledger
                     .submit_payout(&p.payout_id, &b.batch_id, Some(&e2e), actor)
@@ -418,7 +420,7 @@ async fn submit_batch_payouts(
                 }
                 failpoint(failpoints::AFTER_SUBMIT);
             }
-            "submitted" | "settled" | "returned" => {}
+            PayoutStatus::Submitted | PayoutStatus::Settled | PayoutStatus::Returned => {}
             other => problems.push(format!(
                 "payout {} is {other} but is in the file of batch {}",
                 p.payout_id, b.batch_id
@@ -695,8 +697,8 @@ pub async fn mark_settled(
     let mut settled = 0;
     let mut problems = Vec::new();
     for p in batch_payouts(pool, &b).await? {
-        match p.status.as_str() {
-            "created" | "submitted" => {
+        match p.status {
+            PayoutStatus::Created | PayoutStatus::Submitted => {
                 match ledger.settle_payout(&p.payout_id, batch_id, actor).await {
                     Ok(Applied::Accepted) => settled += 1,
                     Ok(Applied::Duplicate) => {}
@@ -706,7 +708,7 @@ pub async fn mark_settled(
                     Err(e) => return Err(e.into()),
                 }
             }
-            "settled" | "returned" => {}
+            PayoutStatus::Settled | PayoutStatus::Returned => {}
             other => problems.push(format!(
                 "payout {} is {other}; it was not settled with batch {batch_id}",
                 p.payout_id
@@ -789,8 +791,8 @@ pub async fn return_payout(
         method_invalid: false,
         status: "duplicate",
     };
-    match p.status.as_str() {
-        "returned" => {
+    match p.status {
+        PayoutStatus::Returned => {
             // Same code again: a duplicate (nothing booked; `method_invalid` reports false).
             let prefix = format!("{}: ", reason.code());
             if p.failure_reason
@@ -807,10 +809,10 @@ pub async fn return_payout(
                 ),
             );
         }
-        "submitted" => {
+        PayoutStatus::Submitted => {
             ledger.settle_payout(payout_id, &batch_id, actor).await?;
         }
-        "settled" => {}
+        PayoutStatus::Settled => {}
         other => {
             return rejected(
                 "invalid_payout_state",

@@ -32,9 +32,9 @@ use sqlx::{AnyConnection, Row};
 use settle_solana::{AttemptOutcome, Journal, JournalError, Pubkey, SignedAttempt, Transfer};
 
 use crate::domain::event::{
-    EventBody, PLATFORM_STREAM, PayoutMethod, PayoutSubmitted, Rail, SolanaTxResolved,
-    SolanaTxSigned, provider_stream,
+    EventBody, PLATFORM_STREAM, PayoutMethod, Rail, SolanaTxResolved, SolanaTxSigned,
 };
+use crate::domain::payout::PayoutStatus;
 use crate::ledger::runs::failpoint;
 use crate::ledger::{
     Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
@@ -222,9 +222,25 @@ pub(crate) struct PayoutFacts {
     pub payout_id: String,
     pub provider_id: String,
     pub rail: String,
-    pub status: String,
+    pub status: PayoutStatus,
     pub amount_micro_usdc: i64,
     pub method: String,
+}
+
+/// The columns [`PayoutFacts::from_row`] reads, in order.
+const FACTS_COLUMNS: &str = "payout_id, provider_id, rail, status, amount_micro_usdc, method";
+
+impl PayoutFacts {
+    fn from_row(r: &sqlx::any::AnyRow) -> Result<PayoutFacts, LedgerError> {
+        Ok(PayoutFacts {
+            payout_id: r.try_get(0)?,
+            provider_id: r.try_get(1)?,
+            rail: r.try_get(2)?,
+            status: PayoutStatus::parse(&r.try_get::<String, _>(3)?)?,
+            amount_micro_usdc: r.try_get(4)?,
+            method: r.try_get(5)?,
+        })
+    }
 }
 
 async fn payout_facts(
@@ -235,7 +251,7 @@ async fn payout_facts(
     for chunk in payout_ids.chunks(IDS_PER_QUERY_MAX) {
         let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT payout_id, provider_id, rail, status, amount_micro_usdc, method FROM payouts WHERE payout_id IN ({})",
+            "SELECT {FACTS_COLUMNS} FROM payouts WHERE payout_id IN ({})",
             placeholders.join(",")
         );
         let mut query = sqlx::query(&sql);
@@ -243,14 +259,7 @@ async fn payout_facts(
             query = query.bind(id);
         }
         for r in query.fetch_all(&mut *conn).await? {
-            let facts = PayoutFacts {
-                payout_id: r.try_get(0)?,
-                provider_id: r.try_get(1)?,
-                rail: r.try_get(2)?,
-                status: r.try_get(3)?,
-                amount_micro_usdc: r.try_get(4)?,
-                method: r.try_get(5)?,
-            };
+            let facts = PayoutFacts::from_row(&r)?;
             out.insert(facts.payout_id.clone(), facts);
         }
     }
@@ -349,13 +358,17 @@ impl LedgerJournal {
     pub async fn repair(&self) -> Result<RepairReport, LedgerError> {
         let mut report = RepairReport::default();
         let mut conn = self.ledger.store.pool().acquire().await?;
-        let unfinished: HashMap<String, String> = sqlx::query(
-            "SELECT payout_id, status FROM payouts WHERE rail = 'solana' AND status IN ('created', 'submitted')",
-        )
+        let unfinished: HashMap<String, PayoutStatus> = sqlx::query(&format!(
+            "SELECT payout_id, status FROM payouts WHERE rail = 'solana' AND status IN ({})",
+            PayoutStatus::sql_list(PayoutStatus::is_in_transit)
+        ))
         .fetch_all(&mut *conn)
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .map(|r| {
+            let status = PayoutStatus::parse(&r.try_get::<String, _>(1)?)?;
+            Ok((r.try_get(0)?, status))
+        })
         .collect::<Result<_, LedgerError>>()?;
         if unfinished.is_empty() {
             return Ok(report);
@@ -381,7 +394,7 @@ impl LedgerJournal {
                 }
             } else if attempt.outcome.is_none() {
                 for id in pending {
-                    if unfinished.get(id).map(String::as_str) == Some("created") {
+                    if unfinished.get(id) == Some(&PayoutStatus::Created) {
                         let facts = self.facts_of(id).await?;
                         if self
                             .mark_submitted(&facts, &attempt.attempt_id, &attempt.signature)
@@ -406,7 +419,7 @@ impl LedgerJournal {
         }
     }
 
-    /// Marks a payout `submitted` with the attempt's signature (one transaction on its
+    /// Marks a payout `submitted` with the attempt's signature (a ledger command on its
     /// provider stream, idempotent per attempt). A payout already settled or failed is
     /// left alone.
     async fn mark_submitted(
@@ -415,51 +428,15 @@ impl LedgerJournal {
         attempt_id: &str,
         signature: &str,
     ) -> Result<Applied, LedgerError> {
-        let key = format!("payout:{}:submitted:{attempt_id}", facts.payout_id);
-        let hash = content_hash(&format!("{key}|{signature}"));
-        let now = self.ledger.now_ms();
-        let payout_id = facts.payout_id.as_str();
-        crate::write_stream!(&self.ledger, &provider_stream(&facts.provider_id), |tx| {
-            if let Some(stored) = find_idem(tx, &key).await? {
-                return duplicate_or_conflict(
-                    &stored,
-                    &hash,
-                    &format!("submission of {payout_id}"),
-                );
-            }
-            let status: Option<String> =
-                sqlx::query("SELECT status FROM payouts WHERE payout_id = $1")
-                    .bind(payout_id)
-                    .fetch_optional(tx.conn())
-                    .await?
-                    .map(|r| r.try_get(0))
-                    .transpose()?;
-            match status.as_deref() {
-                Some("created" | "submitted") => {}
-                Some("settled" | "failed") => return Ok(Applied::Duplicate),
-                Some(other) => {
-                    return reject(
-                        "invalid_payout_state",
-                        format!("payout {payout_id} is {other}; it cannot be submitted"),
-                    );
-                }
-                None => return reject("unknown_payout", format!("no payout {payout_id}")),
-            }
-            tx.append(NewEvent {
-                body: EventBody::PayoutSubmitted(PayoutSubmitted {
-                    payout_id: payout_id.to_owned(),
-                    provider_id: facts.provider_id.clone(),
-                    rail: Rail::Solana,
-                    reference: signature.to_owned(),
-                    end_to_end_id: None,
-                }),
-                actor: self.actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: Some(hash.clone()),
-            });
-            Ok(Applied::Accepted)
-        })
+        self.ledger
+            .submit_payout_attempt(
+                &facts.payout_id,
+                &facts.provider_id,
+                attempt_id,
+                signature,
+                &self.actor,
+            )
+            .await
     }
 
     /// Applies a landed/failed attempt to its payouts (one transaction per payout, on its
@@ -603,7 +580,7 @@ impl LedgerJournal {
                         format!("payout {id} travels on {}, not solana", p.rail),
                     );
                 }
-                if !matches!(p.status.as_str(), "created" | "submitted") {
+                if !p.status.is_in_transit() {
                     return reject(
                         "invalid_payout_state",
                         format!(
@@ -787,23 +764,13 @@ impl Journal for LedgerJournal {
 /// (a `submitted` payout whose attempts all expired is paid again), with the attempts
 /// that hold them.
 pub(crate) async fn outbox(ledger: &Ledger) -> Result<Vec<PayoutFacts>, LedgerError> {
-    let rows = sqlx::query(
-        "SELECT payout_id, provider_id, rail, status, amount_micro_usdc, method FROM payouts WHERE rail = 'solana' AND status IN ('created', 'submitted') ORDER BY created_at_ms, payout_id",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT {FACTS_COLUMNS} FROM payouts WHERE rail = 'solana' AND status IN ({}) ORDER BY created_at_ms, payout_id",
+        PayoutStatus::sql_list(PayoutStatus::is_in_transit)
+    ))
     .fetch_all(ledger.store.pool())
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(PayoutFacts {
-                payout_id: r.try_get(0)?,
-                provider_id: r.try_get(1)?,
-                rail: r.try_get(2)?,
-                status: r.try_get(3)?,
-                amount_micro_usdc: r.try_get(4)?,
-                method: r.try_get(5)?,
-            })
-        })
-        .collect()
+    rows.iter().map(PayoutFacts::from_row).collect()
 }
 
 /// Landed attempts by signature (for reconciliation).

@@ -475,9 +475,10 @@ impl SolanaRail {
         &self,
         ledger: &Ledger,
     ) -> Result<SolanaReconcileReport, SolanaRailError> {
-        let rows = sqlx::query(
-            "SELECT payout_id, amount_micro_usdc, method, reference FROM payouts WHERE rail = 'solana' AND status = 'settled' ORDER BY payout_id",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT payout_id, amount_micro_usdc, method, reference FROM payouts WHERE rail = 'solana' AND status = '{}' ORDER BY payout_id",
+            crate::domain::payout::PayoutStatus::Settled
+        ))
         .fetch_all(ledger.store.pool())
         .await
         .map_err(LedgerError::from)?;
