@@ -541,6 +541,54 @@ async fn on_the_shared_date_the_weekly_run_is_decided_first() {
     assert_eq!(err.code(), "run_before_cutoff");
 }
 
+/// SPEC §5: a run is never started before its cutoff, and may start at it: the instant
+/// itself belongs to the run (one millisecond earlier is refused).
+#[tokio::test]
+async fn a_run_starts_at_its_cutoff_exactly_and_not_a_millisecond_before() {
+    let w = World::new("2026-10-26T00:00:00Z").await;
+    w.provider("weekly_p", W, Some(SOLANA)).await;
+    w.provider("monthly_p", M, Some(SOLANA)).await;
+    w.at("2026-10-29T00:00:00Z");
+    w.earn("weekly_p", 37_500_000, "2026-10-28T01:00:00Z").await; // 30 net
+    w.earn("monthly_p", 6_250_000, "2026-10-28T01:00:00Z").await; // 5 net
+    // 2026-11-02 carries both runs; the weekly one (cutoff 2026-11-02 00:00) is decided
+    // first, so the monthly run waits for that cutoff too.
+    w.at("2026-11-01T23:59:59.999Z");
+    let err = w
+        .try_run(runs::monthly_key("2026-11").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "weekly_run_pending");
+    w.at("2026-11-02T00:00:00Z");
+    let monthly = w.monthly("2026-11").await;
+    assert_eq!(decision(&monthly, "monthly_p"), "paid");
+    let weekly = runs::run_report(
+        w.ledger.store.pool(),
+        &w.calendar,
+        runs::weekly_key("2026-11-02").unwrap(),
+    )
+    .await
+    .unwrap()
+    .expect("the weekly run of the shared date ran at its cutoff");
+    assert_eq!(decision(&weekly, "weekly_p"), "paid");
+
+    w.at("2026-11-05T00:00:00Z");
+    w.earn("weekly_p", 37_500_000, "2026-11-04T01:00:00Z").await;
+    w.at("2026-11-08T23:59:59.999Z");
+    let err = w
+        .try_run(runs::weekly_key("2026-11-09").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "run_before_cutoff");
+    w.at("2026-11-09T00:00:00Z");
+    let next = w.weekly("2026-11-09").await;
+    let c = candidate(&next, "weekly_p");
+    assert_eq!(
+        (c.decision.as_str(), c.amount_micro_usdc),
+        ("paid", 30 * USDC)
+    );
+}
+
 #[tokio::test]
 async fn a_void_after_a_payout_is_netted_in_the_next_run() {
     let w = World::new("2026-11-16T00:00:00Z").await;
