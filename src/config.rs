@@ -1,9 +1,12 @@
 //! Configuration: every limit is named (`*_max`) and has a documented default.
 //! Layering (TOML file, then `SETTLE_*` environment) lives in `Config::load`.
 
+use chrono::NaiveTime;
 use rust_decimal::Decimal;
 use serde::Deserialize;
+use settle_calendar::{DEFAULT_CATCH_UP_WINDOW_DAYS, Schedule};
 
+use crate::domain::DomainError;
 use crate::domain::bands::{FxBand, RateBand, WithoutPriceBook};
 
 /// Limits and rules of the ledger's commands (SPEC §4).
@@ -598,7 +601,7 @@ pub struct Config {
     pub ledger: LedgerConfig,
     pub runs: RunConfig,
     pub http: HttpConfig,
-    pub scheduler: crate::jobs::scheduler::SchedulerConfig,
+    pub scheduler: SchedulerConfig,
     pub bank: BankConfig,
     pub solana: SolanaConfig,
     pub workers: WorkersConfig,
@@ -846,6 +849,47 @@ fn env_value(text: &str) -> toml::Value {
         return v.clone();
     }
     toml::Value::String(text.to_owned())
+}
+
+/// When the scheduler fires and when its catch-up is worth a warning.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// Time of day (UTC) of the daily check, `HH:MM` or `HH:MM:SS` (default `00:05`).
+    pub fire_time: String,
+    /// Every missed run is caught up; when the catch-up reaches back more than this many
+    /// days (default 35), it is logged at error level and exported as
+    /// `settle_scheduler_catch_up_days`. (`catch_up_window_days`, its old name, is read
+    /// too.)
+    #[serde(alias = "catch_up_window_days")]
+    pub catch_up_warn_days: u32,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            fire_time: "00:05".to_owned(),
+            catch_up_warn_days: DEFAULT_CATCH_UP_WINDOW_DAYS,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The calendar crate's schedule of this configuration.
+    pub fn schedule(&self) -> Result<Schedule, DomainError> {
+        NaiveTime::parse_from_str(&self.fire_time, "%H:%M:%S")
+            .or_else(|_| NaiveTime::parse_from_str(&self.fire_time, "%H:%M"))
+            .map(Schedule::new)
+            .map_err(|_| {
+                DomainError::new(
+                    "invalid_fire_time",
+                    format!(
+                        "fire_time must be HH:MM or HH:MM:SS, got {:?}",
+                        self.fire_time
+                    ),
+                )
+            })
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod domain;
+pub mod failpoint;
 pub mod http;
 pub mod jobs;
 pub mod ledger;

@@ -163,24 +163,23 @@ pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, 
     Ok(metrics.render())
 }
 
-/// Counts a batch's per-event results.
-pub fn record_usage(results: &[crate::ledger::ingest::UsageResult]) {
+/// Counts one usage event's result: `status` is `accepted`, `duplicate` or `rejected`,
+/// with the rejection's `code`.
+pub fn record_usage(status: &str, rejected_code: Option<&str>) {
     let metrics = global();
-    for r in results {
+    metrics.count(
+        "settle_usage_events_total",
+        "Usage events received, by result.",
+        &[("status", status)],
+        1,
+    );
+    if let Some(code) = rejected_code {
         metrics.count(
-            "settle_usage_events_total",
-            "Usage events received, by result.",
-            &[("status", r.status())],
+            "settle_usage_rejected_total",
+            "Usage events rejected, by code.",
+            &[("code", code)],
             1,
         );
-        if let crate::ledger::ingest::UsageResult::Rejected { code, .. } = r {
-            metrics.count(
-                "settle_usage_rejected_total",
-                "Usage events rejected, by code.",
-                &[("code", code)],
-                1,
-            );
-        }
     }
 }
 

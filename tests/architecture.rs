@@ -119,3 +119,97 @@ fn payout_statuses_are_spelled_in_the_state_machine_only() {
         found.join("\n")
     );
 }
+
+/// The top-level modules of `src/` and the ones each names (`crate::x`, in code or docs;
+/// the exported `write_stream!` macro is the ledger's).
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for file in sources("src") {
+        let rel = file.strip_prefix(&root).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_owned();
+        if module == "main" || module == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let names = graph.entry(module.clone()).or_default();
+        for (at, _) in text.match_indices("crate::") {
+            let rest = &text[at + "crate::".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let named = match &rest[..end] {
+                "write_stream" => "ledger",
+                other => other,
+            };
+            if !named.is_empty() && named != module {
+                names.insert(named.to_owned());
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_top_level_modules_name_each_other_without_a_cycle() {
+    let graph = module_graph();
+    assert!(graph.len() > 10, "modules found: {:?}", graph.keys());
+    // Depth-first search from every module; a module met again on the current path
+    // closes a cycle, reported as that path.
+    fn visit(
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        module: &str,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(start) = path.iter().position(|m| m == module) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(module.to_owned());
+            return Some(cycle.join(" -> "));
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.to_owned());
+        for next in graph.get(module).into_iter().flatten() {
+            if let Some(cycle) = visit(graph, next, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(module.to_owned());
+        None
+    }
+    let mut done = Default::default();
+    for module in graph.keys() {
+        if let Some(cycle) = visit(&graph, module, &mut Vec::new(), &mut done) {
+            panic!("an import cycle between top-level modules: {cycle}\n{graph:#?}");
+        }
+    }
+    // The direction the layers keep (ARCHITECTURE.md): the pure core and the leaves name
+    // nothing above them, and nothing below the front ends names them.
+    for leaf in ["domain", "failpoint", "config", "metrics"] {
+        let above: Vec<&String> = graph[leaf]
+            .iter()
+            .filter(|m| *m != "domain" && *m != "failpoint")
+            .collect();
+        assert!(above.is_empty(), "{leaf} names {above:?}");
+    }
+    for lower in [
+        "domain", "store", "ledger", "rails", "wire", "control", "report",
+    ] {
+        for front in ["cli", "http", "jobs", "demo"] {
+            assert!(
+                !graph[lower].contains(front),
+                "{lower} names the front end {front}"
+            );
+        }
+    }
+}

@@ -16,12 +16,13 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::config::Config;
+use crate::control::Importer;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
 use crate::report::output::{Format, Rows};
 use crate::store::{ClockMode, Store, StoreOptions};
-use crate::wire::import::{Command, Importer, Totals, parse_line};
+use crate::wire::import::{Command, Totals, parse_line};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

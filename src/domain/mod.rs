@@ -12,6 +12,7 @@ pub mod payout;
 pub mod pricing;
 pub mod projection;
 pub mod time;
+pub mod wallet;
 
 use std::fmt;
 

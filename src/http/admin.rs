@@ -10,9 +10,10 @@ use super::AppState;
 use super::extract::{Auth, Page, Q, RawBody, page_of};
 use super::problem::Problem;
 use crate::auth::Scope;
+use crate::control::Importer;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
 use crate::domain::money::parse_micro_usdc;
-use crate::wire::import::{Importer, Totals, parse_line};
+use crate::wire::import::{Totals, parse_line};
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
     serde_json::from_slice(body).map_err(|e| Problem::bad_request("invalid_body", e.to_string()))

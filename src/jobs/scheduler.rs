@@ -12,14 +12,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{NaiveDateTime, NaiveTime, TimeDelta};
-use serde::Deserialize;
+use chrono::{NaiveDateTime, TimeDelta};
 use settle_calendar::{Calendar, DEFAULT_CATCH_UP_WINDOW_DAYS, RunKey, Schedule, due_runs};
 
 /// No limit on how far back missed runs are caught up (SPEC §5).
 const CATCH_UP_UNLIMITED_DAYS: u32 = u32::MAX;
 
 use crate::config::RunConfig;
+pub use crate::config::SchedulerConfig;
 use crate::domain::DomainError;
 use crate::ledger::runs::RunReport;
 use crate::ledger::{Actor, Clock, Ledger, LedgerError};
@@ -29,47 +29,6 @@ use crate::ledger::{Actor, Clock, Ledger, LedgerError};
 pub const SLEEP_MAX: Duration = Duration::from_secs(60);
 /// How long the loop waits before retrying a tick that failed (database unavailable).
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
-
-/// When the scheduler fires and when its catch-up is worth a warning.
-#[derive(Clone, Debug, Deserialize, serde::Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SchedulerConfig {
-    /// Time of day (UTC) of the daily check, `HH:MM` or `HH:MM:SS` (default `00:05`).
-    pub fire_time: String,
-    /// Every missed run is caught up; when the catch-up reaches back more than this many
-    /// days (default 35), it is logged at error level and exported as
-    /// `settle_scheduler_catch_up_days`. (`catch_up_window_days`, its old name, is read
-    /// too.)
-    #[serde(alias = "catch_up_window_days")]
-    pub catch_up_warn_days: u32,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        SchedulerConfig {
-            fire_time: "00:05".to_owned(),
-            catch_up_warn_days: DEFAULT_CATCH_UP_WINDOW_DAYS,
-        }
-    }
-}
-
-impl SchedulerConfig {
-    /// The calendar crate's schedule of this configuration.
-    pub fn schedule(&self) -> Result<Schedule, DomainError> {
-        NaiveTime::parse_from_str(&self.fire_time, "%H:%M:%S")
-            .or_else(|_| NaiveTime::parse_from_str(&self.fire_time, "%H:%M"))
-            .map(Schedule::new)
-            .map_err(|_| {
-                DomainError::new(
-                    "invalid_fire_time",
-                    format!(
-                        "fire_time must be HH:MM or HH:MM:SS, got {:?}",
-                        self.fire_time
-                    ),
-                )
-            })
-    }
-}
 
 /// One run a tick started, and how it ended.
 #[derive(Debug)]

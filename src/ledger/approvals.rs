@@ -1,7 +1,7 @@
 //! Dual control (maker–checker): a command that moves or redirects money is booked as a
 //! request (`approval.requested`) and takes effect only when an actor other than its
 //! requester approves it (`approval.decided`). Which commands wait, and executing them,
-//! is `crate::control`'s; this module books the requests and decisions.
+//! is the control module's (above the ledger); this one books the requests and decisions.
 
 use super::{Actor, Applied, Ledger, LedgerError, find_idem, reject};
 use crate::domain::event::{ApprovalDecided, ApprovalRequested, EventBody, PLATFORM_STREAM};

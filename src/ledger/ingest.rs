@@ -239,7 +239,13 @@ impl Ledger {
             .into_iter()
             .map(|r| r.expect("every event has a result"))
             .collect();
-        crate::metrics::record_usage(&results);
+        for r in &results {
+            let code = match r {
+                UsageResult::Rejected { code, .. } => Some(*code),
+                _ => None,
+            };
+            crate::metrics::record_usage(r.status(), code);
+        }
         Ok(results)
     }
 }

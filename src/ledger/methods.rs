@@ -15,7 +15,7 @@ fn bank<E: std::fmt::Display>(code: &'static str) -> impl Fn(E) -> DomainError {
 pub fn validate(method: &PayoutMethod) -> Result<PayoutMethod, DomainError> {
     match method {
         PayoutMethod::Solana { wallet } => {
-            crate::rails::wallet::validate_wallet(wallet)?;
+            crate::domain::wallet::validate_wallet(wallet)?;
             Ok(method.clone())
         }
         PayoutMethod::Sepa { iban, bic, holder } => {

@@ -4,4 +4,3 @@
 
 pub mod bank;
 pub mod solana;
-pub mod wallet;

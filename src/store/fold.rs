@@ -298,7 +298,7 @@ impl Store {
     async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
         let folded = fold_streams(&mut tx, self.dialect, streams, FOLD_EVENTS_MAX).await?;
-        crate::ledger::runs::failpoint(FOLD_BEFORE_COMMIT);
+        crate::failpoint::failpoint(FOLD_BEFORE_COMMIT);
         tx.commit().await.map_err(classify)?;
         Ok(folded)
     }

@@ -429,7 +429,7 @@ pub fn describe(command: &Command) -> (String, Option<String>) {
     }
 }
 
-fn rejected(line: usize, kind: String, id: Option<String>, e: DomainError) -> LineResult {
+pub fn rejected(line: usize, kind: String, id: Option<String>, e: DomainError) -> LineResult {
     LineResult {
         line,
         kind,
@@ -438,123 +438,5 @@ fn rejected(line: usize, kind: String, id: Option<String>, e: DomainError) -> Li
         code: Some(e.code.to_owned()),
         message: Some(e.message),
         approval_id: None,
-    }
-}
-
-/// Applies parsed import lines in order. Consecutive usage lines are booked as one batch
-/// (up to `batch_events_max`); every line gets a result. Only a storage failure is an error.
-pub struct Importer<'a> {
-    ledger: &'a Ledger,
-    control: &'a crate::config::ControlConfig,
-    actor: &'a Actor,
-    batch: Vec<(usize, UsageInput)>,
-    results: Vec<LineResult>,
-}
-
-impl<'a> Importer<'a> {
-    pub fn new(
-        ledger: &'a Ledger,
-        control: &'a crate::config::ControlConfig,
-        actor: &'a Actor,
-    ) -> Importer<'a> {
-        Importer {
-            ledger,
-            control,
-            actor,
-            batch: Vec::new(),
-            results: Vec::new(),
-        }
-    }
-
-    /// Takes line `number`, parsed (or its parse error).
-    pub async fn line(
-        &mut self,
-        number: usize,
-        parsed: Result<Command, DomainError>,
-    ) -> Result<(), LedgerError> {
-        match parsed {
-            Ok(Command::Usage(u)) => {
-                self.batch.push((number, u));
-                if self.batch.len() >= self.ledger.config.batch_events_max {
-                    self.flush().await?;
-                }
-            }
-            Ok(command) => {
-                self.flush().await?;
-                let (kind, id) = describe(&command);
-                let submitted =
-                    crate::control::submit(self.ledger, self.control, &command, self.actor).await;
-                self.results.push(match submitted {
-                    Ok(crate::control::Submitted::Applied(applied)) => LineResult {
-                        line: number,
-                        kind,
-                        id,
-                        status: applied.as_str(),
-                        code: None,
-                        message: None,
-                        approval_id: None,
-                    },
-                    Ok(crate::control::Submitted::Pending(request)) => LineResult {
-                        line: number,
-                        kind,
-                        id,
-                        status: "pending",
-                        code: Some("pending_approval".into()),
-                        message: Some(format!(
-                            "waits for a second actor: settle approvals approve {}",
-                            request.approval_id
-                        )),
-                        approval_id: Some(request.approval_id),
-                    },
-                    Err(LedgerError::Rejected(e)) => rejected(number, kind, id, e),
-                    Err(e) => return Err(e),
-                });
-            }
-            Err(e) => self.results.push(rejected(number, String::new(), None, e)),
-        }
-        Ok(())
-    }
-
-    /// Books what is pending and returns every line's result, in line order.
-    pub async fn finish(mut self) -> Result<Vec<LineResult>, LedgerError> {
-        self.flush().await?;
-        // What this import booked is folded into the aggregates before it reports: the
-        // process leaves no work behind for the next reader.
-        self.ledger.store.fold_dirty().await?;
-        self.results.sort_by_key(|r| r.line);
-        Ok(self.results)
-    }
-
-    async fn flush(&mut self) -> Result<(), LedgerError> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let inputs: Vec<UsageInput> = self.batch.iter().map(|(_, u)| u.clone()).collect();
-        let booked = self
-            .ledger
-            .ingest_usage(
-                &inputs,
-                &crate::ledger::ingest::SenderScope::Admin,
-                self.actor,
-            )
-            .await?;
-        for ((line, input), r) in self.batch.drain(..).zip(booked) {
-            let (code, message) = match &r {
-                crate::ledger::ingest::UsageResult::Rejected { code, message, .. } => {
-                    (Some(code.to_string()), Some(message.clone()))
-                }
-                _ => (None, None),
-            };
-            self.results.push(LineResult {
-                line,
-                kind: "usage".into(),
-                id: input.event_id,
-                status: r.status(),
-                code,
-                message,
-                approval_id: None,
-            });
-        }
-        Ok(())
     }
 }

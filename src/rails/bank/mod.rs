@@ -42,13 +42,13 @@ use crate::domain::DomainError;
 use crate::domain::event::{BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail};
 use crate::domain::payout::PayoutStatus;
 use crate::domain::time::day_number;
+use crate::failpoint::failpoint;
 use crate::ledger::payouts::{self, PayoutRecord};
-use crate::ledger::runs::failpoint;
 use crate::ledger::{Actor, Applied, Ledger, LedgerError, content_hash, find_idem, reject};
 use crate::store::NewEvent;
 pub use files::{BankFile, Originator};
 
-/// Named failpoints of the bank rail (see [`crate::ledger::runs::FAILPOINT_ENV`]).
+/// Named failpoints of the bank rail (see [`crate::failpoint::FAILPOINT_ENV`]).
 pub mod failpoints {
     /// Inside the generation transaction: the batch event appended, not committed.
     pub const GENERATE_BEFORE_COMMIT: &str = "bank.generate_before_commit";

@@ -35,7 +35,7 @@ use crate::domain::event::{
     EventBody, PLATFORM_STREAM, PayoutMethod, Rail, SolanaTxResolved, SolanaTxSigned,
 };
 use crate::domain::payout::PayoutStatus;
-use crate::ledger::runs::failpoint;
+use crate::failpoint::failpoint;
 use crate::ledger::{
     Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
 };

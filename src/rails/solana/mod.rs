@@ -32,7 +32,7 @@ use settle_solana::{
 };
 
 use crate::config::SolanaConfig;
-use crate::ledger::runs::failpoint;
+use crate::failpoint::failpoint;
 use crate::ledger::{Ledger, LedgerError};
 pub use journal::{LedgerJournal, RepairReport, failpoints};
 

@@ -20,7 +20,7 @@ pub fn validate_wallet(text: &str) -> Result<[u8; 32], DomainError> {
             "a wallet decodes to exactly 32 bytes",
         )
     })?;
-    if !settle_solana_curve(&bytes) {
+    if !on_ed25519_curve(&bytes) {
         return Err(DomainError::new(
             "wallet_off_curve",
             "wallet is not on the ed25519 curve (a program-derived address cannot receive payouts)",
@@ -29,7 +29,7 @@ pub fn validate_wallet(text: &str) -> Result<[u8; 32], DomainError> {
     Ok(bytes)
 }
 
-fn settle_solana_curve(bytes: &[u8; 32]) -> bool {
+fn on_ed25519_curve(bytes: &[u8; 32]) -> bool {
     curve25519_dalek::edwards::CompressedEdwardsY(*bytes)
         .decompress()
         .is_some()
