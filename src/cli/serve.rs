@@ -72,6 +72,7 @@ enum MetricsPlace {
 async fn metrics_routes(
     ledger: &Ledger,
     http: &HttpConfig,
+    failures: std::sync::Arc<crate::http::limit::AuthFailures>,
 ) -> anyhow::Result<(Router, MetricsPlace)> {
     let token = &http.metrics_token;
     if !token.is_empty() && token.expose().len() < METRICS_TOKEN_LEN_MIN {
@@ -81,8 +82,11 @@ async fn metrics_routes(
         .route("/metrics", get(metrics))
         .with_state(ledger.clone());
     if !token.is_empty() {
-        let guard =
-            crate::http::extract::StaticToken::new(token, std::sync::Arc::new(http.clone()));
+        let guard = crate::http::extract::StaticToken::new(
+            token,
+            std::sync::Arc::new(http.clone()),
+            failures,
+        );
         routes = routes.layer(axum::middleware::from_fn_with_state(
             guard,
             crate::http::extract::require_static_token,
@@ -235,7 +239,8 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
     let mut app = Application::build_from(&config, ledger.clone())
         .await
         .with_context(|| format!("binding {}", config.http.bind))?;
-    let (metrics_routes, metrics_place) = metrics_routes(&ledger, &config.http).await?;
+    let (metrics_routes, metrics_place) =
+        metrics_routes(&ledger, &config.http, app.auth_failures()).await?;
     let metrics_http = match metrics_place {
         MetricsPlace::Listener(listener) => {
             let addr = listener.local_addr()?;

@@ -453,7 +453,7 @@ pub struct BankBatchGenerated {
 #[serde(deny_unknown_fields)]
 pub struct BankBatchStatus {
     pub batch_id: String,
-    pub status: String,
+    pub status: super::batch::BatchStatus,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

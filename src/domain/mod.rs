@@ -4,6 +4,7 @@
 //! Invariant: nothing in here imports sqlx, tokio, axum or the Solana crates.
 
 pub mod bands;
+pub mod batch;
 pub mod decision;
 pub mod event;
 pub mod ids;
@@ -12,6 +13,7 @@ pub mod payout;
 pub mod pricing;
 pub mod projection;
 pub mod time;
+pub mod usage;
 pub mod wallet;
 
 use std::fmt;

@@ -553,7 +553,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
                 json(&b.payout_ids),
                 b.total_cents.into(),
                 b.currency.as_str().into(),
-                "generated".into(),
+                crate::domain::batch::BatchStatus::Generated.as_str().into(),
                 recorded_at_ms.into(),
                 recorded_at_ms.into(),
             ],
@@ -1334,7 +1334,7 @@ mod tests {
             20,
             &EventBody::BankBatchStatusChanged(BankBatchStatus {
                 batch_id: "b".into(),
-                status: "submitted".into(),
+                status: crate::domain::batch::BatchStatus::Submitted,
             }),
         );
         assert_eq!(

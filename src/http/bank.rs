@@ -103,7 +103,7 @@ fn view(b: &BankBatch) -> BatchView {
     BatchView {
         batch_id: b.batch_id.clone(),
         rail: b.rail.as_str().to_owned(),
-        status: b.status.clone(),
+        status: b.status.to_string(),
         payout_ids: b.payout_ids.clone(),
         total: format_cents(b.total_cents),
         currency: b.currency.clone(),

@@ -33,7 +33,7 @@ impl FromRequestParts<AppState> for Auth {
         let client = super::limit::client_of(&parts.extensions, &parts.headers, &state.config);
         authenticate(parts, state)
             .await
-            .map_err(|problem| limit_failure(client, problem, &state.config))
+            .map_err(|problem| limit_failure(client, problem, &state.config, &state.auth_failures))
     }
 }
 
@@ -42,11 +42,12 @@ pub(crate) fn limit_failure(
     client: Option<std::net::IpAddr>,
     problem: Problem,
     config: &HttpConfig,
+    failures: &super::limit::AuthFailures,
 ) -> Problem {
     let Some(ip) = client.filter(|_| problem.status == 401) else {
         return problem;
     };
-    if let Some(retry_after_s) = super::limit::blocked(ip, config) {
+    if let Some(retry_after_s) = failures.blocked(ip, config) {
         return Problem::too_many_requests(
             "too_many_auth_failures",
             format!(
@@ -56,7 +57,7 @@ pub(crate) fn limit_failure(
             retry_after_s,
         );
     }
-    super::limit::failed(ip, config);
+    failures.failed(ip, config);
     problem
 }
 
@@ -66,13 +67,21 @@ pub(crate) fn limit_failure(
 pub struct StaticToken {
     token_sha256: [u8; 32],
     config: Arc<HttpConfig>,
+    failures: Arc<super::limit::AuthFailures>,
 }
 
 impl StaticToken {
-    pub fn new(token: &SecretString, config: Arc<HttpConfig>) -> StaticToken {
+    /// A guard whose failures count in `failures` (the API's table, so `/metrics` gives a
+    /// guesser no budget of its own).
+    pub fn new(
+        token: &SecretString,
+        config: Arc<HttpConfig>,
+        failures: Arc<super::limit::AuthFailures>,
+    ) -> StaticToken {
         StaticToken {
             token_sha256: Sha256::digest(token.expose().as_bytes()).into(),
             config,
+            failures,
         }
     }
 }
@@ -95,7 +104,7 @@ pub async fn require_static_token(
         .err()
         .unwrap_or_else(|| Problem::unauthorized("invalid_token", "the bearer token is not valid"));
     let client = super::limit::client_of(request.extensions(), request.headers(), &guard.config);
-    limit_failure(client, problem, &guard.config).into_response()
+    limit_failure(client, problem, &guard.config, &guard.failures).into_response()
 }
 
 /// The token of `Authorization: Bearer <token>`.

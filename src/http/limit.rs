@@ -1,4 +1,5 @@
-//! Failed authentications per client address: after `auth_failures_max` failures within
+//! Failed authentications per client address, counted per server ([`AuthFailures`], one
+//! table for the API and its `/metrics` guard): after `auth_failures_max` failures within
 //! `auth_failure_window_ms`, a request of that address that does not carry a valid token gets
 //! 429 until the window ends. A valid token is never refused, so one client (or everyone
 //! behind one proxy) failing cannot lock out another. The table is bounded
@@ -10,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
@@ -29,9 +30,10 @@ struct Window {
     failures: u32,
 }
 
-fn table() -> &'static Mutex<HashMap<IpAddr, Window>> {
-    static TABLE: OnceLock<Mutex<HashMap<IpAddr, Window>>> = OnceLock::new();
-    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+/// The failed authentications of one server's clients, by address.
+#[derive(Default)]
+pub struct AuthFailures {
+    table: Mutex<HashMap<IpAddr, Window>>,
 }
 
 fn window(config: &HttpConfig) -> Duration {
@@ -95,47 +97,49 @@ fn parse_forwarded(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
-/// Seconds until `ip` may fail to authenticate again, when it is blocked.
-pub fn blocked(ip: IpAddr, config: &HttpConfig) -> Option<u64> {
-    let table = table().lock().unwrap_or_else(|e| e.into_inner());
-    let w = table.get(&ip)?;
-    let elapsed = w.started.elapsed();
-    if w.failures >= config.auth_failures_max && elapsed < window(config) {
-        Some((window(config) - elapsed).as_secs().max(1))
-    } else {
-        None
-    }
-}
-
-/// Counts a failed authentication of `ip`.
-pub fn failed(ip: IpAddr, config: &HttpConfig) {
-    let mut table = table().lock().unwrap_or_else(|e| e.into_inner());
-    let span = window(config);
-    if table.len() >= CLIENTS_TRACKED_MAX && !table.contains_key(&ip) {
-        table.retain(|_, w| w.started.elapsed() < span);
-        if table.len() >= CLIENTS_TRACKED_MAX
-            && let Some(oldest) = table.iter().min_by_key(|(_, w)| w.started).map(|(k, _)| *k)
-        {
-            table.remove(&oldest);
+impl AuthFailures {
+    /// Seconds until `ip` may fail to authenticate again, when it is blocked.
+    pub fn blocked(&self, ip: IpAddr, config: &HttpConfig) -> Option<u64> {
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let w = table.get(&ip)?;
+        let elapsed = w.started.elapsed();
+        if w.failures >= config.auth_failures_max && elapsed < window(config) {
+            Some((window(config) - elapsed).as_secs().max(1))
+        } else {
+            None
         }
     }
-    let w = table.entry(ip).or_insert(Window {
-        started: Instant::now(),
-        failures: 0,
-    });
-    if w.started.elapsed() >= span {
-        *w = Window {
+
+    /// Counts a failed authentication of `ip`.
+    pub fn failed(&self, ip: IpAddr, config: &HttpConfig) {
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let span = window(config);
+        if table.len() >= CLIENTS_TRACKED_MAX && !table.contains_key(&ip) {
+            table.retain(|_, w| w.started.elapsed() < span);
+            if table.len() >= CLIENTS_TRACKED_MAX
+                && let Some(oldest) = table.iter().min_by_key(|(_, w)| w.started).map(|(k, _)| *k)
+            {
+                table.remove(&oldest);
+            }
+        }
+        let w = table.entry(ip).or_insert(Window {
             started: Instant::now(),
             failures: 0,
-        };
+        });
+        if w.started.elapsed() >= span {
+            *w = Window {
+                started: Instant::now(),
+                failures: 0,
+            };
+        }
+        w.failures = w.failures.saturating_add(1);
+        crate::metrics::global().count(
+            "settle_auth_failures_total",
+            "Failed authentications.",
+            &[],
+            1,
+        );
     }
-    w.failures = w.failures.saturating_add(1);
-    crate::metrics::global().count(
-        "settle_auth_failures_total",
-        "Failed authentications.",
-        &[],
-        1,
-    );
 }
 
 #[cfg(test)]

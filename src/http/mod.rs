@@ -52,6 +52,8 @@ pub struct AppState {
     pub bank: Arc<BankConfig>,
     /// The live streams (`/v1/providers/{id}/stream`) open on this server.
     pub streams: Arc<stream::StreamHub>,
+    /// Failed authentications by client address (`limit`), this server's own.
+    pub auth_failures: Arc<limit::AuthFailures>,
 }
 
 impl AppState {
@@ -65,6 +67,7 @@ impl AppState {
             control: Arc::new(config.control.clone()),
             bank: Arc::new(config.bank.clone()),
             streams: Arc::new(stream::StreamHub::new(&config.http)),
+            auth_failures: Arc::new(limit::AuthFailures::default()),
         }
     }
 }
@@ -207,6 +210,7 @@ pub struct Application {
     router: Router,
     limits: server::ServeLimits,
     streams: Arc<stream::StreamHub>,
+    auth_failures: Arc<limit::AuthFailures>,
 }
 
 impl Application {
@@ -233,6 +237,7 @@ impl Application {
         let limits = server::ServeLimits::from_config(&config.http);
         let state = AppState::new(ledger, config);
         let streams = state.streams.clone();
+        let auth_failures = state.auth_failures.clone();
         let router = router(state);
         Ok(Application {
             listener,
@@ -240,7 +245,14 @@ impl Application {
             router,
             limits,
             streams,
+            auth_failures,
         })
+    }
+
+    /// The failed authentications of this server's clients, for routes merged into it
+    /// or guarded like it (`/metrics`).
+    pub fn auth_failures(&self) -> Arc<limit::AuthFailures> {
+        self.auth_failures.clone()
     }
 
     /// The bound port.

@@ -47,6 +47,7 @@ pub struct Scheduler {
     run_config: RunConfig,
     actor: Actor,
     last_checked: Option<NaiveDateTime>,
+    metrics: &'static crate::metrics::Metrics,
 }
 
 fn naive(ms: i64) -> Result<NaiveDateTime, LedgerError> {
@@ -74,7 +75,15 @@ impl Scheduler {
             run_config,
             actor: Actor::system("scheduler"),
             last_checked: None,
+            metrics: crate::metrics::global(),
         }
+    }
+
+    /// Reports its gauges to `metrics` instead of the process-wide registry (a test that
+    /// shares its process with other schedulers reads its own).
+    pub fn with_metrics(mut self, metrics: &'static crate::metrics::Metrics) -> Scheduler {
+        self.metrics = metrics;
+        self
     }
 
     pub fn with_schedule(mut self, schedule: Schedule) -> Scheduler {
@@ -134,7 +143,7 @@ impl Scheduler {
         )
         .map_err(|e| LedgerError::Rejected(DomainError::new(e.code(), e.to_string())))?;
         let behind_days = (now - since).num_days().max(0);
-        let metrics = crate::metrics::global();
+        let metrics = self.metrics;
         metrics.gauge(
             "settle_scheduler_catch_up_days",
             "Days back the scheduler's last check reached (missed runs are all caught up)",

@@ -8,17 +8,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use sqlx::Row;
-
 use super::{Actor, Ledger, LedgerError, content_hash};
 use crate::domain::DomainError;
-use crate::domain::bands::{RateBand, rate_check};
+use crate::domain::bands::RateBand;
 use crate::domain::event::*;
 use crate::domain::ids::{EventId, GpuId, ProviderId, RentalId};
 use crate::domain::money::Rate;
-use crate::domain::pricing::{FeeBook, PriceBook, TierHistory, price_interval};
+use crate::domain::pricing::FeeBook;
 use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
-use crate::store::{NewEvent, WriteTx, json_rows_param};
+use crate::domain::usage::{self, RecordUsage, UsageState};
+use crate::store::usage::{self as store_usage, GpuOwner, OverlapProbe, PricingContext};
+use crate::store::{NewEvent, WriteTx};
 
 /// A usage event as received (SPEC §4 `usage.recorded` v1 input), fields still unparsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -101,6 +101,21 @@ struct Parsed {
     /// Outside the booking window (`in_future`, `too_late`): rejected unless it turns out
     /// to be a re-send of a booked event.
     window_error: Option<DomainError>,
+}
+
+impl Parsed {
+    /// The command the usage aggregate decides.
+    fn command(&self) -> RecordUsage<'_> {
+        RecordUsage {
+            event_id: &self.event_id,
+            provider_id: &self.provider_id,
+            gpu_id: &self.gpu_id,
+            rental_id: self.rental_id.as_deref(),
+            started_at_ms: self.started_at_ms,
+            ended_at_ms: self.ended_at_ms,
+            rate: self.rate,
+        }
+    }
 }
 
 fn required<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, DomainError> {
@@ -279,74 +294,11 @@ impl Ledger {
     }
 }
 
-/// The pricing context of one provider, read inside its stream's transaction.
-struct ProviderContext {
-    tiers: TierHistory,
-    prices: PriceBook,
-}
-
-pub(crate) async fn load_fee_book(tx: &mut WriteTx) -> Result<FeeBook, LedgerError> {
-    let mut fees = FeeBook::default();
-    let rows = sqlx::query("SELECT tier, effective_from_ms, fee_bps FROM fee_schedules")
-        .fetch_all(tx.conn())
-        .await?;
-    for r in rows {
-        let tier = Tier::parse(&r.try_get::<String, _>(0)?)?;
-        let fee = crate::domain::money::FeeBps::new(r.try_get(2)?)?;
-        fees.set(tier, r.try_get(1)?, fee);
-    }
-    Ok(fees)
-}
-
-/// Tier histories and price books of `providers`.
-async fn load_contexts(
-    tx: &mut WriteTx,
-    providers: &[&str],
-) -> Result<HashMap<String, ProviderContext>, LedgerError> {
-    let mut out: HashMap<String, ProviderContext> = providers
-        .iter()
-        .map(|p| {
-            let context = ProviderContext {
-                tiers: TierHistory::default(),
-                prices: PriceBook::default(),
-            };
-            (p.to_string(), context)
-        })
-        .collect();
-    let rows = json_rows_param(&providers.iter().map(|p| (*p,)).collect::<Vec<_>>());
-    let from = tx.dialect().json_rows(1);
-    let sql = format!(
-        "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
-    );
-    for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
-        let provider: String = r.try_get(0)?;
-        if let Some(c) = out.get_mut(&provider) {
-            c.tiers.set(
-                r.try_get(1)?,
-                r.try_get(2)?,
-                Tier::parse(&r.try_get::<String, _>(3)?)?,
-            );
-        }
-    }
-    let sql = format!(
-        "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0"
-    );
-    for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
-        let provider: String = r.try_get(0)?;
-        if let Some(c) = out.get_mut(&provider) {
-            c.prices.set(
-                &r.try_get::<String, _>(1)?,
-                r.try_get(2)?,
-                Rate::parse(&r.try_get::<String, _>(3)?)?,
-            );
-        }
-    }
-    Ok(out)
-}
-
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams: the idempotency check, the overlap check
-/// and the append are atomic. The reads are done for all providers at once.
+/// and the append are atomic. The reads (`store::usage`) are done for all providers at
+/// once; each new event is then decided by [`usage::decide`] against them and the events
+/// booked before it in this batch.
 ///
 /// An event's own rate must lie in `band` around the price-book rate of its GPU's model at
 /// its `started_at`: the price books are read once per batch with the tier histories, so
@@ -358,114 +310,11 @@ async fn book_groups(
     actor: &Actor,
     now_ms: i64,
 ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
-    let dialect = tx.dialect();
     let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
+    let state = BatchState::read(tx, &all).await?;
     let mut out = Vec::with_capacity(all.len());
-
-    // Each read is one statement with the batch as one JSON parameter (see
-    // `Dialect::json_rows`): its text never changes, so it is planned once per connection.
-    let from = dialect.json_rows(1);
-
-    // Idempotency: which keys are booked already, with what content. A key is scoped to
-    // its provider's stream (SPEC §4): the same event_id under two providers is two events.
-    let keys: Vec<(String, String)> = all
-        .iter()
-        .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
-        .collect();
-    let mut booked: HashMap<(String, String), Option<Vec<u8>>> = HashMap::new();
-    let sql = format!(
-        "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
-    );
-    for r in sqlx::query(&sql)
-        .bind(json_rows_param(&keys))
-        .fetch_all(tx.conn())
-        .await?
-    {
-        booked.insert((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?);
-    }
-
-    // The GPUs named by the events.
-    let gpu_ids: Vec<(&str,)> = all
-        .iter()
-        .map(|e| e.gpu_id.as_str())
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .map(|g| (g,))
-        .collect();
-    let mut gpus: HashMap<String, (String, String)> = HashMap::new();
-    let sql = format!(
-        "SELECT g.gpu_id, g.provider_id, g.model FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
-    );
-    for r in sqlx::query(&sql)
-        .bind(json_rows_param(&gpu_ids))
-        .fetch_all(tx.conn())
-        .await?
-    {
-        gpus.insert(r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?));
-    }
-
-    // New events on their provider's own GPUs: the ones that may be booked.
-    let candidates: Vec<&Parsed> = all
-        .iter()
-        .copied()
-        .filter(|e| {
-            e.window_error.is_none()
-                && !booked.contains_key(&(provider_stream(&e.provider_id), usage_key(&e.event_id)))
-                && gpus
-                    .get(&e.gpu_id)
-                    .is_some_and(|(p, _)| *p == e.provider_id)
-        })
-        .collect();
-
-    // Booked, not voided usage overlapping a candidate, event by event. Booked segments of
-    // one GPU never overlap each other, so one backward index step answers it: the latest
-    // segment starting before the candidate ends overlaps it iff it ends after the
-    // candidate starts (any overlapping segment is that one, or starts after it and then
-    // that one starts inside the candidate). One primary-key seek per candidate, however
-    // many segments the GPU has booked that day.
-    let mut overlaps: HashMap<usize, (i64, i64)> = HashMap::new();
-    if !candidates.is_empty() {
-        let probes: Vec<(usize, &str, i64, i64)> = candidates
-            .iter()
-            .map(|e| (e.index, e.gpu_id.as_str(), e.ended_at_ms, e.started_at_ms))
-            .collect();
-        let sql = format!(
-            "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
-             JOIN usage_segments AS s ON s.gpu_id = j.value ->> 1 \
-             AND s.started_at_ms = (SELECT p.started_at_ms FROM usage_segments AS p \
-             WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
-             ORDER BY p.started_at_ms DESC LIMIT 1) \
-             WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
-        );
-        for r in sqlx::query(&sql)
-            .bind(json_rows_param(&probes))
-            .fetch_all(tx.conn())
-            .await?
-        {
-            let index: i64 = r.try_get(0)?;
-            overlaps
-                .entry(index as usize)
-                .or_insert((r.try_get(1)?, r.try_get(2)?));
-        }
-    }
-
-    // Pricing contexts of the providers with candidates.
-    let providers: Vec<&str> = candidates
-        .iter()
-        .map(|e| e.provider_id.as_str())
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
-    let (contexts, fees) = if providers.is_empty() {
-        (HashMap::new(), FeeBook::default())
-    } else {
-        (
-            load_contexts(tx, &providers).await?,
-            load_fee_book(tx).await?,
-        )
-    };
-
-    // Decide and append, provider by provider, each on its own stream.
+    let no_context = PricingContext::default();
+    // The intervals this batch books, per GPU.
     let mut intervals: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     for (provider_id, events) in groups {
         let stream = provider_stream(provider_id);
@@ -475,141 +324,51 @@ async fn book_groups(
         let mut in_batch: HashMap<String, Vec<u8>> = HashMap::new();
         for e in events {
             let key = usage_key(&e.event_id);
-            let seen = booked
+            let seen = state
+                .booked
                 .get(&(stream.clone(), key.clone()))
                 .cloned()
                 .or_else(|| in_batch.get(&key).cloned().map(Some));
             if let Some(stored) = seen {
-                let result = if stored.as_deref() == Some(e.hash.as_slice()) {
-                    UsageResult::Duplicate {
-                        event_id: e.event_id.clone(),
-                    }
-                } else {
-                    UsageResult::rejected(
-                        Some(e.event_id.clone()),
-                        DomainError::new(
-                            "conflict",
-                            format!(
-                                "event_id {} was already booked with different content",
-                                e.event_id
-                            ),
-                        ),
-                    )
-                };
-                out.push((e.index, result));
+                out.push((e.index, resent(e, stored.as_deref())));
                 continue;
             }
             if let Some(error) = &e.window_error {
-                out.push((
-                    e.index,
-                    UsageResult::rejected(Some(e.event_id.clone()), error.clone()),
-                ));
-                continue;
-            }
-            let reject = |code: &'static str, message: String| {
-                (
-                    e.index,
-                    UsageResult::rejected(
-                        Some(e.event_id.clone()),
-                        DomainError::new(code, message),
-                    ),
-                )
-            };
-            let Some((gpu_provider, model)) = gpus.get(&e.gpu_id) else {
-                out.push(reject("unknown_gpu", format!("no GPU {}", e.gpu_id)));
-                continue;
-            };
-            if gpu_provider != provider_id {
-                out.push(reject(
-                    "gpu_provider_mismatch",
-                    format!("GPU {} does not belong to provider {provider_id}", e.gpu_id),
-                ));
+                let result = UsageResult::rejected(Some(e.event_id.clone()), error.clone());
+                out.push((e.index, result));
                 continue;
             }
             let gpu_intervals = intervals.entry(e.gpu_id.as_str()).or_default();
-            let overlap = overlaps.get(&e.index).copied().or_else(|| {
+            let overlap = state.overlaps.get(&e.index).copied().or_else(|| {
                 gpu_intervals
                     .iter()
                     .find(|(s, t)| *s < e.ended_at_ms && *t > e.started_at_ms)
                     .copied()
             });
-            if let Some((s, t)) = overlap {
-                out.push(reject(
-                    "overlapping_usage",
-                    format!(
-                        "GPU {} already has usage booked in [{}, {})",
-                        e.gpu_id,
-                        format_ms(s),
-                        format_ms(t)
-                    ),
-                ));
-                continue;
-            }
-            let ctx = contexts
-                .get(provider_id.as_str())
-                .expect("a context per provider with candidates");
-            let (rate, rate_source) = match e.rate {
-                Some(rate) => {
-                    // Usage cannot mint money: the sent rate stays near the price book.
-                    if let Err(error) =
-                        rate_check(rate, ctx.prices.rate_at(model, e.started_at_ms), band)
-                    {
-                        out.push((
-                            e.index,
-                            UsageResult::rejected(Some(e.event_id.clone()), error),
-                        ));
-                        continue;
-                    }
-                    (rate, "event")
+            let context = state.contexts.get(provider_id).unwrap_or(&no_context);
+            let given = UsageState {
+                gpu: state
+                    .gpus
+                    .get(&e.gpu_id)
+                    .map(|g| (g.provider_id.as_str(), g.model.as_str())),
+                overlap,
+                tiers: &context.tiers,
+                prices: &context.prices,
+                fees: &state.fees,
+                band,
+            };
+            let recorded = match usage::decide(&given, &e.command()) {
+                Ok(recorded) => recorded,
+                Err(error) => {
+                    out.push((
+                        e.index,
+                        UsageResult::rejected(Some(e.event_id.clone()), error),
+                    ));
+                    continue;
                 }
-                None => match ctx.prices.rate_at(model, e.started_at_ms) {
-                    Some(rate) => (rate, "price_book"),
-                    None => {
-                        out.push(reject(
-                            "no_rate",
-                            format!(
-                                "no rate for model {model} of provider {provider_id} at {}",
-                                format_ms(e.started_at_ms)
-                            ),
-                        ));
-                        continue;
-                    }
-                },
             };
-            let Some(_) = ctx.tiers.tier_at(e.started_at_ms) else {
-                out.push(reject(
-                    "unknown_provider",
-                    format!("no provider {provider_id}"),
-                ));
-                continue;
-            };
-            let segments = price_interval(e.started_at_ms, e.ended_at_ms, rate, |at| {
-                let tier = ctx.tiers.tier_at(at).expect("provider has a tier");
-                fees.fee_at(tier, at)
-            });
             tx.append(NewEvent {
-                body: EventBody::UsageRecorded(UsageRecorded {
-                    event_id: e.event_id.clone(),
-                    provider_id: provider_id.to_owned(),
-                    gpu_id: e.gpu_id.clone(),
-                    model: model.clone(),
-                    rental_id: e.rental_id.clone(),
-                    started_at_ms: e.started_at_ms,
-                    ended_at_ms: e.ended_at_ms,
-                    rate_usdc_per_hour: rate.to_canonical(),
-                    rate_source: rate_source.to_owned(),
-                    segments: segments
-                        .iter()
-                        .map(|s| Segment {
-                            started_at_ms: s.started_at_ms,
-                            ended_at_ms: s.ended_at_ms,
-                            fee_bps: s.fee_bps,
-                            gross_micro_usdc: s.gross_micro_usdc,
-                            fee_micro_usdc: s.fee_micro_usdc,
-                            net_micro_usdc: s.net_micro_usdc,
-                        })
-                        .collect(),
-                }),
+                body: EventBody::UsageRecorded(recorded),
                 actor: actor.0.clone(),
                 recorded_at_ms: now_ms,
                 idem_key: Some(key.clone()),
@@ -617,15 +376,108 @@ async fn book_groups(
             });
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
             in_batch.insert(key, e.hash.clone());
-            out.push((
-                e.index,
-                UsageResult::Accepted {
-                    event_id: e.event_id.clone(),
-                },
-            ));
+            let accepted = UsageResult::Accepted {
+                event_id: e.event_id.clone(),
+            };
+            out.push((e.index, accepted));
         }
     }
     Ok(out)
+}
+
+/// The answer to an event whose key is booked already (with content hash `stored`): a
+/// duplicate when the content is the same, else a `conflict`.
+fn resent(e: &Parsed, stored: Option<&[u8]>) -> UsageResult {
+    if stored == Some(e.hash.as_slice()) {
+        return UsageResult::Duplicate {
+            event_id: e.event_id.clone(),
+        };
+    }
+    UsageResult::rejected(
+        Some(e.event_id.clone()),
+        DomainError::new(
+            "conflict",
+            format!(
+                "event_id {} was already booked with different content",
+                e.event_id
+            ),
+        ),
+    )
+}
+
+/// What a batch's decisions read of the ledger, at the chain heads its transaction locked.
+struct BatchState {
+    /// `(stream, key)` → content hash, of the batch's keys booked already.
+    booked: HashMap<(String, String), Option<Vec<u8>>>,
+    gpus: HashMap<String, GpuOwner>,
+    /// Booked usage overlapping a candidate, by the candidate's index.
+    overlaps: HashMap<usize, (i64, i64)>,
+    /// Of the providers with candidates.
+    contexts: HashMap<String, PricingContext>,
+    fees: FeeBook,
+}
+
+impl BatchState {
+    async fn read(tx: &mut WriteTx, all: &[&Parsed]) -> Result<BatchState, LedgerError> {
+        // Idempotency: a key is scoped to its provider's stream (SPEC §4): the same
+        // event_id under two providers is two events.
+        let keys: Vec<(String, String)> = all
+            .iter()
+            .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
+            .collect();
+        let booked = store_usage::booked_keys(tx, &keys).await?;
+        let gpu_ids: Vec<&str> = all
+            .iter()
+            .map(|e| e.gpu_id.as_str())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let gpus = store_usage::gpu_owners(tx, &gpu_ids).await?;
+        // New events on their provider's own GPUs: the ones that may be booked.
+        let candidates: Vec<&Parsed> = all
+            .iter()
+            .copied()
+            .filter(|e| {
+                e.window_error.is_none()
+                    && !booked
+                        .contains_key(&(provider_stream(&e.provider_id), usage_key(&e.event_id)))
+                    && gpus
+                        .get(&e.gpu_id)
+                        .is_some_and(|g| g.provider_id == e.provider_id)
+            })
+            .collect();
+        let probes: Vec<OverlapProbe> = candidates
+            .iter()
+            .map(|e| OverlapProbe {
+                index: e.index,
+                gpu_id: &e.gpu_id,
+                started_at_ms: e.started_at_ms,
+                ended_at_ms: e.ended_at_ms,
+            })
+            .collect();
+        let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
+        let providers: Vec<&str> = candidates
+            .iter()
+            .map(|e| e.provider_id.as_str())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let (contexts, fees) = if providers.is_empty() {
+            (HashMap::new(), FeeBook::default())
+        } else {
+            (
+                store_usage::pricing_contexts(tx, &providers).await?,
+                store_usage::fee_book(tx).await?,
+            )
+        };
+        Ok(BatchState {
+            booked,
+            gpus,
+            overlaps,
+            contexts,
+            fees,
+        })
+    }
 }
 
 fn usage_key(event_id: &str) -> String {

@@ -8,6 +8,7 @@ pub mod corrections;
 pub mod ingest;
 pub mod methods;
 pub mod payouts;
+pub mod rails;
 pub mod registry;
 pub mod runs;
 
@@ -111,6 +112,7 @@ impl LedgerError {
     pub fn code(&self) -> &'static str {
         match self {
             LedgerError::Rejected(e) => e.code,
+            LedgerError::Store(StoreError::CorruptRow(_)) => "corrupt_projection",
             LedgerError::Store(_) => "storage_unavailable",
         }
     }

@@ -294,7 +294,7 @@ impl Store {
     /// bookings never wait for the projector. A stream's committed events are a gapless
     /// prefix (its writers commit in sequence order under its lock), and two folds of one
     /// stream meet at its checkpoint row, where the later one finds the checkpoint moved
-    /// and retries (`tests/projector.rs` races them). On SQLite it takes the writer.
+    /// and retries (`tests/it/projector.rs` races them). On SQLite it takes the writer.
     async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
         let folded = fold_streams(&mut tx, self.dialect, streams, FOLD_EVENTS_MAX).await?;

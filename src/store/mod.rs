@@ -10,7 +10,9 @@
 mod chain;
 mod fold;
 mod project;
+pub mod rails;
 pub mod read;
+pub mod usage;
 
 pub use chain::{GENESIS_HASH, canonical_bytes, event_hash};
 pub use fold::{FOLD_BEFORE_COMMIT, FOLD_EVENTS_MAX, FOLD_STREAMS_MAX};
@@ -106,6 +108,9 @@ pub enum StoreError {
     /// A stored value the code cannot read.
     #[error("corrupt ledger setting: {0}")]
     Corrupt(String),
+    /// A projection row the code cannot read (`corrupt_projection`).
+    #[error("corrupt projection row: {0}")]
+    CorruptRow(String),
 }
 
 /// Where a ledger's booking time comes from, fixed once per ledger.
@@ -227,6 +232,26 @@ pub struct NewEvent {
     pub recorded_at_ms: i64,
     pub idem_key: Option<String>,
     pub content_hash: Option<Vec<u8>>,
+}
+
+impl NewEvent {
+    /// An event booked at `recorded_at_ms` by `actor` under idempotency key `key`, whose
+    /// command normalises to content hash `hash`.
+    pub fn keyed(
+        body: EventBody,
+        actor: &str,
+        recorded_at_ms: i64,
+        key: &str,
+        hash: &[u8],
+    ) -> NewEvent {
+        NewEvent {
+            body,
+            actor: actor.to_owned(),
+            recorded_at_ms,
+            idem_key: Some(key.to_owned()),
+            content_hash: Some(hash.to_vec()),
+        }
+    }
 }
 
 /// An event as stored.

@@ -390,7 +390,9 @@ async fn login(
         );
     };
     let lang = lang_of(form.lang.as_deref());
-    if let Some(retry_after_s) = client.and_then(|ip| super::limit::blocked(ip, &state.config)) {
+    if let Some(retry_after_s) =
+        client.and_then(|ip| state.auth_failures.blocked(ip, &state.config))
+    {
         let message = lang.tf(
             "too_many_attempts",
             &[("seconds", &retry_after_s.to_string())],
@@ -423,7 +425,7 @@ async fn login(
         Err(AuthError::Database(e)) => Problem::from(e).into_response(),
         Err(_) => {
             if let Some(ip) = client {
-                super::limit::failed(ip, &state.config);
+                state.auth_failures.failed(ip, &state.config);
             }
             html(
                 StatusCode::UNAUTHORIZED,

@@ -28,30 +28,32 @@
 
 pub mod files;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, NaiveDateTime};
 use settle_bank::{BankRail, ReturnReason, file_sha256_hex};
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::AnyPool;
 
 use crate::config::BankConfig;
 use crate::domain::DomainError;
-use crate::domain::event::{BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail};
+use crate::domain::batch::BatchStatus;
+use crate::domain::event::{BankBatchGenerated, Rail};
 use crate::domain::payout::PayoutStatus;
-use crate::domain::time::day_number;
 use crate::failpoint::failpoint;
 use crate::ledger::payouts::{self, PayoutRecord};
-use crate::ledger::{Actor, Applied, Ledger, LedgerError, content_hash, find_idem, reject};
-use crate::store::NewEvent;
+use crate::ledger::rails::BatchSlot;
+use crate::ledger::{Actor, Applied, Ledger, LedgerError};
+pub use crate::store::rails::BankBatch;
+use crate::store::rails::{self as rows};
 pub use files::{BankFile, Originator};
 
 /// Named failpoints of the bank rail (see [`crate::failpoint::FAILPOINT_ENV`]).
 pub mod failpoints {
     /// Inside the generation transaction: the batch event appended, not committed.
-    pub const GENERATE_BEFORE_COMMIT: &str = "bank.generate_before_commit";
+    pub const GENERATE_BEFORE_COMMIT: &str = crate::ledger::rails::BANK_GENERATE_BEFORE_COMMIT;
     /// After `bank_batch.generated` committed, before the file is written.
     pub const AFTER_GENERATED: &str = "bank.after_generated";
     /// After the file is written, before any payout is submitted.
@@ -106,80 +108,14 @@ fn rejected<T>(code: &'static str, message: impl Into<String>) -> Result<T, Bank
     Err(DomainError::new(code, message).into())
 }
 
-/// A bank batch as the `bank_batches` projection holds it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct BankBatch {
-    pub batch_id: String,
-    pub rail: Rail,
-    pub file_name: String,
-    pub sha256: String,
-    /// Sorted, the order of the file.
-    pub payout_ids: Vec<String>,
-    /// Total of the file in cents of `currency`.
-    pub total_cents: i64,
-    /// `EUR` (SEPA) or `USD` (ACH).
-    pub currency: String,
-    /// `generated`, `submitted` or `settled`.
-    pub status: String,
-    /// The batch event's `recorded_at`: the file's creation time.
-    pub generated_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-const BATCH_COLUMNS: &str = "batch_id, rail, file_name, sha256, payout_ids, total_cents, currency, status, generated_at_ms, updated_at_ms";
-
-fn batch_from_row(r: &sqlx::any::AnyRow) -> Result<BankBatch, LedgerError> {
-    let ids: String = r.try_get(4)?;
-    Ok(BankBatch {
-        batch_id: r.try_get(0)?,
-        rail: Rail::parse(&r.try_get::<String, _>(1)?)?,
-        file_name: r.try_get(2)?,
-        sha256: r.try_get(3)?,
-        payout_ids: serde_json::from_str(&ids)
-            .map_err(|e| DomainError::new("corrupt_projection", e.to_string()))?,
-        total_cents: r.try_get(5)?,
-        currency: r.try_get(6)?,
-        status: r.try_get(7)?,
-        generated_at_ms: r.try_get(8)?,
-        updated_at_ms: r.try_get(9)?,
-    })
-}
-
-async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, LedgerError> {
-    let rows = sqlx::query(&format!("SELECT {BATCH_COLUMNS} FROM bank_batches"))
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut out = rows
-        .iter()
-        .map(batch_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    out.sort_by(|a, b| (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id)));
-    Ok(out)
-}
-
-async fn load_batch(
-    conn: &mut AnyConnection,
-    batch_id: &str,
-) -> Result<Option<BankBatch>, LedgerError> {
-    let row = sqlx::query(&format!(
-        "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id = $1"
-    ))
-    .bind(batch_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.as_ref().map(batch_from_row).transpose()
-}
-
 /// Every bank batch, oldest first.
 pub async fn batches(pool: &AnyPool) -> Result<Vec<BankBatch>, LedgerError> {
-    let mut conn = pool.acquire().await?;
-    load_batches(&mut conn).await
+    Ok(rows::batches(pool).await?)
 }
 
 /// One bank batch.
 pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, LedgerError> {
-    let mut conn = pool.acquire().await?;
-    load_batch(&mut conn, batch_id).await
+    Ok(rows::batch(pool, batch_id).await?)
 }
 
 async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, BankError> {
@@ -214,19 +150,9 @@ fn naive(ms: i64) -> NaiveDateTime {
 
 /// The `created` payouts on the bank rails, sorted by id.
 async fn created_bank_payouts(pool: &AnyPool) -> Result<Vec<PayoutRecord>, BankError> {
-    let rows = sqlx::query(&format!(
-        "SELECT payout_id FROM payouts WHERE status = '{}' AND rail IN ('sepa', 'ach')",
-        PayoutStatus::Created
-    ))
-    .fetch_all(pool)
-    .await
-    .map_err(LedgerError::from)?;
-    let mut ids = rows
-        .iter()
-        .map(|r| r.try_get::<String, _>(0))
-        .collect::<Result<Vec<_>, _>>()
+    let ids = rows::created_bank_payout_ids(pool)
+        .await
         .map_err(LedgerError::from)?;
-    ids.sort_unstable();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         if let Some(p) = payouts::payout(pool, &id).await? {
@@ -540,52 +466,24 @@ async fn generate_one(
     actor: &Actor,
 ) -> Result<Option<BatchOutcome>, BankError> {
     let ids: Vec<String> = chosen.iter().map(|p| p.payout_id.clone()).collect();
-    let id_set: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
     let batch_id = files::batch_id(rail, &ids);
-    let key = format!("bank_batch:{batch_id}:generated");
-    let now = ledger.now_ms();
-    let recorded = crate::write_stream!(ledger, PLATFORM_STREAM, |tx| {
-        if find_idem(tx, &key).await?.is_some() {
-            return Ok(false);
-        }
-        let existing = load_batches(tx.conn()).await?;
-        if existing
-            .iter()
-            .any(|b| b.payout_ids.iter().any(|id| id_set.contains(id.as_str())))
-        {
-            return Ok(false);
-        }
-        let created_ms = now.max(tx.head_recorded_at_ms());
-        let created = naive(created_ms);
-        let same_day_ach = existing
-            .iter()
-            .filter(|b| {
-                b.rail == Rail::Ach && day_number(b.generated_at_ms) == day_number(created_ms)
-            })
-            .count();
-        let modifier = files::modifier_for(same_day_ach);
+    let file = |slot: BatchSlot| {
+        let created = naive(slot.created_ms);
+        let modifier = files::modifier_for(slot.same_day_ach);
         let file = files::write_file(originator, rail, &batch_id, created, modifier, chosen)?;
-        let sha256 = file_sha256_hex(&file.contents);
-        let file_name = files::file_name(rail, &batch_id, created, modifier);
-        let hash = content_hash(&format!("{key}|{sha256}|{}", ids.join(",")));
-        tx.append(NewEvent {
-            body: EventBody::BankBatchGenerated(BankBatchGenerated {
-                batch_id: batch_id.clone(),
-                rail,
-                file_name,
-                sha256,
-                payout_ids: ids.clone(),
-                total_cents: file.total_cents,
-                currency: file.currency.to_owned(),
-            }),
-            actor: actor.0.clone(),
-            recorded_at_ms: created_ms,
-            idem_key: Some(key.clone()),
-            content_hash: Some(hash),
-        });
-        failpoint(failpoints::GENERATE_BEFORE_COMMIT);
-        Ok(true)
-    })?;
+        Ok(BankBatchGenerated {
+            batch_id: batch_id.clone(),
+            rail,
+            file_name: files::file_name(rail, &batch_id, created, modifier),
+            sha256: file_sha256_hex(&file.contents),
+            payout_ids: ids.clone(),
+            total_cents: file.total_cents,
+            currency: file.currency.to_owned(),
+        })
+    };
+    let recorded = ledger
+        .record_bank_batch(&batch_id, &ids, actor, &file)
+        .await?;
     if !recorded {
         return Ok(None);
     }
@@ -615,48 +513,6 @@ pub struct LifecycleOutcome {
     pub problems: Vec<String>,
 }
 
-async fn change_status(
-    ledger: &Ledger,
-    batch_id: &str,
-    status: &'static str,
-    from: &'static [&'static str],
-    actor: &Actor,
-) -> Result<Applied, BankError> {
-    let key = format!("bank_batch:{batch_id}:{status}");
-    let hash = content_hash(&key);
-    let now = ledger.now_ms();
-    let applied = crate::write_stream!(ledger, PLATFORM_STREAM, |tx| {
-        if find_idem(tx, &key).await?.is_some() {
-            return Ok(Applied::Duplicate);
-        }
-        let Some(current) = load_batch(tx.conn(), batch_id).await? else {
-            return reject("unknown_bank_batch", format!("no bank batch {batch_id}"));
-        };
-        if !from.contains(&current.status.as_str()) {
-            return reject(
-                "invalid_batch_state",
-                format!(
-                    "bank batch {batch_id} is {}; marking it {status} needs it {}",
-                    current.status,
-                    from.join(" or ")
-                ),
-            );
-        }
-        tx.append(NewEvent {
-            body: EventBody::BankBatchStatusChanged(BankBatchStatus {
-                batch_id: batch_id.to_owned(),
-                status: status.to_owned(),
-            }),
-            actor: actor.0.clone(),
-            recorded_at_ms: now,
-            idem_key: Some(key.clone()),
-            content_hash: Some(hash.clone()),
-        });
-        Ok(Applied::Accepted)
-    })?;
-    Ok(applied)
-}
-
 /// The file of a batch went to the bank: generated → submitted. Submits any payout of the
 /// batch still `created` first (an interrupted generation).
 pub async fn mark_submitted(
@@ -667,7 +523,9 @@ pub async fn mark_submitted(
     let pool = ledger.store.pool();
     let b = known_batch(pool, batch_id).await?;
     let (submitted, problems) = submit_batch_payouts(ledger, &b, actor).await?;
-    let applied = change_status(ledger, batch_id, "submitted", &["generated"], actor).await?;
+    let applied = ledger
+        .change_bank_batch_status(batch_id, BatchStatus::Submitted, actor)
+        .await?;
     Ok(LifecycleOutcome {
         batch: known_batch(pool, batch_id).await?,
         status_change: applied.as_str(),
@@ -686,13 +544,15 @@ pub async fn mark_settled(
 ) -> Result<LifecycleOutcome, BankError> {
     let pool = ledger.store.pool();
     let b = known_batch(pool, batch_id).await?;
-    if b.status == "generated" {
+    if b.status == BatchStatus::Generated {
         return rejected(
             "invalid_batch_state",
             format!("bank batch {batch_id} is generated; mark it submitted first"),
         );
     }
-    let applied = change_status(ledger, batch_id, "settled", &["submitted"], actor).await?;
+    let applied = ledger
+        .change_bank_batch_status(batch_id, BatchStatus::Settled, actor)
+        .await?;
     failpoint(failpoints::AFTER_BATCH_SETTLED);
     let mut settled = 0;
     let mut problems = Vec::new();
@@ -820,9 +680,9 @@ pub async fn return_payout(
             );
         }
     }
-    let mut conn = pool.acquire().await.map_err(LedgerError::from)?;
-    let current_method = provider_method(&mut conn, &p.provider_id).await?;
-    drop(conn);
+    let current_method = rows::provider_method(pool, &p.provider_id)
+        .await
+        .map_err(LedgerError::from)?;
     // SPEC §6: every return marks the bank details invalid, whatever its reason code (a
     // closed account, a fraud suspicion and a refusal all mean: do not send there again
     // until the provider confirms or replaces them). Only while they are the details the
@@ -840,19 +700,4 @@ pub async fn return_payout(
     outcome.method_invalid = method_invalid;
     outcome.status = applied.as_str();
     Ok(outcome)
-}
-
-async fn provider_method(
-    conn: &mut AnyConnection,
-    provider_id: &str,
-) -> Result<Option<crate::domain::event::PayoutMethod>, LedgerError> {
-    let row = sqlx::query("SELECT payout_method FROM providers WHERE provider_id = $1")
-        .bind(provider_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    let text: Option<String> = row.try_get(0)?;
-    text.map(|t| serde_json::from_str(&t))
-        .transpose()
-        .map_err(|e| LedgerError::Rejected(DomainError::new("corrupt_projection", e.to_string())))
 }

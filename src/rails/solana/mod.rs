@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
-use sqlx::Row;
 
 use settle_solana::{
     Chain, ChainError, Cluster, ClusterError, Confirmation, Discrepancy, PayError, Payer,
@@ -475,22 +474,19 @@ impl SolanaRail {
         &self,
         ledger: &Ledger,
     ) -> Result<SolanaReconcileReport, SolanaRailError> {
-        let rows = sqlx::query(&format!(
-            "SELECT payout_id, amount_micro_usdc, method, reference FROM payouts WHERE rail = 'solana' AND status = '{}' ORDER BY payout_id",
-            crate::domain::payout::PayoutStatus::Settled
-        ))
-        .fetch_all(ledger.store.pool())
+        let mut rows = crate::store::rails::solana_payouts(ledger.store.pool(), |s| {
+            s == crate::domain::payout::PayoutStatus::Settled
+        })
         .await
         .map_err(LedgerError::from)?;
+        rows.sort_by(|a, b| a.payout_id.cmp(&b.payout_id));
         let landed = journal::landed_by_signature(ledger).await?;
         let mut report = SolanaReconcileReport::default();
         let mut settled = Vec::with_capacity(rows.len());
         let mut settled_ids: HashMap<String, String> = HashMap::new();
-        for r in &rows {
-            let payout_id: String = r.try_get(0).map_err(LedgerError::from)?;
-            let amount: i64 = r.try_get(1).map_err(LedgerError::from)?;
-            let method: String = r.try_get(2).map_err(LedgerError::from)?;
-            let reference: Option<String> = r.try_get(3).map_err(LedgerError::from)?;
+        for r in rows {
+            let wallet = r.wallet().and_then(|w| w.parse::<Pubkey>().ok());
+            let (payout_id, amount, reference) = (r.payout_id, r.amount_micro_usdc, r.reference);
             report.checked += 1;
             let signature = reference.unwrap_or_default();
             settled_ids.insert(payout_id.clone(), signature.clone());
@@ -507,7 +503,6 @@ impl SolanaRail {
             {
                 report.differences.push(difference("no_landed_attempt"));
             }
-            let wallet = journal::method_wallet(&method).and_then(|w| w.parse::<Pubkey>().ok());
             match (wallet, u64::try_from(amount)) {
                 (Some(wallet), Ok(amount_micro_usdc)) => settled.push(SettledPayout {
                     payout_id,

@@ -1,0 +1,250 @@
+//! The layering invariants of ARCHITECTURE.md that a file scan can check: what each layer
+//! of `src/` may name. A line that names a forbidden path fails the test with its place.
+
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    if root.is_file() {
+        out.push(root);
+    } else {
+        walk(&root, &mut out);
+    }
+    assert!(!out.is_empty(), "no sources under {dir}");
+    out
+}
+
+/// Every line of the sources under `dir` that names one of `forbidden` (comments included:
+/// a doc link to a layer is a dependency too).
+fn naming(dir: &str, forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in sources(dir) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if let Some(f) = forbidden.iter().find(|f| line.contains(*f)) {
+                found.push(format!(
+                    "{}:{}: {f}: {}",
+                    file.display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_pure_core_names_no_io_layer() {
+    let found = naming(
+        "src/domain",
+        &[
+            "sqlx::",
+            "tokio::",
+            "axum::",
+            "solana_sdk",
+            "solana_client",
+            "settle_solana",
+            "spl_token",
+            "spl_associated",
+            "crate::store",
+            "crate::ledger",
+            "crate::http",
+            "crate::cli",
+            "crate::rails",
+            "std::fs",
+            "std::net",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "domain names an I/O layer:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn http_and_cli_share_report_instead_of_importing_each_other() {
+    let found = naming("src/http", &["crate::cli"]);
+    assert!(found.is_empty(), "http imports cli:\n{}", found.join("\n"));
+    // The CLI starts the server (`settle serve`): that one module may name `http`.
+    let found: Vec<String> = naming("src/cli", &["crate::http"])
+        .into_iter()
+        .filter(|l| !l.contains("src/cli/serve.rs"))
+        .collect();
+    assert!(found.is_empty(), "cli imports http:\n{}", found.join("\n"));
+    let found = naming("src/report", &["crate::cli", "crate::http"]);
+    assert!(
+        found.is_empty(),
+        "report imports a front end:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn payout_statuses_are_spelled_in_the_state_machine_only() {
+    // SQL literals and string comparisons of a payout status: the sets they select come
+    // from `domain::payout` (`PayoutStatus::sql_list`, `is_pending`, `is_in_transit`, …).
+    // (A Solana attempt's outcome and a pay pass's report have words of their own.)
+    let statuses = [
+        "created",
+        "held",
+        "submitted",
+        "settled",
+        "failed",
+        "cancelled",
+        "returned",
+    ];
+    let mut forbidden = Vec::new();
+    for s in statuses {
+        forbidden.push(format!("'{s}'"));
+        forbidden.push(format!("status == \"{s}\""));
+        forbidden.push(format!("status != \"{s}\""));
+        forbidden.push(format!("status.as_str() == \"{s}\""));
+    }
+    let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
+    let found: Vec<String> = naming("src", &forbidden)
+        .into_iter()
+        .filter(|l| !l.contains("src/domain/payout.rs"))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a payout status spelled outside domain::payout:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The top-level modules of `src/` and the ones each names (`crate::x`, in code or docs;
+/// the exported `write_stream!` macro is the ledger's).
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for file in sources("src") {
+        let rel = file.strip_prefix(&root).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_owned();
+        if module == "main" || module == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let names = graph.entry(module.clone()).or_default();
+        for (at, _) in text.match_indices("crate::") {
+            let rest = &text[at + "crate::".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let named = match &rest[..end] {
+                "write_stream" => "ledger",
+                other => other,
+            };
+            if !named.is_empty() && named != module {
+                names.insert(named.to_owned());
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_top_level_modules_name_each_other_without_a_cycle() {
+    let graph = module_graph();
+    assert!(graph.len() > 10, "modules found: {:?}", graph.keys());
+    // Depth-first search from every module; a module met again on the current path
+    // closes a cycle, reported as that path.
+    fn visit(
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        module: &str,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(start) = path.iter().position(|m| m == module) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(module.to_owned());
+            return Some(cycle.join(" -> "));
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.to_owned());
+        for next in graph.get(module).into_iter().flatten() {
+            if let Some(cycle) = visit(graph, next, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(module.to_owned());
+        None
+    }
+    let mut done = Default::default();
+    for module in graph.keys() {
+        if let Some(cycle) = visit(&graph, module, &mut Vec::new(), &mut done) {
+            panic!("an import cycle between top-level modules: {cycle}\n{graph:#?}");
+        }
+    }
+    // The direction the layers keep (ARCHITECTURE.md): the pure core and the leaves name
+    // nothing above them, and nothing below the front ends names them.
+    for leaf in ["domain", "failpoint", "config", "metrics"] {
+        let above: Vec<&String> = graph[leaf]
+            .iter()
+            .filter(|m| *m != "domain" && *m != "failpoint")
+            .collect();
+        assert!(above.is_empty(), "{leaf} names {above:?}");
+    }
+    for lower in [
+        "domain", "store", "ledger", "rails", "wire", "control", "report",
+    ] {
+        for front in ["cli", "http", "jobs", "demo"] {
+            assert!(
+                !graph[lower].contains(front),
+                "{lower} names the front end {front}"
+            );
+        }
+    }
+}
+
+/// Only `ledger` appends: no other layer of `src/` opens a write transaction on the store
+/// or appends an event (the rails call the ledger's commands, `ledger::rails`).
+#[test]
+fn only_the_ledger_appends() {
+    let writes = [
+        "write_stream!",
+        ".append(NewEvent",
+        "tx.append(",
+        ".begin_streams(",
+        "store.begin(",
+    ];
+    let found: Vec<String> = ["rails", "http", "cli", "jobs", "control.rs", "verify.rs"]
+        .into_iter()
+        .flat_map(|dir| naming(&format!("src/{dir}"), &writes))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "appends outside the ledger:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The rails run no SQL of their own: what they read of the projections comes through
+/// `store::rails` as typed rows.
+#[test]
+fn the_rails_run_no_sql() {
+    let found = naming("src/rails", &["sqlx::query", "try_get("]);
+    assert!(found.is_empty(), "SQL in the rails:\n{}", found.join("\n"));
+}

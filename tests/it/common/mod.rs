@@ -1,0 +1,352 @@
+//! Test harness shared by the integration tests: each test gets its own database.
+//!
+//! Without `SETTLE_TEST_PG_URL` a test runs on a fresh SQLite file in a temporary
+//! directory; with it (e.g. `postgres://postgres@127.0.0.1:5432/test`) on a fresh
+//! PostgreSQL database created for the test and dropped afterwards. `.ci/run` runs the
+//! whole suite both ways.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use settle::config::LedgerConfig;
+use settle::domain::time::parse_rfc3339_ms;
+use settle::ledger::{Ledger, ManualClock};
+use settle::store::{Store, StoreOptions};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub struct TestDb {
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+    pg: Option<(String, String)>,
+}
+
+impl TestDb {
+    /// A fresh, migrated database for one test.
+    pub async fn new() -> TestDb {
+        let db = TestDb::unmigrated().await;
+        db.migrate().await;
+        db
+    }
+
+    /// A fresh, empty database (no schema): for tests of the migrations themselves.
+    pub async fn unmigrated() -> TestDb {
+        match std::env::var("SETTLE_TEST_PG_URL") {
+            Ok(admin_url) if !admin_url.is_empty() => {
+                let name = format!(
+                    "settle_t_{}_{}_{}",
+                    std::process::id(),
+                    COUNTER.fetch_add(1, Ordering::SeqCst),
+                    rand::random::<u32>()
+                );
+                sqlx::any::install_default_drivers();
+                let admin = sqlx::AnyPool::connect(&admin_url)
+                    .await
+                    .expect("connect to SETTLE_TEST_PG_URL");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await
+                    .expect("create test database");
+                admin.close().await;
+                let base = admin_url
+                    .rsplit_once('/')
+                    .map(|(b, _)| b)
+                    .unwrap_or(&admin_url);
+                TestDb {
+                    url: format!("{base}/{name}"),
+                    _dir: None,
+                    pg: Some((admin_url.clone(), name)),
+                }
+            }
+            _ => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("settle.db").display());
+                TestDb {
+                    url,
+                    _dir: Some(dir),
+                    pg: None,
+                }
+            }
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.pg.is_some()
+    }
+
+    async fn migrate(&self) {
+        let store = self.store().await;
+        store.migrate().await.expect("migrate");
+        store.close().await;
+    }
+
+    pub async fn store(&self) -> Store {
+        Store::open(&self.url, &StoreOptions::default())
+            .await
+            .expect("open store")
+    }
+
+    /// A ledger on this database whose clock stands at `now` (RFC 3339) until moved.
+    pub async fn ledger_at(&self, now: &str) -> (Ledger, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(parse_rfc3339_ms(now).expect("valid now")));
+        let ledger = Ledger::new(self.store().await, clock.clone(), LedgerConfig::default());
+        (ledger, clock)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin_url, name)) = self.pg.take() {
+            // Drop the test database from a helper thread with its own runtime.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async {
+                    if let Ok(admin) = sqlx::AnyPool::connect(&admin_url).await {
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&admin)
+                                .await;
+                        admin.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// The `settle` binary built for this test run.
+pub fn settle_bin() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_settle"))
+}
+
+/// Runs `settle` with args against `url`; returns (exit code, stdout, stderr).
+pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(settle_bin())
+        .arg("--database")
+        .arg(url)
+        .args(args)
+        .output()
+        .expect("run settle");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Validates every event on the ledger against `ledger-schemas/{type}.v{version}.json`;
+/// returns the event types seen. Panics naming the first event that does not match.
+pub async fn assert_events_match_schemas(store: &Store) -> std::collections::BTreeSet<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut validators: BTreeMap<(String, i64), jsonschema::Validator> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for stream in store.streams().await.expect("streams") {
+        let mut after = 0;
+        loop {
+            let page = store
+                .stream_events(&stream, after, 1000)
+                .await
+                .expect("events");
+            if page.is_empty() {
+                break;
+            }
+            for e in &page {
+                let validator = validators
+                    .entry((e.event_type.clone(), e.version))
+                    .or_insert_with(|| {
+                        let path = format!(
+                            "{}/ledger-schemas/{}.v{}.json",
+                            env!("CARGO_MANIFEST_DIR"),
+                            e.event_type,
+                            e.version
+                        );
+                        let text = std::fs::read_to_string(&path)
+                            .unwrap_or_else(|_| panic!("no schema {path}"));
+                        let schema: serde_json::Value =
+                            serde_json::from_str(&text).expect("schema is JSON");
+                        jsonschema::validator_for(&schema).expect("schema compiles")
+                    });
+                let payload: serde_json::Value =
+                    serde_json::from_str(&e.payload).expect("payload is JSON");
+                if let Err(err) = validator.validate(&payload) {
+                    panic!(
+                        "{} seq {} ({} v{}) breaks its schema: {err}\n{}",
+                        e.stream, e.seq, e.event_type, e.version, e.payload
+                    );
+                }
+                seen.insert(e.event_type.clone());
+                after = e.seq;
+            }
+        }
+    }
+    seen
+}
+
+/// Fault-test fixture: providers `f0 … f{n-1}` (weekly, Solana), each with one H100 GPU
+/// `f{p}-g` at 2.49 USDC/h from 2026-01-01.
+pub async fn register_fault_providers(ledger: &Ledger, providers: usize) {
+    use settle::ledger::Actor;
+    use settle::wire::import::{apply, parse_line};
+    for p in 0..providers {
+        for line in [
+            format!(
+                r#"{{"type":"provider.register","provider_id":"f{p}","name":"F {p}","email":"f{p}@x.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"}}}}"#
+            ),
+            format!(
+                r#"{{"type":"gpu.register","gpu_id":"f{p}-g","provider_id":"f{p}","model":"H100-80GB"}}"#
+            ),
+            format!(
+                r#"{{"type":"rate.set","provider_id":"f{p}","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2026-01-01T00:00:00Z"}}"#
+            ),
+        ] {
+            apply(
+                ledger,
+                &parse_line(&line).unwrap(),
+                &Actor::operator("test"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// Fault-test fixture: `count` one-minute usage slices `f{p}-{n}` on provider `p`'s GPU,
+/// from 2026-11-01 (see [`register_fault_providers`]).
+pub fn minute_slices(
+    p: usize,
+    from: usize,
+    count: usize,
+) -> Vec<settle::ledger::ingest::UsageInput> {
+    use settle::domain::time::format_ms;
+    let base = parse_rfc3339_ms("2026-11-01T00:00:00Z").unwrap();
+    (from..from + count)
+        .map(|n| settle::ledger::ingest::UsageInput {
+            event_id: Some(format!("f{p}-{n}")),
+            provider_id: Some(format!("f{p}")),
+            gpu_id: Some(format!("f{p}-g")),
+            rental_id: None,
+            started_at: Some(format_ms(base + n as i64 * 60_000)),
+            ended_at: Some(format_ms(base + n as i64 * 60_000 + 60_000)),
+            rate_usdc_per_hour: None,
+        })
+        .collect()
+}
+
+/// Faults of the real database under the engine (no mock): a table that refuses writes
+/// while armed (a trigger per table reads the armed flag from `sim_faults`; on PostgreSQL
+/// it raises SQLSTATE 53100 `disk_full`, on SQLite an aborting trigger), and on PostgreSQL
+/// every other backend of the database terminated at a chosen instant.
+pub struct DbFaults {
+    /// One connection of the simulation's own (not the engine's pool).
+    admin: sqlx::AnyPool,
+    pub postgres: bool,
+    /// The table whose writes are refused now.
+    pub refusing: Option<&'static str>,
+    /// A pending termination of the engine's connections: how many it terminated.
+    dropping: Option<tokio::task::JoinHandle<u64>>,
+}
+
+impl DbFaults {
+    /// Installs a refusing trigger on each of `tables` (disarmed).
+    pub async fn install(url: &str, postgres: bool, tables: &[&str]) -> DbFaults {
+        let admin = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .expect("the simulation's own connection");
+        let mut ddl = vec![
+            "CREATE TABLE sim_faults (target TEXT PRIMARY KEY, armed BIGINT NOT NULL)".to_owned(),
+        ];
+        if postgres {
+            ddl.push(
+                "CREATE FUNCTION sim_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF EXISTS (SELECT 1 FROM sim_faults WHERE target = TG_TABLE_NAME AND armed = 1) THEN \
+                 RAISE EXCEPTION 'could not extend file: No space left on device (injected by the simulation)' \
+                 USING ERRCODE = 'disk_full'; END IF; RETURN NEW; END $$"
+                    .to_owned(),
+            );
+        }
+        for t in tables {
+            ddl.push(format!("INSERT INTO sim_faults VALUES ('{t}', 0)"));
+            if postgres {
+                ddl.push(format!(
+                    "CREATE TRIGGER sim_fault_{t} BEFORE INSERT OR UPDATE ON {t} \
+                     FOR EACH ROW EXECUTE FUNCTION sim_fault()"
+                ));
+            } else {
+                for op in ["INSERT", "UPDATE"] {
+                    ddl.push(format!(
+                        "CREATE TRIGGER sim_fault_{t}_{op} BEFORE {op} ON {t} \
+                         WHEN (SELECT armed FROM sim_faults WHERE target = '{t}') = 1 \
+                         BEGIN SELECT RAISE(ABORT, 'database or disk is full (injected by the simulation)'); END"
+                    ));
+                }
+            }
+        }
+        for statement in ddl {
+            sqlx::query(&statement)
+                .execute(&admin)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        DbFaults {
+            admin,
+            postgres,
+            refusing: None,
+            dropping: None,
+        }
+    }
+
+    async fn set(&self, table: &str, armed: i64) {
+        sqlx::query("UPDATE sim_faults SET armed = $1 WHERE target = $2")
+            .bind(armed)
+            .bind(table)
+            .execute(&self.admin)
+            .await
+            .expect("arm or disarm a fault");
+    }
+
+    /// Writes to `table` fail until [`DbFaults::clear`].
+    pub async fn refuse(&mut self, table: &'static str) {
+        self.set(table, 1).await;
+        self.refusing = Some(table);
+    }
+
+    /// Terminates every other backend of the database after `after`.
+    pub fn drop_connections_after(&mut self, after: Duration) {
+        let admin = self.admin.clone();
+        self.dropping = Some(tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(&admin)
+            .await
+            .map(|rows| rows.len() as u64)
+            .expect("terminate the engine's connections")
+        }));
+    }
+
+    pub fn armed(&self) -> bool {
+        self.refusing.is_some() || self.dropping.is_some()
+    }
+
+    /// Ends the fault: the refused table accepts writes again; a pending drop has happened.
+    /// Returns how many connections the drop terminated.
+    pub async fn clear(&mut self) -> u64 {
+        let dropped = match self.dropping.take() {
+            Some(task) => task.await.expect("the drop task"),
+            None => 0,
+        };
+        if let Some(table) = self.refusing.take() {
+            self.set(table, 0).await;
+        }
+        dropped
+    }
+}

@@ -1,0 +1,612 @@
+//! Trust and control (issue 19): the ledger's clock cannot be forged by accident, and no one
+//! moves money alone (dual control). Through the real `settle` binary and the HTTP API, on
+//! SQLite and PostgreSQL (`SETTLE_TEST_PG_URL`).
+
+use crate::common;
+use crate::http_support;
+
+use serde_json::{Value, json};
+use settle::auth::Scope;
+use settle::domain::time::{format_ms, parse_rfc3339_ms};
+use settle::store::ClockMode;
+
+use common::{TestDb, run_cli};
+use http_support::{assert_problem, spawn_app};
+
+const DAY_MS: i64 = 86_400_000;
+
+fn real_now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Writes `lines` to a file in a temporary directory and returns both.
+fn ndjson(lines: &[Value]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.ndjson");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&path, text.join("\n") + "\n").unwrap();
+    let p = path.display().to_string();
+    (dir, p)
+}
+
+/// `settle import` of `lines` as `actor`, `--format json`; returns (exit code, report, stderr).
+fn import(url: &str, actor: &str, now: Option<&str>, lines: &[Value]) -> (i32, Value, String) {
+    let (_dir, path) = ndjson(lines);
+    let mut args = vec!["--actor", actor, "--format", "json"];
+    if let Some(now) = now {
+        args.extend(["--now", now]);
+    }
+    args.extend(["import", path.as_str()]);
+    let (code, stdout, stderr) = run_cli(url, &args);
+    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (code, report, stderr)
+}
+
+fn provider(id: &str) -> Value {
+    json!({"type":"provider.register","provider_id":id,"name":"Acme GPU","email":"ops@acme.test","tier":"community","schedule":"weekly"})
+}
+
+fn adjustment(id: &str, provider: &str, usdc: &str) -> Value {
+    json!({"type":"adjustment","adjustment_id":id,"provider_id":provider,"amount_usdc":usdc,"reason":"goodwill credit"})
+}
+
+/// The payable balance of `provider` in µUSDC (`settle balance --format json`).
+fn payable(url: &str, provider: &str) -> i64 {
+    let (code, stdout, stderr) = run_cli(
+        url,
+        &["--format", "json", "balance", "--provider", provider],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    let row = &v.as_array().map_or(&v, |a| &a[0]);
+    let text = row["available_usdc"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"));
+    settle::domain::money::parse_micro_usdc(text).unwrap()
+}
+
+fn verify(url: &str) -> (i32, Value) {
+    let (code, stdout, stderr) = run_cli(url, &["--format", "json", "verify"]);
+    (
+        code,
+        serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{stdout}{stderr}")),
+    )
+}
+
+async fn actors_of(db: &TestDb, event_type: &str) -> Vec<String> {
+    let store = db.store().await;
+    let mut actors = Vec::new();
+    for stream in store.streams().await.unwrap() {
+        for e in store.stream_events(&stream, 0, 10_000).await.unwrap() {
+            if e.event_type == event_type {
+                actors.push(e.actor.clone());
+            }
+        }
+    }
+    actors
+}
+
+// ----- time ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_real_clock_ledger_refuses_a_now_ahead_of_the_clock_and_books_at_the_real_time() {
+    let db = TestDb::new().await;
+    // The first booking without --now fixes the real clock.
+    let (code, report, stderr) = import(&db.url, "alice", None, &[provider("prv_a")]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert_eq!(
+        db.store().await.clock_mode().await.unwrap(),
+        Some(ClockMode::Real)
+    );
+
+    // A week ahead: refused, nothing booked.
+    let ahead = format_ms(real_now_ms() + 7 * DAY_MS);
+    let before = db.store().await.event_count().await.unwrap();
+    let (code, _, stderr) = import(
+        &db.url,
+        "alice",
+        Some(&ahead),
+        &[adjustment("adj-1", "prv_a", "5.000000")],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("now_off_clock"), "{stderr}");
+    assert_eq!(db.store().await.event_count().await.unwrap(), before);
+    // A read command a week ahead too.
+    let (code, _, stderr) = run_cli(&db.url, &["--now", &ahead, "balance"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("now_off_clock"), "{stderr}");
+
+    // A booking command a day in the past is refused too: bookings carry their real time.
+    let behind = format_ms(real_now_ms() - DAY_MS);
+    let (code, _, stderr) = import(
+        &db.url,
+        "alice",
+        Some(&behind),
+        &[adjustment("adj-1", "prv_a", "5.000000")],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("now_off_clock"), "{stderr}");
+
+    // Within the skew (1 s ahead) it runs, and the booking carries the real clock.
+    let near = format_ms(real_now_ms() + 1_000);
+    let started = real_now_ms();
+    let (code, report, stderr) = import(
+        &db.url,
+        "alice",
+        Some(&near),
+        &[adjustment("adj-1", "prv_a", "5.000000")],
+    );
+    assert_eq!(code, 0, "{report}{stderr}");
+    let latest = db
+        .store()
+        .await
+        .max_recorded_at_ms()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        latest >= started && latest <= real_now_ms(),
+        "booked at {} (real clock {}..{})",
+        format_ms(latest),
+        format_ms(started),
+        format_ms(real_now_ms())
+    );
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["clock"], "real");
+}
+
+#[tokio::test]
+async fn a_simulated_clock_ledger_accepts_any_now_and_its_mode_is_fixed() {
+    let db = TestDb::new().await;
+    let (code, stdout, stderr) = run_cli(&db.url, &["migrate", "--simulated-clock"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("clock: simulated"), "{stdout}");
+    let far = "2031-05-04T12:00:00Z";
+    let (code, report, stderr) = import(&db.url, "alice", Some(far), &[provider("prv_a")]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert_eq!(
+        db.store().await.max_recorded_at_ms().await.unwrap(),
+        Some(parse_rfc3339_ms(far).unwrap())
+    );
+    // Fixed once: neither flipped to real nor asked again.
+    let (code, _, stderr) = run_cli(&db.url, &["migrate", "--real-clock"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("clock_mode_fixed"), "{stderr}");
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["clock"], "simulated");
+
+    // A ledger that holds events cannot become a simulated one.
+    let other = TestDb::new().await;
+    let (ledger, _) = other.ledger_at("2026-11-02T00:00:00Z").await;
+    http_support::seed(&ledger, &provider("prv_b").to_string()).await;
+    let (code, _, stderr) = run_cli(&other.url, &["migrate", "--simulated-clock"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("ledger_not_empty"), "{stderr}");
+
+    // A new ledger whose first booking runs with --now (a replay) is a simulated one.
+    let replay = TestDb::new().await;
+    let (code, report, stderr) = import(&replay.url, "alice", Some(far), &[provider("prv_c")]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert_eq!(
+        replay.store().await.clock_mode().await.unwrap(),
+        Some(ClockMode::Simulated)
+    );
+}
+
+#[tokio::test]
+async fn verify_reports_events_booked_ahead_of_the_clock_on_a_real_clock_ledger() {
+    let db = TestDb::new().await;
+    let (code, _, stderr) = run_cli(&db.url, &["migrate", "--real-clock"]);
+    assert_eq!(code, 0, "{stderr}");
+    // Booked by a process whose clock ran a week ahead (what an older release allowed).
+    let (ledger, _) = db.ledger_at(&format_ms(real_now_ms() + 7 * DAY_MS)).await;
+    http_support::seed(&ledger, &provider("prv_a").to_string()).await;
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["problems"][0]["kind"], "booked_ahead_of_clock", "{v}");
+    assert_eq!(v["problems"][0]["stream"], "provider:prv_a", "{v}");
+}
+
+// ----- dual control ---------------------------------------------------------------------
+
+/// A real-clock ledger with one provider.
+async fn production() -> TestDb {
+    let db = TestDb::new().await;
+    let (code, _, stderr) = run_cli(&db.url, &["migrate", "--real-clock"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, report, stderr) = import(&db.url, "alice", None, &[provider("prv_a")]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    db
+}
+
+fn approve(url: &str, actor: &str, id: &str) -> (i32, Value, String) {
+    let (code, stdout, stderr) = run_cli(
+        url,
+        &[
+            "--actor",
+            actor,
+            "--format",
+            "json",
+            "approvals",
+            "approve",
+            id,
+        ],
+    );
+    (
+        code,
+        serde_json::from_str(&stdout).unwrap_or(Value::Null),
+        stderr,
+    )
+}
+
+#[tokio::test]
+async fn an_adjustment_above_the_threshold_waits_for_a_different_actor() {
+    let db = production().await;
+    // 5,000 USDC: at or above the default threshold (1,000 USDC).
+    let big = adjustment("adj-big", "prv_a", "5000.000000");
+    let (code, report, stderr) = import(&db.url, "alice", None, std::slice::from_ref(&big));
+    assert_eq!(code, 0, "{report}{stderr}");
+    let line = &report["lines"][0];
+    assert_eq!(line["status"], "pending", "{report}");
+    assert_eq!(line["code"], "pending_approval", "{report}");
+    assert_eq!(report["totals"]["pending"], 1);
+    let id = line["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        payable(&db.url, "prv_a"),
+        0,
+        "nothing booked before approval"
+    );
+
+    // Sent again: the same request, still nothing booked.
+    let (_, again, _) = import(&db.url, "alice", None, std::slice::from_ref(&big));
+    assert_eq!(again["lines"][0]["approval_id"], id.as_str());
+    assert_eq!(payable(&db.url, "prv_a"), 0);
+
+    // The requester cannot approve their own request.
+    let (code, _, stderr) = approve(&db.url, "alice", &id);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("approver_is_requester"), "{stderr}");
+    assert_eq!(payable(&db.url, "prv_a"), 0);
+
+    // A different actor can: booked once, both actors named.
+    let (code, decided, stderr) = approve(&db.url, "bob", &id);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    assert_eq!(decided[0]["status"], "approved");
+    assert_eq!(decided[0]["decided_by"], "operator:bob");
+    assert_eq!(decided[0]["result"], "accepted");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+    assert_eq!(
+        actors_of(&db, "adjustment.posted").await,
+        vec!["operator:alice approved by operator:bob".to_owned()]
+    );
+    // Approving again, or re-sending the line, books nothing twice.
+    let (code, _, stderr) = approve(&db.url, "carol", &id);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("approval_decided"), "{stderr}");
+    let (_, replay, _) = import(&db.url, "alice", None, &[big]);
+    assert_eq!(replay["lines"][0]["status"], "duplicate", "{replay}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+
+    // Below the threshold: booked at once.
+    let (_, small, _) = import(
+        &db.url,
+        "alice",
+        None,
+        &[adjustment("adj-small", "prv_a", "999.999999")],
+    );
+    assert_eq!(small["lines"][0]["status"], "accepted", "{small}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_999_999_999);
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+    common::assert_events_match_schemas(&db.store().await).await;
+}
+
+#[tokio::test]
+async fn payout_method_fee_and_fx_changes_wait_and_a_rejection_sticks() {
+    let db = production().await;
+    let wallet = "4Nd1mYwTjT7JvAPP2Pb5ZsXWV8Xw6YwbVsyrAjc5d7Hk";
+    let lines = [
+        json!({"type":"provider.update","provider_id":"prv_a","payout_method":{"kind":"solana","wallet":wallet}}),
+        json!({"type":"fee_schedule.set","tier":"community","fee_bps":1800,"effective_from":"2027-01-01T00:00:00Z"}),
+        json!({"type":"fx.rate_set","fx_id":"fx-1","eur_per_usd":"0.92"}),
+        json!({"type":"fx.rate_set","fx_id":"fx-2","eur_per_usd":"92"}),
+        json!({"type":"fx.rate_set","fx_id":"fx-3","eur_per_usd":"0.93"}),
+        json!({"type":"fx.rate_set","fx_id":"fx-4","eur_per_usd":"1.20"}),
+        provider("prv_b")
+            .as_object()
+            .map(|o| {
+                let mut o = o.clone();
+                o.insert(
+                    "payout_method".into(),
+                    json!({"kind":"solana","wallet":wallet}),
+                );
+                Value::Object(o)
+            })
+            .unwrap(),
+    ];
+    let (code, report, stderr) = import(&db.url, "alice", None, &lines);
+    assert_eq!(code, 0, "{report}{stderr}");
+    let statuses: Vec<&str> = report["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["status"].as_str().unwrap())
+        .collect();
+    // The method change, the fee schedule, 92 (outside the band), 1.20 (a 29 % step) and
+    // a registration with a method wait; 0.92 and 0.93 (a 1 % step) are booked.
+    assert_eq!(
+        statuses,
+        vec![
+            "pending", "pending", "accepted", "pending", "accepted", "pending", "pending"
+        ],
+        "{report}"
+    );
+    let (code, stdout, stderr) = run_cli(&db.url, &["--format", "json", "approvals", "list"]);
+    assert_eq!(code, 0, "{stderr}");
+    let pending: Value = serde_json::from_str(&stdout).unwrap();
+    let kinds: Vec<&str> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "fx_rate").count(),
+        2,
+        "{pending}"
+    );
+    assert!(kinds.contains(&"payout_method") && kinds.contains(&"fee_schedule"));
+
+    // Approve the method change: the method is set, keyed by the approval.
+    let method_id = report["lines"][0]["approval_id"].as_str().unwrap();
+    let (code, decided, stderr) = approve(&db.url, "bob", method_id);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    let actors = actors_of(&db, "provider.updated").await;
+    assert_eq!(
+        actors,
+        vec!["operator:alice approved by operator:bob".to_owned()]
+    );
+
+    // Reject the 92: nothing booked, and the same line is refused from then on.
+    let fx_id = report["lines"][3]["approval_id"].as_str().unwrap();
+    let (code, stdout, stderr) = run_cli(
+        &db.url,
+        &[
+            "--actor",
+            "bob",
+            "--format",
+            "json",
+            "approvals",
+            "reject",
+            fx_id,
+            "--reason",
+            "typo: 0.92",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (_, again, _) = import(&db.url, "alice", None, &[lines[3].clone()]);
+    assert_eq!(again["lines"][0]["code"], "approval_rejected", "{again}");
+    let fx = actors_of(&db, "fx.rate_set").await;
+    assert_eq!(fx.len(), 2, "only 0.92 and 0.93 are booked: {fx:?}");
+    // Approved, the 1.20 (outside the step) is booked: the approver lifted its band.
+    let step_id = report["lines"][5]["approval_id"].as_str().unwrap();
+    let (code, decided, stderr) = approve(&db.url, "bob", step_id);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    assert_eq!(decided[0]["result"], "accepted", "{decided}");
+    assert_eq!(actors_of(&db, "fx.rate_set").await.len(), 3);
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+}
+
+#[tokio::test]
+async fn a_simulated_ledger_replays_without_approvals_unless_enforced() {
+    let db = TestDb::new().await;
+    let now = "2026-11-02T00:00:00Z";
+    let (code, report, stderr) = import(
+        &db.url,
+        "alice",
+        Some(now),
+        &[
+            provider("prv_a"),
+            adjustment("adj-big", "prv_a", "5000.000000"),
+        ],
+    );
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert_eq!(report["lines"][1]["status"], "accepted", "{report}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+
+    // `control.enforce = "always"` applies it there too.
+    let (_dir, path) = ndjson(&[adjustment("adj-big-2", "prv_a", "5000.000000")]);
+    let out = std::process::Command::new(common::settle_bin())
+        .env("SETTLE_CONTROL__ENFORCE", "always")
+        .args([
+            "--database",
+            &db.url,
+            "--format",
+            "json",
+            "--now",
+            now,
+            "import",
+            &path,
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["lines"][0]["status"], "pending", "{report}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+}
+
+#[tokio::test]
+async fn over_http_an_adjustment_waits_and_only_another_admin_token_approves_it() {
+    let app = spawn_app("2026-11-02T00:00:00Z").await;
+    app.ledger
+        .store
+        .fix_clock_mode(ClockMode::Real, real_now_ms())
+        .await
+        .unwrap();
+    let (maker, maker_id) = app.token_with(Scope::Admin, None, None).await;
+    let checker = app.token(Scope::Admin, None).await;
+    let body = json!({"adjustment_id":"adj-h1","provider_id":"prv_a","amount_usdc":"2500.000000","reason":"SLA credit"});
+    let r = app
+        .post(Some(&maker), "/v1/admin/adjustments", body.to_string())
+        .await;
+    assert_eq!(r.status(), 202);
+    let pending: Value = r.json().await.unwrap();
+    assert_eq!(pending["status"], "pending_approval");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(pending["approval"]["amount_usdc"], "2500.000000");
+    assert!(
+        pending["approval"]["requested_by"]
+            .as_str()
+            .unwrap()
+            .contains(&maker_id),
+        "{pending}"
+    );
+    let balance = |v: &Value| v["balances"]["available_usdc"].clone();
+    let before = app.get_json(&checker, "/v1/providers/prv_a/summary").await;
+
+    let approve = format!("/v1/admin/approvals/{id}/approve");
+    let r = app.post(Some(&maker), &approve, "").await;
+    assert_problem(r, 422, "approver_is_requester").await;
+    let list = app
+        .get_json(&checker, "/v1/admin/approvals?status=pending")
+        .await;
+    assert_eq!(list["approvals"][0]["approval_id"], id.as_str(), "{list}");
+
+    let r = app.post(Some(&checker), &approve, "").await;
+    assert_eq!(r.status(), 200);
+    let decided: Value = r.json().await.unwrap();
+    assert_eq!(decided["approval"]["status"], "approved", "{decided}");
+    assert_eq!(decided["result"], "accepted");
+    let after = app.get_json(&checker, "/v1/providers/prv_a/summary").await;
+    assert_ne!(balance(&before), balance(&after), "{before} {after}");
+    let r = app.post(Some(&checker), &approve, "").await;
+    assert_problem(r, 422, "approval_decided").await;
+    let r = app
+        .get(
+            Some(&checker),
+            "/v1/admin/approvals/apr_000000000000000000000000",
+        )
+        .await;
+    assert_problem(r, 404, "unknown_approval").await;
+}
+
+#[tokio::test]
+async fn the_release_of_a_held_payout_waits_for_a_second_actor() {
+    let db = TestDb::new().await;
+    let wallet = "4Nd1mYwTjT7JvAPP2Pb5ZsXWV8Xw6YwbVsyrAjc5d7Hk";
+    let mut register = provider("prv_h");
+    register["payout_method"] = json!({"kind":"solana","wallet":wallet});
+    // A replay (simulated clock) books the history; the held payout comes from the run.
+    let (code, report, stderr) = import(
+        &db.url,
+        "alice",
+        Some("2026-11-01T00:00:00Z"),
+        &[
+            register,
+            json!({"type":"provider.update","provider_id":"prv_h","status":"on_hold"}),
+            adjustment("adj-earned", "prv_h", "250.000000"),
+        ],
+    );
+    assert_eq!(code, 0, "{report}{stderr}");
+    let (code, stdout, stderr) = run_cli(
+        &db.url,
+        &[
+            "--now",
+            "2026-11-09T00:05:00Z",
+            "--format",
+            "json",
+            "run",
+            "weekly",
+            "--date",
+            "2026-11-09",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (code, stdout, stderr) = run_cli(
+        &db.url,
+        &[
+            "--format",
+            "json",
+            "payouts",
+            "--provider",
+            "prv_h",
+            "--status",
+            "all",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let payouts: Value = serde_json::from_str(&stdout).unwrap();
+    let payout = payouts.as_array().unwrap()[0].clone();
+    assert_eq!(payout["status"], "held", "{payouts}");
+    let id = payout["payout_id"].as_str().unwrap().to_owned();
+
+    // With dual control enforced, alice's release waits; bob's approval releases it.
+    let release = |actor: &str| {
+        let out = std::process::Command::new(common::settle_bin())
+            .env("SETTLE_CONTROL__ENFORCE", "always")
+            .args([
+                "--database",
+                &db.url,
+                "--actor",
+                actor,
+                "--now",
+                "2026-11-09T10:00:00Z",
+                "--format",
+                "json",
+                "payout",
+                "release",
+                &id,
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = release("alice");
+    assert_eq!(code, 0, "{stdout}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(shown[0]["status"], "held", "{shown}");
+    let result = shown[0]["result"].as_str().unwrap();
+    assert!(result.starts_with("pending_approval apr_"), "{result}");
+    let approval = result.trim_start_matches("pending_approval ").to_owned();
+    assert_eq!(release("alice").1, stdout, "the same request again");
+
+    let (code, stdout, stderr) = run_cli(
+        &db.url,
+        &[
+            "--actor",
+            "bob",
+            "--now",
+            "2026-11-09T10:05:00Z",
+            "--format",
+            "json",
+            "approvals",
+            "approve",
+            &approval,
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (_, stdout, _) = run_cli(
+        &db.url,
+        &[
+            "--format",
+            "json",
+            "payouts",
+            "--provider",
+            "prv_h",
+            "--status",
+            "all",
+        ],
+    );
+    let payouts: Value = serde_json::from_str(&stdout).unwrap();
+    assert_ne!(payouts[0]["status"], "held", "{payouts}");
+    assert_eq!(
+        actors_of(&db, "payout.released").await,
+        vec!["operator:alice approved by operator:bob".to_owned()]
+    );
+}

@@ -1,0 +1,301 @@
+//! `settle demo` as a new user runs it, checked against an independent recomputation from
+//! the demo's generated input (earnings per GPU, payouts, bank file sums) and against the
+//! token balances it read from the chain.
+
+use crate::common;
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::Value;
+
+const HOUR_MS: i128 = 3_600_000;
+const DAY_MS: i64 = 86_400_000;
+
+fn half_even(n: i128, d: i128) -> i128 {
+    let (q, r) = (n.div_euclid(d), n.rem_euclid(d));
+    if 2 * r > d || (2 * r == d && q % 2 == 1) {
+        q + 1
+    } else {
+        q
+    }
+}
+
+fn ms(text: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap()
+        .timestamp_millis()
+}
+
+fn micros(text: &str) -> i64 {
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    let sign = if whole.starts_with('-') { -1 } else { 1 };
+    let whole: i64 = whole.trim_start_matches('-').parse().unwrap();
+    let frac: i64 = format!("{frac:0<6}")[..6].parse().unwrap();
+    sign * (whole * 1_000_000 + frac)
+}
+
+fn cents(text: &str) -> i64 {
+    let (whole, frac) = text.split_once('.').unwrap();
+    whole.parse::<i64>().unwrap() * 100 + frac.parse::<i64>().unwrap()
+}
+
+/// Extracts the text of every `<tag>` in an XML document.
+fn xml_values(xml: &str, tag: &str) -> Vec<String> {
+    let open = format!("<{tag}");
+    let close = format!("</{tag}>");
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i..];
+        let start = after.find('>').unwrap() + 1;
+        let end = after.find(&close).unwrap();
+        out.push(after[start..end].to_owned());
+        rest = &after[end..];
+    }
+    out
+}
+
+#[test]
+fn the_demo_pays_what_an_independent_computation_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::settle_bin())
+        .args(["--format", "json", "demo", "--dir"])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // Read the generated input the way a provider's accountant would.
+    let input = std::fs::read_to_string(dir.path().join("demo-input.ndjson")).unwrap();
+    let mut tiers = BTreeMap::new();
+    let mut schedules = BTreeMap::new();
+    let mut rails = BTreeMap::new();
+    let mut rates = BTreeMap::new();
+    let mut models = BTreeMap::new();
+    let mut eur_per_usd = String::new();
+    let mut usage: Vec<(i64, Value)> = Vec::new();
+    let mut seen = HashSet::new();
+    for line in input.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let (at, l) = (ms(v["at"].as_str().unwrap()), &v["line"]);
+        match l["type"].as_str().unwrap() {
+            "provider.register" => {
+                let id = l["provider_id"].as_str().unwrap().to_owned();
+                tiers.insert(id.clone(), l["tier"].as_str().unwrap().to_owned());
+                schedules.insert(id.clone(), l["schedule"].as_str().unwrap().to_owned());
+                rails.insert(id, l["payout_method"]["kind"].as_str().unwrap().to_owned());
+            }
+            "rate.set" => {
+                rates.insert(
+                    (
+                        l["provider_id"].as_str().unwrap().to_owned(),
+                        l["model"].as_str().unwrap().to_owned(),
+                    ),
+                    micros(l["rate_usdc_per_hour"].as_str().unwrap()),
+                );
+            }
+            "gpu.register" => {
+                models.insert(
+                    l["gpu_id"].as_str().unwrap().to_owned(),
+                    l["model"].as_str().unwrap().to_owned(),
+                );
+            }
+            "fx.rate_set" => eur_per_usd = l["eur_per_usd"].as_str().unwrap().to_owned(),
+            "usage" => {
+                if seen.insert(l["event_id"].as_str().unwrap().to_owned()) {
+                    usage.push((at, l.clone()));
+                }
+            }
+            other => panic!("unexpected line type {other}"),
+        }
+    }
+    assert!(
+        input.lines().count() > usage.len(),
+        "the input re-sends some events (duplicates)"
+    );
+
+    // Price every event: split at UTC midnights, round half to even per line.
+    let week_start = ms(&format!(
+        "{}T00:00:00Z",
+        report["week_start"].as_str().unwrap()
+    ));
+    let cutoff = week_start + 7 * DAY_MS;
+    let mut per_gpu: BTreeMap<String, (i64, i64, i64)> = BTreeMap::new();
+    let mut earned_before_cutoff: BTreeMap<String, i64> = BTreeMap::new();
+    let mut late = 0;
+    for (at, l) in &usage {
+        let provider = l["provider_id"].as_str().unwrap();
+        let gpu = l["gpu_id"].as_str().unwrap();
+        let rate = rates[&(provider.to_owned(), models[gpu].clone())] as i128;
+        let fee_bps: i128 = if tiers[provider] == "enterprise" {
+            1500
+        } else {
+            2000
+        };
+        let (mut t, end) = (
+            ms(l["started_at"].as_str().unwrap()),
+            ms(l["ended_at"].as_str().unwrap()),
+        );
+        let mut net_total = 0;
+        while t < end {
+            let e = ((t / DAY_MS) + 1) * DAY_MS;
+            let e = e.min(end);
+            let gross = half_even(rate * (e - t) as i128, HOUR_MS) as i64;
+            let fee = half_even(gross as i128 * fee_bps, 10_000) as i64;
+            let g = per_gpu.entry(gpu.to_owned()).or_default();
+            g.0 += gross;
+            g.1 += fee;
+            g.2 += gross - fee;
+            net_total += gross - fee;
+            t = e;
+        }
+        if *at < cutoff {
+            *earned_before_cutoff.entry(provider.to_owned()).or_default() += net_total;
+        } else {
+            late += 1;
+        }
+    }
+    assert!(
+        late > 0,
+        "the demo includes events that arrive after the Monday cutoff"
+    );
+
+    // Earnings per GPU as printed.
+    let printed: BTreeMap<String, &Value> = report["earnings_per_gpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["gpu_id"].as_str().unwrap().to_owned(), e))
+        .collect();
+    assert_eq!(printed.len(), per_gpu.len());
+    for (gpu, (gross, fee, net)) in &per_gpu {
+        let e = printed[gpu];
+        assert_eq!(
+            micros(e["gross_usdc"].as_str().unwrap()),
+            *gross,
+            "{gpu} gross"
+        );
+        assert_eq!(micros(e["fee_usdc"].as_str().unwrap()), *fee, "{gpu} fee");
+        assert_eq!(micros(e["net_usdc"].as_str().unwrap()), *net, "{gpu} net");
+    }
+
+    // The Monday run: weekly providers with at least 25 USDC earned before the cutoff are
+    // paid exactly that (bank rails: floored to cents); late events wait for next week.
+    let payouts: BTreeMap<String, &Value> = report["payouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["provider_id"].as_str().unwrap().to_owned(), p))
+        .collect();
+    let mut expected_payouts = 0;
+    for (provider, schedule) in &schedules {
+        let earned = earned_before_cutoff.get(provider).copied().unwrap_or(0);
+        let bank = rails[provider] != "solana";
+        let amount = if bank {
+            earned / 10_000 * 10_000
+        } else {
+            earned
+        };
+        if schedule == "weekly" && amount >= 25_000_000 {
+            expected_payouts += 1;
+            let p = payouts
+                .get(provider)
+                .unwrap_or_else(|| panic!("{provider} is paid"));
+            assert_eq!(
+                micros(p["amount_usdc"].as_str().unwrap()),
+                amount,
+                "{provider} payout"
+            );
+            assert_eq!(p["status"], if bank { "submitted" } else { "settled" });
+        } else {
+            assert!(
+                !payouts.contains_key(provider),
+                "{provider} is not paid this Monday"
+            );
+        }
+    }
+    assert_eq!(payouts.len(), expected_payouts);
+
+    // USDC on chain: each Solana provider's token balance equals its payout.
+    for b in report["chain"]["balances"].as_array().unwrap() {
+        let provider = b["provider_id"].as_str().unwrap();
+        let paid = payouts
+            .get(provider)
+            .map(|p| micros(p["amount_usdc"].as_str().unwrap()))
+            .unwrap_or(0);
+        assert_eq!(
+            micros(b["usdc"].as_str().unwrap()),
+            paid,
+            "{provider} on chain"
+        );
+    }
+
+    // Bank files: SEPA CtrlSum = the EUR cents of its payouts = round_half_even(USD cents ×
+    // rate); NACHA credit total = the USD cents of its payouts.
+    let rate = rust_decimal::Decimal::from_str_exact(&eur_per_usd).unwrap();
+    let files = report["bank_files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "one SEPA and one NACHA file");
+    for f in files {
+        let text = std::fs::read_to_string(f["path"].as_str().unwrap()).unwrap();
+        let ids: Vec<String> = f["payouts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_owned())
+            .collect();
+        let usd_cents: Vec<i64> = ids
+            .iter()
+            .map(|id| {
+                let p = payouts
+                    .values()
+                    .find(|p| p["payout_id"] == id.as_str())
+                    .unwrap();
+                micros(p["amount_usdc"].as_str().unwrap()) / 10_000
+            })
+            .collect();
+        match f["rail"].as_str().unwrap() {
+            "sepa" => {
+                let expected: i64 = usd_cents
+                    .iter()
+                    .map(|c| {
+                        let eur = rust_decimal::Decimal::from(*c) * rate;
+                        i64::try_from(eur.round_dp_with_strategy(
+                            0,
+                            rust_decimal::RoundingStrategy::MidpointNearestEven,
+                        ))
+                        .unwrap()
+                    })
+                    .sum::<i64>();
+                let ctrl = xml_values(&text, "CtrlSum");
+                assert_eq!(cents(&ctrl[0]), expected, "SEPA CtrlSum");
+                assert_eq!(cents(f["total"].as_str().unwrap()), expected);
+            }
+            "ach" => {
+                let control = text.lines().find(|l| l.starts_with('9')).unwrap();
+                let credits: i64 = control[43..55].parse().unwrap();
+                assert_eq!(credits, usd_cents.iter().sum::<i64>(), "NACHA credit total");
+            }
+            other => panic!("unexpected rail {other}"),
+        }
+    }
+
+    // The table output works too, and names the way to serve the same data.
+    let out = std::process::Command::new(common::settle_bin())
+        .args(["demo", "--dir"])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("serve") && text.contains("Earnings per GPU"),
+        "{text}"
+    );
+}

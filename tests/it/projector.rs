@@ -1,0 +1,531 @@
+//! The log-first write path (issue 13, SPEC §3): a usage booking writes the ledger and the
+//! state its decisions read; the aggregates (balances, earnings by day, payable by day) are
+//! folded behind it by the projector. These tests hold the promises that make that safe:
+//! every reader that decides money or shows it folds first, each event is folded exactly
+//! once whoever folds and however they race, and a fold that dies leaves nothing behind.
+//! Both databases (`SETTLE_TEST_PG_URL`).
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::{TestDb, minute_slices, register_fault_providers, run_cli};
+use settle::config::RunConfig;
+use settle::domain::time::parse_rfc3339_ms;
+use settle::ledger::Actor;
+use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
+use settle::store::Store;
+use settle::store::read::{self, EarningsBy};
+use sqlx::Row;
+
+const NOW: &str = "2026-11-03T00:00:00Z";
+
+/// Every provider's booked net, computed from the stored `usage.recorded` payloads alone
+/// (not from any projection): the independent answer the aggregates must equal.
+async fn booked_net(store: &Store) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for stream in store.streams().await.unwrap() {
+        let mut after = 0;
+        loop {
+            let page = store.stream_events(&stream, after, 5_000).await.unwrap();
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            for e in page.iter().filter(|e| e.event_type == "usage.recorded") {
+                let v: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+                let net: i64 = v["segments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s["net_micro_usdc"].as_i64().unwrap())
+                    .sum();
+                *out.entry(v["provider_id"].as_str().unwrap().to_owned())
+                    .or_default() += net;
+            }
+        }
+    }
+    out
+}
+
+async fn scalar(store: &Store, sql: &str) -> i64 {
+    sqlx::query(sql)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap()
+}
+
+async fn verify_clean(store: &Store) {
+    let report = settle::verify::verify(store, &|_| {}).await.unwrap();
+    assert!(report.problems.is_empty(), "verify: {:?}", report.problems);
+}
+
+fn accepted(results: &[UsageResult]) -> usize {
+    results
+        .iter()
+        .filter(|r| matches!(r, UsageResult::Accepted { .. }))
+        .count()
+}
+
+/// `per_provider` one-minute slices of each of `providers` providers, interleaved the way
+/// a metering pipeline sends them (time-ordered across providers).
+fn metering_mix(providers: usize, from: usize, per_provider: usize) -> Vec<UsageInput> {
+    let per: Vec<Vec<UsageInput>> = (0..providers)
+        .map(|p| minute_slices(p, from, per_provider))
+        .collect();
+    (0..per_provider)
+        .flat_map(|n| per.iter().map(move |events| events[n].clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_booking_leaves_the_aggregates_to_the_projector_and_every_read_folds_first() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 3).await;
+    let events = metering_mix(3, 0, 300);
+    let results = ledger
+        .ingest_usage(&events, &SenderScope::Metering, &Actor::system("metering"))
+        .await
+        .unwrap();
+    assert_eq!(accepted(&results), 900);
+    let store = &ledger.store;
+
+    // Log-first: the booking wrote no aggregate row.
+    assert_eq!(
+        scalar(store, "SELECT COUNT(*) FROM earnings_daily").await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            store,
+            "SELECT COUNT(*) FROM account_balances WHERE account LIKE 'provider:%:payable'"
+        )
+        .await,
+        0
+    );
+
+    // Reads fold the streams they read, and answer exactly.
+    let expected = booked_net(store).await;
+    assert_eq!(expected.len(), 3);
+    let f0 = read::provider_balances(store, "f0").await.unwrap();
+    assert_eq!(f0.payable_micro_usdc, expected["f0"]);
+    let report = read::earnings(
+        store,
+        "f1",
+        parse_rfc3339_ms("2026-10-01T00:00:00Z").unwrap(),
+        parse_rfc3339_ms("2026-12-01T00:00:00Z").unwrap(),
+        EarningsBy::Gpu,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.totals.net_micro_usdc, expected["f1"]);
+    // f2 was read by nobody: still waiting for the projector, whose pass folds it.
+    assert_eq!(
+        scalar(
+            store,
+            "SELECT COUNT(*) FROM earnings_daily WHERE provider_id = 'f2'"
+        )
+        .await,
+        0
+    );
+    assert!(store.projection_lag() > std::time::Duration::ZERO);
+    assert_eq!(
+        store.fold_dirty().await.unwrap(),
+        300,
+        "only f2's 300 events were left"
+    );
+    assert_eq!(store.projection_lag(), std::time::Duration::ZERO);
+    let all = read::balances(store, None).await.unwrap();
+    let payable: BTreeMap<String, i64> = all
+        .iter()
+        .map(|b| (b.provider_id.clone(), b.payable_micro_usdc))
+        .collect();
+    assert_eq!(payable, expected);
+    verify_clean(store).await;
+}
+
+#[tokio::test]
+async fn a_payout_run_right_after_a_burst_pays_what_a_fresh_fold_says() {
+    let db = TestDb::new().await;
+    let (ledger, clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 4).await;
+    // 6,000 events in batches of 1,000, nothing folded between them or before the run.
+    let events = metering_mix(4, 0, 1_500);
+    for batch in events.chunks(1_000) {
+        let results = ledger
+            .ingest_usage(batch, &SenderScope::Metering, &Actor::system("metering"))
+            .await
+            .unwrap();
+        assert_eq!(accepted(&results), batch.len());
+    }
+    assert_eq!(
+        scalar(&ledger.store, "SELECT COUNT(*) FROM earnings_daily").await,
+        0
+    );
+    let expected = booked_net(&ledger.store).await;
+
+    clock.set(parse_rfc3339_ms("2026-11-09T00:10:00Z").unwrap());
+    let calendar = settle_calendar::Calendar::platform_default();
+    let run = settle_calendar::RunKey::Weekly {
+        monday: chrono::NaiveDate::from_ymd_opt(2026, 11, 9).unwrap(),
+    };
+    let report = ledger
+        .run_payouts(
+            run,
+            &calendar,
+            &RunConfig::default(),
+            &Actor::system("test"),
+        )
+        .await
+        .unwrap();
+    assert!(report.completed);
+    let paid: BTreeMap<String, i64> = report
+        .candidates
+        .iter()
+        .map(|c| (c.provider_id.clone(), c.amount_micro_usdc))
+        .collect();
+    assert_eq!(paid, expected, "every provider paid exactly its booked net");
+    assert_eq!(report.payouts, 4);
+    for b in read::balances(&ledger.store, None).await.unwrap() {
+        assert_eq!(b.payable_micro_usdc, 0, "{} is paid out", b.provider_id);
+        assert_eq!(b.in_transit_micro_usdc, expected[&b.provider_id]);
+    }
+    verify_clean(&ledger.store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_folders_fold_every_event_exactly_once() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 8).await;
+    let done = Arc::new(AtomicBool::new(false));
+
+    // Three senders book disjoint slices of all eight providers, concurrently.
+    let mut senders = Vec::new();
+    for s in 0..3 {
+        let ledger = ledger.clone();
+        senders.push(tokio::spawn(async move {
+            let events = metering_mix(8, s * 400, 400);
+            for batch in events.chunks(250) {
+                let results = ledger
+                    .ingest_usage(batch, &SenderScope::Metering, &Actor::system("metering"))
+                    .await
+                    .unwrap();
+                assert_eq!(accepted(&results), batch.len());
+            }
+        }));
+    }
+    // Folders of every kind race them and each other: this process's projector, sweeps
+    // over every stream, single-stream reads, and a second store (another process's).
+    let second = db.store().await;
+    let mut folders = Vec::new();
+    for f in 0..4 {
+        let store = if f == 3 {
+            second.clone()
+        } else {
+            ledger.store.clone()
+        };
+        let done = done.clone();
+        folders.push(tokio::spawn(async move {
+            let mut passes = 0;
+            while !done.load(Ordering::SeqCst) {
+                match f {
+                    0 => store.fold_dirty().await.map(|_| ()),
+                    1 | 3 => store.catch_up_all().await.map(|_| ()),
+                    _ => read::provider_balances(&store, "f3").await.map(|_| ()),
+                }
+                .unwrap();
+                passes += 1;
+                tokio::task::yield_now().await;
+            }
+            passes
+        }));
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    for f in folders {
+        assert!(f.await.unwrap() > 0);
+    }
+    ledger.store.catch_up_all().await.unwrap();
+
+    let expected = booked_net(&ledger.store).await;
+    assert_eq!(expected.len(), 8);
+    let stored: BTreeMap<String, i64> = read::balances(&ledger.store, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| (b.provider_id, b.payable_micro_usdc))
+        .collect();
+    assert_eq!(stored, expected, "folded exactly once");
+    // Every checkpoint stands at its stream's head.
+    assert_eq!(
+        scalar(
+            &ledger.store,
+            "SELECT COUNT(*) FROM projection_checkpoints AS c WHERE c.seq <> (SELECT MAX(e.seq) FROM events AS e WHERE e.stream = c.stream)"
+        )
+        .await,
+        0
+    );
+    verify_clean(&ledger.store).await;
+}
+
+/// 50 `settle ingest` processes, each aborted inside its fold (its rows written, its
+/// checkpoint moved, not committed); every fifth runs to the end and folds the backlog the
+/// aborted ones left. Nothing is ever folded twice or lost.
+#[tokio::test]
+async fn a_fold_killed_before_its_commit_leaves_nothing_and_the_next_fold_takes_it_all() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 3).await;
+    let store = ledger.store.clone();
+    let dir = tempfile::tempdir().unwrap();
+    const TRIALS: usize = 50;
+    let mut killed = 0;
+    for trial in 0..TRIALS {
+        let file = dir.path().join(format!("usage-{trial}.ndjson"));
+        let lines: Vec<String> = metering_mix(3, trial * 20, 20)
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let checkpoints_before = scalar(
+            &store,
+            "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints",
+        )
+        .await;
+        let kill = trial % 5 != 4;
+        let out = std::process::Command::new(common::settle_bin())
+            .arg("--database")
+            .arg(&db.url)
+            .args(["--now", NOW, "ingest", file.to_str().unwrap()])
+            .env(
+                "SETTLE_FAILPOINT",
+                if kill {
+                    settle::store::FOLD_BEFORE_COMMIT
+                } else {
+                    ""
+                },
+            )
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let checkpoints_after = scalar(
+            &store,
+            "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints",
+        )
+        .await;
+        if kill {
+            assert!(!out.status.success(), "trial {trial} was aborted: {stderr}");
+            assert!(
+                stderr.contains("failpoint fold.before_commit reached"),
+                "{stderr}"
+            );
+            assert_eq!(
+                checkpoints_after, checkpoints_before,
+                "trial {trial}: fold rolled back"
+            );
+            killed += 1;
+        } else {
+            assert!(out.status.success(), "trial {trial}: {stderr}");
+            assert!(
+                checkpoints_after > checkpoints_before,
+                "trial {trial} folded the backlog"
+            );
+            // After a complete fold, the aggregates equal the ledger's own sums.
+            assert_eq!(
+                scalar(
+                    &store,
+                    "SELECT COUNT(*) FROM projection_checkpoints AS c WHERE c.seq <> (SELECT MAX(e.seq) FROM events AS e WHERE e.stream = c.stream)"
+                )
+                .await,
+                0
+            );
+        }
+    }
+    assert_eq!(killed, 40);
+    // Every trial's events were booked (the abort came after the booking committed).
+    let expected = booked_net(&store).await;
+    let events = scalar(
+        &store,
+        "SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'",
+    )
+    .await;
+    assert_eq!(events, (TRIALS * 60) as i64);
+    let (code, out, err) = run_cli(&db.url, &["--format", "json", "balance"]);
+    assert_eq!(code, 0, "{err}");
+    let balances: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for b in balances.as_array().unwrap() {
+        let p = b["provider_id"].as_str().unwrap();
+        let payable =
+            settle::domain::money::parse_micro_usdc(b["available_usdc"].as_str().unwrap()).unwrap();
+        assert_eq!(payable, expected[p], "{p}");
+    }
+    verify_clean(&store).await;
+}
+
+/// A fold whose write fails at any of its statements (the database refuses the aggregate
+/// rows or the checkpoint: disk full) commits nothing: the checkpoints stay where they were,
+/// and the next fold takes the whole tail once. A fold that committed what it wrote before
+/// the failure would count those events twice on the next fold.
+#[tokio::test]
+async fn a_fold_refused_at_any_statement_commits_nothing_and_the_next_fold_takes_it_all() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 3).await;
+    let store = ledger.store.clone();
+    let tables = [
+        "earnings_daily",
+        "payable_recorded",
+        "account_balances",
+        "projection_checkpoints",
+    ];
+    let mut faults = common::DbFaults::install(&db.url, db.is_postgres(), &tables).await;
+    let checkpoints = "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints";
+    for (trial, table) in tables.iter().enumerate() {
+        let results = ledger
+            .ingest_usage(
+                &metering_mix(3, trial * 20, 20),
+                &SenderScope::Metering,
+                &Actor::system("metering"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(accepted(&results), 60, "{table}");
+        let before = scalar(&store, checkpoints).await;
+        faults.refuse(table).await;
+        let refused = store
+            .catch_up_all()
+            .await
+            .expect_err("a fold whose write is refused fails");
+        assert!(
+            refused.to_string().contains("injected by the simulation"),
+            "{table}: failed on the refusal, not on something else: {refused}"
+        );
+        assert_eq!(
+            scalar(&store, checkpoints).await,
+            before,
+            "{table}: the refused fold moved no checkpoint"
+        );
+        faults.clear().await;
+    }
+    // The next fold takes every event once: the aggregates equal the ledger's own sums.
+    assert_eq!(store.catch_up_all().await.unwrap(), 240);
+    let expected = booked_net(&store).await;
+    for (provider, net) in &expected {
+        let payable = scalar(
+            &store,
+            &format!(
+                "SELECT balance_micro_usdc FROM account_balances \
+                 WHERE owner = 'provider:{provider}' AND account = 'provider:{provider}:payable'"
+            ),
+        )
+        .await;
+        assert_eq!(payable, *net, "{provider}");
+    }
+    verify_clean(&store).await;
+}
+
+/// `verify` on a ledger that is being written (an operator checks production while it
+/// books): bookings and folds that commit while it reads make no correct row look wrong,
+/// and rows altered behind the engine's back are still found, and only they.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_while_bookings_commit_finds_only_what_was_altered() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 3).await;
+    let store = ledger.store.clone();
+    let booking = ledger.clone();
+    let writer = tokio::spawn(async move {
+        for n in 0..200 {
+            booking
+                .ingest_usage(
+                    &metering_mix(3, n * 5, 5),
+                    &SenderScope::Metering,
+                    &Actor::system("metering"),
+                )
+                .await
+                .unwrap();
+        }
+    });
+    let count = "SELECT COUNT(*) FROM events";
+    let (mut overlapped, mut altered, mut runs) = (0, false, 0);
+    while !writer.is_finished() || runs < 10 {
+        runs += 1;
+        if runs == 8 {
+            // Altered behind the engine's back: a GPU's model and an aggregate balance.
+            sqlx::query("UPDATE gpus SET model = 'A100-40GB' WHERE gpu_id = 'f0-g'")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            sqlx::query(
+                "UPDATE account_balances SET balance_micro_usdc = balance_micro_usdc + 1 \
+                 WHERE owner = 'provider:f1' AND account = 'provider:f1:payable'",
+            )
+            .execute(store.pool())
+            .await
+            .unwrap();
+            altered = true;
+        }
+        let before = scalar(&store, count).await;
+        let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
+        if scalar(&store, count).await != before {
+            overlapped += 1;
+        }
+        let mut found: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.kind, p.detail.split(':').next().unwrap()))
+            .collect();
+        found.sort();
+        let expected: Vec<String> = if altered {
+            vec![
+                "projection_mismatch: account_balances".into(),
+                "projection_mismatch: gpus".into(),
+            ]
+        } else {
+            vec![]
+        };
+        assert_eq!(found, expected, "verify {runs}: {:?}", report.problems);
+    }
+    writer.await.unwrap();
+    assert!(
+        overlapped >= 3,
+        "only {overlapped} of {runs} verifies ran while bookings committed"
+    );
+}
+
+/// A checkpoint beyond its stream's head would make the projector skip the events booked
+/// up to it: `verify` names it.
+#[tokio::test]
+async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 1).await;
+    ledger
+        .ingest_usage(
+            &metering_mix(1, 0, 3),
+            &SenderScope::Metering,
+            &Actor::system("metering"),
+        )
+        .await
+        .unwrap();
+    let store = ledger.store.clone();
+    store.catch_up_all().await.unwrap();
+    verify_clean(&store).await;
+    sqlx::query("UPDATE projection_checkpoints SET seq = seq + 5 WHERE stream = 'provider:f0'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
+    let kinds: Vec<(&str, &str, Option<i64>)> = report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.stream.as_str(), p.seq))
+        .collect();
+    assert_eq!(kinds, vec![("checkpoint_ahead", "provider:f0", Some(11))]);
+}
