@@ -116,24 +116,21 @@ impl Ledger {
                 format!("attempt {attempt_id} must list its transfers' payouts in order"),
             );
         }
-        let ids = body.payout_ids.clone();
-        let body = EventBody::SolanaTxSigned(body);
+        let ids = &body.payout_ids;
+        let event = EventBody::SolanaTxSigned(body.clone());
         let key = format!("solana_tx:{attempt_id}:signed");
-        let hash = content_hash(&body.to_json());
+        let hash = content_hash(&event.to_json());
         let now = self.now_ms();
-        let EventBody::SolanaTxSigned(signed) = &body else {
-            unreachable!("built above")
-        };
         crate::write_stream!(self, PLATFORM_STREAM, |tx| {
-            let facts = rows::payout_facts(tx.conn(), &ids).await?;
+            let facts = rows::payout_facts(tx.conn(), ids).await?;
             if let Some(stored) = find_idem(tx, &key).await? {
                 duplicate_or_conflict(&stored, &hash, &format!("attempt {attempt_id}"))?;
                 return Ok(ids.iter().filter_map(|id| facts.get(id).cloned()).collect());
             }
             let claimed = rows::claims(tx.conn()).await?;
             let mut seen = HashSet::new();
-            let mut ordered = Vec::with_capacity(signed.transfers.len());
-            for t in &signed.transfers {
+            let mut ordered = Vec::with_capacity(body.transfers.len());
+            for t in &body.transfers {
                 let id = &t.0;
                 if !is_schema_id(id) || !seen.insert(id.as_str()) {
                     return reject(
@@ -147,7 +144,7 @@ impl Ledger {
                 check_transfer(&attempt_id, t, p, &claimed)?;
                 ordered.push(p.clone());
             }
-            tx.append(NewEvent::keyed(body.clone(), &actor.0, now, &key, &hash));
+            tx.append(NewEvent::keyed(event.clone(), &actor.0, now, &key, &hash));
             Ok(ordered)
         })
     }

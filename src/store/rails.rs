@@ -304,6 +304,18 @@ impl PayoutFacts {
     pub fn wallet(&self) -> Option<String> {
         method_wallet(&self.method)
     }
+
+    fn from_row(r: &sqlx::any::AnyRow) -> Result<PayoutFacts, StoreError> {
+        Ok(PayoutFacts {
+            payout_id: r.try_get(0)?,
+            provider_id: r.try_get(1)?,
+            rail: r.try_get(2)?,
+            status: PayoutStatus::parse(&r.try_get::<String, _>(3)?).map_err(corrupt)?,
+            amount_micro_usdc: r.try_get(4)?,
+            method: r.try_get(5)?,
+            reference: r.try_get(6)?,
+        })
+    }
 }
 
 /// The wallet of a payout method snapshot (JSON), if it is a Solana method.
@@ -317,20 +329,6 @@ pub fn method_wallet(method_json: &str) -> Option<String> {
 /// The columns [`PayoutFacts::from_row`] reads, in order.
 const FACTS_COLUMNS: &str =
     "payout_id, provider_id, rail, status, amount_micro_usdc, method, reference";
-
-impl PayoutFacts {
-    fn from_row(r: &sqlx::any::AnyRow) -> Result<PayoutFacts, StoreError> {
-        Ok(PayoutFacts {
-            payout_id: r.try_get(0)?,
-            provider_id: r.try_get(1)?,
-            rail: r.try_get(2)?,
-            status: PayoutStatus::parse(&r.try_get::<String, _>(3)?).map_err(corrupt)?,
-            amount_micro_usdc: r.try_get(4)?,
-            method: r.try_get(5)?,
-            reference: r.try_get(6)?,
-        })
-    }
-}
 
 /// The facts of the payouts named, by id (unknown ids are absent).
 pub async fn payout_facts(
