@@ -17,7 +17,7 @@
 use std::fmt;
 
 use sha2::{Digest, Sha256};
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
 use subtle::ConstantTimeEq;
 
 use crate::config::AuthConfig;
@@ -25,7 +25,7 @@ use crate::domain::DomainError;
 use crate::domain::ids::ProviderId;
 use crate::domain::time::MS_PER_DAY;
 use crate::ledger::{Actor, Applied};
-use crate::store::{Dialect, TxConn};
+use crate::store::tokens;
 
 /// The prefix of every token (lets secret scanners recognise a leaked token).
 pub const TOKEN_PREFIX: &str = "stl_";
@@ -294,8 +294,6 @@ fn real_now_ms() -> i64 {
 }
 
 /// Whether a live token (not revoked, not expired at `now_ms`) is named `name`.
-const LIVE_NAME_SQL: &str = "SELECT t.token_id FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE COALESCE(t.name, t.token_id) = $1 AND r.token_id IS NULL AND (t.expires_at_ms IS NULL OR t.expires_at_ms > $2)";
-
 fn check_label(label: &str) -> Result<(), DomainError> {
     if label.chars().count() > LABEL_LEN_MAX || label.chars().any(char::is_control) {
         return Err(DomainError::new(
@@ -354,21 +352,19 @@ pub async fn create_token(
     let token_id = format!("tok_{}", hex::encode(rand::random::<[u8; ID_BYTES]>()));
     let secret = hex::encode(rand::random::<[u8; SECRET_BYTES]>());
 
-    let dialect = Dialect::of(&*pool.acquire().await?);
-    let mut tx = TxConn::begin(pool, dialect).await?;
-    if dialect == Dialect::Postgres {
-        // SQLite's BEGIN IMMEDIATE already holds the write lock.
-        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('api_tokens:names', 0))) AS l")
-            .execute(&mut *tx)
-            .await?;
-    }
-    if let Some(row) = sqlx::query(LIVE_NAME_SQL)
-        .bind(&new.name)
-        .bind(now_ms)
-        .fetch_optional(&mut *tx)
-        .await?
-    {
-        let holder: String = row.try_get(0)?;
+    let hash = secret_hash(&secret);
+    let insert = tokens::TokenInsert {
+        token_id: &token_id,
+        token_hash: &hash,
+        scope: new.scope.as_str(),
+        provider_id: new.provider_id.as_ref().map(|p| p.as_str()),
+        label: &new.label,
+        created_at_ms: now_ms,
+        expires_at_ms,
+        name: &new.name,
+        created_by: &new.created_by.0,
+    };
+    if let Err(holder) = tokens::insert_named(pool, &insert).await? {
         return Err(DomainError::new(
             "token_name_taken",
             format!(
@@ -378,21 +374,6 @@ pub async fn create_token(
         )
         .into());
     }
-    sqlx::query(
-        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(&token_id)
-    .bind(secret_hash(&secret).to_vec())
-    .bind(new.scope.as_str())
-    .bind(new.provider_id.as_ref().map(|p| p.to_string()))
-    .bind(&new.label)
-    .bind(now_ms)
-    .bind(expires_at_ms)
-    .bind(&new.name)
-    .bind(&new.created_by.0)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
     Ok(CreatedToken {
         token: format!("{TOKEN_PREFIX}{token_id}.{secret}"),
         info: TokenInfo {
@@ -421,82 +402,57 @@ pub async fn revoke_token(
     now_ms: i64,
 ) -> Result<Applied, TokenError> {
     let revoked_at_ms = now_ms.min(real_now_ms());
-    let known = sqlx::query("SELECT 1 FROM api_tokens WHERE token_id = $1")
-        .bind(token_id)
-        .fetch_optional(pool)
-        .await?;
-    if known.is_none() {
+    if !tokens::exists(pool, token_id).await? {
         return Err(DomainError::new("unknown_token", format!("no token {token_id}")).into());
     }
-    let inserted = sqlx::query(
-        "INSERT INTO api_token_revocations (token_id, revoked_at_ms, revoked_by) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
+    Ok(
+        if tokens::revoke(pool, token_id, revoked_at_ms, &revoked_by.0).await? {
+            Applied::Accepted
+        } else {
+            Applied::Duplicate
+        },
     )
-    .bind(token_id)
-    .bind(revoked_at_ms)
-    .bind(&revoked_by.0)
-    .execute(pool)
-    .await?;
-    Ok(if inserted.rows_affected() == 1 {
-        Applied::Accepted
-    } else {
-        Applied::Duplicate
-    })
 }
 
-/// A token's columns; a token of before migration 0004 has no stored name and reads as its
-/// id.
-const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id), t.created_by, r.revoked_by";
-
-/// The position of `token_hash` after [`TOKEN_COLUMNS`].
-const HASH_COLUMN: usize = 10;
-
-fn token_info(row: &sqlx::any::AnyRow) -> Result<TokenInfo, sqlx::Error> {
-    let scope: String = row.try_get(1)?;
+fn token_info(row: tokens::StoredToken) -> Result<TokenInfo, sqlx::Error> {
     Ok(TokenInfo {
-        token_id: row.try_get(0)?,
-        scope: Scope::parse(&scope).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        provider_id: row.try_get(2)?,
-        label: row.try_get(3)?,
-        created_at_ms: row.try_get(4)?,
-        expires_at_ms: row.try_get(5)?,
-        revoked_at_ms: row.try_get(6)?,
-        name: row.try_get(7)?,
-        created_by: row.try_get(8)?,
-        revoked_by: row.try_get(9)?,
+        scope: Scope::parse(&row.scope).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        token_id: row.token_id,
+        provider_id: row.provider_id,
+        label: row.label,
+        created_at_ms: row.created_at_ms,
+        expires_at_ms: row.expires_at_ms,
+        revoked_at_ms: row.revoked_at_ms,
+        name: row.name,
+        created_by: row.created_by,
+        revoked_by: row.revoked_by,
     })
 }
 
 /// Every token, oldest first (without secrets or hashes).
 pub async fn list_tokens(pool: &AnyPool) -> Result<Vec<TokenInfo>, sqlx::Error> {
-    let rows = sqlx::query(&format!(
-        "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
-    ))
-    .fetch_all(pool)
-    .await?;
-    rows.iter().map(token_info).collect()
+    tokens::list(pool)
+        .await?
+        .into_iter()
+        .map(token_info)
+        .collect()
 }
 
 /// Verifies a bearer token at `now_ms`: known id, matching secret (constant time), never
 /// revoked (a revocation counts whatever its date), not expired at `now_ms`.
 pub async fn verify(pool: &AnyPool, token: &str, now_ms: i64) -> Result<Principal, AuthError> {
     let (token_id, secret) = split_token(token).ok_or(AuthError::Malformed)?;
-    let row = sqlx::query(&format!(
-        "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
-    ))
-    .bind(token_id)
-    .fetch_optional(pool)
-    .await?;
+    let row = tokens::with_hash(pool, token_id).await?;
     let presented = secret_hash(secret);
-    let Some(row) = row else {
+    let Some((row, stored)) = row else {
         // Same work as a known id, so timing tells nothing about which ids exist.
         let _ = presented.as_slice().ct_eq(&[0u8; 32][..]);
         return Err(AuthError::Invalid);
     };
-    let stored: Vec<u8> = row.try_get(HASH_COLUMN)?;
     if !bool::from(presented.as_slice().ct_eq(stored.as_slice())) {
         return Err(AuthError::Invalid);
     }
-    let info = token_info(&row)?;
+    let info = token_info(row)?;
     if info.revoked_at_ms.is_some() {
         return Err(AuthError::Revoked);
     }

@@ -111,35 +111,37 @@ pub fn projection_lag(lag: std::time::Duration) -> String {
     )
 }
 
-/// Gauges read from the projections at scrape time: payouts by status and rail, and how
-/// long ago the ledger last booked something.
-pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, sqlx::Error> {
-    use sqlx::Row;
+/// What the projections say at scrape time, for [`ledger_gauges`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerFigures {
+    /// `(status, rail, count, sum of micro-USDC)` of the payouts.
+    pub payouts: Vec<(String, String, i64, i64)>,
+    /// The latest booking's `recorded_at`.
+    pub latest_recorded_at_ms: Option<i64>,
+    /// The oldest payout waiting for its rail (`created`), by its last change.
+    pub oldest_created_payout_ms: Option<i64>,
+}
+
+/// The gauges of the projections at scrape time: payouts by status and rail, how long ago
+/// the ledger last booked something, and the oldest payout waiting for its rail.
+pub fn ledger_gauges(figures: &LedgerFigures, now_ms: i64) -> String {
     let metrics = Metrics::default();
-    let rows = sqlx::query("SELECT status, rail, COUNT(*), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts GROUP BY status, rail")
-        .fetch_all(pool)
-        .await?;
-    for r in rows {
-        let (status, rail): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+    for (status, rail, count, sum) in &figures.payouts {
         let labels = [("status", status.as_str()), ("rail", rail.as_str())];
         metrics.gauge(
             "settle_payouts",
             "Payouts by status and rail.",
             &labels,
-            r.try_get(2)?,
+            *count,
         );
         metrics.gauge(
             "settle_payouts_micro_usdc",
             "Payout amounts by status and rail, micro-USDC.",
             &labels,
-            r.try_get(3)?,
+            *sum,
         );
     }
-    let latest: Option<i64> = sqlx::query("SELECT MAX(recorded_at_ms) FROM events")
-        .fetch_one(pool)
-        .await?
-        .try_get(0)?;
-    if let Some(latest) = latest {
+    if let Some(latest) = figures.latest_recorded_at_ms {
         metrics.gauge(
             "settle_ledger_last_booking_age_seconds",
             "Seconds since the ledger last booked an event.",
@@ -147,20 +149,16 @@ pub async fn scrape_ledger(pool: &sqlx::AnyPool, now_ms: i64) -> Result<String, 
             (now_ms - latest).max(0) / 1000,
         );
     }
-    let oldest: Option<i64> = sqlx::query(&format!(
-        "SELECT MIN(updated_at_ms) FROM payouts WHERE status = '{}'",
-        crate::domain::payout::PayoutStatus::Created
-    ))
-    .fetch_one(pool)
-    .await?
-    .try_get(0)?;
     metrics.gauge(
         "settle_outbox_oldest_created_payout_age_seconds",
         "Age of the oldest payout waiting for its rail (0 when none).",
         &[],
-        oldest.map(|t| (now_ms - t).max(0) / 1000).unwrap_or(0),
+        figures
+            .oldest_created_payout_ms
+            .map(|t| (now_ms - t).max(0) / 1000)
+            .unwrap_or(0),
     );
-    Ok(metrics.render())
+    metrics.render()
 }
 
 /// Counts one usage event's result: `status` is `accepted`, `duplicate` or `rejected`,

@@ -45,8 +45,8 @@ pub async fn shutdown_signal() {
 
 async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
     let mut text = crate::metrics::global().render();
-    match crate::metrics::scrape_ledger(ledger.store.pool(), ledger.now_ms()).await {
-        Ok(more) => text.push_str(&more),
+    match crate::store::read::ledger_figures(ledger.store.pool()).await {
+        Ok(figures) => text.push_str(&crate::metrics::ledger_gauges(&figures, ledger.now_ms())),
         Err(e) => tracing::warn!(error = %e, "metrics: cannot read the projections"),
     }
     text.push_str(&crate::metrics::projection_lag(

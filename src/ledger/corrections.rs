@@ -1,8 +1,6 @@
 //! Corrections: voiding a usage event (its exact reversal) and posting adjustments.
 //! Both are admin commands, idempotent by the voided `event_id` and by `adjustment_id`.
 
-use sqlx::Row;
-
 use super::{
     Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem,
     find_idem_in_stream, reject,
@@ -35,19 +33,12 @@ impl Ledger {
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
         check_text(reason, "reason", self.config.text_len_max)?;
-        let mut originals = sqlx::query("SELECT stream, payload FROM events WHERE idem_key = $1")
-            .bind(format!("usage:{event_id}"))
-            .fetch_all(self.store.pool())
-            .await?;
+        let mut originals =
+            crate::store::keys::payloads_by_key(self.store.pool(), &format!("usage:{event_id}"))
+                .await?;
         if let Some(p) = provider_id {
             let stream = provider_stream(p.as_str());
-            let mut kept = Vec::new();
-            for row in originals {
-                if row.try_get::<String, _>(0)? == stream {
-                    kept.push(row);
-                }
-            }
-            originals = kept;
+            originals.retain(|(s, _)| *s == stream);
         }
         if originals.len() > 1 {
             return reject(
@@ -58,11 +49,9 @@ impl Ledger {
                 ),
             );
         }
-        let Some(row) = originals.pop() else {
+        let Some((stream, payload)) = originals.pop() else {
             return reject("unknown_event", format!("no usage event {event_id}"));
         };
-        let stream: String = row.try_get(0)?;
-        let payload: String = row.try_get(1)?;
         let EventBody::UsageRecorded(usage) = EventBody::from_json("usage.recorded", 1, &payload)?
         else {
             return reject("unknown_event", format!("{event_id} is not a usage event"));

@@ -239,22 +239,7 @@ async fn idem_lookup(
     key: &str,
     stream: Option<String>,
 ) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
-    use sqlx::Row;
-    let query = match &stream {
-        Some(_) => {
-            sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2")
-        }
-        None => sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1"),
-    }
-    .bind(key);
-    let query = match stream {
-        Some(s) => query.bind(s),
-        None => query,
-    };
-    Ok(match query.fetch_optional(tx.conn()).await? {
-        Some(r) => Some(r.try_get::<Option<Vec<u8>>, _>(0)?),
-        None => None,
-    })
+    Ok(crate::store::keys::stored_hash(tx.conn(), key, stream.as_deref()).await?)
 }
 
 /// Decides duplicate vs conflict for a reused idempotency key.

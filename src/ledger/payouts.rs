@@ -7,12 +7,11 @@
 //! that does not allow it is `invalid_payout_state`; an unknown id is `unknown_payout`.
 //! The rails (Solana, bank) and the admin commands call these.
 
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::AnyPool;
 
 use super::{
     Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
 };
-use crate::domain::DomainError;
 use crate::domain::event::*;
 use crate::domain::payout::{PayoutStatus, PayoutStep};
 use crate::store::NewEvent;
@@ -22,72 +21,12 @@ pub const REFERENCE_LEN_MAX: usize = 128;
 /// A SEPA EndToEndId holds at most 35 characters.
 pub const END_TO_END_ID_LEN_MAX: usize = 35;
 
-/// A payout as the `payouts` projection holds it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct PayoutRecord {
-    pub payout_id: String,
-    pub provider_id: String,
-    pub run_kind: String,
-    pub run_key: String,
-    pub rail: Rail,
-    pub amount_micro_usdc: i64,
-    pub amount_eur_cents: Option<i64>,
-    pub eur_per_usd: Option<String>,
-    pub method: PayoutMethod,
-    pub status: PayoutStatus,
-    pub hold_reason: Option<String>,
-    pub failure_reason: Option<String>,
-    pub reference: Option<String>,
-    pub end_to_end_id: Option<String>,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-const PAYOUT_COLUMNS: &str = "payout_id, provider_id, run_kind, run_key, rail, amount_micro_usdc, amount_eur_cents, eur_per_usd, method, status, hold_reason, failure_reason, reference, end_to_end_id, created_at_ms, updated_at_ms";
-
-fn corrupt(e: impl std::fmt::Display) -> LedgerError {
-    LedgerError::Rejected(DomainError::new("corrupt_projection", e.to_string()))
-}
-
-fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, LedgerError> {
-    let method: String = r.try_get(8)?;
-    Ok(PayoutRecord {
-        payout_id: r.try_get(0)?,
-        provider_id: r.try_get(1)?,
-        run_kind: r.try_get(2)?,
-        run_key: r.try_get(3)?,
-        rail: Rail::parse(&r.try_get::<String, _>(4)?)?,
-        amount_micro_usdc: r.try_get(5)?,
-        amount_eur_cents: r.try_get(6)?,
-        eur_per_usd: r.try_get(7)?,
-        method: serde_json::from_str(&method).map_err(corrupt)?,
-        status: PayoutStatus::parse(&r.try_get::<String, _>(9)?).map_err(corrupt)?,
-        hold_reason: r.try_get(10)?,
-        failure_reason: r.try_get(11)?,
-        reference: r.try_get(12)?,
-        end_to_end_id: r.try_get(13)?,
-        created_at_ms: r.try_get(14)?,
-        updated_at_ms: r.try_get(15)?,
-    })
-}
-
-async fn load(
-    conn: &mut AnyConnection,
-    payout_id: &str,
-) -> Result<Option<PayoutRecord>, LedgerError> {
-    let row = sqlx::query(&format!(
-        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1"
-    ))
-    .bind(payout_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.as_ref().map(payout_from_row).transpose()
-}
+pub use crate::store::payouts::PayoutRecord;
+use crate::store::payouts::load;
 
 /// Reads one payout.
 pub async fn payout(pool: &AnyPool, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
-    let mut conn = pool.acquire().await?;
-    load(&mut conn, payout_id).await
+    Ok(crate::store::payouts::payout(pool, payout_id).await?)
 }
 
 /// The payouts of a provider, oldest first.
@@ -95,13 +34,7 @@ pub async fn provider_payouts(
     pool: &AnyPool,
     provider_id: &str,
 ) -> Result<Vec<PayoutRecord>, LedgerError> {
-    let rows = sqlx::query(&format!(
-        "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE provider_id = $1 ORDER BY created_at_ms, payout_id"
-    ))
-    .bind(provider_id)
-    .fetch_all(pool)
-    .await?;
-    rows.iter().map(payout_from_row).collect()
+    Ok(crate::store::payouts::provider_payouts(pool, provider_id).await?)
 }
 
 fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {

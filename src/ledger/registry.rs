@@ -4,8 +4,6 @@
 //! registration reusing an id with other content is a `conflict`; an update or a rate that
 //! changes nothing is a `duplicate`.
 
-use sqlx::Row;
-
 use super::{
     Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
 };
@@ -60,20 +58,7 @@ pub struct SetFee {
     pub effective_from_ms: i64,
 }
 
-/// A provider's registry row as the projection holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProviderRecord {
-    pub provider_id: String,
-    pub name: String,
-    pub email: String,
-    pub tier: Tier,
-    pub schedule: Schedule,
-    pub status: ProviderStatus,
-    pub payout_method: Option<PayoutMethod>,
-    pub method_set_at_ms: Option<i64>,
-    pub method_invalid: bool,
-    pub registered_at_ms: i64,
-}
+pub use crate::store::providers::ProviderRecord;
 
 /// Checks a display name or holder: 1..=200 characters, no control characters.
 pub fn check_name(name: &str, what: &str) -> Result<(), LedgerError> {
@@ -103,33 +88,7 @@ pub async fn load_provider(
     tx: &mut WriteTx,
     provider_id: &str,
 ) -> Result<Option<ProviderRecord>, LedgerError> {
-    let row = sqlx::query(
-        "SELECT provider_id, name, email, tier, schedule, status, payout_method, method_set_at_ms, method_invalid, registered_at_ms FROM providers WHERE provider_id = $1",
-    )
-    .bind(provider_id)
-    .fetch_optional(tx.conn())
-    .await?;
-    row.map(|r| provider_from_row(&r)).transpose()
-}
-
-pub fn provider_from_row(r: &sqlx::any::AnyRow) -> Result<ProviderRecord, LedgerError> {
-    let method: Option<String> = r.try_get(6)?;
-    let payout_method = method
-        .map(|m| serde_json::from_str::<PayoutMethod>(&m))
-        .transpose()
-        .map_err(|e| crate::domain::DomainError::new("corrupt_projection", e.to_string()))?;
-    Ok(ProviderRecord {
-        provider_id: r.try_get(0)?,
-        name: r.try_get(1)?,
-        email: r.try_get(2)?,
-        tier: Tier::parse(&r.try_get::<String, _>(3)?)?,
-        schedule: Schedule::parse(&r.try_get::<String, _>(4)?)?,
-        status: ProviderStatus::parse(&r.try_get::<String, _>(5)?)?,
-        payout_method,
-        method_set_at_ms: r.try_get(7)?,
-        method_invalid: r.try_get::<i64, _>(8)? != 0,
-        registered_at_ms: r.try_get(9)?,
-    })
+    Ok(crate::store::providers::load_provider(tx.conn(), provider_id).await?)
 }
 
 impl Ledger {
@@ -291,17 +250,14 @@ impl Ledger {
                     format!("no provider {}", cmd.provider_id),
                 );
             }
-            let current = sqlx::query(
-                "SELECT rate_usdc_per_hour FROM rates WHERE provider_id = $1 AND model = $2 AND effective_from_ms = $3",
+            let current = crate::store::providers::rate_from(
+                tx.conn(),
+                cmd.provider_id.as_str(),
+                cmd.model.as_str(),
+                cmd.effective_from_ms,
             )
-            .bind(cmd.provider_id.as_str())
-            .bind(cmd.model.as_str())
-            .bind(cmd.effective_from_ms)
-            .fetch_optional(tx.conn())
             .await?;
-            if let Some(row) = current
-                && row.try_get::<String, _>(0)? == rate_text
-            {
+            if current.as_deref() == Some(rate_text.as_str()) {
                 return Ok(Applied::Duplicate);
             }
             tx.append(NewEvent {
@@ -323,16 +279,10 @@ impl Ledger {
     pub async fn set_fee(&self, cmd: &SetFee, actor: &Actor) -> Result<Applied, LedgerError> {
         let now = self.now_ms();
         crate::write_stream!(self, PLATFORM_STREAM, |tx| {
-            let current = sqlx::query(
-                "SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms = $2",
-            )
-            .bind(cmd.tier.as_str())
-            .bind(cmd.effective_from_ms)
-            .fetch_optional(tx.conn())
-            .await?;
-            if let Some(row) = current
-                && row.try_get::<i64, _>(0)? == i64::from(cmd.fee.get())
-            {
+            let current =
+                crate::store::providers::fee_from(tx.conn(), cmd.tier, cmd.effective_from_ms)
+                    .await?;
+            if current == Some(i64::from(cmd.fee.get())) {
                 return Ok(Applied::Duplicate);
             }
             tx.append(NewEvent {

@@ -18,15 +18,14 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use settle_calendar::{Calendar, CalendarError, RunKey};
 use sha2::{Digest, Sha256};
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool};
 
-use super::registry::{ProviderRecord, load_provider, provider_from_row};
+use super::registry::{ProviderRecord, load_provider};
 use super::{Actor, Ledger, LedgerError, content_hash, find_idem, reject};
 pub use crate::config::RunConfig;
 use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
-use crate::domain::payout::PayoutStatus;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
 use crate::store::{Dialect, NewEvent, Store};
 
@@ -61,16 +60,8 @@ pub mod failpoints {
     ];
 }
 
-/// One candidate of a run and its decision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RunCandidate {
-    pub provider_id: String,
-    pub decision: String,
-    pub available_micro_usdc: i64,
-    pub amount_micro_usdc: i64,
-    pub payout_id: Option<String>,
-    pub decided_at_ms: i64,
-}
+use crate::store::runs as rows;
+pub use crate::store::runs::{RunCandidate, RunSummary};
 
 /// Count and amount of one decision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -162,22 +153,8 @@ pub async fn available_micro_usdc(
     provider_id: &str,
     cutoff_ms: i64,
 ) -> Result<i64, LedgerError> {
-    let recorded: i64 = sqlx::query(
-        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payable_recorded WHERE provider_id = $1 AND day < $2",
-    )
-    .bind(provider_id)
-    .bind(day_number(cutoff_ms))
-    .fetch_one(&mut *conn)
-    .await?
-    .try_get(0)?;
-    let paid_out: i64 = sqlx::query(&format!(
-        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts WHERE provider_id = $1 AND status NOT IN ({})",
-        PayoutStatus::sql_list(PayoutStatus::is_undone)
-    ))
-    .bind(provider_id)
-    .fetch_one(&mut *conn)
-    .await?
-    .try_get(0)?;
+    let recorded = rows::payable_recorded_before(conn, provider_id, day_number(cutoff_ms)).await?;
+    let paid_out = rows::payouts_not_undone(conn, provider_id).await?;
     Ok(recorded - paid_out)
 }
 
@@ -186,17 +163,7 @@ pub async fn payable_balance_micro_usdc(
     conn: &mut AnyConnection,
     provider_id: &str,
 ) -> Result<i64, LedgerError> {
-    let row = sqlx::query(
-        "SELECT balance_micro_usdc FROM account_balances WHERE owner = $1 AND account = $2",
-    )
-    .bind(provider_stream(provider_id))
-    .bind(accounts::payable(provider_id))
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(match row {
-        Some(r) => r.try_get(0)?,
-        None => 0,
-    })
+    Ok(rows::payable_balance(conn, provider_id).await?)
 }
 
 /// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd)`.
@@ -204,21 +171,16 @@ pub async fn latest_fx_rate(
     conn: &mut AnyConnection,
     now_ms: i64,
 ) -> Result<Option<(i64, Decimal)>, LedgerError> {
-    let row = sqlx::query(
-        "SELECT recorded_at_ms, eur_per_usd FROM fx_rates WHERE recorded_at_ms <= $1 ORDER BY recorded_at_ms DESC LIMIT 1",
-    )
-    .bind(now_ms)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    let text: String = row.try_get(1)?;
+    let Some((recorded_at_ms, text)) = rows::latest_fx_rate(conn, now_ms).await? else {
+        return Ok(None);
+    };
     let rate = text.parse::<Decimal>().map_err(|_| {
         DomainError::new(
             "corrupt_projection",
             format!("fx rate {text:?} is no decimal"),
         )
     })?;
-    Ok(Some((row.try_get(0)?, rate)))
+    Ok(Some((recorded_at_ms, rate)))
 }
 
 /// EUR cents of a bank payout of `amount_micro_usdc` (whole cents):
@@ -244,12 +206,7 @@ pub async fn catch_up_start_ms(
     let mut conn = store.pool().acquire().await?;
     let mut latest: Option<NaiveDate> = None;
     for kind in ["weekly", "monthly"] {
-        let key: Option<String> =
-            sqlx::query_scalar("SELECT MAX(run_key) FROM payout_runs WHERE run_kind = $1")
-                .bind(kind)
-                .fetch_one(&mut *conn)
-                .await?;
-        if let Some(key) = key {
+        if let Some(key) = rows::latest_run_key(&mut conn, kind).await? {
             let run = RunKey::parse(kind, &key).map_err(calendar_error)?;
             let date = run.run_date(calendar).map_err(calendar_error)?;
             latest = latest.max(Some(date));
@@ -258,23 +215,12 @@ pub async fn catch_up_start_ms(
     if let Some(date) = latest {
         return Ok(Some(date_start_ms(date)));
     }
-    let first: Option<i64> = sqlx::query_scalar("SELECT MIN(registered_at_ms) FROM providers")
-        .fetch_one(&mut *conn)
-        .await?;
+    let first = rows::first_registration_ms(&mut conn).await?;
     Ok(first.map(|ms| ms - ms.rem_euclid(crate::domain::time::MS_PER_DAY)))
 }
 
 async fn run_completed(conn: &mut AnyConnection, run: &RunKey) -> Result<Option<i64>, LedgerError> {
-    let row =
-        sqlx::query("SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2")
-            .bind(run.kind())
-            .bind(run.key_string())
-            .fetch_optional(&mut *conn)
-            .await?;
-    Ok(match row {
-        Some(r) => Some(r.try_get(0)?),
-        None => None,
-    })
+    Ok(rows::completed_at(conn, run.kind(), &run.key_string()).await?)
 }
 
 /// Reads a run from the projections (`run_decisions`, `payout_runs`); `None` when no
@@ -287,28 +233,7 @@ pub async fn run_report(
     let mut conn = pool.acquire().await?;
     let cutoff_ms = cutoff_ms(&run)?;
     let run_date = run.run_date(calendar).map_err(calendar_error)?;
-    // Streamed, not fetched whole: a run of 100,000 candidates holds only its report.
-    let mut candidates = Vec::new();
-    {
-        let mut rows = sqlx::query_as::<_, (String, String, i64, i64, Option<String>, i64)>(
-            "SELECT provider_id, decision, available_micro_usdc, amount_micro_usdc, payout_id, decided_at_ms FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
-        )
-        .bind(run.kind())
-        .bind(run.key_string())
-        .fetch(&mut *conn);
-        while let Some((provider_id, decision, available, amount, payout_id, decided_at_ms)) =
-            rows.try_next().await?
-        {
-            candidates.push(RunCandidate {
-                provider_id,
-                decision,
-                available_micro_usdc: available,
-                amount_micro_usdc: amount,
-                payout_id,
-                decided_at_ms,
-            });
-        }
-    }
+    let mut candidates = rows::decisions(&mut conn, run.kind(), &run.key_string()).await?;
     let completed_at_ms = run_completed(&mut conn, &run).await?;
     if candidates.is_empty() && completed_at_ms.is_none() {
         return Ok(None);
@@ -342,53 +267,9 @@ pub async fn run_report(
     }))
 }
 
-/// A completed run's summary as `payout_run.completed` recorded it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RunSummary {
-    pub run_kind: String,
-    pub run_key: String,
-    pub cutoff_ms: i64,
-    pub candidates: i64,
-    pub totals: BTreeMap<String, (i64, i64)>,
-    pub completed_at_ms: i64,
-}
-
 /// Every completed run, newest first (at most `limit`).
 pub async fn completed_runs(pool: &AnyPool, limit: i64) -> Result<Vec<RunSummary>, LedgerError> {
-    let rows = sqlx::query(
-        "SELECT run_kind, run_key, cutoff_ms, candidates, totals, completed_at_ms FROM payout_runs ORDER BY cutoff_ms DESC, run_kind DESC LIMIT $1",
-    )
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            let totals: String = r.try_get(4)?;
-            Ok(RunSummary {
-                run_kind: r.try_get(0)?,
-                run_key: r.try_get(1)?,
-                cutoff_ms: r.try_get(2)?,
-                candidates: r.try_get(3)?,
-                totals: serde_json::from_str(&totals).map_err(|e| {
-                    DomainError::new("corrupt_projection", format!("payout_runs.totals: {e}"))
-                })?,
-                completed_at_ms: r.try_get(5)?,
-            })
-        })
-        .collect()
-}
-
-async fn load_provider_pool(
-    conn: &mut AnyConnection,
-    provider_id: &str,
-) -> Result<Option<ProviderRecord>, LedgerError> {
-    let row = sqlx::query(
-        "SELECT provider_id, name, email, tier, schedule, status, payout_method, method_set_at_ms, method_invalid, registered_at_ms FROM providers WHERE provider_id = $1",
-    )
-    .bind(provider_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.map(|r| provider_from_row(&r)).transpose()
+    Ok(rows::completed_runs(pool, limit).await?)
 }
 
 /// The facts `decide` needs about a provider, read on `conn` (inside the candidate's
@@ -446,7 +327,8 @@ pub async fn projected_next_payout(
         .catch_up(&[&crate::domain::event::provider_stream(provider_id)])
         .await?;
     let mut conn = store.pool().acquire().await?;
-    let Some(provider) = load_provider_pool(&mut conn, provider_id).await? else {
+    let Some(provider) = crate::store::providers::load_provider(&mut conn, provider_id).await?
+    else {
         return Ok(None);
     };
     if provider.status == ProviderStatus::Suspended {
@@ -465,14 +347,8 @@ pub async fn projected_next_payout(
         if !is_candidate(&run, &provider) || run_completed(&mut conn, &run).await?.is_some() {
             continue;
         }
-        let decided: Option<sqlx::any::AnyRow> = sqlx::query(
-            "SELECT decision FROM run_decisions WHERE run_kind = $1 AND run_key = $2 AND provider_id = $3",
-        )
-        .bind(run.kind())
-        .bind(run.key_string())
-        .bind(provider_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+        let decided =
+            rows::decision_of(&mut conn, run.kind(), &run.key_string(), provider_id).await?;
         if decided.is_some() {
             continue;
         }
@@ -602,32 +478,13 @@ impl Ledger {
 
     /// The run's candidates, in provider id order (byte order, the same on every database).
     async fn candidate_ids(&self, run: &RunKey) -> Result<Vec<String>, LedgerError> {
-        let sql = match run {
-            RunKey::Weekly { .. } => {
-                "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
-            }
-            RunKey::Monthly { .. } => {
-                "SELECT provider_id FROM providers WHERE status <> 'suspended'"
-            }
-        };
-        let mut ids: Vec<String> = sqlx::query_scalar(sql)
-            .fetch(self.store.pool())
-            .try_collect()
-            .await?;
-        ids.sort_unstable();
-        Ok(ids)
+        let weekly = matches!(run, RunKey::Weekly { .. });
+        Ok(rows::candidate_ids(self.store.pool(), weekly).await?)
     }
 
     /// The providers already decided in the run.
     async fn decided_ids(&self, run: &RunKey) -> Result<HashSet<String>, LedgerError> {
-        Ok(sqlx::query_scalar(
-            "SELECT provider_id FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
-        )
-        .bind(run.kind())
-        .bind(run.key_string())
-        .fetch(self.store.pool())
-        .try_collect()
-        .await?)
+        Ok(rows::decided_ids(self.store.pool(), run.kind(), &run.key_string()).await?)
     }
 
     /// Decides one candidate in one transaction on its stream.
@@ -751,22 +608,15 @@ impl Ledger {
             if find_idem(tx, &key).await?.is_some() {
                 return Ok(());
             }
-            let rows = sqlx::query(
-                "SELECT decision, CAST(COUNT(*) AS BIGINT), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM run_decisions WHERE run_kind = $1 AND run_key = $2 GROUP BY decision",
-            )
-            .bind(run.kind())
-            .bind(run.key_string())
-            .fetch_all(tx.conn())
-            .await?;
+            let counts = rows::decision_totals(tx.conn(), run.kind(), &run.key_string()).await?;
             let mut totals: BTreeMap<String, (i64, i64)> = Decision::ALL
                 .iter()
                 .map(|d| (d.as_str().to_owned(), (0, 0)))
                 .collect();
             let mut candidates = 0;
-            for r in rows {
-                let count: i64 = r.try_get(1)?;
+            for (decision, count, amount) in counts {
                 candidates += count;
-                totals.insert(r.try_get(0)?, (count, r.try_get(2)?));
+                totals.insert(decision, (count, amount));
             }
             tx.append(NewEvent {
                 body: EventBody::PayoutRunCompleted(PayoutRunCompleted {

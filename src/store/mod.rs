@@ -9,9 +9,14 @@
 
 mod chain;
 mod fold;
+pub mod keys;
+pub mod payouts;
 mod project;
+pub mod providers;
 pub mod rails;
 pub mod read;
+pub mod runs;
+pub mod tokens;
 pub mod usage;
 
 pub use chain::{GENESIS_HASH, canonical_bytes, event_hash};

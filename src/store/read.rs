@@ -91,6 +91,32 @@ async fn folded_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, 
     Ok(b)
 }
 
+/// The figures of the projections the metrics show at scrape time.
+pub async fn ledger_figures(pool: &AnyPool) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
+    let payouts = sqlx::query("SELECT status, rail, COUNT(*), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts GROUP BY status, rail")
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
+    let latest_recorded_at_ms = sqlx::query("SELECT MAX(recorded_at_ms) FROM events")
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
+    let oldest_created_payout_ms = sqlx::query(&format!(
+        "SELECT MIN(updated_at_ms) FROM payouts WHERE status = '{}'",
+        PayoutStatus::Created
+    ))
+    .fetch_one(pool)
+    .await?
+    .try_get(0)?;
+    Ok(crate::metrics::LedgerFigures {
+        payouts,
+        latest_recorded_at_ms,
+        oldest_created_payout_ms,
+    })
+}
+
 /// Whether a provider is registered.
 pub async fn provider_exists(pool: &AnyPool, provider_id: &str) -> Result<bool, sqlx::Error> {
     Ok(

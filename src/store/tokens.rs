@@ -1,0 +1,150 @@
+//! API tokens as stored: hashed secrets, never the secrets (`auth` creates and checks them).
+//! Rows are plain columns here; `auth` reads the scope.
+
+use sqlx::{AnyPool, Row};
+
+use super::{Dialect, TxConn};
+
+/// A token's columns; a token of before migration 0004 has no stored name and reads as its
+/// id.
+const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id), t.created_by, r.revoked_by";
+
+/// The live token holding a name at an instant: not revoked, not expired.
+const LIVE_NAME_SQL: &str = "SELECT t.token_id FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE COALESCE(t.name, t.token_id) = $1 AND r.token_id IS NULL AND (t.expires_at_ms IS NULL OR t.expires_at_ms > $2)";
+
+/// A token row with its revocation, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredToken {
+    pub token_id: String,
+    pub scope: String,
+    pub provider_id: Option<String>,
+    pub label: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    pub revoked_at_ms: Option<i64>,
+    pub name: String,
+    pub created_by: String,
+    pub revoked_by: Option<String>,
+}
+
+fn token_from_row(row: &sqlx::any::AnyRow) -> Result<StoredToken, sqlx::Error> {
+    Ok(StoredToken {
+        token_id: row.try_get(0)?,
+        scope: row.try_get(1)?,
+        provider_id: row.try_get(2)?,
+        label: row.try_get(3)?,
+        created_at_ms: row.try_get(4)?,
+        expires_at_ms: row.try_get(5)?,
+        revoked_at_ms: row.try_get(6)?,
+        name: row.try_get(7)?,
+        created_by: row.try_get(8)?,
+        revoked_by: row.try_get(9)?,
+    })
+}
+
+/// A token to insert.
+#[derive(Clone, Debug)]
+pub struct TokenInsert<'a> {
+    pub token_id: &'a str,
+    pub token_hash: &'a [u8],
+    pub scope: &'a str,
+    pub provider_id: Option<&'a str>,
+    pub label: &'a str,
+    pub created_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    pub name: &'a str,
+    pub created_by: &'a str,
+}
+
+/// Inserts `token` unless a live token holds its name at its `created_at_ms`: then
+/// `Ok(Err(holder))`. The check and the insert run under one write lock (SQLite's
+/// `BEGIN IMMEDIATE`; an advisory lock on PostgreSQL), so two creations cannot both take
+/// a name.
+pub async fn insert_named(
+    pool: &AnyPool,
+    token: &TokenInsert<'_>,
+) -> Result<Result<(), String>, sqlx::Error> {
+    let dialect = Dialect::of(&*pool.acquire().await?);
+    let mut tx = TxConn::begin(pool, dialect).await?;
+    if dialect == Dialect::Postgres {
+        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('api_tokens:names', 0))) AS l")
+            .execute(&mut *tx)
+            .await?;
+    }
+    if let Some(row) = sqlx::query(LIVE_NAME_SQL)
+        .bind(token.name)
+        .bind(token.created_at_ms)
+        .fetch_optional(&mut *tx)
+        .await?
+    {
+        return Ok(Err(row.try_get(0)?));
+    }
+    sqlx::query(
+        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(token.token_id)
+    .bind(token.token_hash.to_vec())
+    .bind(token.scope)
+    .bind(token.provider_id)
+    .bind(token.label)
+    .bind(token.created_at_ms)
+    .bind(token.expires_at_ms)
+    .bind(token.name)
+    .bind(token.created_by)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Ok(()))
+}
+
+/// Whether a token id was ever issued.
+pub async fn exists(pool: &AnyPool, token_id: &str) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query("SELECT 1 FROM api_tokens WHERE token_id = $1")
+        .bind(token_id)
+        .fetch_optional(pool)
+        .await?
+        .is_some())
+}
+
+/// Records a token's revocation; `false` when it was revoked already (the first stands).
+pub async fn revoke(
+    pool: &AnyPool,
+    token_id: &str,
+    revoked_at_ms: i64,
+    revoked_by: &str,
+) -> Result<bool, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO api_token_revocations (token_id, revoked_at_ms, revoked_by) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
+    )
+    .bind(token_id)
+    .bind(revoked_at_ms)
+    .bind(revoked_by)
+    .execute(pool)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+/// Every token, oldest first.
+pub async fn list(pool: &AnyPool) -> Result<Vec<StoredToken>, sqlx::Error> {
+    let rows = sqlx::query(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
+    ))
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(token_from_row).collect()
+}
+
+/// One token with its stored secret hash.
+pub async fn with_hash(
+    pool: &AnyPool,
+    token_id: &str,
+) -> Result<Option<(StoredToken, Vec<u8>)>, sqlx::Error> {
+    let row = sqlx::query(&format!(
+        "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
+    ))
+    .bind(token_id)
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| Ok((token_from_row(&r)?, r.try_get(10)?)))
+        .transpose()
+}
