@@ -122,9 +122,13 @@ pub struct RunConfig {
     pub cooling_off_hours: i64,
     /// An FX rate older than this many hours holds EUR payouts with `fx_stale` (48 hours).
     pub fx_stale_hours: i64,
-    /// Candidates decided at once on PostgreSQL, each in its own transaction on its own
-    /// stream (4; keep it below the connection pool size). SQLite has one writer: 1.
+    /// Transactions of candidates decided at once on PostgreSQL (4; keep it below the
+    /// connection pool size). SQLite has one writer: 1.
     pub candidates_in_flight: usize,
+    /// Candidates decided in one transaction (250): their state is read with one statement
+    /// each and their events commit together, each on its provider's stream with its own
+    /// idempotency key. On PostgreSQL each holds a stream lock until the commit.
+    pub candidates_per_tx: usize,
 }
 
 impl RunConfig {
@@ -134,6 +138,7 @@ impl RunConfig {
     pub const DEFAULT_COOLING_OFF_HOURS: i64 = 72;
     pub const DEFAULT_FX_STALE_HOURS: i64 = 48;
     pub const DEFAULT_CANDIDATES_IN_FLIGHT: usize = 4;
+    pub const DEFAULT_CANDIDATES_PER_TX: usize = 250;
 }
 
 impl Default for RunConfig {
@@ -145,6 +150,7 @@ impl Default for RunConfig {
             cooling_off_hours: Self::DEFAULT_COOLING_OFF_HOURS,
             fx_stale_hours: Self::DEFAULT_FX_STALE_HOURS,
             candidates_in_flight: Self::DEFAULT_CANDIDATES_IN_FLIGHT,
+            candidates_per_tx: Self::DEFAULT_CANDIDATES_PER_TX,
         }
     }
 }
@@ -607,6 +613,7 @@ pub struct Config {
     pub workers: WorkersConfig,
     pub control: ControlConfig,
     pub auth: AuthConfig,
+    pub store: StoreConfig,
 }
 
 /// Where the production guards apply (`control.enforce`): dual control, and the bands of
@@ -759,6 +766,41 @@ impl Default for WorkersConfig {
     }
 }
 
+/// The database connections (`[store]`): the pool and SQLite's tuning, each a named limit.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Connections in the pool (readers and writers share it; SQLite still has one writer).
+    pub connections_max: u32,
+    /// How long a command waits for a free connection before failing.
+    pub acquire_timeout_ms: u64,
+    /// SQLite: how long a writer waits for another process's write lock.
+    pub sqlite_busy_timeout_ms: u64,
+    /// SQLite: page cache per connection, in KiB (SQLite's default is 2,000). A usage batch
+    /// touches a few pages of each of several indexes per provider and GPU; with the
+    /// default cache they are read again for every batch.
+    pub sqlite_cache_kib: u64,
+    /// SQLite: WAL pages after which a commit checkpoints them into the database file
+    /// (SQLite's default is 1,000). A metering batch dirties pages all over the event,
+    /// idempotency and segment indexes; checkpointing less often writes a page that
+    /// several batches touched once instead of once per batch. Durability is unchanged
+    /// (every commit is fsynced in the WAL); the WAL file grows up to about this many
+    /// pages between checkpoints.
+    pub sqlite_wal_autocheckpoint_pages: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            connections_max: 8,
+            acquire_timeout_ms: 30_000,
+            sqlite_busy_timeout_ms: 10_000,
+            sqlite_cache_kib: 16_384,
+            sqlite_wal_autocheckpoint_pages: 10_000,
+        }
+    }
+}
+
 /// A configuration problem, naming the file or variable.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -819,6 +861,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "ledger.usage_rate_band_min_pct ({}) must be at most 100 and ledger.usage_rate_band_max_pct ({}) at least 100: the price-book rate itself is in the band",
                 l.usage_rate_band_min_pct, l.usage_rate_band_max_pct
+            )));
+        }
+        if self.store.connections_max < 2 {
+            return Err(ConfigError::Invalid(format!(
+                "store.connections_max ({}) must be at least 2: a command may read while it holds a write transaction",
+                self.store.connections_max
             )));
         }
         let c = &self.control;

@@ -18,10 +18,12 @@ use serde_json::{Value, json};
 
 use crate::config::{ControlConfig, Enforce, RunConfig};
 use crate::domain::DomainError;
+use crate::domain::ids::{AdjustmentId, FxId, ProviderId};
 use crate::domain::money::format_micro_usdc;
 use crate::domain::time::format_ms;
 use crate::ledger::approvals::NewRequest;
 use crate::ledger::ingest::UsageInput;
+use crate::ledger::registry::{RegisterProvider, SetFee, UpdateProvider};
 use crate::ledger::{Actor, Applied, Ledger, LedgerError, reject};
 use crate::store::ClockMode;
 use crate::store::read::ApprovalRow;
@@ -52,19 +54,6 @@ pub async fn request_for(
     config: &ControlConfig,
     command: &Command,
 ) -> Result<Option<NewRequest>, LedgerError> {
-    let request = |kind: &'static str,
-                   line: Value,
-                   summary: String,
-                   provider: Option<String>,
-                   amount: Option<i64>| {
-        Some(NewRequest {
-            kind,
-            command: line.to_string(),
-            summary,
-            provider_id: provider,
-            amount_micro_usdc: amount,
-        })
-    };
     Ok(match command {
         Command::Adjustment {
             adjustment_id,
@@ -75,121 +64,175 @@ pub async fn request_for(
         } if amount_micro_usdc.unsigned_abs()
             >= config.adjustment_approval_micro_usdc.unsigned_abs() =>
         {
-            let mut line = json!({
-                "type": "adjustment",
-                "adjustment_id": adjustment_id.as_str(),
-                "provider_id": provider_id.as_str(),
-                "amount_usdc": format_micro_usdc(*amount_micro_usdc),
-                "reason": reason,
-            });
-            if let Some(r) = reference {
-                line["reference"] = json!(r);
-            }
-            request(
-                "adjustment",
-                line,
-                format!(
-                    "adjustment {adjustment_id} of {} USDC to {provider_id}: {reason}",
-                    format_micro_usdc(*amount_micro_usdc)
-                ),
-                Some(provider_id.to_string()),
-                Some(*amount_micro_usdc),
-            )
+            Some(adjustment_request(
+                adjustment_id,
+                provider_id,
+                *amount_micro_usdc,
+                reason,
+                reference.as_deref(),
+            ))
         }
-        Command::RegisterProvider(c) if c.payout_method.is_some() => request(
-            "payout_method",
-            json!({
-                "type": "provider.register",
-                "provider_id": c.provider_id.as_str(),
-                "name": c.name,
-                "email": c.email,
-                "tier": c.tier.as_str(),
-                "schedule": c.schedule.as_str(),
-                "payout_method": c.payout_method,
-            }),
-            format!(
-                "register {} with a {} payout method",
-                c.provider_id,
-                method_kind(c.payout_method.as_ref())
-            ),
-            Some(c.provider_id.to_string()),
-            None,
-        ),
-        Command::UpdateProvider(c) if c.payout_method.is_some() => {
-            let mut line =
-                json!({"type": "provider.update", "provider_id": c.provider_id.as_str()});
-            let fields: [(&str, Option<Value>); 7] = [
-                ("update_id", c.update_id.as_ref().map(|u| json!(u.as_str()))),
-                ("name", c.name.as_ref().map(|v| json!(v))),
-                ("email", c.email.as_ref().map(|v| json!(v))),
-                ("tier", c.tier.map(|v| json!(v.as_str()))),
-                ("schedule", c.schedule.map(|v| json!(v.as_str()))),
-                ("status", c.status.map(|v| json!(v.as_str()))),
-                ("payout_method", c.payout_method.as_ref().map(|v| json!(v))),
-            ];
-            for (name, value) in fields {
-                if let Some(v) = value {
-                    line[name] = v;
-                }
-            }
-            request(
-                "payout_method",
-                line,
-                format!(
-                    "change the payout method of {} to {}",
-                    c.provider_id,
-                    method_kind(c.payout_method.as_ref())
-                ),
-                Some(c.provider_id.to_string()),
-                None,
-            )
-        }
-        Command::SetFee(c) => request(
-            "fee_schedule",
-            json!({
-                "type": "fee_schedule.set",
-                "tier": c.tier.as_str(),
-                "fee_bps": c.fee.get(),
-                "effective_from": format_ms(c.effective_from_ms),
-            }),
-            format!(
-                "{} fee {} bps from {}",
-                c.tier.as_str(),
-                c.fee.get(),
-                format_ms(c.effective_from_ms)
-            ),
-            None,
-            None,
-        ),
+        Command::RegisterProvider(c) if c.payout_method.is_some() => Some(register_request(c)),
+        Command::UpdateProvider(c) if c.payout_method.is_some() => Some(update_request(c)),
+        Command::SetFee(c) => Some(fee_request(c)),
         Command::SetFx { fx_id, eur_per_usd } => {
-            let latest = {
-                let mut conn = ledger.store.pool().acquire().await?;
-                crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?
-            };
-            match crate::domain::bands::fx_check(
-                latest.map(|(_, r)| r),
-                *eur_per_usd,
-                &config.fx_band(),
-            ) {
-                Ok(()) => None,
-                Err(why) => {
-                    let why = why.message;
-                    let mut line = json!({"type": "fx.rate_set", "eur_per_usd": eur_per_usd.normalize().to_string()});
-                    if let Some(id) = fx_id {
-                        line["fx_id"] = json!(id.as_str());
-                    }
-                    request(
-                        "fx_rate",
-                        line,
-                        format!("EUR per USD {}: {why}", eur_per_usd.normalize()),
-                        None,
-                        None,
-                    )
-                }
-            }
+            fx_request(ledger, config, fx_id.as_ref(), *eur_per_usd).await?
         }
         _ => None,
     })
+}
+
+/// A request of `kind` to run the import line `line`.
+fn request(
+    kind: &'static str,
+    line: Value,
+    summary: String,
+    provider: Option<String>,
+    amount: Option<i64>,
+) -> NewRequest {
+    NewRequest {
+        kind,
+        command: line.to_string(),
+        summary,
+        provider_id: provider,
+        amount_micro_usdc: amount,
+    }
+}
+
+/// The request of an adjustment at or above the approval threshold.
+fn adjustment_request(
+    adjustment_id: &AdjustmentId,
+    provider_id: &ProviderId,
+    amount_micro_usdc: i64,
+    reason: &str,
+    reference: Option<&str>,
+) -> NewRequest {
+    let mut line = json!({
+        "type": "adjustment",
+        "adjustment_id": adjustment_id.as_str(),
+        "provider_id": provider_id.as_str(),
+        "amount_usdc": format_micro_usdc(amount_micro_usdc),
+        "reason": reason,
+    });
+    if let Some(r) = reference {
+        line["reference"] = json!(r);
+    }
+    request(
+        "adjustment",
+        line,
+        format!(
+            "adjustment {adjustment_id} of {} USDC to {provider_id}: {reason}",
+            format_micro_usdc(amount_micro_usdc)
+        ),
+        Some(provider_id.to_string()),
+        Some(amount_micro_usdc),
+    )
+}
+
+/// The request of a provider registration that sets a payout method.
+fn register_request(c: &RegisterProvider) -> NewRequest {
+    request(
+        "payout_method",
+        json!({
+            "type": "provider.register",
+            "provider_id": c.provider_id.as_str(),
+            "name": c.name,
+            "email": c.email,
+            "tier": c.tier.as_str(),
+            "schedule": c.schedule.as_str(),
+            "payout_method": c.payout_method,
+        }),
+        format!(
+            "register {} with a {} payout method",
+            c.provider_id,
+            method_kind(c.payout_method.as_ref())
+        ),
+        Some(c.provider_id.to_string()),
+        None,
+    )
+}
+
+/// The request of a provider update that sets a payout method: the line carries the
+/// fields the update sets, and only those.
+fn update_request(c: &UpdateProvider) -> NewRequest {
+    let mut line = json!({"type": "provider.update", "provider_id": c.provider_id.as_str()});
+    let fields: [(&str, Option<Value>); 7] = [
+        ("update_id", c.update_id.as_ref().map(|u| json!(u.as_str()))),
+        ("name", c.name.as_ref().map(|v| json!(v))),
+        ("email", c.email.as_ref().map(|v| json!(v))),
+        ("tier", c.tier.map(|v| json!(v.as_str()))),
+        ("schedule", c.schedule.map(|v| json!(v.as_str()))),
+        ("status", c.status.map(|v| json!(v.as_str()))),
+        ("payout_method", c.payout_method.as_ref().map(|v| json!(v))),
+    ];
+    for (name, value) in fields {
+        if let Some(v) = value {
+            line[name] = v;
+        }
+    }
+    request(
+        "payout_method",
+        line,
+        format!(
+            "change the payout method of {} to {}",
+            c.provider_id,
+            method_kind(c.payout_method.as_ref())
+        ),
+        Some(c.provider_id.to_string()),
+        None,
+    )
+}
+
+/// The request of a fee schedule change (always gated).
+fn fee_request(c: &SetFee) -> NewRequest {
+    request(
+        "fee_schedule",
+        json!({
+            "type": "fee_schedule.set",
+            "tier": c.tier.as_str(),
+            "fee_bps": c.fee.get(),
+            "effective_from": format_ms(c.effective_from_ms),
+        }),
+        format!(
+            "{} fee {} bps from {}",
+            c.tier.as_str(),
+            c.fee.get(),
+            format_ms(c.effective_from_ms)
+        ),
+        None,
+        None,
+    )
+}
+
+/// The request of an FX rate outside the band (against the latest rate), `None` inside it.
+async fn fx_request(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    fx_id: Option<&FxId>,
+    eur_per_usd: rust_decimal::Decimal,
+) -> Result<Option<NewRequest>, LedgerError> {
+    let latest = {
+        let mut conn = ledger.store.pool().acquire().await?;
+        crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?
+    };
+    let Err(why) =
+        crate::domain::bands::fx_check(latest.map(|(_, r)| r), eur_per_usd, &config.fx_band())
+    else {
+        return Ok(None);
+    };
+    let why = why.message;
+    let mut line =
+        json!({"type": "fx.rate_set", "eur_per_usd": eur_per_usd.normalize().to_string()});
+    if let Some(id) = fx_id {
+        line["fx_id"] = json!(id.as_str());
+    }
+    Ok(Some(request(
+        "fx_rate",
+        line,
+        format!("EUR per USD {}: {why}", eur_per_usd.normalize()),
+        None,
+        None,
+    )))
 }
 
 fn method_kind(method: Option<&crate::domain::event::PayoutMethod>) -> &'static str {

@@ -238,66 +238,26 @@ pub struct DemoReport {
 
 /// Runs the demo in `dir` (created; an earlier demo database there is replaced).
 pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let dir = dir.canonicalize()?;
-    for f in ["settle.db", "settle.db-wal", "settle.db-shm"] {
-        let _ = std::fs::remove_file(dir.join(f));
-    }
+    let dir = prepare_dir(dir)?;
     let outbox = dir.join("outbox");
-    let _ = std::fs::remove_dir_all(&outbox);
     let url = format!("sqlite://{}", dir.join("settle.db").display());
-    let store = Store::open(&url, &StoreOptions::default()).await?;
-    store.migrate().await?;
-    // The demo replays a week as it arrives, at the instants it happened.
-    store
-        .fix_clock_mode(ClockMode::Simulated, chrono::Utc::now().timestamp_millis())
-        .await?;
+    let store = open_store(&url).await?;
 
-    // The week: the last full week whose Monday run (00:05 UTC) is already past.
-    let real_now = chrono::Utc::now().timestamp_millis();
-    let mut week = demo_week(chrono::Utc::now().date_naive());
-    let run_at = |w: NaiveDate| date_start_ms(w + Duration::days(7)) + 5 * 60_000;
-    if run_at(week) + 10 * 60_000 > real_now {
-        week -= Duration::days(7);
-    }
+    let week = paid_week();
     let monday = week + Duration::days(7);
     let arrivals = generate(week, &|id| demo_wallet(id).pubkey().to_string(), 20261123);
     let input_path = dir.join("demo-input.ndjson");
-    let mut input = String::new();
-    for a in &arrivals {
-        input.push_str(&json!({"at": format_ms(a.at_ms), "line": a.line}).to_string());
-        input.push('\n');
-    }
-    std::fs::write(&input_path, input)?;
+    write_input(&input_path, &arrivals)?;
 
     // Book the week as it arrives.
     let clock = Arc::new(ManualClock::new(
         arrivals.first().map(|a| a.at_ms).unwrap_or(0),
     ));
     let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
-    let actor = Actor::system("demo");
-    let mut counts = serde_json::Map::new();
-    for a in &arrivals {
-        clock.set(a.at_ms);
-        let command = crate::wire::import::parse_line(&a.line.to_string())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let status = match crate::wire::import::apply(&ledger, &command, &actor).await {
-            Ok(applied) => applied.as_str().to_owned(),
-            Err(crate::ledger::LedgerError::Rejected(e)) => format!("rejected:{}", e.code),
-            Err(e) => return Err(e.into()),
-        };
-        let kind = a.line["type"].as_str().unwrap_or("?");
-        let key = if kind == "usage" {
-            format!("usage_{status}")
-        } else {
-            status
-        };
-        let n = counts.get(&key).and_then(Value::as_i64).unwrap_or(0);
-        counts.insert(key, json!(n + 1));
-    }
+    let counts = book_arrivals(&ledger, &clock, &arrivals).await?;
 
     // The Monday run at 00:05 UTC.
-    clock.set(run_at(week));
+    clock.set(monday_run_ms(week));
     let calendar = settle_calendar::Calendar::platform_default();
     let run_key = settle_calendar::RunKey::Weekly { monday };
     let report = ledger
@@ -330,7 +290,127 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
         crate::rails::bank::generate_batches(&ledger, &bank_config, &Actor::system("bank")).await?;
 
     // What a provider's dashboard shows, and the books.
-    let pool = ledger.store.pool();
+    let earnings_per_gpu = earnings_per_gpu(&ledger, week, monday).await?;
+    let payouts = payout_rows(&ledger).await?;
+    let balances = solana_balances(&chain);
+    let bank_files = bank_file_rows(&generated);
+    let verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
+    anyhow::ensure!(
+        verify.ok(),
+        "the demo ledger does not verify: {:?}",
+        verify.problems
+    );
+    let dashboard_token = dashboard_token(&ledger).await?;
+    let demo = DemoReport {
+        database: url.clone(),
+        week_start: week.to_string(),
+        run_date: monday.to_string(),
+        input_file: input_path.display().to_string(),
+        ingest: counts,
+        earnings_per_gpu,
+        run: serde_json::to_value(&report)?,
+        payouts,
+        chain: chain_summary(&chain, &paid, balances),
+        bank_files,
+        serve: format!(
+            "settle --database {url} --config {} serve",
+            write_serve_config(&dir, &bank_config)?.display()
+        ),
+        dashboard_url: format!(
+            "http://{}/dashboard",
+            crate::config::HttpConfig::default().bind
+        ),
+        dashboard_token,
+    };
+    ledger.store.close().await;
+    drop(chain);
+    Ok(demo)
+}
+
+/// Creates `dir` and removes an earlier demo's database and outbox from it; returns its
+/// canonical path.
+fn prepare_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    for f in ["settle.db", "settle.db-wal", "settle.db-shm"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    let _ = std::fs::remove_dir_all(dir.join("outbox"));
+    Ok(dir)
+}
+
+/// Opens and migrates the demo database, fixed to the simulated clock.
+async fn open_store(url: &str) -> anyhow::Result<Store> {
+    let store = Store::open(url, &StoreOptions::default()).await?;
+    store.migrate().await?;
+    // The demo replays a week as it arrives, at the instants it happened.
+    store
+        .fix_clock_mode(ClockMode::Simulated, chrono::Utc::now().timestamp_millis())
+        .await?;
+    Ok(store)
+}
+
+/// The instant of the Monday run (00:05 UTC) that pays the week starting on `week`.
+fn monday_run_ms(week: NaiveDate) -> i64 {
+    date_start_ms(week + Duration::days(7)) + 5 * 60_000
+}
+
+/// The week: the last full week whose Monday run (00:05 UTC) is already past.
+fn paid_week() -> NaiveDate {
+    let real_now = chrono::Utc::now().timestamp_millis();
+    let mut week = demo_week(chrono::Utc::now().date_naive());
+    if monday_run_ms(week) + 10 * 60_000 > real_now {
+        week -= Duration::days(7);
+    }
+    week
+}
+
+/// Writes the generated arrivals to `path`, one `{"at", "line"}` object per line.
+fn write_input(path: &Path, arrivals: &[Arrival]) -> anyhow::Result<()> {
+    let mut input = String::new();
+    for a in arrivals {
+        input.push_str(&json!({"at": format_ms(a.at_ms), "line": a.line}).to_string());
+        input.push('\n');
+    }
+    std::fs::write(path, input)?;
+    Ok(())
+}
+
+/// Books every arrival at its instant; returns how many lines had each outcome.
+async fn book_arrivals(
+    ledger: &Ledger,
+    clock: &ManualClock,
+    arrivals: &[Arrival],
+) -> anyhow::Result<serde_json::Map<String, Value>> {
+    let actor = Actor::system("demo");
+    let mut counts = serde_json::Map::new();
+    for a in arrivals {
+        clock.set(a.at_ms);
+        let command = crate::wire::import::parse_line(&a.line.to_string())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let status = match crate::wire::import::apply(ledger, &command, &actor).await {
+            Ok(applied) => applied.as_str().to_owned(),
+            Err(crate::ledger::LedgerError::Rejected(e)) => format!("rejected:{}", e.code),
+            Err(e) => return Err(e.into()),
+        };
+        let kind = a.line["type"].as_str().unwrap_or("?");
+        let key = if kind == "usage" {
+            format!("usage_{status}")
+        } else {
+            status
+        };
+        let n = counts.get(&key).and_then(Value::as_i64).unwrap_or(0);
+        counts.insert(key, json!(n + 1));
+    }
+    Ok(counts)
+}
+
+/// The week's earnings of every GPU of every sample provider, as a dashboard shows them.
+async fn earnings_per_gpu(
+    ledger: &Ledger,
+    week: NaiveDate,
+    monday: NaiveDate,
+) -> anyhow::Result<Vec<Value>> {
     let mut earnings_per_gpu = Vec::new();
     for p in PROVIDERS {
         let r = crate::store::read::earnings(
@@ -349,7 +429,13 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
             }));
         }
     }
-    let payouts: Vec<Value> = crate::store::read::payouts(pool, None, PayoutFilter::All, None, 1000)
+    Ok(earnings_per_gpu)
+}
+
+/// Every payout of the ledger (up to 1000), as the report lists them.
+async fn payout_rows(ledger: &Ledger) -> anyhow::Result<Vec<Value>> {
+    let pool = ledger.store.pool();
+    Ok(crate::store::read::payouts(pool, None, PayoutFilter::All, None, 1000)
         .await?
         .into_iter()
         .map(|p| json!({
@@ -357,28 +443,48 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
             "amount_usdc": format_micro_usdc(p.amount_micro_usdc), "amount_eur": p.amount_eur_cents.map(format_cents),
             "reference": p.reference, "end_to_end_id": p.end_to_end_id,
         }))
-        .collect();
+        .collect())
+}
+
+/// The USDC balance of every Solana sample provider's wallet on the local chain.
+fn solana_balances(chain: &crate::rails::solana::dev::DevChain) -> Vec<Value> {
     let mut balances = Vec::new();
     for p in PROVIDERS.iter().filter(|p| p.rail == "solana") {
         let wallet = demo_wallet(p.id).pubkey();
         balances.push(json!({"provider_id": p.id, "wallet": wallet.to_string(), "usdc": format_micro_usdc(chain.usdc_of(&wallet) as i64)}));
     }
-    let bank_files: Vec<Value> = generated
+    balances
+}
+
+/// The local chain after the run: its addresses, what the rail landed, the balances.
+fn chain_summary(
+    chain: &crate::rails::solana::dev::DevChain,
+    paid: &crate::rails::solana::PayPendingReport,
+    balances: Vec<Value>,
+) -> Value {
+    json!({
+        "rpc_url": chain.url, "mint": chain.mint.to_string(), "treasury": chain.treasury.to_string(),
+        "treasury_usdc": format_micro_usdc(chain.treasury_usdc() as i64),
+        "transactions_landed": paid.transactions_landed, "settled": paid.settled, "failed": paid.failed,
+        "balances": balances,
+    })
+}
+
+/// The bank files written, one object per batch.
+fn bank_file_rows(generated: &crate::rails::bank::GenerateReport) -> Vec<Value> {
+    generated
         .batches
         .iter()
         .map(|b| json!({
             "rail": b.batch.rail.as_str(), "batch_id": b.batch.batch_id, "path": b.path.display().to_string(), "sha256": b.batch.sha256,
             "currency": b.batch.currency, "total": format_cents(b.batch.total_cents), "payouts": b.batch.payout_ids,
         }))
-        .collect();
-    let verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
-    anyhow::ensure!(
-        verify.ok(),
-        "the demo ledger does not verify: {:?}",
-        verify.problems
-    );
-    // A provider token to sign in to the dashboard with.
-    let dashboard_token = crate::auth::create_token(
+        .collect()
+}
+
+/// Creates a provider token of `prv_atlas` (valid 7 days) to sign in to the dashboard with.
+async fn dashboard_token(ledger: &Ledger) -> anyhow::Result<String> {
+    Ok(crate::auth::create_token(
         ledger.store.pool(),
         &crate::auth::NewToken {
             scope: crate::auth::Scope::Provider,
@@ -392,36 +498,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
         chrono::Utc::now().timestamp_millis(),
     )
     .await?
-    .token;
-    let demo = DemoReport {
-        database: url.clone(),
-        week_start: week.to_string(),
-        run_date: monday.to_string(),
-        input_file: input_path.display().to_string(),
-        ingest: counts,
-        earnings_per_gpu,
-        run: serde_json::to_value(&report)?,
-        payouts,
-        chain: json!({
-            "rpc_url": chain.url, "mint": chain.mint.to_string(), "treasury": chain.treasury.to_string(),
-            "treasury_usdc": format_micro_usdc(chain.treasury_usdc() as i64),
-            "transactions_landed": paid.transactions_landed, "settled": paid.settled, "failed": paid.failed,
-            "balances": balances,
-        }),
-        bank_files,
-        serve: format!(
-            "settle --database {url} --config {} serve",
-            write_serve_config(&dir, &bank_config)?.display()
-        ),
-        dashboard_url: format!(
-            "http://{}/dashboard",
-            crate::config::HttpConfig::default().bind
-        ),
-        dashboard_token,
-    };
-    ledger.store.close().await;
-    drop(chain);
-    Ok(demo)
+    .token)
 }
 
 /// Writes `DIR/settle.toml` for `settle serve` over the demo's data: its bank outbox, and
@@ -444,9 +521,18 @@ fn write_serve_config(dir: &Path, bank: &BankConfig) -> anyhow::Result<PathBuf> 
 
 /// Renders the report for a terminal.
 pub fn render_table(d: &DemoReport) -> String {
+    let mut out = String::new();
+    render_booking(&mut out, d);
+    render_run(&mut out, d);
+    render_payments(&mut out, d);
+    render_next_steps(&mut out, d);
+    out
+}
+
+/// The header, what was booked, and the week's earnings per GPU.
+fn render_booking(out: &mut String, d: &DemoReport) {
     use crate::report::output::Rows;
     use std::fmt::Write;
-    let mut out = String::new();
     let _ = writeln!(
         out,
         "settle demo: the week of {} (Mon) paid on {}\n",
@@ -478,6 +564,12 @@ pub fn render_table(d: &DemoReport) -> String {
         rows.push(rows.columns.iter().map(|c| e[*c].clone()).collect());
     }
     out.push_str(&rows.render(crate::report::output::Format::Table));
+}
+
+/// The weekly run's decision per provider.
+fn render_run(out: &mut String, d: &DemoReport) {
+    use crate::report::output::Rows;
+    use std::fmt::Write;
     let _ = writeln!(
         out,
         "\nWeekly run {} (cutoff {}):",
@@ -505,6 +597,12 @@ pub fn render_table(d: &DemoReport) -> String {
         ]);
     }
     out.push_str(&rows.render(crate::report::output::Format::Table));
+}
+
+/// The payouts, the Solana balances after the chain run, and the bank files.
+fn render_payments(out: &mut String, d: &DemoReport) {
+    use crate::report::output::Rows;
+    use std::fmt::Write;
     let _ = writeln!(out, "\nPayouts:");
     let mut rows = Rows::new(vec![
         "payout_id",
@@ -543,6 +641,11 @@ pub fn render_table(d: &DemoReport) -> String {
             f["sha256"].as_str().unwrap_or("")
         );
     }
+}
+
+/// How to explore the demo's ledger: `settle serve`, the dashboard token, an admin token.
+fn render_next_steps(out: &mut String, d: &DemoReport) {
+    use std::fmt::Write;
     let _ = writeln!(
         out,
         "\nThe ledger verifies (hash chains, balanced lines, projections). Explore it:"
@@ -558,7 +661,6 @@ pub fn render_table(d: &DemoReport) -> String {
         "  settle --database {} token create --scope admin --name me    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary",
         d.database
     );
-    out
 }
 
 /// Where `settle demo` works by default.

@@ -5,7 +5,7 @@ use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
 use crate::domain::projection::{Projections, TABLES, ops};
 use crate::store::{
-    GENESIS_HASH, ProjectionSnapshot, Store, StoreError, canonical_bytes, event_hash,
+    GENESIS_HASH, ProjectionSnapshot, Store, StoreError, StoredEvent, canonical_bytes, event_hash,
 };
 
 /// Events read per page while folding.
@@ -108,126 +108,194 @@ async fn fold_checked(
     let streams = store.streams().await?;
     report.streams = streams.len();
     if let Some(anchors) = anchors {
-        report.anchored_streams = Some(anchors.len());
-        let present: std::collections::BTreeSet<&String> = streams.iter().collect();
-        for (stream, (seq, _)) in anchors {
-            if !present.contains(stream) {
-                report.push(Problem {
-                    stream: stream.clone(),
-                    seq: Some(*seq),
-                    kind: "anchor_truncated",
-                    detail: format!("the stream is gone; it was anchored at seq {seq}"),
-                });
-            }
-        }
+        report_gone_streams(report, anchors, &streams);
     }
     for stream in streams {
-        let mut expected_seq = 1;
-        let mut prev_hash = GENESIS_HASH.to_vec();
-        // The chain as the contents alone give it, whatever the stored hashes say.
-        let mut recomputed = GENESIS_HASH;
         let anchor = anchors.and_then(|a| a.get(&stream));
-        let mut last_seq = 0;
-        loop {
-            let page = store
-                .stream_events(&stream, expected_seq - 1, PAGE_EVENTS)
-                .await?;
-            if page.is_empty() {
-                break;
-            }
-            for e in &page {
-                report.events += 1;
-                let problem = |kind: &'static str, detail: String| Problem {
-                    stream: stream.clone(),
-                    seq: Some(e.seq),
-                    kind,
-                    detail,
-                };
-                if e.seq != expected_seq {
-                    report.push(problem(
-                        "sequence_gap",
-                        format!("expected seq {expected_seq}, found {}", e.seq),
-                    ));
-                }
-                if e.prev_hash != prev_hash {
-                    report.push(problem(
-                        "chain_broken",
-                        "prev_hash does not match the previous event's hash".into(),
-                    ));
-                }
-                let canonical = canonical_bytes(e);
-                recomputed = event_hash(&recomputed, &canonical);
-                if let Some((anchored_seq, anchored_hash)) = anchor
-                    && e.seq == *anchored_seq
-                    && recomputed.as_slice() != anchored_hash.as_slice()
-                {
-                    report.push(problem(
-                        "anchor_mismatch",
-                        "the chain recomputed from the events differs from the anchored head \
-                         at this position: an event at or before it was altered, inserted, \
-                         removed or moved"
-                            .into(),
-                    ));
-                }
-                last_seq = e.seq;
-                if e.hash != event_hash(&e.prev_hash, &canonical) {
-                    report.push(problem(
-                        "hash_mismatch",
-                        "stored hash does not match the event's content: the event was altered"
-                            .into(),
-                    ));
-                }
-                match lines_from_json(&e.lines) {
-                    Ok(lines) => {
-                        let sum: i128 = lines.iter().map(|l| i128::from(l.amount_micro_usdc)).sum();
-                        if sum != 0 {
-                            report.push(problem("unbalanced", format!("lines sum to {sum} µUSDC")));
-                        }
-                    }
-                    Err(err) => report.push(problem("invalid_lines", err.message)),
-                }
-                match EventBody::from_json(&e.event_type, e.version as u32, &e.payload) {
-                    Ok(body) => {
-                        if crate::domain::event::lines_to_json(&body.lines()) != e.lines {
-                            report.push(problem(
-                                "lines_mismatch",
-                                "stored lines differ from the lines the event posts".into(),
-                            ));
-                        }
-                        match at {
-                            None => projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body),
-                            Some(at) if e.seq <= at.heads.get(&stream).copied().unwrap_or(0) => {
-                                let folded_to = at.checkpoints.get(&stream).copied().unwrap_or(0);
-                                for op in ops(&e.stream, e.seq, e.recorded_at_ms, &body) {
-                                    if e.seq <= folded_to || !op.is_aggregate() {
-                                        projections.apply(&op);
-                                    }
-                                }
-                            }
-                            Some(_) => {}
-                        }
-                    }
-                    Err(err) => report.push(problem("invalid_payload", err.message)),
-                }
-                expected_seq = e.seq + 1;
-                prev_hash = e.hash.clone();
-            }
-            progress(report.events);
-        }
-        if let Some((anchored_seq, _)) = anchor
-            && last_seq < *anchored_seq
-        {
+        fold_stream(
+            store,
+            report,
+            &mut projections,
+            &stream,
+            anchor,
+            at,
+            progress,
+        )
+        .await?;
+    }
+    Ok(projections)
+}
+
+/// Reports every anchored stream the ledger no longer has (`anchor_truncated`).
+fn report_gone_streams(report: &mut VerifyReport, anchors: &Heads, streams: &[String]) {
+    report.anchored_streams = Some(anchors.len());
+    let present: std::collections::BTreeSet<&String> = streams.iter().collect();
+    for (stream, (seq, _)) in anchors {
+        if !present.contains(stream) {
             report.push(Problem {
                 stream: stream.clone(),
-                seq: Some(*anchored_seq),
+                seq: Some(*seq),
                 kind: "anchor_truncated",
-                detail: format!(
-                    "the stream ends at seq {last_seq}; it was anchored at seq {anchored_seq}"
-                ),
+                detail: format!("the stream is gone; it was anchored at seq {seq}"),
             });
         }
     }
-    Ok(projections)
+}
+
+/// Reads one stream page by page, checks each event, and folds it into `projections`
+/// (all of it, or what the snapshot `at` must hold of it).
+async fn fold_stream(
+    store: &Store,
+    report: &mut VerifyReport,
+    projections: &mut Projections,
+    stream: &str,
+    anchor: Option<&(i64, Vec<u8>)>,
+    at: Option<&ProjectionSnapshot>,
+    progress: &(dyn Fn(i64) + Sync),
+) -> Result<(), StoreError> {
+    let mut expected_seq = 1;
+    let mut prev_hash = GENESIS_HASH.to_vec();
+    // The chain as the contents alone give it, whatever the stored hashes say.
+    let mut recomputed = GENESIS_HASH;
+    let mut last_seq = 0;
+    loop {
+        let page = store
+            .stream_events(stream, expected_seq - 1, PAGE_EVENTS)
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        for e in &page {
+            report.events += 1;
+            check_chain(
+                report,
+                stream,
+                e,
+                expected_seq,
+                &prev_hash,
+                &mut recomputed,
+                anchor,
+            );
+            last_seq = e.seq;
+            check_and_fold(report, projections, stream, e, at);
+            expected_seq = e.seq + 1;
+            prev_hash = e.hash.clone();
+        }
+        progress(report.events);
+    }
+    if let Some((anchored_seq, _)) = anchor
+        && last_seq < *anchored_seq
+    {
+        report.push(Problem {
+            stream: stream.to_owned(),
+            seq: Some(*anchored_seq),
+            kind: "anchor_truncated",
+            detail: format!(
+                "the stream ends at seq {last_seq}; it was anchored at seq {anchored_seq}"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks an event's place in its chain: its seq, its link to the previous event, the
+/// chain recomputed from the contents against the anchor, and its stored hash.
+fn check_chain(
+    report: &mut VerifyReport,
+    stream: &str,
+    e: &StoredEvent,
+    expected_seq: i64,
+    prev_hash: &[u8],
+    recomputed: &mut [u8; 32],
+    anchor: Option<&(i64, Vec<u8>)>,
+) {
+    let problem = |kind: &'static str, detail: String| Problem {
+        stream: stream.to_owned(),
+        seq: Some(e.seq),
+        kind,
+        detail,
+    };
+    if e.seq != expected_seq {
+        report.push(problem(
+            "sequence_gap",
+            format!("expected seq {expected_seq}, found {}", e.seq),
+        ));
+    }
+    if e.prev_hash != prev_hash {
+        report.push(problem(
+            "chain_broken",
+            "prev_hash does not match the previous event's hash".into(),
+        ));
+    }
+    let canonical = canonical_bytes(e);
+    *recomputed = event_hash(recomputed.as_slice(), &canonical);
+    if let Some((anchored_seq, anchored_hash)) = anchor
+        && e.seq == *anchored_seq
+        && recomputed.as_slice() != anchored_hash.as_slice()
+    {
+        report.push(problem(
+            "anchor_mismatch",
+            "the chain recomputed from the events differs from the anchored head \
+             at this position: an event at or before it was altered, inserted, \
+             removed or moved"
+                .into(),
+        ));
+    }
+    if e.hash != event_hash(&e.prev_hash, &canonical) {
+        report.push(problem(
+            "hash_mismatch",
+            "stored hash does not match the event's content: the event was altered".into(),
+        ));
+    }
+}
+
+/// Checks an event's lines (balanced, the ones its payload posts) and folds its payload:
+/// all of it without `at`, else only what the snapshot `at` holds of this stream.
+fn check_and_fold(
+    report: &mut VerifyReport,
+    projections: &mut Projections,
+    stream: &str,
+    e: &StoredEvent,
+    at: Option<&ProjectionSnapshot>,
+) {
+    let problem = |kind: &'static str, detail: String| Problem {
+        stream: stream.to_owned(),
+        seq: Some(e.seq),
+        kind,
+        detail,
+    };
+    match lines_from_json(&e.lines) {
+        Ok(lines) => {
+            let sum: i128 = lines.iter().map(|l| i128::from(l.amount_micro_usdc)).sum();
+            if sum != 0 {
+                report.push(problem("unbalanced", format!("lines sum to {sum} µUSDC")));
+            }
+        }
+        Err(err) => report.push(problem("invalid_lines", err.message)),
+    }
+    match EventBody::from_json(&e.event_type, e.version as u32, &e.payload) {
+        Ok(body) => {
+            if crate::domain::event::lines_to_json(&body.lines()) != e.lines {
+                report.push(problem(
+                    "lines_mismatch",
+                    "stored lines differ from the lines the event posts".into(),
+                ));
+            }
+            match at {
+                None => projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body),
+                Some(at) if e.seq <= at.heads.get(stream).copied().unwrap_or(0) => {
+                    let folded_to = at.checkpoints.get(stream).copied().unwrap_or(0);
+                    for op in ops(&e.stream, e.seq, e.recorded_at_ms, &body) {
+                        if e.seq <= folded_to || !op.is_aggregate() {
+                            projections.apply(&op);
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Err(err) => report.push(problem("invalid_payload", err.message)),
+    }
 }
 
 /// Verifies the whole ledger.

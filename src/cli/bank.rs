@@ -126,6 +126,7 @@ fn print_problems(problems: &[String]) -> i32 {
     }
 }
 
+/// Runs a `settle bank` subcommand; its exit code.
 pub async fn bank_cmd(
     ledger: &Ledger,
     args: &BankArgs,
@@ -136,197 +137,247 @@ pub async fn bank_cmd(
     let config = load_config(config_path, args.outbox.as_deref())?;
     let pool = ledger.store.pool();
     match &args.cmd {
-        BankCmd::Generate => {
-            // `settle serve` refuses the example originator; here an operator is at the
-            // keyboard, so it is a warning on stderr before any file is written.
-            if let Err(e) = config.check_not_example() {
-                eprintln!("warning: {e}");
-            }
-            let report = match bank::generate_batches(ledger, &config, &cli_actor()).await {
-                Ok(r) => r,
-                Err(e) => return rejected(e),
-            };
-            let mut problems = Vec::new();
-            let mut rows = Rows::new(vec![
-                "batch_id",
-                "rail",
-                "new",
-                "payouts",
-                "submitted",
-                "total",
-                "currency",
-                "path",
-                "sha256",
-            ]);
-            for o in &report.batches {
-                problems.extend(o.problems.iter().cloned());
-                rows.push(vec![
-                    json!(o.batch.batch_id),
-                    json!(o.batch.rail.as_str()),
-                    json!(o.new),
-                    json!(o.batch.payout_ids.len()),
-                    json!(o.submitted),
-                    json!(format_cents(o.batch.total_cents)),
-                    json!(o.batch.currency),
-                    json!(o.path.display().to_string()),
-                    json!(o.batch.sha256),
-                ]);
-            }
-            for f in &report.failed {
-                problems.push(format!("payout {} failed: {}", f.payout_id, f.reason));
-            }
-            match format {
-                Format::Json => writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &json!({"batches": rows.to_json(), "failed": report.failed})
-                    )?
-                )?,
-                _ => {
-                    write!(out, "{}", rows.render(format))?;
-                    if format == Format::Table {
-                        writeln!(
-                            out,
-                            "{} batches, {} payouts failed as unbankable",
-                            report.batches.len(),
-                            report.failed.len()
-                        )?;
-                    }
-                }
-            }
-            Ok(print_problems(&problems))
-        }
+        BankCmd::Generate => generate(ledger, &config, format, out).await,
         BankCmd::List => {
             let all = bank::batches(pool).await?;
             let refs: Vec<&BankBatch> = all.iter().collect();
             write!(out, "{}", batch_rows(&refs).render(format))?;
             Ok(0)
         }
-        BankCmd::Show { batch_id } => {
-            let Some(b) = bank::batch(pool, batch_id).await? else {
-                eprintln!("rejected: unknown_bank_batch: no bank batch {batch_id}");
-                return Ok(EXIT_REJECTED);
-            };
-            let payouts = match bank::batch_payouts(pool, &b).await {
-                Ok(p) => p,
-                Err(e) => return rejected(e),
-            };
-            let mut rows = Rows::new(vec![
-                "payout_id",
-                "provider_id",
-                "run",
-                "status",
-                "amount_usdc",
-                "amount_eur",
-                "end_to_end_id",
-                "failure_reason",
-            ]);
-            for p in &payouts {
-                rows.push(vec![
-                    json!(p.payout_id),
-                    json!(p.provider_id),
-                    json!(format!("{} {}", p.run_kind, p.run_key)),
-                    json!(p.status),
-                    json!(format_micro_usdc(p.amount_micro_usdc)),
-                    json!(p.amount_eur_cents.map(format_cents)),
-                    json!(p.end_to_end_id),
-                    json!(p.failure_reason),
-                ]);
-            }
-            match format {
-                Format::Json => writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&json!({"batch": b, "payouts": rows.to_json()}))?
-                )?,
-                Format::Csv => write!(out, "{}", rows.render(format))?,
-                Format::Table => {
-                    write!(out, "{}", batch_rows(&[&b]).render(format))?;
-                    writeln!(out)?;
-                    write!(out, "{}", rows.render(format))?;
-                }
-            }
-            Ok(0)
-        }
+        BankCmd::Show { batch_id } => show(ledger, batch_id, format, out).await,
         BankCmd::Submitted { batch_id } | BankCmd::Settled { batch_id } => {
-            let result = match &args.cmd {
-                BankCmd::Submitted { .. } => {
-                    bank::mark_submitted(ledger, batch_id, &cli_actor()).await
-                }
-                _ => bank::mark_settled(ledger, batch_id, &cli_actor()).await,
-            };
-            let outcome = match result {
-                Ok(o) => o,
-                Err(e) => return rejected(e),
-            };
-            let mut rows = batch_rows(&[&outcome.batch]);
-            rows.columns.extend(["result", "payouts_changed"]);
-            if let Some(r) = rows.rows.first_mut() {
-                r.push(json!(outcome.status_change));
-                r.push(json!(outcome.payouts_changed));
-            }
-            write!(out, "{}", rows.render(format))?;
-            Ok(print_problems(&outcome.problems))
+            let settled = matches!(args.cmd, BankCmd::Settled { .. });
+            lifecycle(ledger, batch_id, settled, format, out).await
         }
-        BankCmd::Return { payout, code } => {
-            let outcome = match bank::return_payout(ledger, payout, code, &cli_actor()).await {
-                Ok(o) => o,
-                Err(e) => return rejected(e),
-            };
-            let mut rows = Rows::new(vec![
-                "payout_id",
-                "provider_id",
-                "batch_id",
-                "code",
-                "reason",
-                "method_invalid",
-                "result",
-            ]);
-            rows.push(vec![
-                json!(outcome.payout_id),
-                json!(outcome.provider_id),
-                json!(outcome.batch_id),
-                json!(outcome.code),
-                json!(outcome.reason),
-                json!(outcome.method_invalid),
-                json!(outcome.status),
-            ]);
-            write!(out, "{}", rows.render(format))?;
-            Ok(0)
-        }
+        BankCmd::Return { payout, code } => book_return(ledger, payout, code, format, out).await,
         BankCmd::Regenerate {
             batch_id,
             out: dest,
-        } => {
-            let originator = match Originator::parse(&config) {
-                Ok(o) => o,
-                Err(e) => return rejected(e.into()),
-            };
-            let (b, file) = match bank::regenerate(ledger, &originator, batch_id).await {
-                Ok(r) => r,
-                Err(e) => return rejected(e),
-            };
-            let path = match dest.as_deref() {
-                Some("-") => {
-                    write!(out, "{}", file.contents)?;
-                    return Ok(0);
-                }
-                Some(p) => PathBuf::from(p),
-                None => match bank::outbox_path(&config, &b) {
-                    Ok(p) => p,
-                    Err(e) => return rejected(e),
-                },
-            };
-            bank::write_atomic(&path, file.contents.as_bytes())?;
-            let mut rows = Rows::new(vec!["batch_id", "path", "sha256"]);
-            rows.push(vec![
-                json!(b.batch_id),
-                json!(path.display().to_string()),
-                json!(b.sha256),
-            ]);
+        } => regenerate(ledger, &config, batch_id, dest.as_deref(), format, out).await,
+    }
+}
+
+/// `settle bank generate`: writes and submits the files, lists them and the payouts that
+/// failed as unbankable; exit code 2 when any batch has a problem.
+async fn generate(
+    ledger: &Ledger,
+    config: &BankConfig,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    // `settle serve` refuses the example originator; here an operator is at the
+    // keyboard, so it is a warning on stderr before any file is written.
+    if let Err(e) = config.check_not_example() {
+        eprintln!("warning: {e}");
+    }
+    let report = match bank::generate_batches(ledger, config, &cli_actor()).await {
+        Ok(r) => r,
+        Err(e) => return rejected(e),
+    };
+    let mut problems = Vec::new();
+    let mut rows = Rows::new(vec![
+        "batch_id",
+        "rail",
+        "new",
+        "payouts",
+        "submitted",
+        "total",
+        "currency",
+        "path",
+        "sha256",
+    ]);
+    for o in &report.batches {
+        problems.extend(o.problems.iter().cloned());
+        rows.push(vec![
+            json!(o.batch.batch_id),
+            json!(o.batch.rail.as_str()),
+            json!(o.new),
+            json!(o.batch.payout_ids.len()),
+            json!(o.submitted),
+            json!(format_cents(o.batch.total_cents)),
+            json!(o.batch.currency),
+            json!(o.path.display().to_string()),
+            json!(o.batch.sha256),
+        ]);
+    }
+    for f in &report.failed {
+        problems.push(format!("payout {} failed: {}", f.payout_id, f.reason));
+    }
+    match format {
+        Format::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"batches": rows.to_json(), "failed": report.failed})
+            )?
+        )?,
+        _ => {
             write!(out, "{}", rows.render(format))?;
-            Ok(0)
+            if format == Format::Table {
+                writeln!(
+                    out,
+                    "{} batches, {} payouts failed as unbankable",
+                    report.batches.len(),
+                    report.failed.len()
+                )?;
+            }
         }
     }
+    Ok(print_problems(&problems))
+}
+
+/// `settle bank show`: a batch and its payouts.
+async fn show(
+    ledger: &Ledger,
+    batch_id: &str,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let pool = ledger.store.pool();
+    let Some(b) = bank::batch(pool, batch_id).await? else {
+        eprintln!("rejected: unknown_bank_batch: no bank batch {batch_id}");
+        return Ok(EXIT_REJECTED);
+    };
+    let payouts = match bank::batch_payouts(pool, &b).await {
+        Ok(p) => p,
+        Err(e) => return rejected(e),
+    };
+    let mut rows = Rows::new(vec![
+        "payout_id",
+        "provider_id",
+        "run",
+        "status",
+        "amount_usdc",
+        "amount_eur",
+        "end_to_end_id",
+        "failure_reason",
+    ]);
+    for p in &payouts {
+        rows.push(vec![
+            json!(p.payout_id),
+            json!(p.provider_id),
+            json!(format!("{} {}", p.run_kind, p.run_key)),
+            json!(p.status),
+            json!(format_micro_usdc(p.amount_micro_usdc)),
+            json!(p.amount_eur_cents.map(format_cents)),
+            json!(p.end_to_end_id),
+            json!(p.failure_reason),
+        ]);
+    }
+    match format {
+        Format::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({"batch": b, "payouts": rows.to_json()}))?
+        )?,
+        Format::Csv => write!(out, "{}", rows.render(format))?,
+        Format::Table => {
+            write!(out, "{}", batch_rows(&[&b]).render(format))?;
+            writeln!(out)?;
+            write!(out, "{}", rows.render(format))?;
+        }
+    }
+    Ok(0)
+}
+
+/// `settle bank submitted` (`settled` false) or `settle bank settled`: records the step
+/// and prints the batch with what changed.
+async fn lifecycle(
+    ledger: &Ledger,
+    batch_id: &str,
+    settled: bool,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let result = if settled {
+        bank::mark_settled(ledger, batch_id, &cli_actor()).await
+    } else {
+        bank::mark_submitted(ledger, batch_id, &cli_actor()).await
+    };
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => return rejected(e),
+    };
+    let mut rows = batch_rows(&[&outcome.batch]);
+    rows.columns.extend(["result", "payouts_changed"]);
+    if let Some(r) = rows.rows.first_mut() {
+        r.push(json!(outcome.status_change));
+        r.push(json!(outcome.payouts_changed));
+    }
+    write!(out, "{}", rows.render(format))?;
+    Ok(print_problems(&outcome.problems))
+}
+
+/// `settle bank return`: books the return of one payout.
+async fn book_return(
+    ledger: &Ledger,
+    payout: &str,
+    code: &str,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let outcome = match bank::return_payout(ledger, payout, code, &cli_actor()).await {
+        Ok(o) => o,
+        Err(e) => return rejected(e),
+    };
+    let mut rows = Rows::new(vec![
+        "payout_id",
+        "provider_id",
+        "batch_id",
+        "code",
+        "reason",
+        "method_invalid",
+        "result",
+    ]);
+    rows.push(vec![
+        json!(outcome.payout_id),
+        json!(outcome.provider_id),
+        json!(outcome.batch_id),
+        json!(outcome.code),
+        json!(outcome.reason),
+        json!(outcome.method_invalid),
+        json!(outcome.status),
+    ]);
+    write!(out, "{}", rows.render(format))?;
+    Ok(0)
+}
+
+/// `settle bank regenerate`: rewrites a batch's file to `dest` (`-` prints it), else to
+/// the outbox.
+async fn regenerate(
+    ledger: &Ledger,
+    config: &BankConfig,
+    batch_id: &str,
+    dest: Option<&str>,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let originator = match Originator::parse(config) {
+        Ok(o) => o,
+        Err(e) => return rejected(e.into()),
+    };
+    let (b, file) = match bank::regenerate(ledger, &originator, batch_id).await {
+        Ok(r) => r,
+        Err(e) => return rejected(e),
+    };
+    let path = match dest {
+        Some("-") => {
+            write!(out, "{}", file.contents)?;
+            return Ok(0);
+        }
+        Some(p) => PathBuf::from(p),
+        None => match bank::outbox_path(config, &b) {
+            Ok(p) => p,
+            Err(e) => return rejected(e),
+        },
+    };
+    bank::write_atomic(&path, file.contents.as_bytes())?;
+    let mut rows = Rows::new(vec!["batch_id", "path", "sha256"]);
+    rows.push(vec![
+        json!(b.batch_id),
+        json!(path.display().to_string()),
+        json!(b.sha256),
+    ]);
+    write!(out, "{}", rows.render(format))?;
+    Ok(0)
 }

@@ -21,8 +21,8 @@ use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
 use crate::report::output::{Format, Rows};
-use crate::store::{ClockMode, Store, StoreOptions};
-use crate::wire::import::{Command, Totals, parse_line};
+use crate::store::{ClockMode, Store};
+use crate::wire::import::{Command, LineResult, Totals, parse_line};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -232,7 +232,7 @@ fn may_book(cmd: &Cmd) -> bool {
 /// - An undecided ledger (new, or created before clock modes) is fixed by its first
 ///   command that may book: with `--now` simulated, without real.
 pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
-    let store = Store::open(&cli.database, &StoreOptions::default())
+    let store = Store::open(&cli.database, &config.store)
         .await
         .with_context(|| format!("opening database {}", redact(&cli.database)))?;
     store.migrate().await.context("migrating the database")?;
@@ -241,11 +241,59 @@ pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
         None => None,
     };
     let real_now = SystemClock.now_ms();
+    let mode = decide_clock_mode(&store, &cli.command, now.is_some(), real_now).await?;
+    let clock: Arc<dyn Clock> = match (mode, now) {
+        (_, None) => Arc::new(SystemClock),
+        (Some(ClockMode::Simulated) | None, Some(now)) => manual_clock(&store, now).await?,
+        (Some(ClockMode::Real), Some(now)) => {
+            let skew = config.ledger.clock_skew_ms;
+            let ahead = now - real_now > skew;
+            if ahead || (may_book(&cli.command) && (now - real_now).abs() > skew) {
+                bail!(
+                    "now_off_clock: --now {} is {} the real clock ({}) by more than ledger.clock_skew_ms ({skew} ms) on a real-clock ledger: {}",
+                    format_ms(now),
+                    if ahead { "ahead of" } else { "behind" },
+                    format_ms(real_now),
+                    if ahead {
+                        "a booking must never carry a time that has not come"
+                    } else {
+                        "bookings carry their real booking time; run the command without --now"
+                    }
+                );
+            }
+            if may_book(&cli.command) {
+                // Within the skew: bookings still carry the real clock.
+                Arc::new(SystemClock)
+            } else {
+                manual_clock(&store, now).await?
+            }
+        }
+    };
+    let mut ledger_config = config.ledger.clone();
+    if mode != Some(ClockMode::Real) && config.control.enforce == crate::config::Enforce::RealClock
+    {
+        // A replay (simulated clock) books history as it was: with control.enforce =
+        // "real_clock" the bands hold on real-clock ledgers only ("always" and "never"
+        // keep them everywhere).
+        ledger_config.lift_bands();
+    }
+    Ok(Ledger::new(store, clock, ledger_config))
+}
+
+/// The ledger's clock mode, fixed now when `command` decides it: `settle migrate
+/// --simulated-clock | --real-clock`, or the first command that may book (simulated with
+/// `--now`, `now_given`, real without).
+async fn decide_clock_mode(
+    store: &Store,
+    command: &Cmd,
+    now_given: bool,
+    real_now: i64,
+) -> anyhow::Result<Option<ClockMode>> {
     let mut mode = store.clock_mode().await?;
     if let Cmd::Migrate {
         simulated_clock,
         real_clock,
-    } = &cli.command
+    } = command
     {
         let wanted = match (simulated_clock, real_clock) {
             (true, true) => bail!("invalid_arguments: --simulated-clock or --real-clock, not both"),
@@ -268,63 +316,29 @@ pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
             }
             mode = Some(fixed);
         }
-    } else if mode.is_none() && may_book(&cli.command) {
-        let wanted = if now.is_some() {
+    } else if mode.is_none() && may_book(command) {
+        let wanted = if now_given {
             ClockMode::Simulated
         } else {
             ClockMode::Real
         };
         mode = Some(store.fix_clock_mode(wanted, real_now).await?);
     }
-    let store_ref = &store;
-    let manual = |now: i64| async move {
-        if let Some(latest) = store_ref.max_recorded_at_ms().await?
-            && now < latest
-        {
-            bail!(
-                "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
-                format_ms(now),
-                format_ms(latest)
-            );
-        }
-        Ok::<Arc<dyn Clock>, anyhow::Error>(Arc::new(ManualClock::new(now)))
-    };
-    let clock: Arc<dyn Clock> = match (mode, now) {
-        (_, None) => Arc::new(SystemClock),
-        (Some(ClockMode::Simulated) | None, Some(now)) => manual(now).await?,
-        (Some(ClockMode::Real), Some(now)) => {
-            let skew = config.ledger.clock_skew_ms;
-            let ahead = now - real_now > skew;
-            if ahead || (may_book(&cli.command) && (now - real_now).abs() > skew) {
-                bail!(
-                    "now_off_clock: --now {} is {} the real clock ({}) by more than ledger.clock_skew_ms ({skew} ms) on a real-clock ledger: {}",
-                    format_ms(now),
-                    if ahead { "ahead of" } else { "behind" },
-                    format_ms(real_now),
-                    if ahead {
-                        "a booking must never carry a time that has not come"
-                    } else {
-                        "bookings carry their real booking time; run the command without --now"
-                    }
-                );
-            }
-            if may_book(&cli.command) {
-                // Within the skew: bookings still carry the real clock.
-                Arc::new(SystemClock)
-            } else {
-                manual(now).await?
-            }
-        }
-    };
-    let mut ledger_config = config.ledger.clone();
-    if mode != Some(ClockMode::Real) && config.control.enforce == crate::config::Enforce::RealClock
+    Ok(mode)
+}
+
+/// A clock standing at `--now`, refused when it is earlier than the latest booking.
+async fn manual_clock(store: &Store, now: i64) -> anyhow::Result<Arc<dyn Clock>> {
+    if let Some(latest) = store.max_recorded_at_ms().await?
+        && now < latest
     {
-        // A replay (simulated clock) books history as it was: with control.enforce =
-        // "real_clock" the bands hold on real-clock ledgers only ("always" and "never"
-        // keep them everywhere).
-        ledger_config.lift_bands();
+        bail!(
+            "--now {} is earlier than the latest booking on the ledger ({}): booking time only moves forward",
+            format_ms(now),
+            format_ms(latest)
+        );
     }
-    Ok(Ledger::new(store, clock, ledger_config))
+    Ok(Arc::new(ManualClock::new(now)))
 }
 
 /// Hides a password in a database URL.
@@ -344,12 +358,7 @@ pub fn redact(url: &str) -> String {
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let _ = OPERATOR.set(operator_from(cli.actor.as_deref())?);
     if let Cmd::Demo { dir } = &cli.command {
-        let report = crate::demo::run(dir).await?;
-        match cli.format {
-            Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-            _ => print!("{}", crate::demo::render_table(&report)),
-        }
-        return Ok(0);
+        return demo_cmd(dir, cli.format).await;
     }
     if let Cmd::Chain(cmd) = &cli.command {
         return solana::chain_cmd(cmd, cli.format).await;
@@ -365,84 +374,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             serve::serve(ledger.clone(), config, !no_scheduler).await?;
             0
         }
-        Cmd::Migrate { .. } => {
-            writeln!(stdout, "database {} is up to date", redact(&cli.database))?;
-            if let Some(mode) = ledger.store.clock_mode().await? {
-                writeln!(stdout, "clock: {}", mode.as_str())?;
-            }
-            0
-        }
+        Cmd::Migrate { .. } => migrate_cmd(&ledger, &cli, &mut stdout).await?,
         Cmd::Import { file } => import(&ledger, &cli, file, false, &mut stdout).await?,
         Cmd::Ingest { file } => import(&ledger, &cli, file, true, &mut stdout).await?,
         Cmd::Approvals(cmd) => {
             approvals::approvals_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
                 .await?
         }
-        Cmd::Verify { anchors } => {
-            let anchors = match anchors {
-                Some(path) => Some(path.clone()),
-                None => anchor_file(&cli)?,
-            };
-            let anchors = match anchors {
-                Some(path) => Some(
-                    crate::anchor::read(&path)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?
-                        .heads,
-                ),
-                None => None,
-            };
-            let total = ledger.store.event_count().await?;
-            let bar = counter_bar("verify", total);
-            let mut report =
-                crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), &|n| tick(&bar, n))
-                    .await?;
-            finish(bar);
-            report
-                .check_clock(
-                    &ledger.store,
-                    SystemClock.now_ms(),
-                    ledger.config.clock_skew_ms,
-                )
-                .await?;
-            print_report(&report, cli.format, &mut stdout)?;
-            if report.ok() { 0 } else { 1 }
-        }
-        Cmd::Anchor { file } => {
-            let Some(path) = file
-                .clone()
-                .map_or_else(|| anchor_file(&cli), |f| Ok(Some(f)))?
-            else {
-                bail!("no anchor file: pass --file or set ledger.anchor_file");
-            };
-            let report = crate::anchor::write(&ledger.store, &path, ledger.now_ms())
-                .await
-                .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
-            match cli.format {
-                Format::Json => writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?,
-                _ if report.written => writeln!(
-                    stdout,
-                    "anchored the heads of {} of {} streams in {}",
-                    report.anchored,
-                    report.streams,
-                    path.display()
-                )?,
-                _ => writeln!(
-                    stdout,
-                    "nothing moved since the last anchor in {} ({} streams)",
-                    path.display(),
-                    report.streams
-                )?,
-            }
-            0
-        }
-        Cmd::Rebuild => {
-            let total = ledger.store.event_count().await?;
-            let bar = counter_bar("rebuild", total);
-            let report = crate::verify::rebuild(&ledger.store, &|n| tick(&bar, n)).await?;
-            finish(bar);
-            print_report(&report, cli.format, &mut stdout)?;
-            if report.ok() { 0 } else { 1 }
-        }
+        Cmd::Verify { anchors } => verify_cmd(&ledger, &cli, anchors.as_ref(), &mut stdout).await?,
+        Cmd::Anchor { file } => anchor_cmd(&ledger, &cli, file.as_ref(), &mut stdout).await?,
+        Cmd::Rebuild => rebuild_cmd(&ledger, cli.format, &mut stdout).await?,
         Cmd::Run(cmd) => {
             runs::run_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
         }
@@ -480,6 +421,107 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     ledger.store.close().await;
     Ok(code)
+}
+
+/// `settle demo`: runs the demo in `dir` and prints its report.
+async fn demo_cmd(dir: &std::path::Path, format: Format) -> anyhow::Result<i32> {
+    let report = crate::demo::run(dir).await?;
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        _ => print!("{}", crate::demo::render_table(&report)),
+    }
+    Ok(0)
+}
+
+/// `settle migrate` (already done by opening the ledger): says so, with the clock mode.
+async fn migrate_cmd(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyhow::Result<i32> {
+    writeln!(out, "database {} is up to date", redact(&cli.database))?;
+    if let Some(mode) = ledger.store.clock_mode().await? {
+        writeln!(out, "clock: {}", mode.as_str())?;
+    }
+    Ok(0)
+}
+
+/// `settle verify`: checks the ledger (against the anchor file of `--anchors` or
+/// `ledger.anchor_file`, when there is one); exit code 1 when it finds a problem.
+async fn verify_cmd(
+    ledger: &Ledger,
+    cli: &Cli,
+    anchors: Option<&std::path::PathBuf>,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let anchors = match anchors {
+        Some(path) => Some(path.clone()),
+        None => anchor_file(cli)?,
+    };
+    let anchors = match anchors {
+        Some(path) => Some(
+            crate::anchor::read(&path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?
+                .heads,
+        ),
+        None => None,
+    };
+    let total = ledger.store.event_count().await?;
+    let bar = counter_bar("verify", total);
+    let mut report =
+        crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), &|n| tick(&bar, n)).await?;
+    finish(bar);
+    report
+        .check_clock(
+            &ledger.store,
+            SystemClock.now_ms(),
+            ledger.config.clock_skew_ms,
+        )
+        .await?;
+    print_report(&report, cli.format, out)?;
+    Ok(if report.ok() { 0 } else { 1 })
+}
+
+/// `settle anchor`: appends the heads that moved to the anchor file (`--file` or
+/// `ledger.anchor_file`).
+async fn anchor_cmd(
+    ledger: &Ledger,
+    cli: &Cli,
+    file: Option<&std::path::PathBuf>,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let Some(path) = file
+        .cloned()
+        .map_or_else(|| anchor_file(cli), |f| Ok(Some(f)))?
+    else {
+        bail!("no anchor file: pass --file or set ledger.anchor_file");
+    };
+    let report = crate::anchor::write(&ledger.store, &path, ledger.now_ms())
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
+    match cli.format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
+        _ if report.written => writeln!(
+            out,
+            "anchored the heads of {} of {} streams in {}",
+            report.anchored,
+            report.streams,
+            path.display()
+        )?,
+        _ => writeln!(
+            out,
+            "nothing moved since the last anchor in {} ({} streams)",
+            path.display(),
+            report.streams
+        )?,
+    }
+    Ok(0)
+}
+
+/// `settle rebuild`: rewrites the projections from the events; exit code 1 on a problem.
+async fn rebuild_cmd(ledger: &Ledger, format: Format, out: &mut impl Write) -> anyhow::Result<i32> {
+    let total = ledger.store.event_count().await?;
+    let bar = counter_bar("rebuild", total);
+    let report = crate::verify::rebuild(&ledger.store, &|n| tick(&bar, n)).await?;
+    finish(bar);
+    print_report(&report, format, out)?;
+    Ok(if report.ok() { 0 } else { 1 })
 }
 
 /// `ledger.anchor_file` of the configuration, when set.
@@ -575,12 +617,24 @@ async fn import(
     if let Some(p) = progress {
         p.finish_and_clear();
     }
+    let totals = Totals::of(&results);
+    print_import(&results, totals, format, out)?;
+    Ok(if totals.rejected == 0 { 0 } else { 2 })
+}
+
+/// Prints the result of every line of an import, and the totals.
+fn print_import(
+    results: &[LineResult],
+    totals: Totals,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let Totals {
         accepted,
         duplicate,
         pending,
         rejected,
-    } = Totals::of(&results);
+    } = totals;
     match format {
         Format::Json => {
             let lines: Vec<Value> = results
@@ -609,7 +663,7 @@ async fn import(
         }
         _ => {
             let mut rows = Rows::new(vec!["line", "type", "id", "status", "code", "message"]);
-            for r in &results {
+            for r in results {
                 rows.push(vec![
                     json!(r.line),
                     json!(r.kind),
@@ -633,7 +687,7 @@ async fn import(
             }
         }
     }
-    Ok(if rejected == 0 { 0 } else { 2 })
+    Ok(())
 }
 
 /// A progress bar over `total` events on stderr, when stderr is a terminal.

@@ -203,39 +203,7 @@ pub async fn token(
                 created_by: super::cli_actor(),
             };
             let created = auth::create_token(pool, &new, &policy, now_ms).await?;
-            let i = &created.info;
-            match format {
-                Format::Json => writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&json!({
-                        "token_id": i.token_id,
-                        "token": created.token,
-                        "name": i.name,
-                        "scope": i.scope.as_str(),
-                        "provider_id": i.provider_id,
-                        "label": i.label,
-                        "created_at": format_ms(i.created_at_ms),
-                        "created_by": i.created_by,
-                        "expires_at": i.expires_at_ms.map(format_ms),
-                    }))?
-                )?,
-                _ => {
-                    writeln!(out, "token_id: {}", i.token_id)?;
-                    writeln!(out, "name: {}", i.name)?;
-                    writeln!(
-                        out,
-                        "expires_at: {}",
-                        i.expires_at_ms
-                            .map_or_else(|| "never".to_owned(), format_ms)
-                    )?;
-                    writeln!(out, "token: {}", created.token)?;
-                    writeln!(
-                        out,
-                        "Store the token now: it is shown once and cannot be recovered."
-                    )?;
-                }
-            }
+            print_created(&created, format, out)?;
             Ok(0)
         }
         TokenCmd::Revoke { token_id } => {
@@ -250,38 +218,88 @@ pub async fn token(
             }
             Ok(0)
         }
-        TokenCmd::List => {
-            let tokens = auth::list_tokens(pool).await?;
-            let mut rows = Rows::new(vec![
-                "token_id",
-                "name",
-                "scope",
-                "provider_id",
-                "label",
-                "status",
-                "created_at",
-                "created_by",
-                "expires_at",
-                "revoked_at",
-                "revoked_by",
-            ]);
-            for t in tokens {
-                rows.push(vec![
-                    json!(t.token_id),
-                    json!(t.name),
-                    json!(t.scope.as_str()),
-                    json!(t.provider_id),
-                    json!(t.label),
-                    json!(t.status(now_ms)),
-                    json!(format_ms(t.created_at_ms)),
-                    json!(t.created_by),
-                    json!(t.expires_at_ms.map(format_ms)),
-                    json!(t.revoked_at_ms.map(format_ms)),
-                    json!(t.revoked_by),
-                ]);
-            }
-            write!(out, "{}", rows.render(format))?;
-            Ok(0)
+        TokenCmd::List => list_tokens(pool, now_ms, format, out).await,
+    }
+}
+
+/// Prints a created token, its secret once, with the warning to store it.
+fn print_created(
+    created: &auth::CreatedToken,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let i = &created.info;
+    match format {
+        Format::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "token_id": i.token_id,
+                "token": created.token,
+                "name": i.name,
+                "scope": i.scope.as_str(),
+                "provider_id": i.provider_id,
+                "label": i.label,
+                "created_at": format_ms(i.created_at_ms),
+                "created_by": i.created_by,
+                "expires_at": i.expires_at_ms.map(format_ms),
+            }))?
+        )?,
+        _ => {
+            writeln!(out, "token_id: {}", i.token_id)?;
+            writeln!(out, "name: {}", i.name)?;
+            writeln!(
+                out,
+                "expires_at: {}",
+                i.expires_at_ms
+                    .map_or_else(|| "never".to_owned(), format_ms)
+            )?;
+            writeln!(out, "token: {}", created.token)?;
+            writeln!(
+                out,
+                "Store the token now: it is shown once and cannot be recovered."
+            )?;
         }
     }
+    Ok(())
+}
+
+/// `settle token list`: every token with its status at `now_ms`, never its secret.
+async fn list_tokens(
+    pool: &sqlx::AnyPool,
+    now_ms: i64,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let tokens = auth::list_tokens(pool).await?;
+    let mut rows = Rows::new(vec![
+        "token_id",
+        "name",
+        "scope",
+        "provider_id",
+        "label",
+        "status",
+        "created_at",
+        "created_by",
+        "expires_at",
+        "revoked_at",
+        "revoked_by",
+    ]);
+    for t in tokens {
+        rows.push(vec![
+            json!(t.token_id),
+            json!(t.name),
+            json!(t.scope.as_str()),
+            json!(t.provider_id),
+            json!(t.label),
+            json!(t.status(now_ms)),
+            json!(format_ms(t.created_at_ms)),
+            json!(t.created_by),
+            json!(t.expires_at_ms.map(format_ms)),
+            json!(t.revoked_at_ms.map(format_ms)),
+            json!(t.revoked_by),
+        ]);
+    }
+    write!(out, "{}", rows.render(format))?;
+    Ok(0)
 }

@@ -14,6 +14,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::config::{Config, HttpConfig};
 use crate::http::Application;
@@ -190,6 +191,22 @@ async fn solana_pass(rail: &crate::rails::solana::SolanaRail, ledger: &Ledger) {
     }
 }
 
+/// One pass of the bank worker: writes the files of the created bank payouts.
+async fn bank_pass(ledger: &Ledger, bank: &crate::config::BankConfig) {
+    match crate::rails::bank::generate_batches(ledger, bank, &crate::ledger::Actor::system("bank"))
+        .await
+    {
+        Ok(r) => tracing::info!(
+            batches = r.batches.len(),
+            failed = r.failed.len(),
+            "bank batches generated"
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, "bank batch generation failed; retrying next pass")
+        }
+    }
+}
+
 /// Appends the heads that moved to the anchor file; a failure is loud (and counted) and
 /// retried next pass.
 async fn anchor_pass(ledger: &Ledger, path: &std::path::Path) {
@@ -227,43 +244,19 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
         .check_not_example()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
 
     if ledger.store.clock_mode().await? == Some(crate::store::ClockMode::Simulated) {
         tracing::warn!(
             "this ledger has a simulated clock (replays, demos, tests): it accepts any --now and dual control is off by default; never serve production from it"
         );
     }
-    let mut app = Application::build_from(&config, ledger.clone())
+    let app = Application::build_from(&config, ledger.clone())
         .await
         .with_context(|| format!("binding {}", config.http.bind))?;
     let (metrics_routes, metrics_place) =
         metrics_routes(&ledger, &config.http, app.auth_failures()).await?;
-    let metrics_http = match metrics_place {
-        MetricsPlace::Listener(listener) => {
-            let addr = listener.local_addr()?;
-            tracing::info!(%addr, "settle serve: metrics on http://{addr}/metrics");
-            Some(tokio::spawn(serve_http(
-                listener,
-                metrics_routes,
-                ServeLimits::from_config(&config.http),
-                stopped(stop_rx.clone()),
-            )))
-        }
-        MetricsPlace::Api => {
-            app = app.merge(metrics_routes);
-            tracing::info!("settle serve: metrics on the API listener, behind http.metrics_token");
-            None
-        }
-        MetricsPlace::Nowhere => {
-            tracing::warn!(
-                "settle serve: /metrics is not served (http.metrics_bind and http.metrics_token are empty)"
-            );
-            None
-        }
-    };
+    let (app, metrics_http) =
+        place_metrics(app, metrics_routes, metrics_place, &config.http, &stop_rx)?;
     tracing::info!(addr = %app.local_addr(), "settle serve: HTTP API on http://{}", app.local_addr());
     let http = tokio::spawn(app.run_until_stopped(stopped(stop_rx.clone())));
 
@@ -280,73 +273,7 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
     } else {
         None
     };
-
-    let mut workers = Vec::new();
-    {
-        // The projector (issue 13): folds the aggregates of booked usage behind the
-        // appends; a sweep at start and every `projector_sweep_interval_ms` finds what
-        // other processes (`settle ingest FILE`) booked.
-        let ledger = ledger.clone();
-        let interval = Duration::from_millis(config.workers.projector_interval_ms.max(1));
-        let sweep_every = Duration::from_millis(config.workers.projector_sweep_interval_ms.max(1));
-        let mut last_sweep: Option<std::time::Instant> = None;
-        workers.push(tokio::spawn(every(
-            interval,
-            stopped(stop_rx.clone()),
-            move || {
-                let sweep = last_sweep.is_none_or(|t| t.elapsed() >= sweep_every);
-                if sweep {
-                    last_sweep = Some(std::time::Instant::now());
-                }
-                let ledger = ledger.clone();
-                async move { projector_pass(&ledger, sweep).await }
-            },
-        )));
-    }
-    if config.workers.solana_enabled {
-        let rail = std::sync::Arc::new(
-            crate::rails::solana::SolanaRail::connect(&config.solana)
-                .await
-                .context("starting the Solana rail (mint and treasury checks)")?,
-        );
-        let ledger = ledger.clone();
-        let interval = Duration::from_millis(config.workers.solana_interval_ms);
-        workers.push(tokio::spawn(every(
-            interval,
-            stopped(stop_rx.clone()),
-            move || {
-                let (rail, ledger) = (rail.clone(), ledger.clone());
-                async move { solana_pass(&rail, &ledger).await }
-            },
-        )));
-    }
-    if config.workers.bank_enabled {
-        let (ledger, bank) = (ledger.clone(), config.bank.clone());
-        let interval = Duration::from_millis(config.workers.bank_interval_ms);
-        workers.push(tokio::spawn(every(interval, stopped(stop_rx.clone()), move || {
-            let (ledger, bank) = (ledger.clone(), bank.clone());
-            async move {
-                match crate::rails::bank::generate_batches(&ledger, &bank, &crate::ledger::Actor::system("bank")).await {
-                    Ok(r) => tracing::info!(batches = r.batches.len(), failed = r.failed.len(), "bank batches generated"),
-                    Err(e) => tracing::error!(error = %e, "bank batch generation failed; retrying next pass"),
-                }
-            }
-        })));
-    }
-    if !config.ledger.anchor_file.is_empty() {
-        let ledger = ledger.clone();
-        let path = std::path::PathBuf::from(&config.ledger.anchor_file);
-        let interval = Duration::from_millis(config.ledger.anchor_interval_ms.max(1));
-        tracing::info!(file = %path.display(), "settle serve: anchoring the chain heads");
-        workers.push(tokio::spawn(every(
-            interval,
-            stopped(stop_rx.clone()),
-            move || {
-                let (ledger, path) = (ledger.clone(), path.clone());
-                async move { anchor_pass(&ledger, &path).await }
-            },
-        )));
-    }
+    let workers = spawn_workers(&ledger, &config, &stop_rx).await?;
 
     shutdown_signal().await;
     tracing::info!("shutdown requested: finishing requests in flight and stopping workers");
@@ -377,4 +304,120 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
     }
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Resolves once `true` (stop) is sent on the channel, or its sender is gone.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Puts the `/metrics` routes where `place` says: a server of their own on its listener
+/// (returned), or merged into the API; or says they are not served.
+fn place_metrics(
+    mut app: Application,
+    routes: Router,
+    place: MetricsPlace,
+    http: &HttpConfig,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<(Application, Option<JoinHandle<std::io::Result<()>>>)> {
+    let server = match place {
+        MetricsPlace::Listener(listener) => {
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "settle serve: metrics on http://{addr}/metrics");
+            Some(tokio::spawn(serve_http(
+                listener,
+                routes,
+                ServeLimits::from_config(http),
+                stopped(stop_rx.clone()),
+            )))
+        }
+        MetricsPlace::Api => {
+            app = app.merge(routes);
+            tracing::info!("settle serve: metrics on the API listener, behind http.metrics_token");
+            None
+        }
+        MetricsPlace::Nowhere => {
+            tracing::warn!(
+                "settle serve: /metrics is not served (http.metrics_bind and http.metrics_token are empty)"
+            );
+            None
+        }
+    };
+    Ok((app, server))
+}
+
+/// Starts the background workers: the projector always; the Solana and bank workers and
+/// the anchoring of the chain heads when configured.
+async fn spawn_workers(
+    ledger: &Ledger,
+    config: &Config,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let mut workers = vec![spawn_projector(ledger, config, stop_rx)];
+    if config.workers.solana_enabled {
+        let rail = std::sync::Arc::new(
+            crate::rails::solana::SolanaRail::connect(&config.solana)
+                .await
+                .context("starting the Solana rail (mint and treasury checks)")?,
+        );
+        let ledger = ledger.clone();
+        let interval = Duration::from_millis(config.workers.solana_interval_ms);
+        workers.push(tokio::spawn(every(
+            interval,
+            stopped(stop_rx.clone()),
+            move || {
+                let (rail, ledger) = (rail.clone(), ledger.clone());
+                async move { solana_pass(&rail, &ledger).await }
+            },
+        )));
+    }
+    if config.workers.bank_enabled {
+        let (ledger, bank) = (ledger.clone(), config.bank.clone());
+        let interval = Duration::from_millis(config.workers.bank_interval_ms);
+        workers.push(tokio::spawn(every(
+            interval,
+            stopped(stop_rx.clone()),
+            move || {
+                let (ledger, bank) = (ledger.clone(), bank.clone());
+                async move { bank_pass(&ledger, &bank).await }
+            },
+        )));
+    }
+    if !config.ledger.anchor_file.is_empty() {
+        let ledger = ledger.clone();
+        let path = std::path::PathBuf::from(&config.ledger.anchor_file);
+        let interval = Duration::from_millis(config.ledger.anchor_interval_ms.max(1));
+        tracing::info!(file = %path.display(), "settle serve: anchoring the chain heads");
+        workers.push(tokio::spawn(every(
+            interval,
+            stopped(stop_rx.clone()),
+            move || {
+                let (ledger, path) = (ledger.clone(), path.clone());
+                async move { anchor_pass(&ledger, &path).await }
+            },
+        )));
+    }
+    Ok(workers)
+}
+
+/// Starts the projector (issue 13): it folds the aggregates of booked usage behind the
+/// appends; a sweep at start and every `projector_sweep_interval_ms` finds what other
+/// processes (`settle ingest FILE`) booked.
+fn spawn_projector(
+    ledger: &Ledger,
+    config: &Config,
+    stop_rx: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let ledger = ledger.clone();
+    let interval = Duration::from_millis(config.workers.projector_interval_ms.max(1));
+    let sweep_every = Duration::from_millis(config.workers.projector_sweep_interval_ms.max(1));
+    let mut last_sweep: Option<std::time::Instant> = None;
+    tokio::spawn(every(interval, stopped(stop_rx.clone()), move || {
+        let sweep = last_sweep.is_none_or(|t| t.elapsed() >= sweep_every);
+        if sweep {
+            last_sweep = Some(std::time::Instant::now());
+        }
+        let ledger = ledger.clone();
+        async move { projector_pass(&ledger, sweep).await }
+    }))
 }

@@ -308,6 +308,10 @@ fn json<T: serde::Serialize>(value: &T) -> Val {
 
 /// The projection changes of one event appended to `stream` as its `seq`-th event at
 /// `recorded_at_ms`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one short arm per event type, the one place that says what every event does to the read models"
+)]
 pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
     let mut out = Vec::new();
     for line in body.lines() {
@@ -802,6 +806,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one given/when/then scenario read top to bottom: three usage events folded, then the void of one, each step followed by the segment, earnings and balance rows it must leave"
+    )]
     fn usage_and_its_void_fold_into_earnings_segments_and_balances() {
         let mut p = Projections::default();
         // Day 1 10:00 to day 2 02:00, split at midnight; booked on day 3.
@@ -932,6 +940,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one given/when/then scenario read top to bottom: a provider registered, its method marked by returns and cleared by an update, then its GPU, rate, fee and FX rows, each step followed by the rows it must leave"
+    )]
     fn providers_tiers_gpus_rates_and_fees() {
         let mut p = Projections::default();
         p.fold(
@@ -1101,6 +1113,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one given/when/then walk of a payout through every state in order (created, held, released, submitted, settled, failed, returned, cancelled), each step followed by the row it must leave; split, the walk loses its order"
+    )]
     fn a_payout_and_its_run_through_every_state() {
         let mut p = Projections::default();
         let s = "provider:p";
@@ -1312,6 +1328,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one given/when/then scenario per read model (bank batches, Solana attempts, approvals), each event folded and followed by the rows it must leave, read top to bottom"
+    )]
     fn bank_batches_solana_attempts_and_approvals() {
         let mut p = Projections::default();
         p.fold(

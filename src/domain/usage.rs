@@ -221,6 +221,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a given/when/then table: each row is one usage case with the booking or rejection it must give, read as one table with the loop that checks it"
+    )]
     fn given_when_then() {
         use Then::*;
         let h = |t: &str| format!("2026-11-10T{t}Z");

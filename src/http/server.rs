@@ -102,16 +102,7 @@ pub async fn serve(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
-                if !matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionRefused
-                        | std::io::ErrorKind::ConnectionAborted
-                        | std::io::ErrorKind::ConnectionReset
-                ) {
-                    // Out of file descriptors, typically: wait for some to close.
-                    tracing::error!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                accept_failed(&e).await;
                 continue;
             }
         };
@@ -153,15 +144,37 @@ pub async fn serve(
 
     drop(listener);
     let _ = stop_tx.send(true);
+    drain(&mut connections, limits.shutdown_deadline).await;
+    Ok(())
+}
+
+/// After a failed accept: a connection refused, aborted or reset is the client's doing and
+/// is skipped; any other error is logged and waited out.
+async fn accept_failed(e: &std::io::Error) {
+    if !matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    ) {
+        // Out of file descriptors, typically: wait for some to close.
+        tracing::error!(error = %e, "accepting a connection failed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Gives the open connections `deadline` to finish the requests in flight (they were told
+/// to stop), then drops the ones still open.
+async fn drain(connections: &mut JoinSet<()>, deadline: Duration) {
     let open = connections.len();
     if open > 0 {
         tracing::info!(
             open,
-            deadline_ms = limits.shutdown_deadline.as_millis() as u64,
+            deadline_ms = deadline.as_millis() as u64,
             "shutting down: finishing the requests in flight"
         );
     }
-    let drained = tokio::time::timeout(limits.shutdown_deadline, async {
+    let drained = tokio::time::timeout(deadline, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
@@ -177,5 +190,4 @@ pub async fn serve(
         );
         connections.shutdown().await;
     }
-    Ok(())
 }

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::extract::{Auth, RawBody};
 use super::problem::Problem;
-use crate::auth::Scope;
+use crate::auth::{Principal, Scope};
 use crate::ledger::ingest::{SenderScope, UsageInput, UsageResult};
 
 /// A `usage.recorded` v1 input event.
@@ -96,16 +96,7 @@ pub async fn post_usage(
     RawBody(body): RawBody,
 ) -> Result<Json<UsageResponse>, Problem> {
     let principal = auth.require(&[Scope::Ingest, Scope::Metering, Scope::Admin])?;
-    let scope = match principal.scope {
-        Scope::Ingest => SenderScope::Ingest {
-            provider_id: principal
-                .provider_id
-                .clone()
-                .ok_or_else(|| Problem::forbidden("this ingest token has no provider"))?,
-        },
-        Scope::Metering => SenderScope::Metering,
-        _ => SenderScope::Admin,
-    };
+    let scope = sender_scope(principal)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| Problem::bad_request("malformed_json", format!("body is not JSON: {e}")))?;
     let Some(Value::Array(events)) = value.get("events") else {
@@ -125,6 +116,54 @@ pub async fn post_usage(
             ),
         ));
     }
+    let (mut results, inputs, positions) = decode_events(events);
+    let actor = principal.actor();
+    let booked = state.ledger.ingest_usage(&inputs, &scope, &actor).await?;
+    for (index, r) in positions.into_iter().zip(booked) {
+        let (code, message) = match &r {
+            UsageResult::Rejected { code, message, .. } => {
+                (Some(code.to_string()), Some(message.clone()))
+            }
+            _ => (None, None),
+        };
+        results[index] = Some(UsageEventResult {
+            index,
+            event_id: r.event_id().map(str::to_owned),
+            status: r.status().to_owned(),
+            code,
+            message,
+        });
+    }
+    let results: Vec<UsageEventResult> = results
+        .into_iter()
+        .map(|r| r.expect("every event has a result"))
+        .collect();
+    let count = |s: &str| results.iter().filter(|r| r.status == s).count();
+    Ok(Json(UsageResponse {
+        accepted: count("accepted"),
+        duplicate: count("duplicate"),
+        rejected: count("rejected"),
+        results,
+    }))
+}
+
+/// What a token of `principal`'s scope may send: an ingest token only its provider's usage.
+fn sender_scope(principal: &Principal) -> Result<SenderScope, Problem> {
+    Ok(match principal.scope {
+        Scope::Ingest => SenderScope::Ingest {
+            provider_id: principal
+                .provider_id
+                .clone()
+                .ok_or_else(|| Problem::forbidden("this ingest token has no provider"))?,
+        },
+        Scope::Metering => SenderScope::Metering,
+        _ => SenderScope::Admin,
+    })
+}
+
+/// Decodes each event of the batch on its own: the well-formed ones become inputs (with
+/// their positions in the batch), a malformed one gets its `malformed_event` result now.
+fn decode_events(events: &[Value]) -> (Vec<Option<UsageEventResult>>, Vec<UsageInput>, Vec<usize>) {
     let mut results: Vec<Option<UsageEventResult>> = vec![None; events.len()];
     let mut inputs: Vec<UsageInput> = Vec::with_capacity(events.len());
     let mut positions: Vec<usize> = Vec::with_capacity(events.len());
@@ -160,32 +199,5 @@ pub async fn post_usage(
             }
         }
     }
-    let actor = principal.actor();
-    let booked = state.ledger.ingest_usage(&inputs, &scope, &actor).await?;
-    for (index, r) in positions.into_iter().zip(booked) {
-        let (code, message) = match &r {
-            UsageResult::Rejected { code, message, .. } => {
-                (Some(code.to_string()), Some(message.clone()))
-            }
-            _ => (None, None),
-        };
-        results[index] = Some(UsageEventResult {
-            index,
-            event_id: r.event_id().map(str::to_owned),
-            status: r.status().to_owned(),
-            code,
-            message,
-        });
-    }
-    let results: Vec<UsageEventResult> = results
-        .into_iter()
-        .map(|r| r.expect("every event has a result"))
-        .collect();
-    let count = |s: &str| results.iter().filter(|r| r.status == s).count();
-    Ok(Json(UsageResponse {
-        accepted: count("accepted"),
-        duplicate: count("duplicate"),
-        rejected: count("rejected"),
-        results,
-    }))
+    (results, inputs, positions)
 }

@@ -45,6 +45,30 @@ pub enum SenderScope {
     Admin,
 }
 
+impl SenderScope {
+    /// Whether this sender may report usage of `provider_id`, with a rate when `with_rate`.
+    fn allows(&self, provider_id: &str, with_rate: bool) -> Result<(), DomainError> {
+        match self {
+            SenderScope::Ingest { provider_id: own } => {
+                if own != provider_id {
+                    return Err(DomainError::new(
+                        "forbidden_provider",
+                        format!("this token reports for provider {own} only"),
+                    ));
+                }
+                if with_rate {
+                    return Err(DomainError::new(
+                        "rate_not_allowed",
+                        "an ingest token may not send rate_usdc_per_hour; only metering and admin tokens may",
+                    ));
+                }
+            }
+            SenderScope::Metering | SenderScope::Admin => {}
+        }
+        Ok(())
+    }
+}
+
 /// Per-event result of a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UsageResult {
@@ -118,6 +142,36 @@ impl Parsed {
     }
 }
 
+/// Why an event falls outside the booking window at `now_ms` (`in_future`, `too_late`).
+fn window_error(
+    c: &crate::config::LedgerConfig,
+    started_at_ms: i64,
+    ended_at_ms: i64,
+    now_ms: i64,
+) -> Option<DomainError> {
+    if ended_at_ms > now_ms + c.future_tolerance_ms {
+        Some(DomainError::new(
+            "in_future",
+            format!(
+                "ended_at {} is more than {} ms ahead of now {}",
+                format_ms(ended_at_ms),
+                c.future_tolerance_ms,
+                format_ms(now_ms)
+            ),
+        ))
+    } else if started_at_ms < now_ms - c.lateness_days_max * MS_PER_DAY {
+        Some(DomainError::new(
+            "too_late",
+            format!(
+                "started_at is older than the maximum lateness of {} days",
+                c.lateness_days_max
+            ),
+        ))
+    } else {
+        None
+    }
+}
+
 fn required<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, DomainError> {
     value
         .as_deref()
@@ -147,23 +201,7 @@ impl Ledger {
             .as_deref()
             .map(Rate::parse)
             .transpose()?;
-        match scope {
-            SenderScope::Ingest { provider_id: own } => {
-                if own != provider_id.as_str() {
-                    return Err(DomainError::new(
-                        "forbidden_provider",
-                        format!("this token reports for provider {own} only"),
-                    ));
-                }
-                if rate.is_some() {
-                    return Err(DomainError::new(
-                        "rate_not_allowed",
-                        "an ingest token may not send rate_usdc_per_hour; only metering and admin tokens may",
-                    ));
-                }
-            }
-            SenderScope::Metering | SenderScope::Admin => {}
-        }
+        scope.allows(provider_id.as_str(), rate.is_some())?;
         let c = &self.config;
         if ended_at_ms <= started_at_ms {
             return Err(DomainError::new(
@@ -180,27 +218,7 @@ impl Ledger {
         // The time window depends on the clock, not on the event: an event booked before
         // with the same content is a `duplicate` whatever its age, so this is decided
         // after the idempotency look-up.
-        let window_error = if ended_at_ms > now_ms + c.future_tolerance_ms {
-            Some(DomainError::new(
-                "in_future",
-                format!(
-                    "ended_at {} is more than {} ms ahead of now {}",
-                    format_ms(ended_at_ms),
-                    c.future_tolerance_ms,
-                    format_ms(now_ms)
-                ),
-            ))
-        } else if started_at_ms < now_ms - c.lateness_days_max * MS_PER_DAY {
-            Some(DomainError::new(
-                "too_late",
-                format!(
-                    "started_at is older than the maximum lateness of {} days",
-                    c.lateness_days_max
-                ),
-            ))
-        } else {
-            None
-        };
+        let window_error = window_error(c, started_at_ms, ended_at_ms, now_ms);
         let normalised = format!(
             "usage.v1|{}|{}|{}|{}|{}|{}|{}",
             event_id,
@@ -425,7 +443,7 @@ impl BatchState {
             .iter()
             .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
             .collect();
-        let booked = store_usage::booked_keys(tx, &keys).await?;
+        let booked = crate::store::keys::booked_keys(tx, &keys).await?;
         let gpu_ids: Vec<&str> = all
             .iter()
             .map(|e| e.gpu_id.as_str())

@@ -1,12 +1,16 @@
 //! Payout runs (SPEC §5): the weekly and the monthly run, each candidate decided once.
 //!
-//! A run is keyed by its [`RunKey`]. Each candidate is decided in its own transaction on
-//! its provider's stream: the `payout_run.decided` event, and for a held or paid decision
-//! the `payout.created` (+ `payout.held`) events, land together, so a payout's amount
-//! leaves `payable` in the transaction that creates it. The decision's idempotency key
+//! A run is keyed by its [`RunKey`]. Candidates are decided in chunks of
+//! `runs.candidates_per_tx`, one transaction a chunk over the chunk's provider streams: the
+//! chunk's state (decided keys, registry rows, the figures of `available`) is read with one
+//! statement each, then every candidate is decided by the pure [`decide`] and its
+//! `payout_run.decided` event, and for a held or paid decision the `payout.created`
+//! (+ `payout.held`) events, are appended on its own stream, so a payout's amount leaves
+//! `payable` in the transaction that creates it. The decision's idempotency key
 //! (`run:{kind}:{key}:{provider}`) makes a second start, a concurrent start or a restart
 //! after a crash skip the candidates already decided; `payout_run.completed` on the
-//! platform stream closes the run once. No transaction touches more than one stream.
+//! platform stream closes the run once. Nothing depends on a chunk's atomicity: each
+//! candidate's events are the same as if it had a transaction of its own.
 //!
 //! Crash tests abort the process at named [failpoints](failpoint).
 
@@ -20,14 +24,15 @@ use settle_calendar::{Calendar, CalendarError, RunKey};
 use sha2::{Digest, Sha256};
 use sqlx::{AnyConnection, AnyPool};
 
-use super::registry::{ProviderRecord, load_provider};
+use super::registry::ProviderRecord;
 use super::{Actor, Ledger, LedgerError, content_hash, find_idem, reject};
 pub use crate::config::RunConfig;
 use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
-use crate::store::{Dialect, NewEvent, Store};
+use crate::store::runs::CandidateFigures;
+use crate::store::{Dialect, NewEvent, Store, WriteTx};
 
 pub(crate) const MS_PER_HOUR: i64 = 3_600_000;
 
@@ -146,26 +151,6 @@ fn is_candidate(run: &RunKey, provider: &ProviderRecord) -> bool {
         }
 }
 
-/// `available(cutoff)` of SPEC §5: payable lines recorded before the cutoff minus every
-/// payout of the provider that has not failed, been cancelled or been returned.
-pub async fn available_micro_usdc(
-    conn: &mut AnyConnection,
-    provider_id: &str,
-    cutoff_ms: i64,
-) -> Result<i64, LedgerError> {
-    let recorded = rows::payable_recorded_before(conn, provider_id, day_number(cutoff_ms)).await?;
-    let paid_out = rows::payouts_not_undone(conn, provider_id).await?;
-    Ok(recorded - paid_out)
-}
-
-/// The provider's whole payable balance (whenever recorded).
-pub async fn payable_balance_micro_usdc(
-    conn: &mut AnyConnection,
-    provider_id: &str,
-) -> Result<i64, LedgerError> {
-    Ok(rows::payable_balance(conn, provider_id).await?)
-}
-
 /// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd)`.
 pub async fn latest_fx_rate(
     conn: &mut AnyConnection,
@@ -272,22 +257,34 @@ pub async fn completed_runs(pool: &AnyPool, limit: i64) -> Result<Vec<RunSummary
     Ok(rows::completed_runs(pool, limit).await?)
 }
 
-/// The facts `decide` needs about a provider, read on `conn` (inside the candidate's
-/// transaction when deciding for real).
+/// The facts `decide` needs about a provider, from its registry row and its figures:
+/// `available(cutoff)` of SPEC §5 is the payable lines recorded before the cutoff minus
+/// every payout of the provider that has not failed, been cancelled or been returned.
+fn facts_of(provider: &ProviderRecord, figures: CandidateFigures) -> Candidate {
+    Candidate {
+        rail: provider.payout_method.as_ref().map(PayoutMethod::rail),
+        method_invalid: provider.method_invalid,
+        method_set_at_ms: provider.method_set_at_ms,
+        status: provider.status,
+        payable_balance_micro_usdc: figures.payable_balance_micro_usdc,
+        available_micro_usdc: figures.recorded_before_micro_usdc
+            - figures.payouts_not_undone_micro_usdc,
+        external_hold_reason: None,
+    }
+}
+
+/// The facts `decide` needs about one provider, read on `conn`.
 async fn candidate_facts(
     conn: &mut AnyConnection,
     provider: &ProviderRecord,
     cutoff_ms: i64,
 ) -> Result<Candidate, LedgerError> {
-    Ok(Candidate {
-        rail: provider.payout_method.as_ref().map(PayoutMethod::rail),
-        method_invalid: provider.method_invalid,
-        method_set_at_ms: provider.method_set_at_ms,
-        status: provider.status,
-        payable_balance_micro_usdc: payable_balance_micro_usdc(conn, &provider.provider_id).await?,
-        available_micro_usdc: available_micro_usdc(conn, &provider.provider_id, cutoff_ms).await?,
-        external_hold_reason: None,
-    })
+    let id = provider.provider_id.as_str();
+    let figures = rows::candidate_figures(conn, &[id], day_number(cutoff_ms)).await?;
+    Ok(facts_of(
+        provider,
+        figures.get(id).copied().unwrap_or_default(),
+    ))
 }
 
 fn policy(run: &RunKey, config: &RunConfig, decided_at_ms: i64) -> RunPolicy {
@@ -374,18 +371,6 @@ pub async fn projected_next_payout(
     Ok(first)
 }
 
-/// What deciding one candidate did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Decided {
-    /// Decided now.
-    Now,
-    /// Decided before (an earlier or concurrent start).
-    Already,
-    /// No longer a candidate when its transaction ran (suspended or rescheduled since
-    /// the candidate list was read): not part of the run.
-    NotCandidate,
-}
-
 impl Ledger {
     /// Runs (or finishes) the payout run `run`, idempotently: a second start, a concurrent
     /// start or a restart after a crash decides only the candidates not yet decided and
@@ -446,18 +431,25 @@ impl Ledger {
             Dialect::Postgres => config.candidates_in_flight.max(1),
             Dialect::Sqlite => 1,
         };
+        let todo: Vec<&str> = candidates
+            .iter()
+            .filter(|p| !decided.contains(*p))
+            .map(String::as_str)
+            .collect();
         let run_ref = &run;
         futures::stream::iter(
-            candidates
-                .iter()
-                .filter(|p| !decided.contains(*p))
-                .map(Ok::<&String, LedgerError>),
+            todo.chunks(config.candidates_per_tx.max(1))
+                .map(Ok::<&[&str], LedgerError>),
         )
-        .try_for_each_concurrent(in_flight, |provider_id| async move {
-            failpoint(failpoints::BEFORE_DECIDE);
-            self.decide_candidate(run_ref, provider_id, config, actor)
+        .try_for_each_concurrent(in_flight, |chunk| async move {
+            for _ in chunk {
+                failpoint(failpoints::BEFORE_DECIDE);
+            }
+            self.decide_candidates(run_ref, chunk, config, actor)
                 .await?;
-            failpoint(failpoints::AFTER_DECIDE);
+            for _ in chunk {
+                failpoint(failpoints::AFTER_DECIDE);
+            }
             Ok(())
         })
         .await?;
@@ -487,110 +479,104 @@ impl Ledger {
         Ok(rows::decided_ids(self.store.pool(), run.kind(), &run.key_string()).await?)
     }
 
-    /// Decides one candidate in one transaction on its stream.
-    async fn decide_candidate(
+    /// Decides the candidates `chunk` (provider ids) in one transaction over their
+    /// streams, retrying the whole chunk (its reads included) when another writer got there
+    /// first. Each candidate keeps its own stream, sequence and idempotency key, so the
+    /// ledger is the same as with one transaction per candidate; the chunk only shares the
+    /// reads (one statement each for all its providers) and the commit.
+    async fn decide_candidates(
         &self,
         run: &RunKey,
-        provider_id: &str,
+        chunk: &[&str],
         config: &RunConfig,
         actor: &Actor,
-    ) -> Result<Decided, LedgerError> {
-        let key = decision_key(run, provider_id);
-        let hash = content_hash(&key);
+    ) -> Result<(), LedgerError> {
+        let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
+        let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+        let mut attempt: u32 = 0;
+        loop {
+            let result = async {
+                let mut tx = self.store.begin_streams(&names).await?;
+                // The decisions read every candidate's aggregates exactly (SPEC §3).
+                tx.fold_locked().await?;
+                self.decide_in(&mut tx, run, chunk, config, actor).await?;
+                tx.commit().await?;
+                Ok::<_, LedgerError>(())
+            }
+            .await;
+            match result {
+                Err(e) if self.retry_after(&e, &mut attempt).await => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Inside `tx`, which holds the write locks of every stream of `chunk`: reads the
+    /// candidates' state at once, decides each one not decided before ([`decide`], the pure
+    /// rule of SPEC §5) and appends its events on its stream. A provider suspended or moved
+    /// to another schedule since the candidate list was read is no longer part of the run.
+    async fn decide_in(
+        &self,
+        tx: &mut WriteTx,
+        run: &RunKey,
+        chunk: &[&str],
+        config: &RunConfig,
+        actor: &Actor,
+    ) -> Result<(), LedgerError> {
         let cutoff = cutoff_ms(run)?;
         let fx_stale_ms = config.fx_stale_hours * MS_PER_HOUR;
         let now = self.now_ms();
-        crate::write_stream!(self, &provider_stream(provider_id), |tx| {
-            if find_idem(tx, &key).await?.is_some() {
-                return Ok(Decided::Already);
+        let keys: Vec<(String, String)> = chunk
+            .iter()
+            .map(|p| (decision_key(run, p), provider_stream(p)))
+            .collect();
+        let decided = crate::store::keys::booked_keys(tx, &keys).await?;
+        let providers = crate::store::providers::load_providers(tx.conn(), chunk).await?;
+        let figures = rows::candidate_figures(tx.conn(), chunk, day_number(cutoff)).await?;
+        let pays_in_eur = providers
+            .values()
+            .any(|p| p.payout_method.as_ref().map(PayoutMethod::rail) == Some(Rail::Sepa));
+        let fx = if pays_in_eur {
+            latest_fx_rate(tx.conn(), now).await?
+        } else {
+            None
+        };
+        for ((key, stream), provider_id) in keys.iter().zip(chunk) {
+            if decided.contains_key(&(stream.clone(), key.clone())) {
+                continue;
             }
-            let Some(provider) = load_provider(tx, provider_id).await? else {
-                return Ok(Decided::NotCandidate);
+            let Some(provider) = providers.get(*provider_id) else {
+                continue;
             };
-            if !is_candidate(run, &provider) {
-                return Ok(Decided::NotCandidate);
+            if !is_candidate(run, provider) {
+                continue;
             }
-            let mut facts = candidate_facts(tx.conn(), &provider, cutoff).await?;
-            let mut fx: Option<Decimal> = None;
+            let mut facts = facts_of(
+                provider,
+                figures.get(*provider_id).copied().unwrap_or_default(),
+            );
+            let mut rate: Option<Decimal> = None;
             if provider.payout_method.as_ref().map(PayoutMethod::rail) == Some(Rail::Sepa) {
-                match latest_fx_rate(tx.conn(), now).await? {
-                    Some((at, rate)) if now - at <= fx_stale_ms => fx = Some(rate),
+                match fx {
+                    Some((at, r)) if now - at <= fx_stale_ms => rate = Some(r),
                     _ => facts.external_hold_reason = Some("fx_stale".to_owned()),
                 }
             }
-            let Outcome {
-                decision,
-                amount_micro_usdc,
-                hold_reason,
-            } = decide(&facts, &policy(run, config, now));
-            let payout = decision
-                .creates_payout()
-                .then(|| payout_id(run, provider_id));
-            tx.append(NewEvent {
-                body: EventBody::PayoutRunDecided(PayoutRunDecided {
-                    run_kind: run.kind().to_owned(),
-                    run_key: run.key_string(),
-                    provider_id: provider_id.to_owned(),
-                    decision: decision.as_str().to_owned(),
-                    available_micro_usdc: facts.available_micro_usdc,
-                    amount_micro_usdc,
-                    payout_id: payout.clone(),
-                }),
-                actor: actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: Some(hash.clone()),
-            });
-            if let (Some(payout_id), Some(method)) = (&payout, &provider.payout_method) {
-                let (amount_eur_cents, eur_per_usd) = match fx {
-                    Some(rate) => {
-                        let Some(cents) = eur_cents(amount_micro_usdc, rate) else {
-                            return reject(
-                                "amount_out_of_range",
-                                format!("the EUR amount of payout {payout_id} overflows"),
-                            );
-                        };
-                        (Some(cents), Some(rate.normalize().to_string()))
-                    }
-                    None => (None, None),
-                };
-                let held = decision == Decision::Held;
-                let created_key = format!("payout:{payout_id}:created");
-                tx.append(NewEvent {
-                    body: EventBody::PayoutCreated(PayoutCreated {
-                        payout_id: payout_id.clone(),
-                        provider_id: provider_id.to_owned(),
-                        run_kind: run.kind().to_owned(),
-                        run_key: run.key_string(),
-                        amount_micro_usdc,
-                        method: method.clone(),
-                        held,
-                        amount_eur_cents,
-                        eur_per_usd,
-                    }),
-                    actor: actor.0.clone(),
-                    recorded_at_ms: now,
-                    content_hash: Some(content_hash(&created_key)),
-                    idem_key: Some(created_key),
-                });
-                if held {
-                    let held_key = format!("payout:{payout_id}:held");
-                    tx.append(NewEvent {
-                        body: EventBody::PayoutHeld(PayoutHeld {
-                            payout_id: payout_id.clone(),
-                            provider_id: provider_id.to_owned(),
-                            reason: hold_reason.clone().unwrap_or_else(|| "held".to_owned()),
-                        }),
-                        actor: actor.0.clone(),
-                        recorded_at_ms: now,
-                        content_hash: Some(content_hash(&held_key)),
-                        idem_key: Some(held_key),
-                    });
-                }
-            }
+            let outcome = decide(&facts, &policy(run, config, now));
+            tx.use_stream(stream);
+            let decision = DecisionFacts {
+                run,
+                provider,
+                key,
+                available_micro_usdc: facts.available_micro_usdc,
+                outcome,
+                eur_per_usd: rate,
+                at_ms: now,
+            };
+            decision.append(tx, actor)?;
             failpoint(failpoints::DECIDE_BEFORE_COMMIT);
-            Ok(Decided::Now)
-        })
+        }
+        Ok(())
     }
 
     /// Appends `payout_run.completed` on the platform stream once, with the totals of the
@@ -634,6 +620,141 @@ impl Ledger {
             Ok(())
         })
     }
+}
+
+/// One candidate's decision, to be appended on its provider's stream.
+struct DecisionFacts<'a> {
+    run: &'a RunKey,
+    provider: &'a ProviderRecord,
+    /// The decision's idempotency key ([`decision_key`]).
+    key: &'a str,
+    available_micro_usdc: i64,
+    outcome: Outcome,
+    /// The FX rate of a EUR payout, fresh enough to pay with.
+    eur_per_usd: Option<Decimal>,
+    at_ms: i64,
+}
+
+impl DecisionFacts<'_> {
+    /// Appends `payout_run.decided`, and for a held or paid decision `payout.created`
+    /// (+ `payout.held`), so a payout's amount leaves `payable` with the decision.
+    fn append(self, tx: &mut WriteTx, actor: &Actor) -> Result<(), LedgerError> {
+        let DecisionFacts {
+            run,
+            provider,
+            key,
+            available_micro_usdc,
+            outcome:
+                Outcome {
+                    decision,
+                    amount_micro_usdc,
+                    hold_reason,
+                },
+            eur_per_usd,
+            at_ms,
+        } = self;
+        let provider_id = provider.provider_id.as_str();
+        let payout = decision
+            .creates_payout()
+            .then(|| payout_id(run, provider_id));
+        tx.append(NewEvent::keyed(
+            EventBody::PayoutRunDecided(PayoutRunDecided {
+                run_kind: run.kind().to_owned(),
+                run_key: run.key_string(),
+                provider_id: provider_id.to_owned(),
+                decision: decision.as_str().to_owned(),
+                available_micro_usdc,
+                amount_micro_usdc,
+                payout_id: payout.clone(),
+            }),
+            &actor.0,
+            at_ms,
+            key,
+            &content_hash(key),
+        ));
+        match (payout, &provider.payout_method) {
+            (Some(payout_id), Some(method)) => append_payout(
+                tx,
+                actor,
+                NewPayout {
+                    run,
+                    provider_id,
+                    payout_id,
+                    method,
+                    decision,
+                    amount_micro_usdc,
+                    hold_reason,
+                    eur_per_usd,
+                    at_ms,
+                },
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A payout a decision creates.
+struct NewPayout<'a> {
+    run: &'a RunKey,
+    provider_id: &'a str,
+    payout_id: String,
+    method: &'a PayoutMethod,
+    decision: Decision,
+    amount_micro_usdc: i64,
+    hold_reason: Option<String>,
+    eur_per_usd: Option<Decimal>,
+    at_ms: i64,
+}
+
+/// Appends `payout.created` (+ `payout.held` for a held decision), with the EUR amount of a
+/// bank payout in EUR.
+fn append_payout(tx: &mut WriteTx, actor: &Actor, p: NewPayout<'_>) -> Result<(), LedgerError> {
+    let (amount_eur_cents, eur_per_usd) = match p.eur_per_usd {
+        Some(rate) => {
+            let Some(cents) = eur_cents(p.amount_micro_usdc, rate) else {
+                return reject(
+                    "amount_out_of_range",
+                    format!("the EUR amount of payout {} overflows", p.payout_id),
+                );
+            };
+            (Some(cents), Some(rate.normalize().to_string()))
+        }
+        None => (None, None),
+    };
+    let held = p.decision == Decision::Held;
+    let created_key = format!("payout:{}:created", p.payout_id);
+    tx.append(NewEvent::keyed(
+        EventBody::PayoutCreated(PayoutCreated {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.to_owned(),
+            run_kind: p.run.kind().to_owned(),
+            run_key: p.run.key_string(),
+            amount_micro_usdc: p.amount_micro_usdc,
+            method: p.method.clone(),
+            held,
+            amount_eur_cents,
+            eur_per_usd,
+        }),
+        &actor.0,
+        p.at_ms,
+        &created_key,
+        &content_hash(&created_key),
+    ));
+    if held {
+        let held_key = format!("payout:{}:held", p.payout_id);
+        tx.append(NewEvent::keyed(
+            EventBody::PayoutHeld(PayoutHeld {
+                payout_id: p.payout_id,
+                provider_id: p.provider_id.to_owned(),
+                reason: p.hold_reason.unwrap_or_else(|| "held".to_owned()),
+            }),
+            &actor.0,
+            p.at_ms,
+            &held_key,
+            &content_hash(&held_key),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses a weekly run's date (`YYYY-MM-DD`, a Monday).

@@ -75,12 +75,27 @@ impl Dialect {
     /// The FROM item that unpacks parameter `$n`, a JSON array of arrays (see
     /// [`json_rows_param`]), into rows `j`; field `i` of a row is `j.value ->> i` (text, or
     /// a number: cast integers with `CAST(… AS BIGINT)`). One parameter carries any number of
-    /// rows, so the statement text never changes: it is parsed and planned once per
-    /// connection, and there is no bind-parameter limit to chunk around.
-    pub fn json_rows(self, n: usize) -> String {
+    /// rows, so the statement text changes only with the size class of `rows` (below): it is
+    /// parsed once per connection and size class, and there is no bind-parameter limit to
+    /// chunk around.
+    ///
+    /// On PostgreSQL the parameter is parsed once into `jsonb`: each `->>` on a `json` value
+    /// parses that row's text again, so a 12-column event insert read every row 12 times
+    /// (1,000 event rows: 52–65 ms as `json`, 17–21 ms as `jsonb`, the same as `unnest` of
+    /// arrays; `ops/bench/ingest.md`, round 4). Arrays keep their order either way.
+    ///
+    /// `rows` is how many rows the parameter holds (at most). PostgreSQL estimates 100 rows
+    /// for any `jsonb_array_elements`, and so joined a single row with a table of 27,000
+    /// by a hash join over a sequential scan (6–7 ms instead of 0.08 ms); a `LIMIT` of the
+    /// next power of two at or above `rows` caps the estimate without cutting a row, and
+    /// keeps the number of statement texts (prepared once per connection) small.
+    pub fn json_rows(self, n: usize, rows: usize) -> String {
         match self {
             Dialect::Sqlite => format!("json_each(${n}) AS j"),
-            Dialect::Postgres => format!("json_array_elements(CAST(${n} AS json)) AS j"),
+            Dialect::Postgres => format!(
+                "(SELECT value FROM jsonb_array_elements(CAST(${n} AS jsonb)) LIMIT {}) AS j",
+                rows.max(1).next_power_of_two()
+            ),
         }
     }
 
@@ -185,37 +200,8 @@ fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Connection settings with named limits.
-#[derive(Clone, Debug)]
-pub struct StoreOptions {
-    pub connections_max: u32,
-    pub acquire_timeout_ms: u64,
-    /// SQLite: how long a writer waits for another process's write lock.
-    pub sqlite_busy_timeout_ms: u64,
-    /// SQLite: page cache per connection, in KiB (SQLite's default is 2,000). A usage batch
-    /// touches a few pages of each of several indexes per provider and GPU; with the
-    /// default cache they are read again for every batch.
-    pub sqlite_cache_kib: u64,
-    /// SQLite: WAL pages after which a commit checkpoints them into the database file
-    /// (SQLite's default is 1,000). A metering batch dirties pages all over the event,
-    /// idempotency and segment indexes; checkpointing less often writes a page that
-    /// several batches touched once instead of once per batch. Durability is unchanged
-    /// (every commit is fsynced in the WAL); the WAL file grows up to about this many
-    /// pages between checkpoints.
-    pub sqlite_wal_autocheckpoint_pages: u64,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            connections_max: 8,
-            acquire_timeout_ms: 30_000,
-            sqlite_busy_timeout_ms: 10_000,
-            sqlite_cache_kib: 16_384,
-            sqlite_wal_autocheckpoint_pages: 10_000,
-        }
-    }
-}
+/// Connection settings with named limits: the `[store]` section of the configuration.
+pub use crate::config::StoreConfig as StoreOptions;
 
 /// A handle to the ledger database. Cheap to clone.
 #[derive(Clone)]
@@ -348,6 +334,18 @@ impl Store {
                         // on a large table triggers JIT compilation, which took ~35 ms for
                         // an overlap check that runs in 0.5 ms.
                         sqlx::query("SET jit = off").execute(&mut *conn).await?;
+                        // Every statement is prepared once per connection. After five runs
+                        // PostgreSQL may keep a generic plan made from the statistics of that
+                        // moment, and keeps it until the table is analyzed again: on a ledger
+                        // that starts empty (or where autovacuum is off) the plans made for
+                        // empty tables, a hash join over a sequential scan, stayed while the
+                        // tables grew, and a single-provider idempotency look-up took 30 ms
+                        // at 130,000 events (ops/bench/runs.md, 2026-12-02). A custom plan is
+                        // made for each execution from the tables' current size, which the
+                        // planner reads from the files even without statistics.
+                        sqlx::query("SET plan_cache_mode = force_custom_plan")
+                            .execute(&mut *conn)
+                            .await?;
                     }
                     Ok(())
                 })
@@ -486,13 +484,13 @@ impl Store {
                 format!(
                     "SELECT j.value ->> 0, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
                      (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
-                    self.dialect.json_rows(1)
+                    self.dialect.json_rows(1, names.len())
                 )
             }
             Dialect::Sqlite => format!(
                 "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM {} JOIN events AS e \
                  ON e.stream = j.value ->> 0 AND e.seq = (SELECT MAX(x.seq) FROM events AS x WHERE x.stream = j.value ->> 0)",
-                self.dialect.json_rows(1)
+                self.dialect.json_rows(1, names.len())
             ),
         };
         let mut heads: BTreeMap<String, (i64, Vec<u8>, i64)> = names
@@ -874,6 +872,16 @@ impl WriteTx {
         self.others.insert(previous_stream, previous);
     }
 
+    /// Folds the aggregates of every stream this transaction locked up to its head, so a
+    /// decision reads them exactly (a usage booking may have left them to the projector).
+    pub async fn fold_locked(&mut self) -> Result<(), StoreError> {
+        let mut names: Vec<&str> = self.others.keys().map(String::as_str).collect();
+        names.push(&self.stream);
+        names.sort_unstable();
+        fold::fold_streams(&mut self.tx, self.dialect, &names, i64::MAX).await?;
+        Ok(())
+    }
+
     /// The connection, for the reads a command needs inside its transaction.
     pub fn conn(&mut self) -> &mut AnyConnection {
         &mut self.tx
@@ -953,7 +961,7 @@ impl WriteTx {
                 d.bytes_from_hex("j.value ->> 5"),
                 d.bytes_from_hex("j.value ->> 10"),
                 d.bytes_from_hex("j.value ->> 11"),
-                d.json_rows(1)
+                d.json_rows(1, ROWS_PER_INSERT)
             );
             for chunk in self.pending.chunks(ROWS_PER_INSERT) {
                 let rows: Vec<_> = chunk

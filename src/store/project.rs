@@ -76,7 +76,7 @@ async fn insert_rows(
         spec.name,
         cols.join(","),
         select.join(", "),
-        dialect.json_rows(1)
+        dialect.json_rows(1, ROWS_PER_STATEMENT_MAX)
     );
     match conflict {
         Conflict::Fail => {}
@@ -122,32 +122,63 @@ enum Conflict<'a> {
     Add(&'a [usize]),
 }
 
-/// Applies the ops of one transaction. Adds (to the additive tables) are summed per row
-/// first; puts, patches and removals apply in order, consecutive puts to one table as one
-/// multi-row statement.
-pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
-    type AddRow = (Vec<Val>, Vec<usize>);
-    let mut adds: BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>> = BTreeMap::new();
-    let mut puts: Vec<(Vec<Val>, Vec<Val>)> = Vec::new();
-    let mut put_table: Option<&'static str> = None;
-    // The keys in `puts` (a linear scan made large batches quadratic).
-    let mut put_keys: std::collections::BTreeSet<&Vec<Val>> = std::collections::BTreeSet::new();
+/// A summed add: the row's values and the indexes of the value columns it adds to.
+type AddRow = (Vec<Val>, Vec<usize>);
 
-    async fn flush(
-        conn: &mut AnyConnection,
-        table_name: Option<&'static str>,
-        puts: &mut Vec<(Vec<Val>, Vec<Val>)>,
-    ) -> Result<(), sqlx::Error> {
-        if let Some(name) = table_name
-            && !puts.is_empty()
-        {
-            let rows: Vec<(&Vec<Val>, &Vec<Val>)> = puts.iter().map(|(k, v)| (k, v)).collect();
-            insert_rows(conn, table(name), &rows, Conflict::Replace).await?;
+/// Puts not yet written, per table, in arrival order. A put is an upsert of the whole row,
+/// so a later put of a pending key replaces the pending one: one statement never holds a key
+/// twice (PostgreSQL refuses to upsert a row twice in one statement).
+#[derive(Default)]
+struct PendingPuts<'a> {
+    tables: BTreeMap<&'static str, PendingRows<'a>>,
+}
+
+/// The pending rows of one table and the position of each key among them.
+#[derive(Default)]
+struct PendingRows<'a> {
+    rows: Vec<(&'a Vec<Val>, &'a Vec<Val>)>,
+    at: BTreeMap<&'a Vec<Val>, usize>,
+}
+
+impl<'a> PendingPuts<'a> {
+    fn put(&mut self, t: &'static str, key: &'a Vec<Val>, vals: &'a Vec<Val>) {
+        let pending = self.tables.entry(t).or_default();
+        match pending.at.get(key) {
+            Some(&i) => pending.rows[i].1 = vals,
+            None => {
+                pending.at.insert(key, pending.rows.len());
+                pending.rows.push((key, vals));
+            }
         }
-        puts.clear();
+    }
+
+    /// Writes the pending puts of table `t` (before a patch or removal reads its rows).
+    async fn flush(&mut self, conn: &mut AnyConnection, t: &str) -> Result<(), sqlx::Error> {
+        if let Some(pending) = self.tables.remove(t) {
+            insert_rows(conn, table(t), &pending.rows, Conflict::Replace).await?;
+        }
         Ok(())
     }
 
+    /// Writes every pending put, one multi-row statement per table.
+    async fn flush_all(&mut self, conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
+        for (t, pending) in std::mem::take(&mut self.tables) {
+            insert_rows(conn, table(t), &pending.rows, Conflict::Replace).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies the ops of one transaction. Adds (to the additive tables) are summed per row
+/// and puts are gathered per table, each written with one multi-row statement; a patch or
+/// a removal first writes the pending puts of its own table, so it applies in order to the
+/// rows before it. Projection tables have no foreign keys or triggers: statements on
+/// different tables commute. A command that appends many events (a payout run's chunk:
+/// `payout_run.decided` and `payout.created` alternate) writes two statements, not one per
+/// event.
+pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
+    let mut adds: BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>> = BTreeMap::new();
+    let mut puts = PendingPuts::default();
     for op in ops {
         match op {
             ProjOp::Add {
@@ -172,54 +203,16 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
                 table: t,
                 key,
                 vals,
-            } => {
-                if puts.is_empty() {
-                    put_keys.clear();
-                }
-                let same_table = put_table == Some(*t);
-                let duplicate_key = same_table && put_keys.contains(key);
-                if !same_table || duplicate_key {
-                    flush(conn, put_table, &mut puts).await?;
-                    put_keys.clear();
-                }
-                put_table = Some(t);
-                put_keys.insert(key);
-                puts.push((key.clone(), vals.clone()));
-            }
+            } => puts.put(t, key, vals),
             ProjOp::Patch { table: t, key, set } => {
-                flush(conn, put_table, &mut puts).await?;
+                puts.flush(conn, t).await?;
                 if set.is_empty() {
                     continue;
                 }
-                let spec = table(t);
-                let assignments: Vec<String> = set
-                    .iter()
-                    .enumerate()
-                    .map(|(n, (i, _))| format!("{} = ${}", spec.vals[*i], n + 1))
-                    .collect();
-                let conditions: Vec<String> = spec
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(n, k)| format!("{k} = ${}", set.len() + n + 1))
-                    .collect();
-                let sql = format!(
-                    "UPDATE {} SET {} WHERE {}",
-                    spec.name,
-                    assignments.join(", "),
-                    conditions.join(" AND ")
-                );
-                let mut query = sqlx::query(&sql);
-                for (i, v) in set {
-                    query = bind(query, v, spec.vals[*i]);
-                }
-                for (v, c) in key.iter().zip(spec.key.iter()) {
-                    query = bind(query, v, c);
-                }
-                query.execute(&mut *conn).await?;
+                patch(conn, t, key, set).await?;
             }
             ProjOp::RemoveSegments { gpu_id, event_id } => {
-                flush(conn, put_table, &mut puts).await?;
+                puts.flush(conn, "usage_segments").await?;
                 sqlx::query("DELETE FROM usage_segments WHERE gpu_id = $1 AND event_id = $2")
                     .bind(gpu_id)
                     .bind(event_id)
@@ -228,8 +221,52 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
             }
         }
     }
-    flush(conn, put_table, &mut puts).await?;
-    for (name, rows) in &adds {
+    puts.flush_all(conn).await?;
+    add_rows(conn, &adds).await
+}
+
+/// `UPDATE` of the columns `set` of the row `key` of table `t`.
+async fn patch(
+    conn: &mut AnyConnection,
+    t: &str,
+    key: &[Val],
+    set: &[(usize, Val)],
+) -> Result<(), sqlx::Error> {
+    let spec = table(t);
+    let assignments: Vec<String> = set
+        .iter()
+        .enumerate()
+        .map(|(n, (i, _))| format!("{} = ${}", spec.vals[*i], n + 1))
+        .collect();
+    let conditions: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(n, k)| format!("{k} = ${}", set.len() + n + 1))
+        .collect();
+    let sql = format!(
+        "UPDATE {} SET {} WHERE {}",
+        spec.name,
+        assignments.join(", "),
+        conditions.join(" AND ")
+    );
+    let mut query = sqlx::query(&sql);
+    for (i, v) in set {
+        query = bind(query, v, spec.vals[*i]);
+    }
+    for (v, c) in key.iter().zip(spec.key.iter()) {
+        query = bind(query, v, c);
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Writes the summed adds, one multi-row upsert per table.
+async fn add_rows(
+    conn: &mut AnyConnection,
+    adds: &BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>>,
+) -> Result<(), sqlx::Error> {
+    for (name, rows) in adds {
         let spec = table(name);
         // All adds of one table touch the same columns.
         let add_cols: Vec<usize> = rows

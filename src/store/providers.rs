@@ -1,8 +1,10 @@
 //! The provider registry and the price and fee schedules as the projections hold them.
 
+use std::collections::HashMap;
+
 use sqlx::{AnyConnection, Row};
 
-use super::StoreError;
+use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -42,6 +44,33 @@ fn provider_from_row(r: &sqlx::any::AnyRow) -> Result<ProviderRecord, StoreError
         method_invalid: r.try_get::<i64, _>(8)? != 0,
         registered_at_ms: r.try_get(9)?,
     })
+}
+
+/// The registered providers among `provider_ids`, by id: one statement for a whole batch
+/// (a payout run decides its candidates many per transaction).
+pub async fn load_providers(
+    conn: &mut AnyConnection,
+    provider_ids: &[&str],
+) -> Result<HashMap<String, ProviderRecord>, StoreError> {
+    let mut out = HashMap::with_capacity(provider_ids.len());
+    if provider_ids.is_empty() {
+        return Ok(out);
+    }
+    let rows: Vec<(&str,)> = provider_ids.iter().map(|p| (*p,)).collect();
+    let sql = format!(
+        "SELECT p.provider_id, p.name, p.email, p.tier, p.schedule, p.status, p.payout_method, p.method_set_at_ms, p.method_invalid, p.registered_at_ms \
+         FROM {} JOIN providers AS p ON p.provider_id = j.value ->> 0",
+        Dialect::of(conn).json_rows(1, provider_ids.len())
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&rows))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let provider = provider_from_row(&r)?;
+        out.insert(provider.provider_id.clone(), provider);
+    }
+    Ok(out)
 }
 
 /// One provider (inside a write transaction, or on any connection).

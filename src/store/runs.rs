@@ -2,63 +2,67 @@
 //! rate, the runs' decisions and completions, and the candidates. A run is named by its
 //! kind and key (`weekly`, `2026-11-02`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::TryStreamExt;
 use serde::Serialize;
 use sqlx::{AnyConnection, AnyPool, Row};
 
-use super::StoreError;
+use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
 
-/// The sum of a provider's payable lines booked on days before `day` (a day number).
-pub async fn payable_recorded_before(
+/// The three figures of SPEC §5 a candidate's decision reads, for one provider.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CandidateFigures {
+    /// The balance of the payable account (whenever recorded).
+    pub payable_balance_micro_usdc: i64,
+    /// Payable lines booked on days before the cutoff's day.
+    pub recorded_before_micro_usdc: i64,
+    /// Payouts not failed, cancelled or returned.
+    pub payouts_not_undone_micro_usdc: i64,
+}
+
+/// [`CandidateFigures`] of each of `provider_ids` (zero for a provider without lines or
+/// payouts): one statement for a whole chunk of a run's candidates, each figure one
+/// primary-key range (`account_balances`, `payable_recorded`) or index range
+/// (`payouts_by_provider`) per provider.
+pub async fn candidate_figures(
     conn: &mut AnyConnection,
-    provider_id: &str,
+    provider_ids: &[&str],
     day: i64,
-) -> Result<i64, StoreError> {
-    Ok(sqlx::query(
-        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payable_recorded WHERE provider_id = $1 AND day < $2",
-    )
-    .bind(provider_id)
-    .bind(day)
-    .fetch_one(&mut *conn)
-    .await?
-    .try_get(0)?)
-}
-
-/// The sum of a provider's payouts that were not undone (failed, cancelled, returned).
-pub async fn payouts_not_undone(
-    conn: &mut AnyConnection,
-    provider_id: &str,
-) -> Result<i64, StoreError> {
-    Ok(sqlx::query(&format!(
-        "SELECT CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts WHERE provider_id = $1 AND status NOT IN ({})",
-        PayoutStatus::sql_list(PayoutStatus::is_undone)
-    ))
-    .bind(provider_id)
-    .fetch_one(&mut *conn)
-    .await?
-    .try_get(0)?)
-}
-
-/// The balance of a provider's payable account (0 before its first line).
-pub async fn payable_balance(
-    conn: &mut AnyConnection,
-    provider_id: &str,
-) -> Result<i64, StoreError> {
-    let row = sqlx::query(
-        "SELECT balance_micro_usdc FROM account_balances WHERE owner = $1 AND account = $2",
-    )
-    .bind(provider_stream(provider_id))
-    .bind(accounts::payable(provider_id))
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(match row {
-        Some(r) => r.try_get(0)?,
-        None => 0,
-    })
+) -> Result<HashMap<String, CandidateFigures>, StoreError> {
+    let mut out = HashMap::with_capacity(provider_ids.len());
+    if provider_ids.is_empty() {
+        return Ok(out);
+    }
+    let rows: Vec<(&str, String, String)> = provider_ids
+        .iter()
+        .map(|p| (*p, provider_stream(p), accounts::payable(p)))
+        .collect();
+    let sql = format!(
+        "SELECT j.value ->> 0, \
+         COALESCE((SELECT b.balance_micro_usdc FROM account_balances AS b WHERE b.owner = j.value ->> 1 AND b.account = j.value ->> 2), 0), \
+         CAST(COALESCE((SELECT SUM(r.amount_micro_usdc) FROM payable_recorded AS r WHERE r.provider_id = j.value ->> 0 AND r.day < $2), 0) AS BIGINT), \
+         CAST(COALESCE((SELECT SUM(p.amount_micro_usdc) FROM payouts AS p WHERE p.provider_id = j.value ->> 0 AND p.status NOT IN ({})), 0) AS BIGINT) \
+         FROM {}",
+        PayoutStatus::sql_list(PayoutStatus::is_undone),
+        Dialect::of(conn).json_rows(1, provider_ids.len())
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&rows))
+        .bind(day)
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let figures = CandidateFigures {
+            payable_balance_micro_usdc: r.try_get(1)?,
+            recorded_before_micro_usdc: r.try_get(2)?,
+            payouts_not_undone_micro_usdc: r.try_get(3)?,
+        };
+        out.insert(r.try_get(0)?, figures);
+    }
+    Ok(out)
 }
 
 /// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd text)`.

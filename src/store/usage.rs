@@ -7,34 +7,13 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use super::{StoreError, WriteTx, json_rows_param};
+use super::{Dialect, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
 use crate::domain::money::{FeeBps, Rate};
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory};
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow(e.to_string())
-}
-
-/// Of the `(idempotency key, stream)` pairs, the ones booked already, with their content
-/// hash.
-pub async fn booked_keys(
-    tx: &mut WriteTx,
-    keys: &[(String, String)],
-) -> Result<HashMap<(String, String), Option<Vec<u8>>>, StoreError> {
-    let from = tx.dialect().json_rows(1);
-    let sql = format!(
-        "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
-    );
-    let mut booked = HashMap::new();
-    for r in sqlx::query(&sql)
-        .bind(json_rows_param(keys))
-        .fetch_all(tx.conn())
-        .await?
-    {
-        booked.insert((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?);
-    }
-    Ok(booked)
 }
 
 /// A registered GPU's owner and model.
@@ -49,7 +28,7 @@ pub async fn gpu_owners(
     tx: &mut WriteTx,
     gpu_ids: &[&str],
 ) -> Result<HashMap<String, GpuOwner>, StoreError> {
-    let from = tx.dialect().json_rows(1);
+    let from = tx.dialect().json_rows(1, gpu_ids.len());
     let sql = format!(
         "SELECT g.gpu_id, g.provider_id, g.model FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
     );
@@ -99,15 +78,27 @@ pub async fn overlapping_segments(
         .iter()
         .map(|p| (p.index, p.gpu_id, p.ended_at_ms, p.started_at_ms))
         .collect();
-    let from = tx.dialect().json_rows(1);
-    let sql = format!(
-        "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
-         JOIN usage_segments AS s ON s.gpu_id = j.value ->> 1 \
-         AND s.started_at_ms = (SELECT p.started_at_ms FROM usage_segments AS p \
-         WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
-         ORDER BY p.started_at_ms DESC LIMIT 1) \
-         WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
-    );
+    let dialect = tx.dialect();
+    let from = dialect.json_rows(1, probes.len());
+    let sql = match dialect {
+        // One backward index step per probe, its row read in the same step.
+        Dialect::Postgres => format!(
+            "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
+             CROSS JOIN LATERAL (SELECT p.started_at_ms, p.ended_at_ms FROM usage_segments AS p \
+             WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
+             ORDER BY p.started_at_ms DESC LIMIT 1) AS s \
+             WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
+        ),
+        // SQLite has no LATERAL: the step finds the start, a primary-key probe its row.
+        Dialect::Sqlite => format!(
+            "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
+             JOIN usage_segments AS s ON s.gpu_id = j.value ->> 1 \
+             AND s.started_at_ms = (SELECT p.started_at_ms FROM usage_segments AS p \
+             WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
+             ORDER BY p.started_at_ms DESC LIMIT 1) \
+             WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
+        ),
+    };
     for r in sqlx::query(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(tx.conn())
@@ -153,7 +144,7 @@ pub async fn pricing_contexts(
         .map(|p| (p.to_string(), PricingContext::default()))
         .collect();
     let rows = json_rows_param(&providers.iter().map(|p| (*p,)).collect::<Vec<_>>());
-    let from = tx.dialect().json_rows(1);
+    let from = tx.dialect().json_rows(1, providers.len());
     let sql = format!(
         "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
     );

@@ -168,6 +168,29 @@ pub const LINE_TYPES: &[&str] = &[
 
 /// Parses one NDJSON line into a command.
 pub fn parse_line(line: &str) -> Result<Command, DomainError> {
+    let (kind, object) = typed_object(line)?;
+    match kind.as_str() {
+        "provider.register" => fields::<ProviderRegisterLine>(object, &kind)?.command(),
+        "provider.update" => fields::<ProviderUpdateLine>(object, &kind)?.command(),
+        "gpu.register" => fields::<GpuRegisterLine>(object, &kind)?.command(),
+        "rate.set" => fields::<RateSetLine>(object, &kind)?.command(),
+        "fee_schedule.set" => fields::<FeeScheduleLine>(object, &kind)?.command(),
+        "usage" => fields::<UsageLine>(object, &kind)?.command(),
+        "usage.void" => fields::<VoidLine>(object, &kind)?.command(),
+        "adjustment" => fields::<AdjustmentLine>(object, &kind)?.command(),
+        "fx.rate_set" => fields::<FxLine>(object, &kind)?.command(),
+        other => Err(DomainError::new(
+            "unknown_type",
+            format!(
+                "unknown type {other:?}; expected one of {}",
+                LINE_TYPES.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The `"type"` of a line and its JSON object (`"type"` still in it).
+fn typed_object(line: &str) -> Result<(String, serde_json::Map<String, Value>), DomainError> {
     let value: Value = serde_json::from_str(line)
         .map_err(|e| DomainError::new("malformed_json", format!("not a JSON object: {e}")))?;
     let Value::Object(object) = value else {
@@ -186,116 +209,138 @@ pub fn parse_line(line: &str) -> Result<Command, DomainError> {
         }
         None => return Err(DomainError::new("missing_type", "a line needs a \"type\"")),
     };
-    Ok(match kind.as_str() {
-        "provider.register" => {
-            let l: ProviderRegisterLine = fields(object, &kind)?;
-            Command::RegisterProvider(RegisterProvider {
-                provider_id: ProviderId::parse(&l.provider_id)?,
-                name: l.name,
-                email: l.email,
-                tier: Tier::parse(&l.tier)?,
-                schedule: Schedule::parse(&l.schedule)?,
-                payout_method: method(l.payout_method)?,
-            })
-        }
-        "provider.update" => {
-            let l: ProviderUpdateLine = fields(object, &kind)?;
-            Command::UpdateProvider(UpdateProvider {
-                update_id: l.update_id.as_deref().map(UpdateId::parse).transpose()?,
-                provider_id: ProviderId::parse(&l.provider_id)?,
-                name: l.name,
-                email: l.email,
-                tier: l.tier.as_deref().map(Tier::parse).transpose()?,
-                schedule: l.schedule.as_deref().map(Schedule::parse).transpose()?,
-                status: l.status.as_deref().map(ProviderStatus::parse).transpose()?,
-                payout_method: method(l.payout_method)?,
-            })
-        }
-        "gpu.register" => {
-            let l: GpuRegisterLine = fields(object, &kind)?;
-            Command::RegisterGpu(RegisterGpu {
-                gpu_id: GpuId::parse(&l.gpu_id)?,
-                provider_id: ProviderId::parse(&l.provider_id)?,
-                model: GpuModel::parse(&l.model)?,
-            })
-        }
-        "rate.set" => {
-            let l: RateSetLine = fields(object, &kind)?;
-            Command::SetRate(SetRate {
-                provider_id: ProviderId::parse(&l.provider_id)?,
-                model: GpuModel::parse(&l.model)?,
-                rate: Rate::parse(&l.rate_usdc_per_hour)?,
-                effective_from_ms: parse_rfc3339_ms(&l.effective_from)?,
-            })
-        }
-        "fee_schedule.set" => {
-            let l: FeeScheduleLine = fields(object, &kind)?;
-            Command::SetFee(SetFee {
-                tier: Tier::parse(&l.tier)?,
-                fee: FeeBps::new(l.fee_bps)?,
-                effective_from_ms: parse_rfc3339_ms(&l.effective_from)?,
-            })
-        }
-        "usage" => {
-            let l: UsageLine = fields(object, &kind)?;
-            Command::Usage(UsageInput {
-                event_id: l.event_id,
-                provider_id: l.provider_id,
-                gpu_id: l.gpu_id,
-                rental_id: l.rental_id,
-                started_at: l.started_at,
-                ended_at: l.ended_at,
-                rate_usdc_per_hour: l.rate_usdc_per_hour,
-            })
-        }
-        "usage.void" => {
-            let l: VoidLine = fields(object, &kind)?;
-            Command::VoidUsage {
-                event_id: EventId::parse(&l.event_id)?,
-                provider_id: l
-                    .provider_id
-                    .as_deref()
-                    .map(ProviderId::parse)
-                    .transpose()?,
-                reason: l.reason,
-            }
-        }
-        "adjustment" => {
-            let l: AdjustmentLine = fields(object, &kind)?;
-            Command::Adjustment {
-                adjustment_id: AdjustmentId::parse(&l.adjustment_id)?,
-                provider_id: ProviderId::parse(&l.provider_id)?,
-                amount_micro_usdc: parse_micro_usdc(&l.amount_usdc)?,
-                reason: l.reason,
-                reference: l.reference,
-            }
-        }
-        "fx.rate_set" => {
-            let l: FxLine = fields(object, &kind)?;
-            let rate = l
-                .eur_per_usd
-                .parse::<rust_decimal::Decimal>()
-                .map_err(|_| {
-                    DomainError::new(
-                        "invalid_fx_rate",
-                        format!("not a decimal: {:?}", l.eur_per_usd),
-                    )
-                })?;
-            Command::SetFx {
-                fx_id: l.fx_id.as_deref().map(FxId::parse).transpose()?,
-                eur_per_usd: rate,
-            }
-        }
-        other => {
-            return Err(DomainError::new(
-                "unknown_type",
-                format!(
-                    "unknown type {other:?}; expected one of {}",
-                    LINE_TYPES.join(", ")
-                ),
-            ));
-        }
-    })
+    Ok((kind, object))
+}
+
+impl ProviderRegisterLine {
+    /// The `provider.register` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::RegisterProvider(RegisterProvider {
+            provider_id: ProviderId::parse(&self.provider_id)?,
+            name: self.name,
+            email: self.email,
+            tier: Tier::parse(&self.tier)?,
+            schedule: Schedule::parse(&self.schedule)?,
+            payout_method: method(self.payout_method)?,
+        }))
+    }
+}
+
+impl ProviderUpdateLine {
+    /// The `provider.update` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::UpdateProvider(UpdateProvider {
+            update_id: self.update_id.as_deref().map(UpdateId::parse).transpose()?,
+            provider_id: ProviderId::parse(&self.provider_id)?,
+            name: self.name,
+            email: self.email,
+            tier: self.tier.as_deref().map(Tier::parse).transpose()?,
+            schedule: self.schedule.as_deref().map(Schedule::parse).transpose()?,
+            status: self
+                .status
+                .as_deref()
+                .map(ProviderStatus::parse)
+                .transpose()?,
+            payout_method: method(self.payout_method)?,
+        }))
+    }
+}
+
+impl GpuRegisterLine {
+    /// The `gpu.register` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::RegisterGpu(RegisterGpu {
+            gpu_id: GpuId::parse(&self.gpu_id)?,
+            provider_id: ProviderId::parse(&self.provider_id)?,
+            model: GpuModel::parse(&self.model)?,
+        }))
+    }
+}
+
+impl RateSetLine {
+    /// The `rate.set` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::SetRate(SetRate {
+            provider_id: ProviderId::parse(&self.provider_id)?,
+            model: GpuModel::parse(&self.model)?,
+            rate: Rate::parse(&self.rate_usdc_per_hour)?,
+            effective_from_ms: parse_rfc3339_ms(&self.effective_from)?,
+        }))
+    }
+}
+
+impl FeeScheduleLine {
+    /// The `fee_schedule.set` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::SetFee(SetFee {
+            tier: Tier::parse(&self.tier)?,
+            fee: FeeBps::new(self.fee_bps)?,
+            effective_from_ms: parse_rfc3339_ms(&self.effective_from)?,
+        }))
+    }
+}
+
+impl UsageLine {
+    /// The `usage` command of the line, its fields as given (the ledger checks them when
+    /// it books the usage).
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::Usage(UsageInput {
+            event_id: self.event_id,
+            provider_id: self.provider_id,
+            gpu_id: self.gpu_id,
+            rental_id: self.rental_id,
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            rate_usdc_per_hour: self.rate_usdc_per_hour,
+        }))
+    }
+}
+
+impl VoidLine {
+    /// The `usage.void` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::VoidUsage {
+            event_id: EventId::parse(&self.event_id)?,
+            provider_id: self
+                .provider_id
+                .as_deref()
+                .map(ProviderId::parse)
+                .transpose()?,
+            reason: self.reason,
+        })
+    }
+}
+
+impl AdjustmentLine {
+    /// The `adjustment` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        Ok(Command::Adjustment {
+            adjustment_id: AdjustmentId::parse(&self.adjustment_id)?,
+            provider_id: ProviderId::parse(&self.provider_id)?,
+            amount_micro_usdc: parse_micro_usdc(&self.amount_usdc)?,
+            reason: self.reason,
+            reference: self.reference,
+        })
+    }
+}
+
+impl FxLine {
+    /// The `fx.rate_set` command of the line, its fields checked.
+    fn command(self) -> Result<Command, DomainError> {
+        let rate = self
+            .eur_per_usd
+            .parse::<rust_decimal::Decimal>()
+            .map_err(|_| {
+                DomainError::new(
+                    "invalid_fx_rate",
+                    format!("not a decimal: {:?}", self.eur_per_usd),
+                )
+            })?;
+        Ok(Command::SetFx {
+            fx_id: self.fx_id.as_deref().map(FxId::parse).transpose()?,
+            eur_per_usd: rate,
+        })
+    }
 }
 
 /// Applies a non-usage command (usage lines are batched by the caller).

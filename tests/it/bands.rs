@@ -690,3 +690,82 @@ async fn serve_refuses_the_example_originator_unless_allowed() {
     let served = serve(&db.url, NOW, &allowed, dir.path(), port).await;
     drop(served);
 }
+
+/// `--config`'s `[store]` section reaches the connections of the CLI: an invalid pool size
+/// is refused naming its key, and on SQLite a command meets another process's write lock
+/// with the configured busy timeout (it gives up while the lock is held with a short one,
+/// and books once the lock is released with a long one).
+#[tokio::test]
+async fn the_store_section_reaches_the_cli() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let one = write("one.toml", "[store]\nconnections_max = 1\n");
+    let (code, out, err) = run_cli(&db.url, &["--config", &one, "balance"]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("store.connections_max"), "{err}");
+    if db.is_postgres() {
+        return;
+    }
+    let fx = write(
+        "fx.ndjson",
+        "{\"type\":\"fx.rate_set\",\"fx_id\":\"fx-1\",\"eur_per_usd\":\"0.92\"}\n",
+    );
+    let short = write("short.toml", "[store]\nsqlite_busy_timeout_ms = 50\n");
+    let long = write("long.toml", "[store]\nsqlite_busy_timeout_ms = 60000\n");
+    // Another process's writer: a connection of the test holding SQLite's write lock.
+    let hold = || async {
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn
+    };
+    let base = ["--now", NOW, "--format", "json"];
+    let conn = hold().await;
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--config", short.as_str(), "import", fx.as_str()])
+        .collect();
+    let (code, out, err) = run_cli(&db.url, &args);
+    assert_ne!(
+        code, 0,
+        "a 50 ms busy timeout gives up on a held lock: {out}{err}"
+    );
+    drop(conn);
+
+    let conn = hold().await;
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--config", long.as_str(), "import", fx.as_str()])
+        .collect();
+    let url = db.url.clone();
+    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let child = std::thread::spawn(move || {
+        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+        run_cli(&url, &args)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(conn);
+    let (code, out, err) = child.join().unwrap();
+    assert_eq!(
+        code, 0,
+        "a 60 s busy timeout waits for the lock: {out}{err}"
+    );
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    let rates: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'fx.rate_set'")
+        .fetch_one(ledger.store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rates, 1, "the rate is booked once, by the patient command");
+}

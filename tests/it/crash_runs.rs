@@ -1,7 +1,8 @@
 //! Crash safety of payout runs, through the real binary: a ledger with voids,
 //! adjustments, held, released and cancelled payouts is built with `settle import` and
 //! `settle payout …`; then `settle run …` is killed at every named failpoint and by
-//! SIGKILL at random instants, and restarted until it completes. A reference ledger
+//! SIGKILL at random instants, and restarted until it completes, each process deciding
+//! its candidates in chunks of its own size (`runs.candidates_per_tx`). A reference ledger
 //! fed the same commands in-process without any crash must produce the same run reports
 //! (every candidate decided exactly once, the same amounts and payout ids); the money
 //! invariants and `settle verify` hold after every run. Runs on SQLite, and on
@@ -36,6 +37,12 @@ const RATES: [&str; 4] = ["2.49", "31", "17.999999", "12"];
 const KILLS_PER_FAILPOINT: usize = 5;
 const RANDOM_KILLS_MIN: usize = 50;
 const RUNS_MAX: usize = 30;
+/// Candidates decided in one transaction by the crashed binary (`runs.candidates_per_tx`;
+/// the reference decides them 250 at a time): small, so a run commits many chunks and a
+/// kill can land between two of them. Each process of the random kills draws its own
+/// from [`RANDOM_CANDIDATES_PER_TX`], so a run resumes with other chunks than it began with.
+const CANDIDATES_PER_TX: usize = 3;
+const RANDOM_CANDIDATES_PER_TX: [usize; 3] = [1, 2, 5];
 /// The random kills' seed unless `SETTLE_CRASH_SEED` sets one (printed either way).
 const DEFAULT_SEED: u64 = 20_261_201;
 
@@ -168,6 +175,10 @@ impl Crashed {
             .arg(format_ms(now_ms))
             .args(args);
         c.env_remove("SETTLE_FAILPOINT");
+        c.env(
+            "SETTLE_RUNS__CANDIDATES_PER_TX",
+            CANDIDATES_PER_TX.to_string(),
+        );
         c
     }
 
@@ -220,10 +231,20 @@ impl Crashed {
         }
     }
 
-    fn spawn_run(&self, now_ms: i64, run: &RunKey, failpoint: Option<String>) -> Child {
+    fn spawn_run(
+        &self,
+        now_ms: i64,
+        run: &RunKey,
+        failpoint: Option<String>,
+        candidates_per_tx: usize,
+    ) -> Child {
         let args = Crashed::run_args(run);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut c = self.cli(now_ms, &args);
+        c.env(
+            "SETTLE_RUNS__CANDIDATES_PER_TX",
+            candidates_per_tx.to_string(),
+        );
         let failpoint_set = failpoint.is_some();
         if let Some(f) = failpoint {
             c.env("SETTLE_FAILPOINT", f);
@@ -379,7 +400,7 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                     _ => 1,
                 };
                 let out = crashed
-                    .spawn_run(now, &run, Some(format!("{f}:{nth}")))
+                    .spawn_run(now, &run, Some(format!("{f}:{nth}")), CANDIDATES_PER_TX)
                     .wait_with_output()
                     .unwrap();
                 if out.status.success() {
@@ -410,7 +431,9 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
                 // process finished before its kill and grows when it was killed.
                 let delay =
                     cli_run_time.mul_f64(scale * rng.gen_range(0.0..1.2) * (0.1 + 0.9 * remaining));
-                let mut child = crashed.spawn_run(now, &run, None);
+                let per_tx =
+                    RANDOM_CANDIDATES_PER_TX[rng.gen_range(0..RANDOM_CANDIDATES_PER_TX.len())];
+                let mut child = crashed.spawn_run(now, &run, None, per_tx);
                 std::thread::sleep(delay);
                 if child.try_wait().unwrap().is_some() {
                     scale *= 0.8;

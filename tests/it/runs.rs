@@ -371,9 +371,10 @@ async fn no_method_is_skipped_then_paid_once_the_method_is_past_cooling_off() {
     );
 }
 
-#[tokio::test]
-async fn each_of_the_seven_decisions_in_one_run() {
-    let w = World::new("2026-11-16T00:00:00Z").await;
+/// A marketplace with a candidate for each of the seven decisions of SPEC §5 (three of them
+/// held for different reasons) and a suspended provider, up to the weekly run of
+/// 2026-11-23, which it runs.
+async fn seven_decisions(w: &World) -> runs::RunReport {
     w.provider("d1_no_method", W, None).await;
     w.provider("d2_cooling_off", W, Some(SOLANA)).await;
     w.provider("d3_negative", W, Some(SOLANA)).await;
@@ -408,7 +409,13 @@ async fn each_of_the_seven_decisions_in_one_run() {
     w.at("2026-11-23T00:01:00Z");
     w.adjust("d3_negative", "chargeback", -50 * USDC).await;
     w.at("2026-11-23T00:05:00Z");
-    let run = w.weekly("2026-11-23").await;
+    w.weekly("2026-11-23").await
+}
+
+#[tokio::test]
+async fn each_of_the_seven_decisions_in_one_run() {
+    let w = World::new("2026-11-16T00:00:00Z").await;
+    let run = seven_decisions(&w).await;
     assert!(
         !is_candidate(&run, "suspended"),
         "a suspended provider is no candidate"
@@ -486,6 +493,60 @@ async fn each_of_the_seven_decisions_in_one_run() {
             .amount_eur_cents,
         Some(3600)
     );
+}
+
+/// A run decides its candidates in chunks, one transaction a chunk over their streams
+/// (`runs.candidates_per_tx`): the ledger is the same, event for event and hash for hash,
+/// as with a transaction per candidate, whatever the chunk size, and a second start
+/// finds every chunk decided.
+#[tokio::test]
+async fn chunks_of_candidates_book_the_same_ledger_as_one_transaction_each() {
+    let mut ledgers = Vec::new();
+    for per_tx in [1, 4, 250] {
+        let mut w = World::new("2026-11-16T00:00:00Z").await;
+        w.config.candidates_per_tx = per_tx;
+        let report = seven_decisions(&w).await;
+        assert_eq!(report.candidates.len(), 9, "chunks of {per_tx}");
+        let events_before = event_count(&w.ledger).await;
+        let again = w.weekly("2026-11-23").await;
+        assert_eq!(again, report, "chunks of {per_tx}: a second start");
+        assert_eq!(event_count(&w.ledger).await, events_before);
+        let store = &w.ledger.store;
+        let mut streams = Vec::new();
+        for stream in store.streams().await.unwrap() {
+            let events: Vec<(i64, String, String, Vec<u8>)> = store
+                .stream_events(&stream, 0, 10_000)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.seq, e.event_type, e.payload, e.hash))
+                .collect();
+            streams.push((stream, events));
+        }
+        let balances: Vec<_> = {
+            let mut b = Vec::new();
+            for c in &report.candidates {
+                b.push((c.provider_id.clone(), w.balances(&c.provider_id).await));
+            }
+            b
+        };
+        ledgers.push((per_tx, report, streams, balances));
+    }
+    let (_, report, streams, balances) = &ledgers[0];
+    assert!(
+        streams
+            .iter()
+            .any(|(_, e)| e.iter().any(|e| e.1 == "payout.held"))
+    );
+    for (per_tx, r, s, b) in &ledgers[1..] {
+        assert_eq!(r, report, "chunks of {per_tx}: the report");
+        assert_eq!(b, balances, "chunks of {per_tx}: the balances");
+        assert_eq!(s.len(), streams.len(), "chunks of {per_tx}: the streams");
+        for ((name, events), (expected_name, expected)) in s.iter().zip(streams) {
+            assert_eq!(name, expected_name);
+            assert_eq!(events, expected, "chunks of {per_tx}: stream {name}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -408,31 +408,10 @@ pub async fn generate_batches(
             .collect();
         let mut progressed = false;
         for rail in [Rail::Sepa, Rail::Ach] {
-            let mut chosen: Vec<&PayoutRecord> = Vec::new();
-            for p in created
-                .iter()
-                .filter(|p| p.rail == rail && !batched.contains(p.payout_id.as_str()))
-            {
-                if chosen.len() >= config.batch_payouts_max {
-                    break;
-                }
-                match files::check_bankable(p) {
-                    Ok(()) => chosen.push(p),
-                    Err(e) => {
-                        // It can never be written: fail it, the money goes back to payable.
-                        let reason = format!("{}: {}", e.code, e.message);
-                        match ledger.fail_payout(&p.payout_id, &reason, actor).await {
-                            Ok(_) => report.failed.push(Unbankable {
-                                payout_id: p.payout_id.clone(),
-                                reason,
-                            }),
-                            Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                        progressed = true;
-                    }
-                }
-            }
+            let (chosen, failed_any) =
+                choose_bankable(ledger, config, rail, &created, &batched, actor, &mut report)
+                    .await?;
+            progressed |= failed_any;
             if chosen.is_empty() {
                 continue;
             }
@@ -453,6 +432,47 @@ pub async fn generate_batches(
         "bank_generation_incomplete",
         format!("stopped after {GENERATE_ROUNDS_MAX} rounds; run it again"),
     )
+}
+
+/// The created payouts of `rail` in no batch yet, at most `batch_payouts_max` of them. An
+/// unbankable one met on the way is failed (its money back in payable) and listed in
+/// `report`; the flag says whether any was.
+async fn choose_bankable<'a>(
+    ledger: &Ledger,
+    config: &BankConfig,
+    rail: Rail,
+    created: &'a [PayoutRecord],
+    batched: &HashSet<&str>,
+    actor: &Actor,
+    report: &mut GenerateReport,
+) -> Result<(Vec<&'a PayoutRecord>, bool), BankError> {
+    let mut chosen: Vec<&PayoutRecord> = Vec::new();
+    let mut failed_any = false;
+    for p in created
+        .iter()
+        .filter(|p| p.rail == rail && !batched.contains(p.payout_id.as_str()))
+    {
+        if chosen.len() >= config.batch_payouts_max {
+            break;
+        }
+        match files::check_bankable(p) {
+            Ok(()) => chosen.push(p),
+            Err(e) => {
+                // It can never be written: fail it, the money goes back to payable.
+                let reason = format!("{}: {}", e.code, e.message);
+                match ledger.fail_payout(&p.payout_id, &reason, actor).await {
+                    Ok(_) => report.failed.push(Unbankable {
+                        payout_id: p.payout_id.clone(),
+                        reason,
+                    }),
+                    Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {}
+                    Err(e) => return Err(e.into()),
+                }
+                failed_any = true;
+            }
+        }
+    }
+    Ok((chosen, failed_any))
 }
 
 /// Records, writes and submits one new batch of `chosen` (sorted by id). `None` when
@@ -597,6 +617,41 @@ pub struct ReturnOutcome {
     pub status: &'static str,
 }
 
+/// The bank batch that payout `p` (`payout_id`), returned with `reason`, went in: the
+/// code must be of the payout's rail, and the payout in a bank file.
+async fn returned_batch(
+    pool: &AnyPool,
+    payout_id: &str,
+    p: &PayoutRecord,
+    reason: &ReturnReason,
+) -> Result<String, BankError> {
+    let rail_of_code = match reason.rail() {
+        BankRail::Sepa => Rail::Sepa,
+        BankRail::Ach => Rail::Ach,
+    };
+    if p.rail != rail_of_code {
+        return rejected(
+            "return_code_rail_mismatch",
+            format!(
+                "{} is a {} return code; payout {payout_id} went by {}",
+                reason.code(),
+                rail_of_code.as_str(),
+                p.rail.as_str()
+            ),
+        );
+    }
+    match &p.reference {
+        Some(r) if batch(pool, r).await?.is_some() => Ok(r.clone()),
+        _ => rejected(
+            "invalid_payout_state",
+            format!(
+                "payout {payout_id} is {} and in no bank batch; only a payout sent in a bank file can be returned",
+                p.status
+            ),
+        ),
+    }
+}
+
 /// A bank returned a payout with reason `code` (`AC04`, `R03`, …): the payout is returned
 /// (`platform:treasury:bank` −, payable +). When the provider still has the details the
 /// payout was sent to, they are marked invalid whatever the reason code (the next run
@@ -615,33 +670,7 @@ pub async fn return_payout(
     let Some(p) = payouts::payout(pool, payout_id).await? else {
         return rejected("unknown_payout", format!("no payout {payout_id}"));
     };
-    let rail_of_code = match reason.rail() {
-        BankRail::Sepa => Rail::Sepa,
-        BankRail::Ach => Rail::Ach,
-    };
-    if p.rail != rail_of_code {
-        return rejected(
-            "return_code_rail_mismatch",
-            format!(
-                "{} is a {} return code; payout {payout_id} went by {}",
-                reason.code(),
-                rail_of_code.as_str(),
-                p.rail.as_str()
-            ),
-        );
-    }
-    let batch_id = match &p.reference {
-        Some(r) if batch(pool, r).await?.is_some() => r.clone(),
-        _ => {
-            return rejected(
-                "invalid_payout_state",
-                format!(
-                    "payout {payout_id} is {} and in no bank batch; only a payout sent in a bank file can be returned",
-                    p.status
-                ),
-            );
-        }
-    };
+    let batch_id = returned_batch(pool, payout_id, &p, &reason).await?;
     let mut outcome = ReturnOutcome {
         payout_id: p.payout_id.clone(),
         provider_id: p.provider_id.clone(),

@@ -25,14 +25,15 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use settle_solana::{
-    Chain, ChainError, Cluster, ClusterError, Confirmation, Discrepancy, PayError, Payer,
-    PayerConfig, PayoutOutcome, Pubkey, RpcChain, SettledPayout, SignatureStatuses, Tip,
+    Chain, ChainError, Cluster, ClusterError, Confirmation, Discrepancy, PayError, PayReport,
+    Payer, PayerConfig, PayoutOutcome, Pubkey, RpcChain, SettledPayout, SignatureStatuses, Tip,
     TokenDelta, Transfer, Treasury, TreasuryError, check_cluster, check_mint, validate_wallet,
 };
 
 use crate::config::SolanaConfig;
 use crate::failpoint::failpoint;
 use crate::ledger::{Ledger, LedgerError};
+use journal::{AttemptRow, PayoutFacts};
 pub use journal::{LedgerJournal, RepairReport, failpoints};
 
 /// The USDC mint on mainnet-beta (built in: see [`settle_solana::cluster`]).
@@ -350,37 +351,7 @@ impl SolanaRail {
             ..PayPendingReport::default()
         };
         let outbox = journal::outbox(ledger).await?;
-        let mut transfers = Vec::with_capacity(outbox.len());
-        let mut results: Vec<PayoutResult> = Vec::with_capacity(outbox.len());
-        let mut invalid: HashMap<String, String> = HashMap::new();
-        for p in &outbox {
-            report.outbox_micro_usdc += p.amount_micro_usdc;
-            let wallet = journal::method_wallet(&p.method)
-                .ok_or_else(|| "the payout method is not a Solana wallet".to_owned())
-                .and_then(|w| validate_wallet(&w).map_err(|e| e.to_string()));
-            let amount = u64::try_from(p.amount_micro_usdc)
-                .ok()
-                .filter(|a| *a > 0)
-                .ok_or_else(|| format!("amount {} µUSDC cannot be paid", p.amount_micro_usdc));
-            match (wallet, amount) {
-                (Ok(wallet), Ok(amount_micro_usdc)) => transfers.push(Transfer {
-                    payout_id: p.payout_id.clone(),
-                    wallet,
-                    amount_micro_usdc,
-                }),
-                (Err(reason), _) | (_, Err(reason)) => {
-                    invalid.insert(p.payout_id.clone(), reason);
-                }
-            }
-            results.push(PayoutResult {
-                payout_id: p.payout_id.clone(),
-                provider_id: p.provider_id.clone(),
-                amount_micro_usdc: p.amount_micro_usdc,
-                status: "not_sent",
-                signature: None,
-                reason: None,
-            });
-        }
+        let (transfers, mut results, invalid) = plan_transfers(&outbox, &mut report);
         report.outbox = outbox.len();
         tracing::info!(
             payouts = outbox.len(),
@@ -401,48 +372,7 @@ impl SolanaRail {
         };
         report.transactions_landed = paid.landed_attempts().count();
 
-        for r in &mut results {
-            if let Some(reason) = invalid.get(&r.payout_id) {
-                journal.fail_unsent(&r.payout_id, reason).await?;
-                r.status = "failed";
-                r.reason = Some(reason.clone());
-                continue;
-            }
-            match paid.payouts.get(&r.payout_id) {
-                Some(PayoutOutcome::Settled { signature, .. }) => {
-                    r.status = "settled";
-                    r.signature = Some(signature.clone());
-                }
-                Some(PayoutOutcome::Failed {
-                    signature, reason, ..
-                }) => {
-                    r.status = "failed";
-                    r.signature = Some(signature.clone());
-                    r.reason = Some(reason.clone());
-                }
-                Some(PayoutOutcome::Rejected { reason }) => {
-                    let reason = format!("rejected by simulation, nothing sent: {reason}");
-                    journal.fail_unsent(&r.payout_id, &reason).await?;
-                    r.status = "failed";
-                    r.reason = Some(reason);
-                }
-                Some(PayoutOutcome::Refused { code, reason }) => {
-                    // The recipient's token account is not the wallet's USDC account.
-                    let reason = format!("{code}: {reason}");
-                    journal.fail_unsent(&r.payout_id, &reason).await?;
-                    r.status = "failed";
-                    r.reason = Some(reason);
-                }
-                Some(PayoutOutcome::Pending { signature, .. }) => {
-                    r.status = "pending";
-                    r.signature = Some(signature.clone());
-                }
-                Some(PayoutOutcome::NotSent { reason }) => {
-                    r.reason = Some(reason.clone());
-                }
-                Some(PayoutOutcome::AlreadyResolved) | None => {}
-            }
-        }
+        record_outcomes(&journal, &paid, &invalid, &mut results).await?;
         // Payouts of attempts resumed in this pass that were not in the outbox (none in
         // practice: the outbox holds every unfinished payout) are not reported.
         for r in &results {
@@ -482,50 +412,8 @@ impl SolanaRail {
         rows.sort_by(|a, b| a.payout_id.cmp(&b.payout_id));
         let landed = journal::landed_by_signature(ledger).await?;
         let mut report = SolanaReconcileReport::default();
-        let mut settled = Vec::with_capacity(rows.len());
-        let mut settled_ids: HashMap<String, String> = HashMap::new();
-        for r in rows {
-            let wallet = r.wallet().and_then(|w| w.parse::<Pubkey>().ok());
-            let (payout_id, amount, reference) = (r.payout_id, r.amount_micro_usdc, r.reference);
-            report.checked += 1;
-            let signature = reference.unwrap_or_default();
-            settled_ids.insert(payout_id.clone(), signature.clone());
-            let difference = |kind| ReconcileDifference {
-                kind,
-                payout_ids: vec![payout_id.clone()],
-                signature: Some(signature.clone()),
-                expected_micro_usdc: Some(amount),
-                actual_micro_usdc: None,
-            };
-            if !landed
-                .get(&signature)
-                .is_some_and(|a| a.payout_ids.contains(&payout_id))
-            {
-                report.differences.push(difference("no_landed_attempt"));
-            }
-            match (wallet, u64::try_from(amount)) {
-                (Some(wallet), Ok(amount_micro_usdc)) => settled.push(SettledPayout {
-                    payout_id,
-                    wallet,
-                    amount_micro_usdc,
-                    signature,
-                }),
-                _ => report.differences.push(difference("bad_wallet")),
-            }
-        }
-        for attempt in landed.values() {
-            for id in &attempt.payout_ids {
-                if settled_ids.get(id) != Some(&attempt.signature) {
-                    report.differences.push(ReconcileDifference {
-                        kind: "landed_not_settled",
-                        payout_ids: vec![id.clone()],
-                        signature: Some(attempt.signature.clone()),
-                        expected_micro_usdc: None,
-                        actual_micro_usdc: None,
-                    });
-                }
-            }
-        }
+        let (settled, settled_ids) = check_settled(rows, &landed, &mut report);
+        report_landed_not_settled(&landed, &settled_ids, &mut report);
         let amounts: BTreeMap<&str, i64> = settled
             .iter()
             .map(|p| (p.payout_id.as_str(), p.amount_micro_usdc as i64))
@@ -538,40 +426,201 @@ impl SolanaRail {
         let chain = settle_solana::reconcile(self.chain.as_ref(), &self.mint, &settled).await?;
         report.matched = chain.matched;
         for d in chain.discrepancies {
-            report.differences.push(match d {
-                Discrepancy::BadSignature { payout_id } => ReconcileDifference {
-                    kind: "bad_signature",
-                    expected_micro_usdc: amounts.get(payout_id.as_str()).copied(),
-                    payout_ids: vec![payout_id],
-                    signature: None,
-                    actual_micro_usdc: None,
-                },
-                Discrepancy::TransactionNotFound {
-                    payout_id,
-                    signature,
-                } => ReconcileDifference {
-                    kind: "transaction_not_found",
-                    expected_micro_usdc: amounts.get(payout_id.as_str()).copied(),
-                    payout_ids: vec![payout_id],
-                    signature: Some(signature),
-                    actual_micro_usdc: None,
-                },
-                Discrepancy::AmountMismatch {
-                    payout_ids,
-                    signature,
-                    expected_micro_usdc,
-                    actual_micro_usdc,
-                    ..
-                } => ReconcileDifference {
-                    kind: "amount_mismatch",
-                    payout_ids,
-                    signature: Some(signature),
-                    expected_micro_usdc: i64::try_from(expected_micro_usdc).ok(),
-                    actual_micro_usdc: i64::try_from(actual_micro_usdc).ok(),
-                },
-            });
+            report.differences.push(chain_difference(d, &amounts));
         }
         Ok(report)
+    }
+}
+
+/// Turns the outbox into transfers, one result (`not_sent` so far) per payout, and the
+/// payouts that cannot be paid at all with the reason; adds up the outbox's amount.
+fn plan_transfers(
+    outbox: &[PayoutFacts],
+    report: &mut PayPendingReport,
+) -> (Vec<Transfer>, Vec<PayoutResult>, HashMap<String, String>) {
+    let mut transfers = Vec::with_capacity(outbox.len());
+    let mut results: Vec<PayoutResult> = Vec::with_capacity(outbox.len());
+    let mut invalid: HashMap<String, String> = HashMap::new();
+    for p in outbox {
+        report.outbox_micro_usdc += p.amount_micro_usdc;
+        let wallet = journal::method_wallet(&p.method)
+            .ok_or_else(|| "the payout method is not a Solana wallet".to_owned())
+            .and_then(|w| validate_wallet(&w).map_err(|e| e.to_string()));
+        let amount = u64::try_from(p.amount_micro_usdc)
+            .ok()
+            .filter(|a| *a > 0)
+            .ok_or_else(|| format!("amount {} µUSDC cannot be paid", p.amount_micro_usdc));
+        match (wallet, amount) {
+            (Ok(wallet), Ok(amount_micro_usdc)) => transfers.push(Transfer {
+                payout_id: p.payout_id.clone(),
+                wallet,
+                amount_micro_usdc,
+            }),
+            (Err(reason), _) | (_, Err(reason)) => {
+                invalid.insert(p.payout_id.clone(), reason);
+            }
+        }
+        results.push(PayoutResult {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.clone(),
+            amount_micro_usdc: p.amount_micro_usdc,
+            status: "not_sent",
+            signature: None,
+            reason: None,
+        });
+    }
+    (transfers, results, invalid)
+}
+
+/// Books what became of each payout of the pass into `results`: failing the ones that
+/// could not be paid, that simulation rejected or that the rail refused.
+async fn record_outcomes(
+    journal: &LedgerJournal,
+    paid: &PayReport,
+    invalid: &HashMap<String, String>,
+    results: &mut [PayoutResult],
+) -> Result<(), SolanaRailError> {
+    for r in results.iter_mut() {
+        if let Some(reason) = invalid.get(&r.payout_id) {
+            journal.fail_unsent(&r.payout_id, reason).await?;
+            r.status = "failed";
+            r.reason = Some(reason.clone());
+            continue;
+        }
+        match paid.payouts.get(&r.payout_id) {
+            Some(PayoutOutcome::Settled { signature, .. }) => {
+                r.status = "settled";
+                r.signature = Some(signature.clone());
+            }
+            Some(PayoutOutcome::Failed {
+                signature, reason, ..
+            }) => {
+                r.status = "failed";
+                r.signature = Some(signature.clone());
+                r.reason = Some(reason.clone());
+            }
+            Some(PayoutOutcome::Rejected { reason }) => {
+                let reason = format!("rejected by simulation, nothing sent: {reason}");
+                journal.fail_unsent(&r.payout_id, &reason).await?;
+                r.status = "failed";
+                r.reason = Some(reason);
+            }
+            Some(PayoutOutcome::Refused { code, reason }) => {
+                // The recipient's token account is not the wallet's USDC account.
+                let reason = format!("{code}: {reason}");
+                journal.fail_unsent(&r.payout_id, &reason).await?;
+                r.status = "failed";
+                r.reason = Some(reason);
+            }
+            Some(PayoutOutcome::Pending { signature, .. }) => {
+                r.status = "pending";
+                r.signature = Some(signature.clone());
+            }
+            Some(PayoutOutcome::NotSent { reason }) => {
+                r.reason = Some(reason.clone());
+            }
+            Some(PayoutOutcome::AlreadyResolved) | None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks each settled payout against the landed attempts (`no_landed_attempt`) and its
+/// wallet (`bad_wallet`); returns the payouts to check on chain, and each settled payout's
+/// signature.
+fn check_settled(
+    rows: Vec<PayoutFacts>,
+    landed: &BTreeMap<String, AttemptRow>,
+    report: &mut SolanaReconcileReport,
+) -> (Vec<SettledPayout>, HashMap<String, String>) {
+    let mut settled = Vec::with_capacity(rows.len());
+    let mut settled_ids: HashMap<String, String> = HashMap::new();
+    for r in rows {
+        let wallet = r.wallet().and_then(|w| w.parse::<Pubkey>().ok());
+        let (payout_id, amount, reference) = (r.payout_id, r.amount_micro_usdc, r.reference);
+        report.checked += 1;
+        let signature = reference.unwrap_or_default();
+        settled_ids.insert(payout_id.clone(), signature.clone());
+        let difference = |kind| ReconcileDifference {
+            kind,
+            payout_ids: vec![payout_id.clone()],
+            signature: Some(signature.clone()),
+            expected_micro_usdc: Some(amount),
+            actual_micro_usdc: None,
+        };
+        if !landed
+            .get(&signature)
+            .is_some_and(|a| a.payout_ids.contains(&payout_id))
+        {
+            report.differences.push(difference("no_landed_attempt"));
+        }
+        match (wallet, u64::try_from(amount)) {
+            (Some(wallet), Ok(amount_micro_usdc)) => settled.push(SettledPayout {
+                payout_id,
+                wallet,
+                amount_micro_usdc,
+                signature,
+            }),
+            _ => report.differences.push(difference("bad_wallet")),
+        }
+    }
+    (settled, settled_ids)
+}
+
+/// Reports every payout of a landed attempt that the ledger did not settle with it.
+fn report_landed_not_settled(
+    landed: &BTreeMap<String, AttemptRow>,
+    settled_ids: &HashMap<String, String>,
+    report: &mut SolanaReconcileReport,
+) {
+    for attempt in landed.values() {
+        for id in &attempt.payout_ids {
+            if settled_ids.get(id) != Some(&attempt.signature) {
+                report.differences.push(ReconcileDifference {
+                    kind: "landed_not_settled",
+                    payout_ids: vec![id.clone()],
+                    signature: Some(attempt.signature.clone()),
+                    expected_micro_usdc: None,
+                    actual_micro_usdc: None,
+                });
+            }
+        }
+    }
+}
+
+/// The difference a discrepancy found on chain is, with the ledger's amount when known.
+fn chain_difference(d: Discrepancy, amounts: &BTreeMap<&str, i64>) -> ReconcileDifference {
+    match d {
+        Discrepancy::BadSignature { payout_id } => ReconcileDifference {
+            kind: "bad_signature",
+            expected_micro_usdc: amounts.get(payout_id.as_str()).copied(),
+            payout_ids: vec![payout_id],
+            signature: None,
+            actual_micro_usdc: None,
+        },
+        Discrepancy::TransactionNotFound {
+            payout_id,
+            signature,
+        } => ReconcileDifference {
+            kind: "transaction_not_found",
+            expected_micro_usdc: amounts.get(payout_id.as_str()).copied(),
+            payout_ids: vec![payout_id],
+            signature: Some(signature),
+            actual_micro_usdc: None,
+        },
+        Discrepancy::AmountMismatch {
+            payout_ids,
+            signature,
+            expected_micro_usdc,
+            actual_micro_usdc,
+            ..
+        } => ReconcileDifference {
+            kind: "amount_mismatch",
+            payout_ids,
+            signature: Some(signature),
+            expected_micro_usdc: i64::try_from(expected_micro_usdc).ok(),
+            actual_micro_usdc: i64::try_from(actual_micro_usdc).ok(),
+        },
     }
 }
 
