@@ -334,15 +334,14 @@ impl Store {
                         // on a large table triggers JIT compilation, which took ~35 ms for
                         // an overlap check that runs in 0.5 ms.
                         sqlx::query("SET jit = off").execute(&mut *conn).await?;
-                        // Every statement is prepared once per connection. After five runs
-                        // PostgreSQL may keep a generic plan made from the statistics of that
-                        // moment, and keeps it until the table is analyzed again: on a ledger
-                        // that starts empty (or where autovacuum is off) the plans made for
-                        // empty tables, a hash join over a sequential scan, stayed while the
-                        // tables grew, and a single-provider idempotency look-up took 30 ms
-                        // at 130,000 events (ops/bench/runs.md, 2026-12-02). A custom plan is
-                        // made for each execution from the tables' current size, which the
-                        // planner reads from the files even without statistics.
+                        // A guard: every statement is prepared once per connection, and
+                        // after five executions PostgreSQL may switch to a generic plan that it
+                        // keeps until the table's statistics change. On a ledger that starts
+                        // empty, or a server with autovacuum off (this machine's), nothing
+                        // changes them while the tables grow. A custom plan is made for each
+                        // execution from the tables' current size, which the planner reads
+                        // from the files even without statistics. (The 100-row estimate of
+                        // the JSON rows is a different fault, mended by `json_rows`.)
                         sqlx::query("SET plan_cache_mode = force_custom_plan")
                             .execute(&mut *conn)
                             .await?;

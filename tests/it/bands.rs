@@ -728,35 +728,31 @@ async fn the_store_section_reaches_the_cli() {
             .unwrap();
         conn
     };
-    let base = ["--now", NOW, "--format", "json"];
-    let conn = hold().await;
-    let args: Vec<&str> = base
-        .iter()
-        .copied()
-        .chain(["--config", short.as_str(), "import", fx.as_str()])
-        .collect();
-    let (code, out, err) = run_cli(&db.url, &args);
+    // `settle import` under `config` while the lock is held for `held`, then released.
+    let import_under_lock = |config: String, held: Duration| {
+        let url = db.url.clone();
+        let fx = fx.clone();
+        let hold = hold();
+        async move {
+            let conn = hold.await;
+            let child = std::thread::spawn(move || {
+                let args = ["--now", NOW, "--format", "json", "--config", &config];
+                run_cli(&url, &[&args[..], &["import", &fx]].concat())
+            });
+            tokio::time::sleep(held).await;
+            drop(conn);
+            child.join().unwrap()
+        }
+    };
+    // Held for 5 s: a 50 ms busy timeout gives up while it is held (the default 10 s one
+    // would wait it out and book).
+    let (code, out, err) = import_under_lock(short, Duration::from_secs(5)).await;
     assert_ne!(
         code, 0,
         "a 50 ms busy timeout gives up on a held lock: {out}{err}"
     );
-    drop(conn);
-
-    let conn = hold().await;
-    let args: Vec<&str> = base
-        .iter()
-        .copied()
-        .chain(["--config", long.as_str(), "import", fx.as_str()])
-        .collect();
-    let url = db.url.clone();
-    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let child = std::thread::spawn(move || {
-        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
-        run_cli(&url, &args)
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    drop(conn);
-    let (code, out, err) = child.join().unwrap();
+    // Held for 0.5 s: a 60 s busy timeout waits for it.
+    let (code, out, err) = import_under_lock(long, Duration::from_millis(500)).await;
     assert_eq!(
         code, 0,
         "a 60 s busy timeout waits for the lock: {out}{err}"
