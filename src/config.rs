@@ -531,6 +531,20 @@ pub struct SolanaConfig {
     pub rpc_retries_max: u32,
     /// Cap of the exponential backoff between RPC retries.
     pub rpc_backoff_ms_max: u64,
+    /// Pack v0 transactions against the treasury's address lookup tables (about 45
+    /// transfers per transaction instead of 18), creating and extending the tables as
+    /// needed. Each table holds 256 accounts and its rent (about 0.058 SOL) stays the
+    /// treasury's deposit.
+    pub lookup_tables: bool,
+    /// Fewest payouts in one pass for which tables are created or extended; existing
+    /// tables are used by every pass.
+    pub lookup_tables_min_payouts: usize,
+    /// Rounds of table maintenance in one pass (a round creates up to 128 tables or extends
+    /// existing ones, and waits until its transactions are final).
+    pub lookup_table_rounds_max: u32,
+    /// Signed transactions awaiting their outcome at once: the payer signs, journals and
+    /// sends up to this many, waits until they are resolved, then signs the next ones.
+    pub transactions_in_flight_max: usize,
 }
 
 impl Default for SolanaConfig {
@@ -550,6 +564,10 @@ impl Default for SolanaConfig {
             wait_timeout_ms: 180_000,
             rpc_retries_max: 10,
             rpc_backoff_ms_max: 8_000,
+            lookup_tables: true,
+            lookup_tables_min_payouts: 64,
+            lookup_table_rounds_max: 16,
+            transactions_in_flight_max: 256,
         }
     }
 }

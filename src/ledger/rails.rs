@@ -33,6 +33,21 @@ pub struct BatchSlot {
     pub same_day_ach: usize,
 }
 
+/// What a lookup table's maintenance transaction does, when the signed bytes are one
+/// ([`settle_solana::lookup::maintenance_of`]).
+fn maintenance(tx_base64: &str) -> Option<settle_solana::lookup::TableWork> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(tx_base64)
+        .ok()
+        .and_then(|bytes| settle_solana::lookup::maintenance_of_bytes(&bytes))
+}
+
+/// True when the signed bytes are a lookup table's maintenance transaction.
+fn is_maintenance(tx_base64: &str) -> bool {
+    maintenance(tx_base64).is_some()
+}
+
 /// An id as the event schemas accept it: 1..=128 of `[A-Za-z0-9._:-]`.
 fn is_schema_id(text: &str) -> bool {
     (1..=128).contains(&text.len())
@@ -110,10 +125,20 @@ impl Ledger {
             );
         }
         let listed: Vec<&String> = body.transfers.iter().map(|t| &t.0).collect();
-        if body.transfers.is_empty() || body.payout_ids.iter().collect::<Vec<_>>() != listed {
+        if body.payout_ids.iter().collect::<Vec<_>>() != listed {
             return reject(
                 "invalid_attempt",
                 format!("attempt {attempt_id} must list its transfers' payouts in order"),
+            );
+        }
+        // An attempt without transfers moves no money: it must be a lookup table's
+        // maintenance transaction (compute budget and lookup-table instructions only).
+        if body.transfers.is_empty() && !is_maintenance(&body.tx_base64) {
+            return reject(
+                "invalid_attempt",
+                format!(
+                    "attempt {attempt_id} has no transfers and is not a lookup table's maintenance transaction"
+                ),
             );
         }
         let ids = &body.payout_ids;
@@ -126,6 +151,28 @@ impl Ledger {
             if let Some(stored) = find_idem(tx, &key).await? {
                 duplicate_or_conflict(&stored, &hash, &format!("attempt {attempt_id}"))?;
                 return Ok(ids.iter().filter_map(|id| facts.get(id).cloned()).collect());
+            }
+            if body.transfers.is_empty() {
+                // No two live lookup-table transactions touch the same address: a second
+                // one (a payer that started while a killed one's last record was still
+                // committing) would add the same accounts to another table.
+                let work = maintenance(&body.tx_base64);
+                for (open, tx_base64) in rows::open_maintenance(tx.conn()).await? {
+                    let conflict = match (&work, maintenance(&tx_base64)) {
+                        (Some(new), Some(live)) => {
+                            settle_solana::lookup::maintenance_conflicts(new, &live)
+                        }
+                        _ => false,
+                    };
+                    if conflict {
+                        return reject(
+                            "maintenance_conflict",
+                            format!(
+                                "lookup-table transaction {open} is in flight with the same addresses"
+                            ),
+                        );
+                    }
+                }
             }
             let claimed = rows::claims(tx.conn()).await?;
             let mut seen = HashSet::new();

@@ -216,6 +216,8 @@ pub enum Attempts {
     /// Open, landed or failed: every attempt that holds its payouts.
     Holding,
     Landed,
+    /// Landed attempts without payouts: the lookup-table maintenance transactions.
+    LandedMaintenance,
 }
 
 impl Attempts {
@@ -225,6 +227,7 @@ impl Attempts {
             Attempts::Open => "outcome IS NULL",
             Attempts::Holding => "outcome IS NULL OR outcome <> 'expired'",
             Attempts::Landed => "outcome = 'landed'",
+            Attempts::LandedMaintenance => "outcome = 'landed' AND payout_ids = '[]'",
         }
     }
 }
@@ -252,6 +255,21 @@ pub async fn attempt_by_id(
     .fetch_optional(&mut *conn)
     .await?;
     row.as_ref().map(attempt_from_row).transpose()
+}
+
+/// The open lookup-table maintenance attempts (no payouts, no outcome yet), as (attempt id,
+/// signed transaction in base64).
+pub async fn open_maintenance(
+    conn: &mut AnyConnection,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT attempt_id, tx_base64 FROM solana_attempts WHERE outcome IS NULL AND payout_ids = '[]' ORDER BY attempt_id",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?)))
+        .collect()
 }
 
 /// The attempts that hold a payout, open or landed/failed, as (attempt id, outcome).

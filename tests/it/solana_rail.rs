@@ -12,6 +12,7 @@ use settle::domain::event::{EventBody, PLATFORM_STREAM, SolanaTxResolved};
 use settle::ledger::{Applied, content_hash, find_idem};
 use settle::rails::solana::{LedgerJournal, SolanaRailError};
 use settle::store::NewEvent;
+use settle_solana::lookup::{self, LookupTables, TableWork};
 use settle_solana::{
     AttemptOutcome, Chain, Journal, JournalError, Keypair, Signature, SignedAttempt, Signer,
     Transfer,
@@ -88,6 +89,32 @@ async fn a_weekly_run_of_250_solana_providers_is_paid_exactly_once() {
                 .count(),
         );
     }
+    // Every payment is a v0 transaction against the treasury's lookup tables, which the
+    // rail created in this pass (journaled on the ledger as attempts without payouts).
+    for s in &signatures {
+        let landed = w.dev.chain.landed_transaction(&s.parse().unwrap()).unwrap();
+        assert!(
+            matches!(
+                landed.transaction.message,
+                settle_solana::VersionedMessage::V0(_)
+            ),
+            "{s} is not a v0 transaction"
+        );
+    }
+    let tables = rail.lookup_tables(&w.ledger).await.expect("tables");
+    assert!(!tables.is_empty());
+    assert!(report.lookup_table_transactions_landed >= tables.len());
+    let table_rent: u64 = tables.iter().map(|t| w.dev.chain.lamports_of(t)).sum();
+    let table_fees: u64 = w
+        .dev
+        .chain
+        .landed_signatures()
+        .iter()
+        .filter(|s| !signatures.contains(&s.to_string()))
+        .map(|s| w.dev.chain.landed_transaction(s).unwrap())
+        .filter(|l| settle_solana::maintained_table(&l.transaction).is_some())
+        .map(|l| l.fee)
+        .sum();
     let spent = lamports_before - w.dev.chain.lamports_of(&w.dev.treasury);
     let rent = w
         .dev
@@ -97,16 +124,20 @@ async fn a_weekly_run_of_250_solana_providers_is_paid_exactly_once() {
         .unwrap();
     assert_eq!(
         spent,
-        fees + 125 * rent,
-        "fees plus the rent of 125 new accounts"
+        fees + 125 * rent + table_fees + table_rent,
+        "fees plus the rent of 125 new accounts, plus the lookup tables' fees and rent"
     );
     println!(
-        "250 payouts in {} transactions (payouts per transaction {:?}); fees {} lamports = {:.0} per payout; rent of 125 new token accounts {} lamports",
+        "250 payouts in {} transactions (payouts per transaction {:?}); fees {} lamports = {:.0} per payout; rent of 125 new token accounts {} lamports; {} lookup tables: {} transactions, {} lamports of fees, {} of rent",
         signatures.len(),
         per_tx,
         fees,
         fees as f64 / 250.0,
-        125 * rent
+        125 * rent,
+        tables.len(),
+        report.lookup_table_transactions_landed,
+        table_fees,
+        table_rent,
     );
 
     // A second pass finds nothing to do and sends nothing.
@@ -130,7 +161,7 @@ async fn a_weekly_run_of_250_solana_providers_is_paid_exactly_once() {
     assert_eq!(w.count_events("payout.settled").await, 250);
     assert_eq!(
         w.count_events("solana_tx.signed").await,
-        signatures.len() as i64
+        (signatures.len() + report.lookup_table_transactions_landed) as i64
     );
 }
 
@@ -474,6 +505,59 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
         0,
         "repair is idempotent"
     );
+
+    // An attempt without transfers moves no money: only a lookup table's maintenance
+    // transaction may be journaled so, and its table counts once it landed.
+    assert_eq!(
+        journal_code(
+            journal
+                .record_signed(&attempt("att-empty", "s-empty", vec![]))
+                .await
+        ),
+        "invalid_attempt"
+    );
+    let authority = Keypair::new().pubkey();
+    let work = TableWork {
+        table: lookup::table_address(&authority, 5),
+        create_slot: Some(5),
+        addresses: vec![authority],
+    };
+    let tx = settle_solana::pack::unsigned(
+        &authority,
+        &work.instructions(&authority),
+        &LookupTables::none(),
+        settle_solana::Hash::default(),
+    );
+    let mut table_attempt = attempt("att-table", "s-table", vec![]);
+    table_attempt.tx_bytes = settle_solana::pack::wire_bytes(&tx);
+    journal.record_signed(&table_attempt).await.unwrap();
+    assert!(
+        journal.lookup_tables().await.unwrap().is_empty(),
+        "not landed yet"
+    );
+    // No second live table transaction with the same addresses (another table, same
+    // account); one with other addresses is fine.
+    let other_table = TableWork {
+        table: lookup::table_address(&authority, 6),
+        create_slot: Some(6),
+        addresses: vec![authority],
+    };
+    let mut second = attempt("att-table-2", "s-table-2", vec![]);
+    second.tx_bytes = settle_solana::pack::wire_bytes(&settle_solana::pack::unsigned(
+        &authority,
+        &other_table.instructions(&authority),
+        &LookupTables::none(),
+        settle_solana::Hash::default(),
+    ));
+    assert_eq!(
+        journal_code(journal.record_signed(&second).await),
+        "maintenance_conflict"
+    );
+    journal
+        .record_outcome("att-table", &AttemptOutcome::Landed { slot: 9 })
+        .await
+        .unwrap();
+    assert_eq!(journal.lookup_tables().await.unwrap(), vec![work.table]);
 
     let report = settle::verify::verify(&w.ledger.store, &|_| {})
         .await

@@ -303,9 +303,11 @@ async fn memos_on_chain_name_keyed_references_not_payouts_or_providers() {
         let landed = w.dev.chain.landed_transaction(&signature).unwrap();
         let message = &landed.transaction.message;
         let memo = message
-            .instructions
+            .instructions()
             .iter()
-            .find(|ix| message.account_keys[ix.program_id_index as usize] == pack::MEMO_PROGRAM_ID)
+            .find(|ix| {
+                message.static_account_keys()[ix.program_id_index as usize] == pack::MEMO_PROGRAM_ID
+            })
             .map(|ix| String::from_utf8(ix.data.clone()).unwrap())
             .expect("a memo");
         assert!(memo.starts_with("settle refs: "), "{memo}");

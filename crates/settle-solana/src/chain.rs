@@ -8,7 +8,7 @@
 use async_trait::async_trait;
 use solana_account::Account;
 use solana_sdk::{hash::Hash, pubkey::Pubkey, signature::Signature};
-use solana_transaction::Transaction;
+use solana_transaction::versioned::VersionedTransaction;
 
 /// Commitment level of a block or of a transaction status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -108,11 +108,11 @@ pub trait Chain: Send + Sync {
 
     /// Submit a signed transaction without preflight. `Ok` proves nothing either:
     /// the transaction may still be dropped.
-    async fn send_transaction(&self, tx: &Transaction) -> Result<Signature, ChainError>;
+    async fn send_transaction(&self, tx: &VersionedTransaction) -> Result<Signature, ChainError>;
 
     /// Simulate a transaction (signatures not verified, blockhash not replaced) and
     /// return the compute units it consumed, or the transaction error.
-    async fn simulate_units(&self, tx: &Transaction) -> Result<u64, ChainError>;
+    async fn simulate_units(&self, tx: &VersionedTransaction) -> Result<u64, ChainError>;
 
     /// Statuses of the given signatures (at most 256), in the same order. With
     /// `search_history` the node also searches its ledger beyond the recent status cache.

@@ -7,8 +7,10 @@
 //!   finality model and failure hooks, for tests and the demo.
 //! - [`rpc_server`]: serves a [`LocalChain`] as a JSON-RPC endpoint so that
 //!   [`RpcChain`] can be exercised end to end.
-//! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions, keyed
-//!   memo references.
+//! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions (legacy,
+//!   or v0 against lookup tables), keyed memo references.
+//! - [`lookup`]: the treasury's address lookup tables and the maintenance transactions
+//!   that create and extend them.
 //! - [`treasury`]: keypair loading (permission check, redacted), the memo key, mint check,
 //!   recipient token account check, preflight.
 //! - [`payer`]: the exactly-once protocol, the [`Journal`] trait and two journals.
@@ -21,6 +23,7 @@
 pub mod chain;
 pub mod cluster;
 pub mod local;
+pub mod lookup;
 pub mod pack;
 pub mod payer;
 pub mod reconcile;
@@ -33,6 +36,7 @@ pub use chain::{
 };
 pub use cluster::{Cluster, ClusterError, check_cluster};
 pub use local::{Delay, LocalChain, LocalChainConfig};
+pub use lookup::{LookupTables, maintained_table};
 pub use pack::{MemoKey, Transfer, WalletError, memo_ref, validate_wallet};
 pub use payer::{
     AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Payer,
@@ -48,10 +52,11 @@ pub use treasury::{
 
 /// Re-exports of the Solana types in the [`Chain`] trait.
 pub use solana_account::Account;
+pub use solana_message::VersionedMessage;
 /// Re-exports of the Solana types in this crate's API.
 pub use solana_sdk::{
     hash::Hash,
     pubkey::Pubkey,
     signature::{Keypair, Signature, Signer},
 };
-pub use solana_transaction::Transaction;
+pub use solana_transaction::{Transaction, versioned::VersionedTransaction};

@@ -40,15 +40,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use litesvm::LiteSVM;
 use solana_account::Account;
+use solana_address_lookup_table_interface::state::AddressLookupTable;
 use solana_instruction::Instruction;
 use solana_message::Message;
+use solana_message::VersionedMessage;
 use solana_program_pack::Pack;
 use solana_sdk::{
     hash::{Hash, hashv},
     pubkey::Pubkey,
     signature::{Keypair, Signature, Signer},
 };
-use solana_transaction::Transaction;
+use solana_slot_hashes::SlotHashes;
+use solana_transaction::{Transaction, versioned::VersionedTransaction};
 use solana_transaction_error::TransactionError;
 use spl_associated_token_account_interface::{
     address::get_associated_token_address, instruction::create_associated_token_account_idempotent,
@@ -119,8 +122,13 @@ pub struct TokenBalanceRecord {
 /// A transaction included in a block (successful or failed on chain).
 #[derive(Debug, Clone)]
 pub struct LandedTransaction {
-    /// The transaction as executed.
-    pub transaction: Transaction,
+    /// The transaction as executed (legacy or v0).
+    pub transaction: VersionedTransaction,
+    /// Its account keys as the runtime loaded them: the static keys, then the addresses
+    /// loaded from lookup tables (writable, then read-only). Balances are indexed by it.
+    pub account_keys: Vec<Pubkey>,
+    /// How many of `account_keys` came from lookup tables as writable, then read-only.
+    pub loaded_counts: (usize, usize),
     /// Slot (= block height) of its block.
     pub slot: u64,
     /// On-chain error, if it failed.
@@ -157,7 +165,7 @@ pub struct LocalChainStats {
 }
 
 struct PendingTx {
-    tx: Transaction,
+    tx: VersionedTransaction,
     land_at_height: u64,
 }
 
@@ -244,6 +252,11 @@ impl LocalChain {
         let validity = inner.config.blockhash_validity_blocks;
         inner.blockhashes.insert(genesis, inner.height + validity);
         inner.svm.warp_to_slot(inner.height);
+        // A cluster one connects to has a finalized history: produce the blocks that make
+        // its first block final (and a recent slot for a lookup table's creation).
+        for _ in 0..inner.config.finality_depth_blocks.max(1) {
+            inner.next_block();
+        }
         Self {
             inner: Arc::new(Mutex::new(inner)),
         }
@@ -544,11 +557,14 @@ impl LocalChain {
     }
 
     /// Like [`Chain::simulate_units`] but with structured errors and logs.
-    pub(crate) fn simulate_raw(&self, tx: &Transaction) -> Result<RawSimulation, ChainError> {
+    pub(crate) fn simulate_raw(
+        &self,
+        tx: &VersionedTransaction,
+    ) -> Result<RawSimulation, ChainError> {
         let mut inner = self.lock();
         inner.take_injected_failure()?;
         inner.stats.simulations += 1;
-        if !inner.blockhash_usable(&tx.message.recent_blockhash) {
+        if !inner.blockhash_usable(tx.message.recent_blockhash()) {
             return Ok(RawSimulation {
                 units_consumed: 0,
                 logs: Vec::new(),
@@ -608,6 +624,7 @@ impl InnerView<'_> {
 
 impl Inner {
     fn next_block(&mut self) {
+        let parent = self.blockhash;
         self.height += 1;
         self.blockhash = hashv(&[self.blockhash.as_ref(), &self.height.to_le_bytes()]);
         let last_valid = self.height + self.config.blockhash_validity_blocks;
@@ -617,6 +634,10 @@ impl Inner {
         self.blockhashes
             .retain(|_, last_valid| *last_valid + STATUS_CACHE_BLOCKS >= height);
         self.svm.warp_to_slot(self.height);
+        // The parent block becomes a recent slot (what a lookup table's creation names).
+        let mut recent = self.svm.get_sysvar::<SlotHashes>();
+        recent.add(self.height - 1, parent);
+        self.svm.set_sysvar(&recent);
         self.land_due_pending();
     }
 
@@ -715,13 +736,13 @@ impl Inner {
 
     /// Execute a transaction in the current block if its blockhash is usable and it
     /// was not included before. Returns `Ok(true)` when included now.
-    fn execute(&mut self, tx: &Transaction) -> Result<bool, ChainError> {
+    fn execute(&mut self, tx: &VersionedTransaction) -> Result<bool, ChainError> {
         let signature = tx.signatures[0];
         if self.history.contains_key(&signature) {
             self.stats.duplicate_sends += 1;
             return Ok(false);
         }
-        if !self.blockhash_usable(&tx.message.recent_blockhash) {
+        if !self.blockhash_usable(tx.message.recent_blockhash()) {
             // Not includable: a real leader drops it.
             return Ok(false);
         }
@@ -729,7 +750,7 @@ impl Inner {
         for (mint, owner) in freezes {
             self.freeze(&mint, &owner);
         }
-        let keys = tx.message.account_keys.clone();
+        let (keys, loaded_counts) = self.loaded_keys(&tx.message);
         let pre_balances: Vec<u64> = keys
             .iter()
             .map(|k| self.svm.get_balance(k).unwrap_or(0))
@@ -757,6 +778,8 @@ impl Inner {
             signature,
             LandedTransaction {
                 transaction: tx.clone(),
+                account_keys: keys,
+                loaded_counts,
                 slot: self.height,
                 err,
                 fee: meta.fee,
@@ -770,6 +793,38 @@ impl Inner {
         );
         self.stats.landed += 1;
         Ok(true)
+    }
+
+    /// The keys a message loads: its static keys, then each lookup's writable addresses,
+    /// then each lookup's read-only ones (the runtime's order). A lookup the chain cannot
+    /// resolve loads nothing here; the runtime refuses the transaction itself.
+    fn loaded_keys(&self, message: &VersionedMessage) -> (Vec<Pubkey>, (usize, usize)) {
+        let mut keys = message.static_account_keys().to_vec();
+        let lookups = message.address_table_lookups().unwrap_or_default();
+        let resolve = |table: &Pubkey, indexes: &[u8]| -> Vec<Pubkey> {
+            let Some(account) = self.svm.get_account(table) else {
+                return Vec::new();
+            };
+            let Ok(table) = AddressLookupTable::deserialize(&account.data) else {
+                return Vec::new();
+            };
+            indexes
+                .iter()
+                .filter_map(|i| table.addresses.get(usize::from(*i)).copied())
+                .collect()
+        };
+        let writable: Vec<Pubkey> = lookups
+            .iter()
+            .flat_map(|l| resolve(&l.account_key, &l.writable_indexes))
+            .collect();
+        let readonly: Vec<Pubkey> = lookups
+            .iter()
+            .flat_map(|l| resolve(&l.account_key, &l.readonly_indexes))
+            .collect();
+        let counts = (writable.len(), readonly.len());
+        keys.extend(writable);
+        keys.extend(readonly);
+        (keys, counts)
     }
 
     /// Execute an administrative transaction (test setup) signed by the authority.
@@ -800,13 +855,15 @@ impl Inner {
         self.admin_execute(&[ix]);
     }
 
-    fn send(&mut self, tx: &Transaction) -> Result<Signature, ChainError> {
+    fn send(&mut self, tx: &VersionedTransaction) -> Result<Signature, ChainError> {
         self.stats.send_calls += 1;
         let signature = *tx
             .signatures
             .first()
             .ok_or_else(|| ChainError::Rpc("transaction has no signature".into()))?;
-        if tx.verify().is_err() {
+        let signed = tx.verify_with_results();
+        let required = usize::from(tx.message.header().num_required_signatures);
+        if signed.len() != required || signed.iter().any(|ok| !ok) {
             return Err(ChainError::Transaction(TxFailure {
                 message: "signature verification failed".into(),
                 instruction_index: None,
@@ -835,7 +892,7 @@ impl Inner {
         if !known && let Some((remaining, delay)) = self.hooks.delay {
             self.hooks.delay = (remaining > 1).then_some((remaining - 1, delay));
             let last_valid = self
-                .last_valid_height(&tx.message.recent_blockhash)
+                .last_valid_height(tx.message.recent_blockhash())
                 .unwrap_or(self.height);
             let land_at_height = match delay {
                 Delay::LastValidBlock => last_valid,
@@ -888,14 +945,14 @@ impl Chain for LocalChain {
         })
     }
 
-    async fn send_transaction(&self, tx: &Transaction) -> Result<Signature, ChainError> {
+    async fn send_transaction(&self, tx: &VersionedTransaction) -> Result<Signature, ChainError> {
         let mut inner = self.lock();
         inner.take_injected_failure()?;
         inner.tick();
         inner.send(tx)
     }
 
-    async fn simulate_units(&self, tx: &Transaction) -> Result<u64, ChainError> {
+    async fn simulate_units(&self, tx: &VersionedTransaction) -> Result<u64, ChainError> {
         let simulation = self.simulate_raw(tx)?;
         match simulation.err {
             None => Ok(simulation.units_consumed),

@@ -1,4 +1,5 @@
-//! Transfers, wallet validation and packing transfers into legacy transactions.
+//! Transfers, wallet validation and packing transfers into transactions: legacy ones, or
+//! v0 ones that load their accounts from the treasury's lookup tables ([`crate::lookup`]).
 //!
 //! # Transaction layout
 //!
@@ -10,7 +11,10 @@
 //! ```
 //!
 //! The packer adds transfers while the *serialized* transaction (one signature)
-//! stays within [`PACKET_DATA_SIZE`] bytes, measuring each candidate. The memo
+//! stays within [`PACKET_DATA_SIZE`] bytes, its accounts within [`ACCOUNTS_PER_TX_MAX`] and
+//! its instructions within [`INSTRUCTION_TRACE_MAX`], measuring each candidate. With lookup tables, the message is a v0 one compiled against
+//! the tables that hold its accounts: a recipient's token account then costs one byte
+//! instead of 32. The memo
 //! names the payouts' keyed references when they fit; otherwise it carries only the
 //! attempt id (`settle att-0123456789abcdef`, random), which the journal maps to its
 //! payout ids, so that the memo does not reduce the number of transfers per transaction.
@@ -27,13 +31,15 @@
 
 use std::collections::HashSet;
 
+use crate::lookup::LookupTables;
+
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_instruction::Instruction;
-use solana_message::Message;
+use solana_message::{Message, VersionedMessage, v0};
 use solana_sdk::{hash::Hash, pubkey::Pubkey};
-use solana_transaction::Transaction;
+use solana_transaction::versioned::VersionedTransaction;
 use spl_associated_token_account_interface::{
     address::get_associated_token_address, instruction::create_associated_token_account_idempotent,
 };
@@ -43,6 +49,15 @@ pub const MEMO_PROGRAM_ID: Pubkey =
     Pubkey::from_str_const("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 /// Maximum size of a serialized transaction (IPv6 MTU minus headers).
 pub const PACKET_DATA_SIZE: usize = 1232;
+/// Accounts a transaction may lock (static and loaded from tables together): the runtime's
+/// account-lock limit.
+pub const ACCOUNTS_PER_TX_MAX: usize = 64;
+/// Instructions a transaction may execute, its own and the programs' cross-program
+/// invocations together (the runtime's instruction trace limit).
+pub const INSTRUCTION_TRACE_MAX: usize = 64;
+/// Trace entries of creating a missing token account (`CreateIdempotent`: itself and four
+/// invocations of the system and token programs, as the ATA program executes it).
+pub const ATA_CREATE_TRACE: usize = 5;
 /// USDC has 6 decimals: 1 USDC = 1,000,000 µUSDC (token base units).
 pub const USDC_DECIMALS: u8 = 6;
 /// The largest compute unit limit a transaction may request; used for simulation.
@@ -256,25 +271,90 @@ impl Batch {
         None
     }
 
-    /// An unsigned transaction of this batch.
+    /// An unsigned transaction of this batch: a v0 one against the tables that hold its
+    /// accounts, or a legacy one when no table holds any.
     pub fn unsigned_transaction(
         &self,
         params: &PackParams,
+        tables: &LookupTables,
         compute_unit_limit: u32,
         blockhash: Hash,
-    ) -> Transaction {
-        let message = Message::new_with_blockhash(
-            &self.instructions(params, compute_unit_limit),
-            Some(&params.treasury),
-            &blockhash,
-        );
-        Transaction::new_unsigned(message)
+    ) -> VersionedTransaction {
+        let ixs = self.instructions(params, compute_unit_limit);
+        unsigned(&params.treasury, &ixs, tables, blockhash)
     }
 
     /// Serialized size in bytes of this batch's transaction (signatures included).
-    pub fn serialized_size(&self, params: &PackParams) -> usize {
-        serialized_size(&self.unsigned_transaction(params, COMPUTE_UNIT_LIMIT_MAX, Hash::default()))
+    pub fn serialized_size(&self, params: &PackParams, tables: &LookupTables) -> usize {
+        serialized_size(&self.unsigned_transaction(
+            params,
+            tables,
+            COMPUTE_UNIT_LIMIT_MAX,
+            Hash::default(),
+        ))
     }
+
+    /// Instructions the transaction executes, invocations included: the three in front,
+    /// one per transfer, [`ATA_CREATE_TRACE`] per token account created.
+    pub fn trace_length(&self) -> usize {
+        3 + self
+            .create_ata
+            .iter()
+            .map(|create| 1 + if *create { ATA_CREATE_TRACE } else { 0 })
+            .sum::<usize>()
+    }
+
+    /// Accounts the transaction locks (static and loaded).
+    pub fn account_count(&self, params: &PackParams) -> usize {
+        let ixs = self.instructions(params, COMPUTE_UNIT_LIMIT_MAX);
+        let mut keys: HashSet<Pubkey> = HashSet::from([params.treasury]);
+        for ix in &ixs {
+            keys.insert(ix.program_id);
+            keys.extend(ix.accounts.iter().map(|a| a.pubkey));
+        }
+        keys.len()
+    }
+}
+
+/// An unsigned transaction of `ixs` paid by `payer`: v0 against the tables that hold any
+/// of its accounts, legacy when there are none (or the v0 message cannot be compiled).
+pub fn unsigned(
+    payer: &Pubkey,
+    ixs: &[Instruction],
+    tables: &LookupTables,
+    blockhash: Hash,
+) -> VersionedTransaction {
+    let covering = tables.covering(
+        ixs.iter()
+            .flat_map(|ix| ix.accounts.iter().map(|a| &a.pubkey)),
+    );
+    let message = if covering.is_empty() {
+        None
+    } else {
+        v0::Message::try_compile(payer, ixs, &covering, blockhash)
+            .ok()
+            .map(VersionedMessage::V0)
+    };
+    let message = message.unwrap_or_else(|| {
+        VersionedMessage::Legacy(Message::new_with_blockhash(ixs, Some(payer), &blockhash))
+    });
+    let signatures = usize::from(message.header().num_required_signatures);
+    VersionedTransaction {
+        signatures: vec![Default::default(); signatures],
+        message,
+    }
+}
+
+/// What the treasury's lookup tables should hold for `transfers`: the mint, the
+/// treasury's token account and each recipient's token account.
+pub fn lookup_addresses(params: &PackParams, transfers: &[Transfer]) -> Vec<Pubkey> {
+    let mut wanted = vec![params.mint, params.treasury_token_account()];
+    wanted.extend(
+        transfers
+            .iter()
+            .map(|t| get_associated_token_address(&t.wallet, &params.mint)),
+    );
+    wanted
 }
 
 /// The memo instruction (no signer accounts: the transaction's signer is the treasury).
@@ -286,8 +366,13 @@ pub fn memo_instruction(text: &str) -> Instruction {
     }
 }
 
+/// A transaction's bytes as sent on the wire (what the journal stores).
+pub fn wire_bytes(tx: &VersionedTransaction) -> Vec<u8> {
+    bincode::serialize(tx).expect("a transaction serializes")
+}
+
 /// Serialized size of a transaction as sent on the wire.
-pub fn serialized_size(tx: &Transaction) -> usize {
+pub fn serialized_size(tx: &VersionedTransaction) -> usize {
     bincode::serialized_size(tx).map_or(usize::MAX, |n| n as usize)
 }
 
@@ -320,6 +405,7 @@ pub fn compute_unit_limit_for(units: u64) -> u32 {
 /// `new_attempt_id` names each batch. Transfers keep their order.
 pub fn pack(
     params: &PackParams,
+    tables: &LookupTables,
     transfers: &[Transfer],
     missing_atas: &HashSet<Pubkey>,
     new_attempt_id: &mut dyn FnMut() -> String,
@@ -331,7 +417,7 @@ pub fn pack(
         let ata = get_associated_token_address(&transfer.wallet, &params.mint);
         if current.transfers.len() < per_tx_max {
             let candidate = with_transfer(&current, transfer, missing_atas.contains(&ata));
-            if let Some(candidate) = fit(params, candidate) {
+            if let Some(candidate) = fit(params, tables, candidate) {
                 current = candidate;
                 continue;
             }
@@ -340,7 +426,7 @@ pub fn pack(
         let next = empty_batch(new_attempt_id());
         batches.push(std::mem::replace(&mut current, next));
         let candidate = with_transfer(&current, transfer, missing_atas.contains(&ata));
-        current = fit(params, candidate).expect("one transfer fits in a transaction");
+        current = fit(params, tables, candidate).expect("one transfer fits in a transaction");
     }
     if !current.transfers.is_empty() {
         batches.push(current);
@@ -370,12 +456,19 @@ fn with_transfer(batch: &Batch, transfer: &Transfer, ata_missing: bool) -> Batch
     next
 }
 
-/// Give the batch the longest memo that fits; `None` when even the short memo does not.
-fn fit(params: &PackParams, mut batch: Batch) -> Option<Batch> {
+/// Give the batch the longest memo that fits; `None` when even the short memo does not,
+/// or when the batch locks more than [`ACCOUNTS_PER_TX_MAX`] accounts or executes more
+/// than [`INSTRUCTION_TRACE_MAX`] instructions.
+fn fit(params: &PackParams, tables: &LookupTables, mut batch: Batch) -> Option<Batch> {
+    if batch.trace_length() > INSTRUCTION_TRACE_MAX
+        || batch.account_count(params) > ACCOUNTS_PER_TX_MAX
+    {
+        return None;
+    }
     batch.memo = refs_memo(&params.memo_key, &batch.payout_ids());
-    if batch.serialized_size(params) <= PACKET_DATA_SIZE {
+    if batch.serialized_size(params, tables) <= PACKET_DATA_SIZE {
         return Some(batch);
     }
     batch.memo = attempt_memo(&batch.attempt_id);
-    (batch.serialized_size(params) <= PACKET_DATA_SIZE).then_some(batch)
+    (batch.serialized_size(params, tables) <= PACKET_DATA_SIZE).then_some(batch)
 }

@@ -4,8 +4,12 @@
 //!
 //! 1. **Resume.** Every open attempt (signed, no outcome) in the [`Journal`] is
 //!    driven to an outcome first (step 4).
-//! 2. **Pack and sign.** New transfers are packed ([`crate::pack`]), simulated
-//!    unsigned to size the compute unit limit, then signed with a fresh blockhash.
+//! 2. **Tables, pack and sign.** The treasury's lookup tables are read and, for a large
+//!    enough call, created or extended first by maintenance transactions that follow
+//!    steps 3 and 4 themselves ([`crate::lookup`]; one in flight at a time). New
+//!    transfers are packed ([`crate::pack`]) against the tables, at most
+//!    `transactions_in_flight_max` transactions at a time, simulated unsigned to size
+//!    the compute unit limit, then signed with a fresh blockhash.
 //! 3. **Persist, then send.** [`Journal::record_signed`] stores the exact signed
 //!    bytes, signature and last valid block height; only after it returned `Ok` is
 //!    the transaction sent (without preflight).
@@ -18,6 +22,11 @@
 //!      status query, is above the attempt's last valid block height and the
 //!      signature is unknown even with history search → [`AttemptOutcome::Expired`],
 //!      then its transfers are re-signed as a new attempt (back to step 2).
+//!
+//!    When the wave is resolved the next one is signed (step 2).
+//! 5. **Late attempts.** Open attempts that became visible during the call (the last
+//!    record of a killed payer, committed late by its database session) are driven to
+//!    an outcome at the end, like step 1.
 //!
 //! An RPC error proves nothing: it is retried with bounded backoff
 //! (`rpc_retries_max` consecutive failures), after which the payer gives up and
@@ -44,12 +53,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use solana_sdk::{hash::Hash, pubkey::Pubkey, signature::Signature};
-use solana_transaction::Transaction;
+use solana_transaction::versioned::VersionedTransaction;
 use tokio::time::Instant;
 
 use crate::chain::{Chain, ChainError, Confirmation, SigStatus, Tip};
+use crate::lookup::{LookupTables, budget_for_sizing, budget_instructions, maintained_table, plan};
 use crate::pack::{
-    Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, pack,
+    Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, lookup_addresses,
+    pack, unsigned,
 };
 use crate::treasury::{PreflightError, Treasury, inspect_token_accounts, preflight};
 
@@ -58,7 +69,8 @@ pub const SIGNATURES_PER_STATUS_REQUEST_MAX: usize = 256;
 
 // ----- journal --------------------------------------------------------------------
 
-/// A signed transaction, persisted before it is sent.
+/// A signed transaction, persisted before it is sent. An attempt without transfers is a
+/// maintenance transaction of a lookup table ([`crate::lookup`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedAttempt {
     /// Unique id (also in the memo when the payout ids do not fit).
@@ -78,8 +90,8 @@ pub struct SignedAttempt {
 }
 
 impl SignedAttempt {
-    /// Decode the stored transaction.
-    pub fn transaction(&self) -> Result<Transaction, PayError> {
+    /// Decode the stored transaction (legacy bytes decode as a legacy message).
+    pub fn transaction(&self) -> Result<VersionedTransaction, PayError> {
         bincode::deserialize(&self.tx_bytes)
             .map_err(|e| PayError::CorruptAttempt(self.attempt_id.clone(), e.to_string()))
     }
@@ -138,6 +150,22 @@ pub trait Journal: Send + Sync {
     /// first (an attempt that became visible after this call looked, e.g. the late commit
     /// of a killed process's last transaction) from a failing journal.
     async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError>;
+    /// The lookup tables of landed maintenance attempts (attempts without transfers whose
+    /// transaction [`maintained_table`] names), each once, in the order of their attempts.
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError>;
+}
+
+/// The tables of the landed maintenance attempts among `attempts` (see
+/// [`Journal::lookup_tables`]); journals built on their own storage use it too.
+pub fn landed_tables<'a>(attempts: impl IntoIterator<Item = &'a SignedAttempt>) -> Vec<Pubkey> {
+    let mut seen = HashSet::new();
+    attempts
+        .into_iter()
+        .filter(|a| a.transfers.is_empty())
+        .filter_map(|a| a.transaction().ok())
+        .filter_map(|tx| maintained_table(&tx))
+        .filter(|t| seen.insert(*t))
+        .collect()
 }
 
 /// One journal entry (the JSON line of [`FileJournal`]).
@@ -254,6 +282,25 @@ impl JournalState {
                 "payout {id} already has an open attempt"
             )));
         }
+        // Invariant: no two live lookup-table transactions touch the same address.
+        if attempt.transfers.is_empty() {
+            let work = crate::lookup::maintenance_of_bytes(&attempt.tx_bytes).ok_or_else(|| {
+                JournalError(format!(
+                    "attempt {} has no transfers and is no lookup-table transaction",
+                    attempt.attempt_id
+                ))
+            })?;
+            if let Some(other) = self.open().find(|a| {
+                a.transfers.is_empty()
+                    && crate::lookup::maintenance_of_bytes(&a.tx_bytes)
+                        .is_some_and(|w| crate::lookup::maintenance_conflicts(&w, &work))
+            }) {
+                return Err(JournalError(format!(
+                    "maintenance_conflict: lookup-table transaction {} is in flight with the same addresses",
+                    other.attempt_id
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -309,6 +356,15 @@ impl JournalState {
             }
         }
         held
+    }
+
+    fn lookup_tables(&self) -> Vec<Pubkey> {
+        landed_tables(self.attempts.iter().filter(|a| {
+            matches!(
+                self.outcomes.get(&a.attempt_id),
+                Some(AttemptOutcome::Landed { .. })
+            )
+        }))
     }
 
     fn resolved(&self, payout_ids: &[String]) -> Vec<String> {
@@ -415,6 +471,10 @@ impl Journal for MemoryJournal {
             .expect("journal lock")
             .0
             .holders(payout_ids))
+    }
+
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        Ok(self.state.lock().expect("journal lock").0.lookup_tables())
     }
 }
 
@@ -554,6 +614,10 @@ impl Journal for FileJournal {
             .0
             .holders(payout_ids))
     }
+
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        Ok(self.inner.lock().expect("journal lock").0.lookup_tables())
+    }
 }
 
 // ----- payer ----------------------------------------------------------------------
@@ -582,6 +646,20 @@ pub struct PayerConfig {
     pub resign_rounds_max: u32,
     /// Run [`preflight`] on new transfers before sending anything.
     pub preflight: bool,
+    /// Signed transactions awaiting their outcome at once (payments and table maintenance
+    /// alike): the payer signs, journals and sends up to this many, waits until they are
+    /// resolved, then signs the next ones.
+    pub transactions_in_flight_max: usize,
+    /// Rounds of lookup-table maintenance in one call (a round creates up to
+    /// [`crate::lookup::TABLES_CREATED_PER_ROUND_MAX`] tables or extends existing ones).
+    pub lookup_table_rounds_max: u32,
+    /// Pack v0 transactions against the treasury's address lookup tables, creating and
+    /// extending them as needed (see [`crate::lookup`]).
+    pub lookup_tables: bool,
+    /// Fewest new transfers in one call for which the tables are created or extended (the
+    /// tables' rent is a deposit of the treasury; a handful of payouts packs in one or two
+    /// legacy transactions anyway). Tables that already hold the accounts are used always.
+    pub lookup_tables_min_transfers: usize,
 }
 
 impl PayerConfig {
@@ -598,6 +676,10 @@ impl PayerConfig {
             wait_timeout_ms: 180_000,
             resign_rounds_max: 5,
             preflight: true,
+            transactions_in_flight_max: 256,
+            lookup_table_rounds_max: 16,
+            lookup_tables: true,
+            lookup_tables_min_transfers: 64,
         }
     }
 }
@@ -727,7 +809,7 @@ pub enum PayError {
 /// An attempt being waited for.
 struct InFlight {
     attempt: SignedAttempt,
-    tx: Transaction,
+    tx: VersionedTransaction,
     signature: Signature,
     last_broadcast: Option<Instant>,
     /// How many times these transfers were already re-signed in this call.
@@ -796,9 +878,28 @@ impl Payer {
 
     async fn resume_locked(&self) -> Result<PayReport, PayError> {
         let mut report = PayReport::default();
-        let open = self.journal.open_attempts().await?;
+        self.resume_unseen(&mut report).await?;
+        Ok(report)
+    }
+
+    /// Drive the journal's open attempts that `report` does not name yet to an outcome, into
+    /// `report`. At the start of a call that is every open attempt; at its end, those that
+    /// became visible meanwhile (the last record of a killed payer, committed late).
+    async fn resume_unseen(&self, report: &mut PayReport) -> Result<(), PayError> {
+        let seen: HashSet<&str> = report
+            .attempts
+            .iter()
+            .map(|a| a.attempt_id.as_str())
+            .collect();
+        let open: Vec<SignedAttempt> = self
+            .journal
+            .open_attempts()
+            .await?
+            .into_iter()
+            .filter(|a| !seen.contains(a.attempt_id.as_str()))
+            .collect();
         if open.is_empty() {
-            return Ok(report);
+            return Ok(());
         }
         tracing::info!(open = open.len(), "resuming open attempts");
         let mut inflight = Vec::with_capacity(open.len());
@@ -813,8 +914,7 @@ impl Payer {
                 round: 0,
             });
         }
-        self.drive(inflight, Vec::new(), &mut report).await?;
-        Ok(report)
+        self.drive(inflight, Vec::new(), report).await
     }
 
     /// Pay `transfers` exactly once: resume open attempts, then pack, sign, journal,
@@ -894,6 +994,7 @@ impl Payer {
             &mut report,
         )
         .await?;
+        self.resume_unseen(&mut report).await?;
         Ok(report)
     }
 
@@ -933,6 +1034,12 @@ impl Payer {
         mut to_sign: Vec<(Transfer, u32)>,
         report: &mut PayReport,
     ) -> Result<(), PayError> {
+        let tables = if to_sign.is_empty() {
+            LookupTables::none()
+        } else {
+            let transfers: Vec<Transfer> = to_sign.iter().map(|(t, _)| t.clone()).collect();
+            self.lookup_tables_for(&transfers, report).await?
+        };
         loop {
             if !to_sign.is_empty() {
                 let (allowed, exhausted): (Vec<_>, Vec<_>) = std::mem::take(&mut to_sign)
@@ -946,28 +1053,73 @@ impl Payer {
                         },
                     );
                 }
-                let signed = self.sign_and_send(allowed, report).await?;
+                let room = self
+                    .config
+                    .transactions_in_flight_max
+                    .max(1)
+                    .saturating_sub(inflight.len());
+                let offered = allowed.len();
+                let (signed, deferred) = self.sign_and_send(allowed, &tables, room, report).await?;
                 inflight.extend(signed);
+                let progressed = deferred.len() < offered;
+                to_sign = deferred;
+                if inflight.is_empty() && !to_sign.is_empty() {
+                    if progressed {
+                        // This wave signed nothing (rejected or unreachable); the next one.
+                        continue;
+                    }
+                    not_sent(
+                        report,
+                        &to_sign.into_iter().map(|(t, _)| t).collect::<Vec<_>>(),
+                        "not signed in this call; pay again",
+                    );
+                    return Ok(());
+                }
             }
             if inflight.is_empty() {
                 return Ok(());
             }
-            let expired = self.wait(std::mem::take(&mut inflight), report).await?;
-            if expired.is_empty() {
+            let waited = self.wait(std::mem::take(&mut inflight), report).await?;
+            to_sign.extend(waited.expired);
+            if waited.left_open > 0 && !to_sign.is_empty() {
+                // Earlier transactions are still unresolved: signing more could exceed the
+                // in-flight limit. The next call resumes them and pays these.
+                not_sent(
+                    report,
+                    &to_sign.into_iter().map(|(t, _)| t).collect::<Vec<_>>(),
+                    "earlier transactions are still in flight; the next pass pays it",
+                );
                 return Ok(());
             }
-            to_sign = expired;
+            if to_sign.is_empty() {
+                return Ok(());
+            }
         }
     }
 
-    /// Pack, simulate, sign, journal and send. Transfers whose simulation fails on
-    /// their own instructions are rejected (never signed); the rest are re-packed.
+    /// Pack, simulate, sign, journal and send up to `room` transactions. Transfers whose
+    /// simulation fails on their own instructions are rejected (never signed); the rest are
+    /// re-packed. Returns the transactions in flight and the transfers left for later.
     async fn sign_and_send(
         &self,
-        transfers: Vec<(Transfer, u32)>,
+        mut transfers: Vec<(Transfer, u32)>,
+        tables: &LookupTables,
+        room: usize,
         report: &mut PayReport,
-    ) -> Result<Vec<InFlight>, PayError> {
+    ) -> Result<(Vec<InFlight>, Vec<(Transfer, u32)>), PayError> {
         let params = self.pack_params();
+        if !tables.is_empty() {
+            // Neighbours in a table share a transaction: each transaction loads from few tables.
+            transfers.sort_by_key(|(t, _)| {
+                tables
+                    .position(&crate::pack::token_account_of(&t.wallet, &params.mint))
+                    .unwrap_or((usize::MAX, 0))
+            });
+        }
+        // What `room` transactions can carry at most is inspected and packed now; the rest
+        // waits for the next wave untouched.
+        let wave = room.saturating_mul(params.transfers_per_tx_max.max(1));
+        let mut deferred = transfers.split_off(transfers.len().min(wave));
         let rounds: HashMap<String, u32> = transfers
             .iter()
             .map(|(t, r)| (t.payout_id.clone(), *r))
@@ -986,7 +1138,7 @@ impl Payer {
                 Ok(a) => a,
                 Err(e) => {
                     not_sent(report, &queue, &e.to_string());
-                    return Ok(inflight);
+                    return Ok((inflight, deferred));
                 }
             };
             if !accounts.refused.is_empty() {
@@ -1005,10 +1157,23 @@ impl Payer {
                     None => true,
                 });
             }
-            let batches = pack(&params, &queue, &accounts.missing, &mut new_attempt_id);
+            let batches = pack(
+                &params,
+                tables,
+                &queue,
+                &accounts.missing,
+                &mut new_attempt_id,
+            );
             queue.clear();
             for batch in batches {
-                match self.prepare(&params, &batch).await {
+                if inflight.len() >= room {
+                    deferred.extend(batch.transfers.into_iter().map(|t| {
+                        let round = rounds.get(&t.payout_id).copied().unwrap_or(0);
+                        (t, round)
+                    }));
+                    continue;
+                }
+                match self.prepare(&params, tables, &batch).await {
                     Prepared::Ready(tx, blockhash, last_valid_block_height) => {
                         let attempt = SignedAttempt {
                             attempt_id: batch.attempt_id.clone(),
@@ -1053,6 +1218,7 @@ impl Payer {
                             attempt_id = %attempt.attempt_id,
                             signature = %attempt.signature,
                             payouts = attempt.payout_ids.len(),
+                            version = ?tx.version(),
                             last_valid_block_height,
                             "signed and journaled"
                         );
@@ -1096,11 +1262,26 @@ impl Payer {
                 }
             }
         }
-        Ok(inflight)
+        Ok((inflight, deferred))
     }
 
     /// Simulate a batch (unsigned, max compute limit) and sign the final transaction.
-    async fn prepare(&self, params: &PackParams, batch: &Batch) -> Prepared {
+    async fn prepare(&self, params: &PackParams, tables: &LookupTables, batch: &Batch) -> Prepared {
+        self.prepare_with(
+            &|units, blockhash| batch.unsigned_transaction(params, tables, units, blockhash),
+            &|index| batch.transfer_of_instruction(index),
+        )
+        .await
+    }
+
+    /// Simulate the transaction `build` makes (unsigned, max compute limit), then sign it
+    /// with the simulated units. `culprit` maps a failing instruction to the transfer it
+    /// belongs to.
+    async fn prepare_with(
+        &self,
+        build: &(dyn Fn(u32, Hash) -> VersionedTransaction + Sync),
+        culprit: &(dyn Fn(u8) -> Option<usize> + Sync),
+    ) -> Prepared {
         const BLOCKHASH_REFRESHES_MAX: u32 = 3;
         let mut refreshes = 0;
         loop {
@@ -1112,7 +1293,7 @@ impl Payer {
                 Err(e) => return Prepared::Unreachable(e.to_string()),
             };
             // Unsigned: no signed bytes leave the process before they are journaled.
-            let probe = batch.unsigned_transaction(params, COMPUTE_UNIT_LIMIT_MAX, blockhash);
+            let probe = build(COMPUTE_UNIT_LIMIT_MAX, blockhash);
             let units = match self
                 .with_rpc_retries(|| self.chain.simulate_units(&probe))
                 .await
@@ -1126,10 +1307,15 @@ impl Payer {
                         refreshes += 1;
                         continue;
                     }
-                    return match failure
-                        .instruction_index
-                        .and_then(|i| batch.transfer_of_instruction(i))
-                    {
+                    if exceeds_transaction_limit(&failure.message) {
+                        // The transaction as a whole is too large for the runtime: no
+                        // payout is at fault, so none is rejected; they stay unsent.
+                        return Prepared::Unreachable(format!(
+                            "transaction over a runtime limit (packing): {}",
+                            failure.message
+                        ));
+                    }
+                    return match failure.instruction_index.and_then(culprit) {
                         Some(index) => Prepared::Reject {
                             index,
                             reason: failure.message,
@@ -1138,13 +1324,159 @@ impl Payer {
                     };
                 }
             };
-            let mut tx =
-                batch.unsigned_transaction(params, compute_unit_limit_for(units), blockhash);
-            if let Err(e) = tx.try_sign(&[self.treasury.keypair()], blockhash) {
-                return Prepared::RejectAll(format!("signing failed: {e}"));
-            }
-            return Prepared::Ready(tx, blockhash, last_valid);
+            let unsigned = build(compute_unit_limit_for(units), blockhash);
+            return match VersionedTransaction::try_new(unsigned.message, &[self.treasury.keypair()])
+            {
+                Ok(tx) => Prepared::Ready(tx, blockhash, last_valid),
+                Err(e) => Prepared::RejectAll(format!("signing failed: {e}")),
+            };
         }
+    }
+
+    /// The lookup tables to pack `transfers` against: the journal's tables as the chain
+    /// has them, after creating or extending tables for the accounts they lack (when the
+    /// call has at least `lookup_tables_min_transfers` transfers; at most
+    /// `lookup_table_rounds_max` rounds of maintenance transactions, each awaited until
+    /// final). Any trouble falls back to the tables there are, legacy packing at worst:
+    /// tables make transactions denser, they never decide whether a payout is paid.
+    async fn lookup_tables_for(
+        &self,
+        transfers: &[Transfer],
+        report: &mut PayReport,
+    ) -> Result<LookupTables, PayError> {
+        if !self.config.lookup_tables {
+            return Ok(LookupTables::none());
+        }
+        let params = self.pack_params();
+        let wanted = lookup_addresses(&params, transfers);
+        let mut rounds = 0u32;
+        loop {
+            let known = self.journal.lookup_tables().await?;
+            let tables = match self
+                .with_rpc_retries(|| {
+                    LookupTables::load(self.chain.as_ref(), &params.treasury, &known)
+                })
+                .await
+            {
+                Ok(tables) => tables,
+                Err(e) => {
+                    tracing::warn!(error = %e, "lookup tables unreadable; packing legacy transactions");
+                    return Ok(LookupTables::none());
+                }
+            };
+            let missing = tables.missing(&wanted);
+            if missing.is_empty()
+                || transfers.len() < self.config.lookup_tables_min_transfers
+                || rounds >= self.config.lookup_table_rounds_max
+            {
+                return Ok(tables);
+            }
+            // One live maintenance attempt at a time: one left open (RPC trouble) is
+            // settled by the next resume before any table is planned again.
+            let open = self.journal.open_attempts().await?;
+            if open.iter().any(|a| a.transfers.is_empty()) {
+                return Ok(tables);
+            }
+            let Ok(tip) = self
+                .with_rpc_retries(|| self.chain.tip(Confirmation::Finalized))
+                .await
+            else {
+                return Ok(tables);
+            };
+            let fee = self.config.priority_fee_micro_lamports;
+            let mut work = plan(
+                &tables,
+                &params.treasury,
+                &missing,
+                tip.slot,
+                &budget_for_sizing(fee),
+            );
+            // Within the in-flight limit; the rest is planned again in the next round.
+            work.truncate(self.config.transactions_in_flight_max.max(1));
+            tracing::info!(
+                missing = missing.len(),
+                transactions = work.len(),
+                round = rounds,
+                "extending lookup tables"
+            );
+            let inflight = self.send_maintenance(&work).await?;
+            if inflight.is_empty() {
+                return Ok(tables);
+            }
+            let waited = self.wait(inflight, report).await?;
+            debug_assert!(
+                waited.expired.is_empty(),
+                "maintenance attempts carry no transfers"
+            );
+            rounds += 1;
+        }
+    }
+
+    /// Sign, journal and send the maintenance transactions of `work`.
+    async fn send_maintenance(
+        &self,
+        work: &[crate::lookup::TableWork],
+    ) -> Result<Vec<InFlight>, PayError> {
+        let treasury = self.treasury.pubkey();
+        let fee = self.config.priority_fee_micro_lamports;
+        let mut inflight = Vec::with_capacity(work.len());
+        for w in work {
+            let build = |units: u32, blockhash: Hash| {
+                let mut ixs = budget_instructions(units, fee);
+                ixs.extend(w.instructions(&treasury));
+                unsigned(&treasury, &ixs, &LookupTables::none(), blockhash)
+            };
+            let (tx, blockhash, last_valid_block_height) = match self
+                .prepare_with(&build, &|_| None)
+                .await
+            {
+                Prepared::Ready(tx, blockhash, last_valid) => (tx, blockhash, last_valid),
+                Prepared::Reject { reason, .. }
+                | Prepared::RejectAll(reason)
+                | Prepared::Unreachable(reason) => {
+                    tracing::warn!(table = %w.table, %reason, "lookup table transaction not sent");
+                    continue;
+                }
+            };
+            let attempt = SignedAttempt {
+                attempt_id: new_attempt_id(),
+                payout_ids: Vec::new(),
+                transfers: Vec::new(),
+                tx_bytes: bincode::serialize(&tx).map_err(|e| PayError::Signing(e.to_string()))?,
+                signature: tx.signatures[0].to_string(),
+                blockhash: blockhash.to_string(),
+                last_valid_block_height,
+            };
+            // Durable before sending, like a payment.
+            if let Err(refused) = self.journal.record_signed(&attempt).await {
+                // Another payer's table transaction with the same addresses became visible
+                // (a killed payer's last record, committed late): it is resumed at the
+                // end of this call; plan no more.
+                let open = self.journal.open_attempts().await?;
+                if open.iter().any(|a| {
+                    a.transfers.is_empty()
+                        && a.attempt_id != attempt.attempt_id
+                        && !inflight
+                            .iter()
+                            .any(|f: &InFlight| f.attempt.attempt_id == a.attempt_id)
+                }) {
+                    tracing::warn!(error = %refused, "another lookup-table transaction is in flight; not extending the tables now");
+                    break;
+                }
+                return Err(refused.into());
+            }
+            tracing::info!(attempt_id = %attempt.attempt_id, table = %w.table, created = w.create_slot.is_some(), addresses = w.addresses.len(), "lookup table transaction signed and journaled");
+            let mut flight = InFlight {
+                signature: tx.signatures[0],
+                tx,
+                attempt,
+                last_broadcast: None,
+                round: 0,
+            };
+            self.broadcast(&mut flight).await;
+            inflight.push(flight);
+        }
+        Ok(inflight)
     }
 
     /// Send (or resend) the exact stored bytes. Errors prove nothing and are only logged.
@@ -1166,7 +1498,7 @@ impl Payer {
         &self,
         mut inflight: Vec<InFlight>,
         report: &mut PayReport,
-    ) -> Result<Vec<(Transfer, u32)>, PayError> {
+    ) -> Result<Waited, PayError> {
         let deadline = Instant::now() + Duration::from_millis(self.config.wait_timeout_ms);
         let rebroadcast_every = Duration::from_millis(self.config.rebroadcast_interval_ms);
         let mut failures = 0u32;
@@ -1243,6 +1575,7 @@ impl Payer {
             }
             inflight = still;
         }
+        let left_open = inflight.len();
         for flight in inflight {
             for id in &flight.attempt.payout_ids {
                 report.payouts.insert(
@@ -1260,7 +1593,7 @@ impl Payer {
                 outcome: None,
             });
         }
-        Ok(expired)
+        Ok(Waited { expired, left_open })
     }
 
     /// Statuses in chunks, with the lowest context slot of the answers.
@@ -1329,8 +1662,16 @@ impl Payer {
     }
 }
 
+/// What [`Payer::wait`] ends with.
+struct Waited {
+    /// The transfers of provably expired attempts, with their re-sign round.
+    expired: Vec<(Transfer, u32)>,
+    /// Attempts still unresolved (timeout or RPC trouble): open for the next call.
+    left_open: usize,
+}
+
 enum Prepared {
-    Ready(Transaction, Hash, u64),
+    Ready(VersionedTransaction, Hash, u64),
     Reject { index: usize, reason: String },
     RejectAll(String),
     Unreachable(String),
@@ -1345,6 +1686,18 @@ fn not_sent(report: &mut PayReport, transfers: &[Transfer], reason: &str) {
             },
         );
     }
+}
+
+/// True for a simulation error that blames the transaction's size, not an instruction's
+/// accounts: the instruction trace, the compute budget or the account locks.
+fn exceeds_transaction_limit(message: &str) -> bool {
+    const LIMITS: [&str; 4] = [
+        "Max instruction trace length exceeded",
+        "exceeded CUs meter",
+        "Computational budget exceeded",
+        "too many account locks",
+    ];
+    LIMITS.iter().any(|limit| message.contains(limit))
 }
 
 /// The expiry rule: the finalized block height is past the last valid block height.

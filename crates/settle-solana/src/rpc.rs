@@ -15,7 +15,7 @@ use solana_client::{
 use solana_commitment_config::{CommitmentConfig, CommitmentLevel};
 use solana_program_pack::Pack;
 use solana_sdk::{hash::Hash, pubkey::Pubkey, signature::Signature};
-use solana_transaction::Transaction;
+use solana_transaction::versioned::VersionedTransaction;
 use solana_transaction_error::TransactionError;
 use solana_transaction_status_client_types::{
     EncodedConfirmedTransactionWithStatusMeta, UiTransactionEncoding,
@@ -145,7 +145,7 @@ impl Chain for RpcChain {
         })
     }
 
-    async fn send_transaction(&self, tx: &Transaction) -> Result<Signature, ChainError> {
+    async fn send_transaction(&self, tx: &VersionedTransaction) -> Result<Signature, ChainError> {
         self.client
             .send_transaction_with_config(
                 tx,
@@ -162,7 +162,7 @@ impl Chain for RpcChain {
             .map_err(rpc_err)
     }
 
-    async fn simulate_units(&self, tx: &Transaction) -> Result<u64, ChainError> {
+    async fn simulate_units(&self, tx: &VersionedTransaction) -> Result<u64, ChainError> {
         let result = self
             .client
             .simulate_transaction_with_config(

@@ -20,14 +20,15 @@ use solana_client::rpc_response::{
     RpcSimulateTransactionResult, TransactionConfirmationStatus, UiAccount, UiAccountData,
     UiAccountEncoding, UiTransactionTokenBalance,
 };
+use solana_message::VersionedMessage;
 use solana_program_pack::Pack;
 use solana_sdk::{pubkey::Pubkey, signature::Signature};
-use solana_transaction::Transaction;
+use solana_transaction::versioned::VersionedTransaction;
 use solana_transaction_status_client_types::{
     EncodedConfirmedTransactionWithStatusMeta, EncodedTransaction,
     EncodedTransactionWithStatusMeta, TransactionBinaryEncoding, TransactionStatus,
-    UiCompiledInstruction, UiMessage, UiRawMessage, UiTransaction, UiTransactionStatusMeta,
-    option_serializer::OptionSerializer,
+    UiAddressTableLookup, UiCompiledInstruction, UiLoadedAddresses, UiMessage, UiRawMessage,
+    UiTransaction, UiTransactionStatusMeta, option_serializer::OptionSerializer,
 };
 use spl_token_interface::state::Account as TokenAccount;
 use tokio::sync::oneshot;
@@ -181,7 +182,7 @@ fn param_pubkey(params: &[Value], index: usize) -> Result<Pubkey, RpcFault> {
         .map_err(|_| invalid_params("Invalid param: Invalid"))
 }
 
-fn decode_transaction(params: &[Value]) -> Result<Transaction, RpcFault> {
+fn decode_transaction(params: &[Value]) -> Result<VersionedTransaction, RpcFault> {
     let encoded = param_str(params, 0, "transaction")?;
     let encoding = params
         .get(1)
@@ -197,7 +198,7 @@ fn decode_transaction(params: &[Value]) -> Result<Transaction, RpcFault> {
             .map_err(|e| invalid_params(format!("invalid base58 encoding: {e}")))?,
         other => return Err(invalid_params(format!("unsupported encoding: {other}"))),
     };
-    bincode::deserialize::<Transaction>(&bytes)
+    bincode::deserialize::<VersionedTransaction>(&bytes)
         .map_err(|e| invalid_params(format!("failed to deserialize transaction: {e}")))
 }
 
@@ -476,21 +477,24 @@ fn encode_landed(
         _ => EncodedTransaction::Json(UiTransaction {
             signatures: tx.signatures.iter().map(ToString::to_string).collect(),
             message: UiMessage::Raw(UiRawMessage {
-                header: tx.message.header,
+                header: *tx.message.header(),
                 account_keys: tx
                     .message
-                    .account_keys
+                    .static_account_keys()
                     .iter()
                     .map(ToString::to_string)
                     .collect(),
-                recent_blockhash: tx.message.recent_blockhash.to_string(),
+                recent_blockhash: tx.message.recent_blockhash().to_string(),
                 instructions: tx
                     .message
-                    .instructions
+                    .instructions()
                     .iter()
                     .map(|ix| UiCompiledInstruction::from(ix, Some(1)))
                     .collect(),
-                address_table_lookups: None,
+                address_table_lookups: tx
+                    .message
+                    .address_table_lookups()
+                    .map(|lookups| lookups.iter().map(UiAddressTableLookup::from).collect()),
             }),
         }),
     };
@@ -514,7 +518,18 @@ fn encode_landed(
             decimals_of,
         )?),
         rewards: OptionSerializer::None,
-        loaded_addresses: OptionSerializer::Skip,
+        loaded_addresses: match &tx.message {
+            VersionedMessage::Legacy(_) => OptionSerializer::Skip,
+            VersionedMessage::V0(_) => {
+                let statics = tx.message.static_account_keys().len();
+                let (writable, _) = landed.loaded_counts;
+                let names = |keys: &[Pubkey]| keys.iter().map(ToString::to_string).collect();
+                OptionSerializer::Some(UiLoadedAddresses {
+                    writable: names(&landed.account_keys[statics..statics + writable]),
+                    readonly: names(&landed.account_keys[statics + writable..]),
+                })
+            }
+        },
         return_data: OptionSerializer::Skip,
         compute_units_consumed: OptionSerializer::Some(landed.compute_units_consumed),
         cost_units: OptionSerializer::Skip,
@@ -524,7 +539,7 @@ fn encode_landed(
         transaction: EncodedTransactionWithStatusMeta {
             transaction,
             meta: Some(meta),
-            version: None,
+            version: Some(tx.version()),
         },
         block_time: None,
     })

@@ -17,6 +17,7 @@ use spl_associated_token_account_interface::address::get_associated_token_addres
 use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 use crate::chain::{Chain, ChainError};
+use crate::lookup::LookupTables;
 use crate::pack::{
     COMPUTE_UNIT_LIMIT_MAX, MemoKey, PackParams, TOKEN_ACCOUNT_LEN, Transfer, USDC_DECIMALS, pack,
 };
@@ -530,10 +531,17 @@ pub async fn preflight(
 
     let missing = missing_token_accounts(chain, &params.mint, transfers).await?;
     let mut counter = 0u64;
-    let batches = pack(params, transfers, &missing, &mut || {
-        counter += 1;
-        format!("att-{counter:016x}")
-    });
+    // Legacy packing: an upper bound of the transactions (lookup tables only lower it).
+    let batches = pack(
+        params,
+        &LookupTables::none(),
+        transfers,
+        &missing,
+        &mut || {
+            counter += 1;
+            format!("att-{counter:016x}")
+        },
+    );
     let transactions = batches.len();
     let priority_lamports_per_tx = (u128::from(params.priority_fee_micro_lamports)
         * u128::from(COMPUTE_UNIT_LIMIT_MAX))

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use common::{Env, SOL, USDC, transfers, wallets};
 use settle_solana::{
-    AttemptOutcome, FileJournal, Journal, JournalError, PayError, PayoutOutcome, SignedAttempt,
+    AttemptOutcome, FileJournal, Journal, JournalError, PayError, PayoutOutcome, Pubkey,
+    SignedAttempt,
 };
 
 /// A journal that makes the record durable and then "crashes": the call fails, so
@@ -37,6 +38,9 @@ impl Journal for CrashAfterRecord {
     }
     async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
         self.0.holders(ids).await
+    }
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        self.0.lookup_tables().await
     }
 }
 
@@ -234,6 +238,9 @@ impl Journal for LaggingReads {
     }
     async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
         self.inner.holders(ids).await
+    }
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        self.inner.lookup_tables().await
     }
 }
 

@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use settle_solana::{
-    AttemptOutcome, FileJournal, Journal, JournalError, Keypair, MemoryJournal, Pubkey,
-    SignedAttempt, Signer, Transfer,
+    AttemptOutcome, FileJournal, Journal, JournalError, Keypair, LookupTables, MemoryJournal,
+    Pubkey, SignedAttempt, Signer, Transfer,
     pack::{self, MemoKey, PACKET_DATA_SIZE, PackParams},
 };
 use spl_associated_token_account_interface::address::get_associated_token_address;
@@ -42,11 +42,11 @@ fn batches_fill_the_packet_and_no_more() {
     let p = params(1_000);
     let ts = transfers(100, 36);
     let mut next = ids();
-    let batches = pack::pack(&p, &ts, &HashSet::new(), &mut next);
+    let batches = pack::pack(&p, &LookupTables::none(), &ts, &HashSet::new(), &mut next);
     let counts: Vec<usize> = batches.iter().map(|b| b.transfers.len()).collect();
     assert_eq!(counts.iter().sum::<usize>(), 100);
     for b in &batches {
-        assert!(b.serialized_size(&p) <= PACKET_DATA_SIZE);
+        assert!(b.serialized_size(&p, &LookupTables::none()) <= PACKET_DATA_SIZE);
     }
     // Every full batch is full: one more transfer would not fit.
     let first = &batches[0];
@@ -54,7 +54,7 @@ fn batches_fill_the_packet_and_no_more() {
     bigger.transfers.push(ts[99].clone());
     bigger.create_ata.push(false);
     bigger.memo = pack::attempt_memo(&bigger.attempt_id);
-    assert!(bigger.serialized_size(&p) > PACKET_DATA_SIZE);
+    assert!(bigger.serialized_size(&p, &LookupTables::none()) > PACKET_DATA_SIZE);
     println!("existing ATAs: transfers per transaction {counts:?}");
     assert_eq!(counts[0], 18);
 }
@@ -68,7 +68,7 @@ fn new_token_accounts_cost_room_and_are_created_once_per_batch() {
         .map(|t| get_associated_token_address(&t.wallet, &p.mint))
         .collect();
     let mut next = ids();
-    let batches = pack::pack(&p, &ts, &missing, &mut next);
+    let batches = pack::pack(&p, &LookupTables::none(), &ts, &missing, &mut next);
     let counts: Vec<usize> = batches.iter().map(|b| b.transfers.len()).collect();
     println!("new ATAs: transfers per transaction {counts:?}");
     assert_eq!(counts[0], 9);
@@ -89,7 +89,7 @@ fn new_token_accounts_cost_room_and_are_created_once_per_batch() {
         },
     ];
     let missing: HashSet<Pubkey> = [get_associated_token_address(&wallet, &p.mint)].into();
-    let batches = pack::pack(&p, &same, &missing, &mut next);
+    let batches = pack::pack(&p, &LookupTables::none(), &same, &missing, &mut next);
     assert_eq!(batches[0].create_ata, vec![true, false]);
     // Instruction 3 is the create, 4 the first transfer, 5 the second.
     assert_eq!(batches[0].transfer_of_instruction(3), Some(0));
@@ -111,7 +111,13 @@ fn the_memo_names_keyed_refs_when_they_fit_and_the_attempt_otherwise() {
     let p = params(1_000);
     let mut next = ids();
     let few_transfers = transfers(3, 36);
-    let few = pack::pack(&p, &few_transfers, &HashSet::new(), &mut next);
+    let few = pack::pack(
+        &p,
+        &LookupTables::none(),
+        &few_transfers,
+        &HashSet::new(),
+        &mut next,
+    );
     assert!(few[0].memo.starts_with("settle refs: "), "{}", few[0].memo);
     assert_eq!(few[0].memo.matches(',').count(), 2);
     for t in &few_transfers {
@@ -122,7 +128,13 @@ fn the_memo_names_keyed_refs_when_they_fit_and_the_attempt_otherwise() {
                 .contains(&pack::memo_ref(&p.memo_key, &t.payout_id))
         );
     }
-    let many = pack::pack(&p, &transfers(18, 36), &HashSet::new(), &mut next);
+    let many = pack::pack(
+        &p,
+        &LookupTables::none(),
+        &transfers(18, 36),
+        &HashSet::new(),
+        &mut next,
+    );
     assert_eq!(many[0].memo, format!("settle {}", many[0].attempt_id));
 }
 
@@ -152,7 +164,13 @@ fn memo_refs_are_keyed_fixed_length_and_unlinkable_without_the_key() {
 fn the_configured_limit_caps_transfers_per_transaction() {
     let p = params(5);
     let mut next = ids();
-    let batches = pack::pack(&p, &transfers(12, 4), &HashSet::new(), &mut next);
+    let batches = pack::pack(
+        &p,
+        &LookupTables::none(),
+        &transfers(12, 4),
+        &HashSet::new(),
+        &mut next,
+    );
     let counts: Vec<usize> = batches.iter().map(|b| b.transfers.len()).collect();
     assert_eq!(counts, vec![5, 5, 2]);
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use common::{Env, SOL, USDC, total, transfers, wallets};
 use settle_solana::{
-    AttemptOutcome, Delay, Journal, LocalChainConfig, MemoryJournal, PayoutOutcome, SettledPayout,
-    Signature, pack, payer::JournalRecord, reconcile,
+    AttemptOutcome, Delay, Journal, LocalChainConfig, MemoryJournal, PayoutOutcome, Signature,
+    pack, payer::JournalRecord, reconcile,
 };
 
 fn outcomes(journal: &MemoryJournal) -> Vec<AttemptOutcome> {
@@ -28,24 +28,6 @@ fn signed_count(journal: &MemoryJournal) -> usize {
         .iter()
         .filter(|r| matches!(r, JournalRecord::Signed(_)))
         .count()
-}
-
-fn settled_payouts(
-    report: &settle_solana::PayReport,
-    transfers: &[settle_solana::Transfer],
-) -> Vec<SettledPayout> {
-    transfers
-        .iter()
-        .filter_map(|t| match report.payouts.get(&t.payout_id) {
-            Some(PayoutOutcome::Settled { signature, .. }) => Some(SettledPayout {
-                payout_id: t.payout_id.clone(),
-                wallet: t.wallet,
-                amount_micro_usdc: t.amount_micro_usdc,
-                signature: signature.clone(),
-            }),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -98,7 +80,7 @@ async fn a_batch_of_250_transfers_lands_exactly() {
     );
 
     // Reconciliation agrees with the ledger.
-    let rec = reconcile(&env.chain, &env.mint, &settled_payouts(&report, &batch))
+    let rec = reconcile(&env.chain, &env.mint, &common::settled(&report, &batch))
         .await
         .unwrap();
     assert_eq!(rec.matched, 250);

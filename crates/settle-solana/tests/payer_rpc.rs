@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use common::{Env, SOL, USDC, total, transfers, wallets};
 use settle_solana::{
-    AttemptOutcome, Chain, Confirmation, LocalChainConfig, MemoryJournal, Payer, PayoutOutcome,
-    RpcChain, SettledPayout, check_mint, reconcile, serve_local_chain,
+    AttemptOutcome, Chain, Confirmation, Journal, LocalChainConfig, MemoryJournal, Payer,
+    PayoutOutcome, RpcChain, SettledPayout, check_mint, reconcile, serve_local_chain,
 };
 
 fn rpc_payer(env: &Env, url: &str, journal: Arc<MemoryJournal>) -> Payer {
@@ -196,4 +196,45 @@ async fn the_rpc_adapter_reads_what_the_chain_holds() {
     env.chain.fail_next_calls(1);
     let err = rpc.block_height(Confirmation::Finalized).await.unwrap_err();
     assert!(err.is_rpc(), "{err}");
+}
+
+#[tokio::test]
+async fn v0_transactions_against_lookup_tables_land_through_rpc_client_and_reconcile() {
+    let env = Env::new(100_000 * USDC, 10 * SOL);
+    let server = serve_local_chain(env.chain.clone()).await.unwrap();
+    let rpc = RpcChain::new(server.url(), Confirmation::Confirmed);
+    let recipients = wallets(120);
+    for w in &recipients[..100] {
+        env.chain.create_token_account(&env.mint, w);
+    }
+    let batch = transfers("rpc-v0", &recipients);
+    let journal = Arc::new(MemoryJournal::new());
+    let report = rpc_payer(&env, &server.url(), journal.clone())
+        .pay(batch.clone())
+        .await
+        .unwrap();
+    assert_eq!(report.settled(), 120, "{report:?}");
+    for t in &batch {
+        assert_eq!(env.balance(&t.wallet), t.amount_micro_usdc);
+    }
+    // The tables were created through the endpoint, and the payments are v0 transactions.
+    assert!(!journal.lookup_tables().await.unwrap().is_empty());
+    for attempt in report
+        .landed_attempts()
+        .filter(|a| !a.payout_ids.is_empty())
+    {
+        let landed = env
+            .chain
+            .landed_transaction(&attempt.signature.parse().unwrap())
+            .unwrap();
+        assert!(matches!(
+            landed.transaction.message,
+            settle_solana::VersionedMessage::V0(_)
+        ));
+    }
+    // Reconciliation reads the v0 transactions back (getTransaction with loaded addresses).
+    let settled = common::settled(&report, &batch);
+    let rec = reconcile(&rpc, &env.mint, &settled).await.unwrap();
+    assert_eq!(rec.matched, 120);
+    assert!(rec.discrepancies.is_empty(), "{:?}", rec.discrepancies);
 }

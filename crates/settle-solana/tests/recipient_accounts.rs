@@ -129,9 +129,11 @@ async fn the_memo_on_chain_names_keyed_references_never_payout_ids() {
         let landed = env.chain.landed_transaction(&signature).unwrap();
         let message = &landed.transaction.message;
         let memo = message
-            .instructions
+            .instructions()
             .iter()
-            .find(|ix| message.account_keys[ix.program_id_index as usize] == pack::MEMO_PROGRAM_ID)
+            .find(|ix| {
+                message.static_account_keys()[ix.program_id_index as usize] == pack::MEMO_PROGRAM_ID
+            })
             .map(|ix| String::from_utf8(ix.data.clone()).unwrap())
             .expect("a memo instruction");
         assert_eq!(

@@ -409,6 +409,16 @@ impl Journal for LedgerJournal {
             .collect())
     }
 
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        let landed = rows::attempts(self.ledger.store.pool(), Attempts::LandedMaintenance)
+            .await
+            .map_err(|e| journal_error(e.into()))?
+            .iter()
+            .map(signed_attempt)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(settle_solana::payer::landed_tables(&landed))
+    }
+
     async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
         let claimed = self.claimed().await?;
         Ok(payout_ids

@@ -25,9 +25,10 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use settle_solana::{
-    Chain, ChainError, Cluster, ClusterError, Confirmation, Discrepancy, PayError, PayReport,
-    Payer, PayerConfig, PayoutOutcome, Pubkey, RpcChain, SettledPayout, SignatureStatuses, Tip,
-    TokenDelta, Transfer, Treasury, TreasuryError, check_cluster, check_mint, validate_wallet,
+    Chain, ChainError, Cluster, ClusterError, Confirmation, Discrepancy, Journal, PayError,
+    PayReport, Payer, PayerConfig, PayoutOutcome, Pubkey, RpcChain, SettledPayout,
+    SignatureStatuses, Tip, TokenDelta, Transfer, Treasury, TreasuryError, check_cluster,
+    check_mint, validate_wallet,
 };
 
 use crate::config::SolanaConfig;
@@ -106,8 +107,10 @@ pub struct PayPendingReport {
     pub failed: usize,
     pub pending: usize,
     pub not_sent: usize,
-    /// Transactions that landed in this pass.
+    /// Payment transactions that landed in this pass.
     pub transactions_landed: usize,
+    /// Lookup-table transactions (creations, extensions) that landed in this pass.
+    pub lookup_table_transactions_landed: usize,
     /// Per payout, in outbox order.
     pub payouts: Vec<PayoutResult>,
 }
@@ -255,6 +258,11 @@ impl SolanaRail {
         treasury: Arc<Treasury>,
     ) -> Result<SolanaRail, SolanaRailError> {
         let (cluster, mint) = mint_policy(config)?;
+        if config.transactions_in_flight_max == 0 {
+            return Err(SolanaRailError::Config(
+                "transactions_in_flight_max must be at least 1".into(),
+            ));
+        }
         if config.transfers_per_tx_max == 0 {
             return Err(SolanaRailError::Config(
                 "transfers_per_tx_max must be at least 1".into(),
@@ -332,7 +340,20 @@ impl SolanaRail {
         c.rpc_retries_max = self.config.rpc_retries_max;
         c.rpc_backoff_ms_max = self.config.rpc_backoff_ms_max;
         c.preflight = true;
+        c.lookup_tables = self.config.lookup_tables;
+        c.lookup_tables_min_transfers = self.config.lookup_tables_min_payouts;
+        c.lookup_table_rounds_max = self.config.lookup_table_rounds_max;
+        c.transactions_in_flight_max = self.config.transactions_in_flight_max;
         c
+    }
+
+    /// The treasury's address lookup tables: those of the maintenance attempts that
+    /// landed, as journaled on the ledger.
+    pub async fn lookup_tables(&self, ledger: &Ledger) -> Result<Vec<Pubkey>, SolanaRailError> {
+        LedgerJournal::new(ledger.clone())
+            .lookup_tables()
+            .await
+            .map_err(|e| SolanaRailError::Payer(e.to_string()))
     }
 
     /// One pass of the outbox worker: repair, resume open attempts, then pay every
@@ -370,7 +391,11 @@ impl SolanaRail {
             Err(PayError::Preflight(e)) => return Err(SolanaRailError::Preflight(e.to_string())),
             Err(e) => return Err(SolanaRailError::Payer(e.to_string())),
         };
-        report.transactions_landed = paid.landed_attempts().count();
+        let (payments, tables): (Vec<_>, Vec<_>) = paid
+            .landed_attempts()
+            .partition(|a| !a.payout_ids.is_empty());
+        report.transactions_landed = payments.len();
+        report.lookup_table_transactions_landed = tables.len();
 
         record_outcomes(&journal, &paid, &invalid, &mut results).await?;
         // Payouts of attempts resumed in this pass that were not in the outbox (none in
@@ -393,6 +418,7 @@ impl SolanaRail {
             pending = report.pending,
             not_sent = report.not_sent,
             transactions = report.transactions_landed,
+            lookup_table_transactions = report.lookup_table_transactions_landed,
             "solana pay pass done"
         );
         Ok(report)
@@ -640,13 +666,16 @@ impl Chain for FailpointChain {
     }
     async fn send_transaction(
         &self,
-        tx: &settle_solana::Transaction,
+        tx: &settle_solana::VersionedTransaction,
     ) -> Result<settle_solana::Signature, ChainError> {
         let sent = self.0.send_transaction(tx).await;
         failpoint(failpoints::AFTER_SEND);
         sent
     }
-    async fn simulate_units(&self, tx: &settle_solana::Transaction) -> Result<u64, ChainError> {
+    async fn simulate_units(
+        &self,
+        tx: &settle_solana::VersionedTransaction,
+    ) -> Result<u64, ChainError> {
         self.0.simulate_units(tx).await
     }
     async fn signature_statuses(

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use settle_solana::{
-    Chain, Journal, Keypair, LocalChain, LocalChainConfig, Payer, PayerConfig, Pubkey, Signer,
-    Transfer, Treasury,
+    Chain, Journal, Keypair, LocalChain, LocalChainConfig, PayReport, Payer, PayerConfig,
+    PayoutOutcome, Pubkey, SettledPayout, Signer, Transfer, Treasury,
 };
 
 /// One USDC in µUSDC.
@@ -100,4 +100,20 @@ pub fn transfers(prefix: &str, wallets: &[Pubkey]) -> Vec<Transfer> {
 
 pub fn total(transfers: &[Transfer]) -> u64 {
     transfers.iter().map(|t| t.amount_micro_usdc).sum()
+}
+
+/// The settled payouts of a report, as reconciliation takes them.
+pub fn settled(report: &PayReport, batch: &[Transfer]) -> Vec<SettledPayout> {
+    batch
+        .iter()
+        .filter_map(|t| match report.payouts.get(&t.payout_id) {
+            Some(PayoutOutcome::Settled { signature, .. }) => Some(SettledPayout {
+                payout_id: t.payout_id.clone(),
+                wallet: t.wallet,
+                amount_micro_usdc: t.amount_micro_usdc,
+                signature: signature.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
 }

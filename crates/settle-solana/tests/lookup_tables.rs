@@ -1,0 +1,594 @@
+//! Dense v0 transactions against the treasury's address lookup tables, on the real
+//! Address Lookup Table, SPL Token and ATA programs (litesvm): how many payouts one
+//! transaction carries, what a payout costs in fees, and the tables' maintenance
+//! transactions exactly once through crashes.
+//!
+//! `cargo test -p settle-solana --test lookup_tables -- --nocapture` prints the figures.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use common::{Env, SOL, USDC, fast_config, total, transfers, wallets};
+use settle_solana::lookup::{ADDRESSES_PER_TABLE_MAX, LookupTables};
+use settle_solana::pack::{self, token_account_of};
+use settle_solana::{
+    AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Pubkey,
+    Signature, SignedAttempt, Transfer, VersionedTransaction, maintained_table, reconcile,
+};
+use solana_message::VersionedMessage;
+
+/// The priority fee of the default configuration (what the figures compare at).
+const PRIORITY_FEE: u64 = 10_000;
+
+/// One landed transaction of a pay call.
+struct Landed {
+    payouts: usize,
+    fee: u64,
+    v0: bool,
+    size: usize,
+}
+
+/// Landed payment transactions and landed maintenance transactions of a report.
+fn landed(env: &Env, report: &PayReport) -> (Vec<Landed>, Vec<Landed>) {
+    let mut payments = Vec::new();
+    let mut maintenance = Vec::new();
+    for attempt in report.landed_attempts() {
+        let signature: Signature = attempt.signature.parse().unwrap();
+        let tx = env.chain.landed_transaction(&signature).unwrap();
+        let row = Landed {
+            payouts: attempt.payout_ids.len(),
+            fee: tx.fee,
+            v0: matches!(tx.transaction.message, VersionedMessage::V0(_)),
+            size: pack::serialized_size(&tx.transaction),
+        };
+        if attempt.payout_ids.is_empty() {
+            maintenance.push(row);
+        } else {
+            payments.push(row);
+        }
+    }
+    (payments, maintenance)
+}
+
+fn payer_config(env: &Env, lookup_tables: bool) -> settle_solana::PayerConfig {
+    let mut config = fast_config(env.mint);
+    config.priority_fee_micro_lamports = PRIORITY_FEE;
+    config.lookup_tables = lookup_tables;
+    config
+}
+
+/// A treasury holding 1,000,000 USDC and 100 SOL.
+fn rich_env() -> Env {
+    Env::new(1_000_000 * USDC, 100 * SOL)
+}
+
+/// `n` recipients that already hold a USDC account.
+fn with_accounts(env: &Env, n: usize) -> Vec<Pubkey> {
+    let recipients = wallets(n);
+    for w in &recipients {
+        env.chain.create_token_account(&env.mint, w);
+    }
+    recipients
+}
+
+/// One pass with lookup tables on, journaled in `journal`.
+async fn pay_with_tables(env: &Env, journal: Arc<dyn Journal>, batch: &[Transfer]) -> PayReport {
+    env.payer_with(journal, payer_config(env, true))
+        .pay(batch.to_vec())
+        .await
+        .unwrap()
+}
+
+/// Every address of the treasury's tables, as the chain holds them.
+async fn table_addresses(env: &Env, journal: &dyn Journal) -> Vec<Pubkey> {
+    let keys = journal.lookup_tables().await.unwrap();
+    let tables = LookupTables::load(&env.chain, &env.treasury.pubkey(), &keys)
+        .await
+        .unwrap();
+    assert_eq!(
+        tables.tables().len(),
+        keys.len(),
+        "every journaled table exists"
+    );
+    tables
+        .tables()
+        .iter()
+        .flat_map(|t| t.addresses.clone())
+        .collect()
+}
+
+/// Each recipient's token account is in exactly one table, and no address twice.
+async fn assert_tables_hold_each_once(env: &Env, journal: &dyn Journal, batch: &[Transfer]) {
+    let addresses = table_addresses(env, journal).await;
+    let distinct: HashSet<&Pubkey> = addresses.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        addresses.len(),
+        "an address is in two tables"
+    );
+    for t in batch {
+        assert!(
+            distinct.contains(&token_account_of(&t.wallet, &env.mint)),
+            "{} is in no table",
+            t.payout_id
+        );
+    }
+}
+
+fn assert_paid(env: &Env, report: &PayReport, batch: &[Transfer]) {
+    assert_eq!(report.settled(), batch.len(), "{report:?}");
+    for t in batch {
+        assert_eq!(
+            env.balance(&t.wallet),
+            t.amount_micro_usdc,
+            "{}",
+            t.payout_id
+        );
+    }
+}
+
+fn summary(label: &str, payments: &[Landed], payouts: usize) -> f64 {
+    let fees: u64 = payments.iter().map(|l| l.fee).sum();
+    let per_tx: Vec<usize> = payments.iter().map(|l| l.payouts).collect();
+    let fee_per_payout = fees as f64 / payouts as f64;
+    println!(
+        "{label}: {payouts} payouts in {} transactions, payouts per transaction max {} min {}, \
+         largest transaction {} bytes, fees {fees} lamports = {fee_per_payout:.0} per payout",
+        payments.len(),
+        per_tx.iter().max().unwrap(),
+        per_tx.iter().min().unwrap(),
+        payments.iter().map(|l| l.size).max().unwrap(),
+    );
+    fee_per_payout
+}
+
+#[tokio::test]
+async fn existing_token_accounts_pack_at_least_40_payouts_per_v0_transaction() {
+    const PAYOUTS: usize = 600;
+    let env = rich_env();
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("dense", &recipients);
+    let treasury_before = env.treasury_usdc();
+    let lamports_before = env.chain.lamports_of(&env.treasury.pubkey());
+    let journal = Arc::new(MemoryJournal::new());
+    let payer = env.payer_with(journal.clone(), payer_config(&env, true));
+    let report = payer.pay(batch.clone()).await.unwrap();
+
+    assert_paid(&env, &report, &batch);
+    assert_eq!(env.treasury_usdc(), treasury_before - total(&batch));
+    let (payments, maintenance) = landed(&env, &report);
+    assert!(
+        payments.iter().all(|l| l.v0),
+        "every payment is a v0 transaction"
+    );
+    assert!(payments.iter().all(|l| l.size <= pack::PACKET_DATA_SIZE));
+    let mut per_tx: Vec<usize> = payments.iter().map(|l| l.payouts).collect();
+    per_tx.sort_unstable();
+    // Only the last transaction of a run may carry the remainder.
+    assert!(per_tx[1] >= 40, "payouts per transaction {per_tx:?}");
+    let dense = summary("v0 + lookup tables, existing accounts", &payments, PAYOUTS);
+    let tables = journal.lookup_tables().await.unwrap();
+    // The mint, the treasury's account and 600 recipients' accounts: three full tables.
+    assert_eq!(
+        tables.len(),
+        (PAYOUTS + 2).div_ceil(ADDRESSES_PER_TABLE_MAX)
+    );
+    let maintenance_fees: u64 = maintenance.iter().map(|l| l.fee).sum();
+    let spent = lamports_before - env.chain.lamports_of(&env.treasury.pubkey());
+    println!(
+        "  tables: {} created, {} maintenance transactions, {maintenance_fees} lamports of fees \
+         (once), {} lamports of rent (a deposit); treasury spent {spent} lamports in all",
+        tables.len(),
+        maintenance.len(),
+        spent - maintenance_fees - payments.iter().map(|l| l.fee).sum::<u64>(),
+    );
+    assert_tables_hold_each_once(&env, journal.as_ref(), &batch).await;
+    let settled = common::settled(&report, &batch);
+    let rec = reconcile(&env.chain, &env.mint, &settled).await.unwrap();
+    assert_eq!(rec.matched, PAYOUTS);
+    assert!(rec.discrepancies.is_empty(), "{:?}", rec.discrepancies);
+
+    // The same recipients next week: the tables are reused, nothing is extended.
+    let next_week: Vec<Transfer> = transfers("dense-w2", &recipients);
+    let signed_before = journal.attempts().len();
+    let again = payer.pay(next_week.clone()).await.unwrap();
+    assert_eq!(again.settled(), PAYOUTS);
+    let (payments2, maintenance2) = landed(&env, &again);
+    assert!(
+        maintenance2.is_empty(),
+        "no table transaction the second time"
+    );
+    assert_eq!(journal.attempts().len() - signed_before, payments2.len());
+    assert!(payments2.iter().all(|l| l.v0));
+
+    // The legacy packing of the same payouts, for comparison.
+    let legacy_env = rich_env();
+    let legacy_recipients = with_accounts(&legacy_env, PAYOUTS);
+    let legacy_batch = transfers("legacy", &legacy_recipients);
+    let legacy_payer = legacy_env.payer_with(
+        Arc::new(MemoryJournal::new()),
+        payer_config(&legacy_env, false),
+    );
+    let legacy_report = legacy_payer.pay(legacy_batch.clone()).await.unwrap();
+    assert_paid(&legacy_env, &legacy_report, &legacy_batch);
+    let (legacy, none) = landed(&legacy_env, &legacy_report);
+    assert!(none.is_empty() && legacy.iter().all(|l| !l.v0));
+    assert!(legacy.iter().all(|l| l.payouts <= 18));
+    let legacy_fee = summary("legacy, existing accounts", &legacy, PAYOUTS);
+    assert!(
+        dense * 2.0 < legacy_fee,
+        "a payout costs {dense:.0} lamports in v0 against {legacy_fee:.0} in legacy"
+    );
+}
+
+#[tokio::test]
+async fn new_token_accounts_are_created_alongside_in_v0_transactions() {
+    const PAYOUTS: usize = 300;
+    let env = rich_env();
+    let batch = transfers("fresh", &wallets(PAYOUTS));
+    let journal = Arc::new(MemoryJournal::new());
+    let report = pay_with_tables(&env, journal.clone(), &batch).await;
+    assert_paid(&env, &report, &batch);
+    let (payments, _) = landed(&env, &report);
+    assert!(payments.iter().all(|l| l.v0));
+    let mut per_tx: Vec<usize> = payments.iter().map(|l| l.payouts).collect();
+    per_tx.sort_unstable();
+    // Bound by the runtime's instruction trace, not by size: 3 + 10 × (1 + 5) = 63 of 64.
+    assert!(per_tx[1] >= 10, "payouts per transaction {per_tx:?}");
+    summary("v0 + lookup tables, all accounts new", &payments, PAYOUTS);
+
+    let legacy_env = rich_env();
+    let legacy_batch = transfers("fresh-legacy", &wallets(PAYOUTS));
+    let legacy_report = legacy_env
+        .payer_with(
+            Arc::new(MemoryJournal::new()),
+            payer_config(&legacy_env, false),
+        )
+        .pay(legacy_batch.clone())
+        .await
+        .unwrap();
+    assert_paid(&legacy_env, &legacy_report, &legacy_batch);
+    let (legacy, _) = landed(&legacy_env, &legacy_report);
+    summary("legacy, all accounts new", &legacy, PAYOUTS);
+}
+
+#[tokio::test]
+async fn a_small_pass_creates_no_table_and_stays_legacy() {
+    let env = Env::new(1_000 * USDC, 10 * SOL);
+    let batch = transfers("small", &wallets(10));
+    let journal = Arc::new(MemoryJournal::new());
+    let report = pay_with_tables(&env, journal.clone(), &batch).await;
+    assert_paid(&env, &report, &batch);
+    assert!(journal.lookup_tables().await.unwrap().is_empty());
+    let (payments, maintenance) = landed(&env, &report);
+    assert!(maintenance.is_empty());
+    assert!(payments.iter().all(|l| !l.v0));
+}
+
+/// Makes the first maintenance record durable, then "crashes" (before it is sent), or
+/// makes the first maintenance outcome fail (after it landed).
+struct CrashOnTable {
+    inner: FileJournal,
+    after_landing: bool,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+impl CrashOnTable {
+    fn crash_once(&self) -> Result<(), JournalError> {
+        if self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        Err(JournalError(
+            "simulated crash around a table transaction".into(),
+        ))
+    }
+}
+
+#[async_trait]
+impl Journal for CrashOnTable {
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        self.inner.record_signed(attempt).await?;
+        if attempt.transfers.is_empty() && !self.after_landing {
+            self.crash_once()?;
+        }
+        Ok(())
+    }
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        let maintenance = self
+            .inner
+            .open_attempts()
+            .await?
+            .iter()
+            .any(|a| a.attempt_id == attempt_id && a.transfers.is_empty());
+        if maintenance && self.after_landing {
+            self.crash_once()?;
+        }
+        self.inner.record_outcome(attempt_id, outcome).await
+    }
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        self.inner.open_attempts().await
+    }
+    async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
+        self.inner.resolved_payouts(ids).await
+    }
+    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        self.inner.holders(ids).await
+    }
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        self.inner.lookup_tables().await
+    }
+}
+
+async fn crash_around_a_table_transaction(after_landing: bool) {
+    const PAYOUTS: usize = 300;
+    let env = rich_env();
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("crash-table", &recipients);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    {
+        let journal = Arc::new(CrashOnTable {
+            inner: FileJournal::open(&path).unwrap(),
+            after_landing,
+            crashed: false.into(),
+        });
+        let err = env
+            .payer_with(journal, payer_config(&env, true))
+            .pay(batch.clone())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PayError::Journal(_)), "{err}");
+    } // the process is gone, with a table transaction open in its journal
+    for t in &batch {
+        assert_eq!(env.balance(&t.wallet), 0, "no payment before the crash");
+    }
+    let journal = Arc::new(FileJournal::open(&path).unwrap());
+    let open = journal.open_attempts().await.unwrap();
+    assert!(
+        open.iter().any(|a| a.transfers.is_empty()),
+        "the table transaction is journaled and open"
+    );
+
+    let report = pay_with_tables(&env, journal.clone(), &batch).await;
+    assert_paid(&env, &report, &batch);
+    assert!(journal.open_attempts().await.unwrap().is_empty());
+    assert_tables_hold_each_once(&env, journal.as_ref(), &batch).await;
+    let (payments, _) = landed(&env, &report);
+    assert!(payments.iter().all(|l| l.v0));
+}
+
+#[tokio::test]
+async fn a_table_transaction_journaled_but_never_sent_is_resumed_not_duplicated() {
+    crash_around_a_table_transaction(false).await;
+}
+
+#[tokio::test]
+async fn a_table_transaction_that_landed_before_the_crash_is_resolved_not_duplicated() {
+    crash_around_a_table_transaction(true).await;
+}
+
+#[tokio::test]
+async fn only_lookup_table_transactions_count_as_maintenance() {
+    let env = rich_env();
+    let recipients = wallets(80);
+    let batch = transfers("kinds", &recipients);
+    let journal = Arc::new(MemoryJournal::new());
+    env.payer_with(journal.clone(), payer_config(&env, true))
+        .pay(batch)
+        .await
+        .unwrap();
+    let attempts = journal.attempts();
+    let mut tables = 0;
+    for attempt in &attempts {
+        let tx: VersionedTransaction = attempt.transaction().unwrap();
+        match maintained_table(&tx) {
+            Some(_) => {
+                assert!(attempt.transfers.is_empty());
+                tables += 1;
+            }
+            None => assert!(!attempt.transfers.is_empty()),
+        }
+    }
+    assert!(tables >= 1);
+}
+
+#[tokio::test]
+async fn a_table_transaction_that_never_lands_expires_and_its_addresses_go_to_another_table() {
+    const PAYOUTS: usize = 100;
+    let env = rich_env();
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("lost-table", &recipients);
+    // The first transaction sent, the table's creation, never lands.
+    env.chain.blackhole_next_transactions(1);
+    let journal = Arc::new(MemoryJournal::new());
+    let report = pay_with_tables(&env, journal.clone(), &batch).await;
+    assert_paid(&env, &report, &batch);
+    let expired: Vec<_> = report
+        .attempts
+        .iter()
+        .filter(|a| a.payout_ids.is_empty() && a.outcome == Some(AttemptOutcome::Expired))
+        .collect();
+    assert_eq!(expired.len(), 1, "the lost creation expired");
+    let tables = journal.lookup_tables().await.unwrap();
+    assert_eq!(tables.len(), 1, "one table, created by the second plan");
+    assert_tables_hold_each_once(&env, journal.as_ref(), &batch).await;
+    let (payments, _) = landed(&env, &report);
+    assert!(payments.iter().all(|l| l.v0));
+}
+
+/// Counts the attempts signed and not yet resolved, and the most there were at once.
+#[derive(Default)]
+struct InFlightGauge {
+    inner: MemoryJournal,
+    open: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Journal for InFlightGauge {
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.inner.record_signed(attempt).await?;
+        let now = self.open.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        Ok(())
+    }
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        self.inner.record_outcome(attempt_id, outcome).await?;
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        self.inner.open_attempts().await
+    }
+    async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
+        self.inner.resolved_payouts(ids).await
+    }
+    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        self.inner.holders(ids).await
+    }
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        self.inner.lookup_tables().await
+    }
+}
+
+#[tokio::test]
+async fn no_more_transactions_are_in_flight_than_the_limit() {
+    const PAYOUTS: usize = 300;
+    const LIMIT: usize = 3;
+    let env = rich_env();
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("wave", &recipients);
+    let gauge = Arc::new(InFlightGauge::default());
+    let mut config = payer_config(&env, true);
+    config.transactions_in_flight_max = LIMIT;
+    let report = env
+        .payer_with(gauge.clone(), config)
+        .pay(batch.clone())
+        .await
+        .unwrap();
+    assert_paid(&env, &report, &batch);
+    let most = gauge.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        most, LIMIT,
+        "at most {LIMIT} transactions in flight, and that many"
+    );
+    let (payments, maintenance) = landed(&env, &report);
+    assert!(
+        payments.len() > 2 * LIMIT,
+        "several waves: {}",
+        payments.len()
+    );
+    assert!(maintenance.len() > LIMIT, "table transactions in waves too");
+    assert!(payments.iter().all(|l| l.v0));
+    assert_tables_hold_each_once(&env, gauge.as_ref(), &batch).await;
+}
+
+/// A journal whose reads miss one attempt until this payer records its own first attempt:
+/// a killed payer's last record that its database session commits after the next payer
+/// looked.
+struct LateCommit {
+    inner: FileJournal,
+    hidden: std::sync::Mutex<Option<String>>,
+}
+
+impl LateCommit {
+    fn hides(&self, attempt_id: &str) -> bool {
+        self.hidden.lock().unwrap().as_deref() == Some(attempt_id)
+    }
+}
+
+#[async_trait]
+impl Journal for LateCommit {
+    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        // The late record is committed by now.
+        self.hidden.lock().unwrap().take();
+        self.inner.record_signed(attempt).await
+    }
+    async fn record_outcome(
+        &self,
+        attempt_id: &str,
+        outcome: &AttemptOutcome,
+    ) -> Result<(), JournalError> {
+        self.inner.record_outcome(attempt_id, outcome).await
+    }
+    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        let mut open = self.inner.open_attempts().await?;
+        open.retain(|a| !self.hides(&a.attempt_id));
+        Ok(open)
+    }
+    async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
+        self.inner.resolved_payouts(ids).await
+    }
+    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
+        self.inner.holders(ids).await
+    }
+    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
+        self.inner.lookup_tables().await
+    }
+}
+
+#[tokio::test]
+async fn a_table_transaction_committed_late_by_a_killed_payer_is_not_doubled() {
+    const PAYOUTS: usize = 100;
+    // Blockhashes that outlive the pass: the late transaction can still land at its end.
+    let env = Env::with_config(
+        settle_solana::LocalChainConfig {
+            blockhash_validity_blocks: 100_000,
+            ..Default::default()
+        },
+        1_000_000 * USDC,
+        100 * SOL,
+    );
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("late", &recipients);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    // A first payer journals the table's creation and dies before sending it.
+    {
+        let journal = Arc::new(CrashOnTable {
+            inner: FileJournal::open(&path).unwrap(),
+            after_landing: false,
+            crashed: false.into(),
+        });
+        let payer = env.payer_with(journal, payer_config(&env, true));
+        payer.pay(batch.clone()).await.unwrap_err();
+    }
+    let late = FileJournal::open(&path)
+        .unwrap()
+        .open_attempts()
+        .await
+        .unwrap();
+    assert_eq!(late.len(), 1);
+    // Blocks pass: the next payer's plan names another recent slot, so another table.
+    env.chain.advance(3);
+    // The next payer does not see it at first and plans the same accounts: its own table
+    // transaction is refused, the late one is resumed at the end of the pass and lands.
+    let journal = Arc::new(LateCommit {
+        inner: FileJournal::open(&path).unwrap(),
+        hidden: Some(late[0].attempt_id.clone()).into(),
+    });
+    let report = pay_with_tables(&env, journal.clone(), &batch).await;
+    assert_paid(&env, &report, &batch);
+    assert!(journal.open_attempts().await.unwrap().is_empty());
+    let tables = journal.lookup_tables().await.unwrap();
+    assert_eq!(tables.len(), 1, "only the late transaction's table");
+    let addresses = table_addresses(&env, journal.as_ref()).await;
+    let distinct: HashSet<&Pubkey> = addresses.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        addresses.len(),
+        "an address is in two tables"
+    );
+}
