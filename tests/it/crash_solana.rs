@@ -30,8 +30,9 @@ const PROVIDERS: usize = 4;
 const TRANSFERS_PER_TX: &str = "2";
 /// Restarts after the crash before the test gives up.
 const RESTARTS_MAX: usize = 10;
-/// Random kills per test function (two functions).
-const RANDOM_KILLS: usize = 40;
+/// Random kills per test function (two functions: 100 SIGKILLs at random instants, with
+/// their seeds printed, besides the kills at every failpoint).
+const RANDOM_KILLS: usize = 50;
 /// The random kills' seed unless `SETTLE_CRASH_SEED` sets one (printed either way).
 const DEFAULT_SEED: u64 = 20_261_201;
 /// When the paying process runs (after the run at 06:00).
