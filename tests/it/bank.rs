@@ -1000,3 +1000,99 @@ fn the_file_checkers_reject_broken_files() {
         assert!(said.contains(caught), "caught {said:?}, not {caught:?}");
     }
 }
+
+#[tokio::test]
+async fn files_hold_at_most_batch_payouts_max_payouts_and_each_is_valid_on_its_own() {
+    let w = World::new("2026-11-02T00:00:00Z").await;
+    let sepa = ["eu1", "eu2", "eu3", "eu4", "eu5"];
+    let ach = ["us1", "us2", "us3", "us4", "us5"];
+    for (i, id) in sepa.iter().enumerate() {
+        w.provider(id, if i % 2 == 0 { SEPA_DE } else { SEPA_FR })
+            .await;
+    }
+    for (i, id) in ach.iter().enumerate() {
+        w.provider(
+            id,
+            if i % 2 == 0 {
+                ACH_BUSINESS
+            } else {
+                ACH_INDIVIDUAL
+            },
+        )
+        .await;
+    }
+    w.at("2026-11-11T00:00:00Z");
+    for (i, id) in sepa.iter().chain(&ach).enumerate() {
+        w.earn(
+            id,
+            62_500_000 + 1_250_000 * i as i64,
+            "2026-11-10T01:00:00Z",
+        )
+        .await;
+    }
+    w.at("2026-11-30T12:00:00Z");
+    w.fx("0.915").await;
+    w.at("2026-12-01T00:05:00Z");
+    w.monthly("2026-12").await;
+
+    // At most two payouts per file: three files per rail (2 + 2 + 1).
+    w.at("2026-12-01T06:30:00Z");
+    let config = settle::config::BankConfig {
+        batch_payouts_max: 2,
+        ..w.bank.clone()
+    };
+    bank::generate_batches(&w.ledger, &config, &w.actor())
+        .await
+        .unwrap();
+    let all = bank::batches(w.ledger.store.pool()).await.unwrap();
+    let mut seen = BTreeSet::new();
+    let mut ach_modifiers = Vec::new();
+    for rail in [Rail::Sepa, Rail::Ach] {
+        let mut sizes: Vec<usize> = all
+            .iter()
+            .filter(|b| b.rail == rail)
+            .map(|b| b.payout_ids.len())
+            .collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, vec![1, 2, 2], "{rail:?}");
+    }
+    for batch in &all {
+        let mut amounts = Vec::new();
+        for id in &batch.payout_ids {
+            assert!(seen.insert(id.clone()), "{id} is in two files");
+            let payout = w.payout(id).await;
+            assert_eq!(payout.status.as_str(), "submitted");
+            amounts.push(payout.amount_micro_usdc);
+        }
+        // Each file on its own: the XSD and the rules of its format, its own totals.
+        let path = bank::outbox_path(&config, batch).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        match batch.rail {
+            Rail::Sepa => {
+                assert_valid_pain001(&path);
+                let (_, ctrl_sum, txs) = check_sepa_rules(&text);
+                assert_eq!(txs.len(), batch.payout_ids.len());
+                assert_eq!(
+                    ctrl_sum,
+                    txs.iter().map(|t| t.amount_eur_cents).sum::<i64>()
+                );
+            }
+            Rail::Ach => {
+                let (entries, total_cents) = check_nacha(&text);
+                assert_eq!(entries.len(), batch.payout_ids.len());
+                let usd_cents: i64 = amounts.iter().map(|a| a / 10_000).sum();
+                assert_eq!(total_cents, usd_cents, "{}", batch.file_name);
+                ach_modifiers.push(text[33..34].to_owned());
+            }
+            other => panic!("a {other:?} batch"),
+        }
+    }
+    assert_eq!(seen.len(), 10, "every payout in exactly one file");
+    ach_modifiers.sort();
+    assert_eq!(
+        ach_modifiers,
+        ["A", "B", "C"],
+        "the day's NACHA files are numbered in turn"
+    );
+    w.check().await;
+}
