@@ -268,33 +268,48 @@ async fn a_small_pass_creates_no_table_and_stays_legacy() {
     assert!(payments.iter().all(|l| !l.v0));
 }
 
-/// Makes the first maintenance record durable, then "crashes" (before it is sent), or
-/// makes the first maintenance outcome fail (after it landed).
-struct CrashOnTable {
-    inner: FileJournal,
-    after_landing: bool,
-    crashed: std::sync::atomic::AtomicBool,
+/// What a test journal does around the file or memory journal it wraps; every hook does
+/// nothing unless a test says otherwise.
+trait Hooks: Send + Sync {
+    /// Before `attempt` is recorded.
+    fn before_signed(&self, _attempt: &SignedAttempt) {}
+    /// After `attempt` was recorded; an `Err` is what the payer sees.
+    fn after_signed(&self, _attempt: &SignedAttempt) -> Result<(), JournalError> {
+        Ok(())
+    }
+    /// Before an outcome is recorded (`maintenance`: the attempt carries no transfer).
+    fn before_outcome(&self, _maintenance: bool) -> Result<(), JournalError> {
+        Ok(())
+    }
+    /// After an outcome was recorded.
+    fn after_outcome(&self) {}
+    /// Whether reads of open attempts see `attempt`.
+    fn visible(&self, _attempt: &SignedAttempt) -> bool {
+        true
+    }
 }
 
-impl CrashOnTable {
-    fn crash_once(&self) -> Result<(), JournalError> {
-        if self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Ok(());
+/// A journal with [`Hooks`] around another one.
+struct Hooked<H> {
+    inner: Box<dyn Journal>,
+    hooks: H,
+}
+
+impl<H> Hooked<H> {
+    fn on_file(path: &std::path::Path, hooks: H) -> Self {
+        Self {
+            inner: Box::new(FileJournal::open(path).unwrap()),
+            hooks,
         }
-        Err(JournalError(
-            "simulated crash around a table transaction".into(),
-        ))
     }
 }
 
 #[async_trait]
-impl Journal for CrashOnTable {
+impl<H: Hooks> Journal for Hooked<H> {
     async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        self.hooks.before_signed(attempt);
         self.inner.record_signed(attempt).await?;
-        if attempt.transfers.is_empty() && !self.after_landing {
-            self.crash_once()?;
-        }
-        Ok(())
+        self.hooks.after_signed(attempt)
     }
     async fn record_outcome(
         &self,
@@ -307,13 +322,15 @@ impl Journal for CrashOnTable {
             .await?
             .iter()
             .any(|a| a.attempt_id == attempt_id && a.transfers.is_empty());
-        if maintenance && self.after_landing {
-            self.crash_once()?;
-        }
-        self.inner.record_outcome(attempt_id, outcome).await
+        self.hooks.before_outcome(maintenance)?;
+        self.inner.record_outcome(attempt_id, outcome).await?;
+        self.hooks.after_outcome();
+        Ok(())
     }
     async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
-        self.inner.open_attempts().await
+        let mut open = self.inner.open_attempts().await?;
+        open.retain(|a| self.hooks.visible(a));
+        Ok(open)
     }
     async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
         self.inner.resolved_payouts(ids).await
@@ -326,6 +343,46 @@ impl Journal for CrashOnTable {
     }
 }
 
+/// Makes the first maintenance record durable, then "crashes" (before it is sent), or
+/// makes the first maintenance outcome fail (after it landed).
+struct CrashOnTable {
+    after_landing: bool,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+impl CrashOnTable {
+    fn new(after_landing: bool) -> Self {
+        Self {
+            after_landing,
+            crashed: false.into(),
+        }
+    }
+
+    fn crash_once(&self) -> Result<(), JournalError> {
+        if self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        Err(JournalError(
+            "simulated crash around a table transaction".into(),
+        ))
+    }
+}
+
+impl Hooks for CrashOnTable {
+    fn after_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+        if attempt.transfers.is_empty() && !self.after_landing {
+            self.crash_once()?;
+        }
+        Ok(())
+    }
+    fn before_outcome(&self, maintenance: bool) -> Result<(), JournalError> {
+        if maintenance && self.after_landing {
+            self.crash_once()?;
+        }
+        Ok(())
+    }
+}
+
 async fn crash_around_a_table_transaction(after_landing: bool) {
     const PAYOUTS: usize = 300;
     let env = rich_env();
@@ -334,11 +391,7 @@ async fn crash_around_a_table_transaction(after_landing: bool) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
     {
-        let journal = Arc::new(CrashOnTable {
-            inner: FileJournal::open(&path).unwrap(),
-            after_landing,
-            crashed: false.into(),
-        });
+        let journal = Arc::new(Hooked::on_file(&path, CrashOnTable::new(after_landing)));
         let err = env
             .payer_with(journal, payer_config(&env, true))
             .pay(batch.clone())
@@ -426,40 +479,19 @@ async fn a_table_transaction_that_never_lands_expires_and_its_addresses_go_to_an
 /// Counts the attempts signed and not yet resolved, and the most there were at once.
 #[derive(Default)]
 struct InFlightGauge {
-    inner: MemoryJournal,
     open: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
 }
 
-#[async_trait]
-impl Journal for InFlightGauge {
-    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+impl Hooks for InFlightGauge {
+    fn after_signed(&self, _attempt: &SignedAttempt) -> Result<(), JournalError> {
         use std::sync::atomic::Ordering::SeqCst;
-        self.inner.record_signed(attempt).await?;
         let now = self.open.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(now, SeqCst);
         Ok(())
     }
-    async fn record_outcome(
-        &self,
-        attempt_id: &str,
-        outcome: &AttemptOutcome,
-    ) -> Result<(), JournalError> {
-        self.inner.record_outcome(attempt_id, outcome).await?;
+    fn after_outcome(&self) {
         self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
-        self.inner.open_attempts().await
-    }
-    async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
-        self.inner.resolved_payouts(ids).await
-    }
-    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
-        self.inner.holders(ids).await
-    }
-    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
-        self.inner.lookup_tables().await
     }
 }
 
@@ -470,7 +502,10 @@ async fn no_more_transactions_are_in_flight_than_the_limit() {
     let env = rich_env();
     let recipients = with_accounts(&env, PAYOUTS);
     let batch = transfers("wave", &recipients);
-    let gauge = Arc::new(InFlightGauge::default());
+    let gauge = Arc::new(Hooked {
+        inner: Box::new(MemoryJournal::new()),
+        hooks: InFlightGauge::default(),
+    });
     let mut config = payer_config(&env, true);
     config.transactions_in_flight_max = LIMIT;
     let report = env
@@ -479,7 +514,7 @@ async fn no_more_transactions_are_in_flight_than_the_limit() {
         .await
         .unwrap();
     assert_paid(&env, &report, &batch);
-    let most = gauge.most.load(std::sync::atomic::Ordering::SeqCst);
+    let most = gauge.hooks.most.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(
         most, LIMIT,
         "at most {LIMIT} transactions in flight, and that many"
@@ -495,47 +530,19 @@ async fn no_more_transactions_are_in_flight_than_the_limit() {
     assert_tables_hold_each_once(&env, gauge.as_ref(), &batch).await;
 }
 
-/// A journal whose reads miss one attempt until this payer records its own first attempt:
-/// a killed payer's last record that its database session commits after the next payer
-/// looked.
+/// Reads miss one attempt until this payer records its own first attempt: a killed payer's
+/// last record that its database session commits after the next payer looked.
 struct LateCommit {
-    inner: FileJournal,
     hidden: std::sync::Mutex<Option<String>>,
 }
 
-impl LateCommit {
-    fn hides(&self, attempt_id: &str) -> bool {
-        self.hidden.lock().unwrap().as_deref() == Some(attempt_id)
-    }
-}
-
-#[async_trait]
-impl Journal for LateCommit {
-    async fn record_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
+impl Hooks for LateCommit {
+    fn before_signed(&self, _attempt: &SignedAttempt) {
         // The late record is committed by now.
         self.hidden.lock().unwrap().take();
-        self.inner.record_signed(attempt).await
     }
-    async fn record_outcome(
-        &self,
-        attempt_id: &str,
-        outcome: &AttemptOutcome,
-    ) -> Result<(), JournalError> {
-        self.inner.record_outcome(attempt_id, outcome).await
-    }
-    async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
-        let mut open = self.inner.open_attempts().await?;
-        open.retain(|a| !self.hides(&a.attempt_id));
-        Ok(open)
-    }
-    async fn resolved_payouts(&self, ids: &[String]) -> Result<Vec<String>, JournalError> {
-        self.inner.resolved_payouts(ids).await
-    }
-    async fn holders(&self, ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
-        self.inner.holders(ids).await
-    }
-    async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
-        self.inner.lookup_tables().await
+    fn visible(&self, attempt: &SignedAttempt) -> bool {
+        self.hidden.lock().unwrap().as_deref() != Some(attempt.attempt_id.as_str())
     }
 }
 
@@ -557,11 +564,7 @@ async fn a_table_transaction_committed_late_by_a_killed_payer_is_not_doubled() {
     let path = dir.path().join("journal.jsonl");
     // A first payer journals the table's creation and dies before sending it.
     {
-        let journal = Arc::new(CrashOnTable {
-            inner: FileJournal::open(&path).unwrap(),
-            after_landing: false,
-            crashed: false.into(),
-        });
+        let journal = Arc::new(Hooked::on_file(&path, CrashOnTable::new(false)));
         let payer = env.payer_with(journal, payer_config(&env, true));
         payer.pay(batch.clone()).await.unwrap_err();
     }
@@ -575,10 +578,12 @@ async fn a_table_transaction_committed_late_by_a_killed_payer_is_not_doubled() {
     env.chain.advance(3);
     // The next payer does not see it at first and plans the same accounts: its own table
     // transaction is refused, the late one is resumed at the end of the pass and lands.
-    let journal = Arc::new(LateCommit {
-        inner: FileJournal::open(&path).unwrap(),
-        hidden: Some(late[0].attempt_id.clone()).into(),
-    });
+    let journal = Arc::new(Hooked::on_file(
+        &path,
+        LateCommit {
+            hidden: Some(late[0].attempt_id.clone()).into(),
+        },
+    ));
     let report = pay_with_tables(&env, journal.clone(), &batch).await;
     assert_paid(&env, &report, &batch);
     assert!(journal.open_attempts().await.unwrap().is_empty());
