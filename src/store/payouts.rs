@@ -27,13 +27,13 @@ pub struct PayoutRecord {
     pub updated_at_ms: i64,
 }
 
-const PAYOUT_COLUMNS: &str = "payout_id, provider_id, run_kind, run_key, rail, amount_micro_usdc, amount_eur_cents, eur_per_usd, method, status, hold_reason, failure_reason, reference, end_to_end_id, created_at_ms, updated_at_ms";
+pub(super) const PAYOUT_COLUMNS: &str = "payout_id, provider_id, run_kind, run_key, rail, amount_micro_usdc, amount_eur_cents, eur_per_usd, method, status, hold_reason, failure_reason, reference, end_to_end_id, created_at_ms, updated_at_ms";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow(e.to_string())
 }
 
-fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, StoreError> {
+pub(super) fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, StoreError> {
     let method: String = r.try_get(8)?;
     Ok(PayoutRecord {
         payout_id: r.try_get(0)?,

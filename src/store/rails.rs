@@ -94,20 +94,24 @@ pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, 
     load_batch(&mut conn, batch_id).await
 }
 
-/// The ids of the `created` payouts on the bank rails, sorted.
-pub async fn created_bank_payout_ids(pool: &AnyPool) -> Result<Vec<String>, StoreError> {
+/// The `created` payouts on the bank rails, sorted by id, in one statement.
+pub async fn created_bank_payouts(
+    pool: &AnyPool,
+) -> Result<Vec<super::payouts::PayoutRecord>, StoreError> {
     let rows = sqlx::query(&format!(
-        "SELECT payout_id FROM payouts WHERE status = '{}' AND rail IN ('sepa', 'ach')",
+        "SELECT {} FROM payouts WHERE status = '{}' AND rail IN ('sepa', 'ach')",
+        super::payouts::PAYOUT_COLUMNS,
         PayoutStatus::Created
     ))
     .fetch_all(pool)
     .await?;
-    let mut ids = rows
+    let mut payouts = rows
         .iter()
-        .map(|r| r.try_get::<String, _>(0))
+        .map(super::payouts::payout_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    ids.sort_unstable();
-    Ok(ids)
+    // By id as bytes (the batch id is derived from this order), not by a collation.
+    payouts.sort_unstable_by(|a, b| a.payout_id.cmp(&b.payout_id));
+    Ok(payouts)
 }
 
 /// The payout method a provider has now (`None`: no provider, or none set).

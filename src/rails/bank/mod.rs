@@ -150,16 +150,9 @@ fn naive(ms: i64) -> NaiveDateTime {
 
 /// The `created` payouts on the bank rails, sorted by id.
 async fn created_bank_payouts(pool: &AnyPool) -> Result<Vec<PayoutRecord>, BankError> {
-    let ids = rows::created_bank_payout_ids(pool)
+    Ok(rows::created_bank_payouts(pool)
         .await
-        .map_err(LedgerError::from)?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(p) = payouts::payout(pool, &id).await? {
-            out.push(p);
-        }
-    }
-    Ok(out)
+        .map_err(LedgerError::from)?)
 }
 
 /// Rebuilds the bytes of a recorded batch and checks them against its recorded SHA-256.
