@@ -6,7 +6,7 @@
 //!    driven to an outcome first (step 4).
 //! 2. **Tables, pack and sign.** The treasury's lookup tables are read and, for a large
 //!    enough call, created or extended first by maintenance transactions that follow
-//!    steps 3 and 4 themselves ([`crate::lookup`]; one in flight at a time). New
+//!    steps 3 and 4 themselves ([`crate::lookup`]; no two live ones share an address). New
 //!    transfers are packed ([`crate::pack`]) against the tables, at most
 //!    `transactions_in_flight_max` transactions at a time, simulated unsigned to size
 //!    the compute unit limit, then signed with a fresh blockhash.
@@ -1068,11 +1068,7 @@ impl Payer {
                         // This wave signed nothing (rejected or unreachable); the next one.
                         continue;
                     }
-                    not_sent(
-                        report,
-                        &to_sign.into_iter().map(|(t, _)| t).collect::<Vec<_>>(),
-                        "not signed in this call; pay again",
-                    );
+                    not_sent_rounds(report, to_sign, "not signed in this call; pay again");
                     return Ok(());
                 }
             }
@@ -1084,9 +1080,9 @@ impl Payer {
             if waited.left_open > 0 && !to_sign.is_empty() {
                 // Earlier transactions are still unresolved: signing more could exceed the
                 // in-flight limit. The next call resumes them and pays these.
-                not_sent(
+                not_sent_rounds(
                     report,
-                    &to_sign.into_iter().map(|(t, _)| t).collect::<Vec<_>>(),
+                    to_sign,
                     "earlier transactions are still in flight; the next pass pays it",
                 );
                 return Ok(());
@@ -1698,6 +1694,12 @@ fn exceeds_transaction_limit(message: &str) -> bool {
         "too many account locks",
     ];
     LIMITS.iter().any(|limit| message.contains(limit))
+}
+
+/// [`not_sent`] for transfers that carry their re-sign round.
+fn not_sent_rounds(report: &mut PayReport, transfers: Vec<(Transfer, u32)>, reason: &str) {
+    let transfers: Vec<Transfer> = transfers.into_iter().map(|(t, _)| t).collect();
+    not_sent(report, &transfers, reason);
 }
 
 /// The expiry rule: the finalized block height is past the last valid block height.
