@@ -32,6 +32,13 @@ pub struct LedgerConfig {
     /// to the commit; the server's lock table holds `max_locks_per_transaction ×
     /// max_connections` locks in all (see ops/deploy/postgresql.conf).
     pub ingest_streams_per_tx_max: usize,
+    /// Group commit of `POST /v1/usage` (`ledger::group`): the most events one booking
+    /// transaction takes from the batches waiting while others are booked (a group holds at
+    /// least one batch, so a larger batch is booked alone; 0 books every batch alone).
+    pub usage_group_events_max: usize,
+    /// Group commit: bookers at once, each booking one group in its own transaction (on
+    /// SQLite they queue for its one writer, and prepare the next group meanwhile).
+    pub usage_group_bookers_max: usize,
     /// Anchor file of the chain heads (src/anchor.rs), to be kept where the database's
     /// writers cannot write; `settle serve` appends to it every `anchor_interval_ms`, `settle
     /// anchor` on demand, `settle verify` checks against it. Empty: no anchors.
@@ -96,6 +103,8 @@ impl Default for LedgerConfig {
             write_retries_max: 50,
             text_len_max: 500,
             ingest_streams_per_tx_max: 1000,
+            usage_group_events_max: 2000,
+            usage_group_bookers_max: 2,
             anchor_file: String::new(),
             anchor_interval_ms: 60_000,
             clock_skew_ms: 5 * 60 * 1000,

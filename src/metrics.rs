@@ -181,6 +181,25 @@ pub fn record_usage(status: &str, rejected_code: Option<&str>) {
     }
 }
 
+/// Counts one booking of usage batches (`ledger::group`): how many batches it booked together,
+/// and whether it committed.
+pub fn record_usage_group(batches: usize, committed: bool) {
+    let metrics = global();
+    let outcome = if committed { "committed" } else { "failed" };
+    metrics.count(
+        "settle_usage_groups_total",
+        "Booking transactions of POST /v1/usage batches (one or more batches each), by outcome.",
+        &[("outcome", outcome)],
+        1,
+    );
+    metrics.count(
+        "settle_usage_group_batches_total",
+        "POST /v1/usage batches booked in those transactions, by outcome.",
+        &[("outcome", outcome)],
+        i64::try_from(batches).unwrap_or(i64::MAX),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

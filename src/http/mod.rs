@@ -41,6 +41,8 @@ use problem::Problem;
 #[derive(Clone)]
 pub struct AppState {
     pub ledger: Ledger,
+    /// `POST /v1/usage`'s group commit over `ledger`.
+    pub usage: crate::ledger::group::UsageGroups,
     pub config: Arc<HttpConfig>,
     /// The run calendar and rules, for the projected next payout and run reports.
     pub calendar: Arc<Calendar>,
@@ -60,6 +62,7 @@ impl AppState {
     /// The state of a server over `ledger` with the served configuration.
     pub fn new(ledger: Ledger, config: &crate::config::Config) -> AppState {
         AppState {
+            usage: crate::ledger::group::UsageGroups::new(ledger.clone()),
             ledger,
             config: Arc::new(config.http.clone()),
             calendar: Arc::new(Calendar::platform_default()),

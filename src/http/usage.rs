@@ -118,7 +118,7 @@ pub async fn post_usage(
     }
     let (mut results, inputs, positions) = decode_events(events);
     let actor = principal.actor();
-    let booked = state.ledger.ingest_usage(&inputs, &scope, &actor).await?;
+    let booked = state.usage.ingest(inputs, scope, actor).await?;
     for (index, r) in positions.into_iter().zip(booked) {
         let (code, message) = match &r {
             UsageResult::Rejected { code, message, .. } => {

@@ -113,7 +113,10 @@ impl UsageResult {
 /// A usage event after stateless validation.
 #[derive(Clone, Debug)]
 struct Parsed {
+    /// Position among all the events of the group (requests one after the other).
     index: usize,
+    /// Which request of the group sent it (its actor).
+    request: usize,
     event_id: String,
     provider_id: String,
     gpu_id: String,
@@ -181,7 +184,7 @@ fn required<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, Domai
 impl Ledger {
     fn parse_usage(
         &self,
-        index: usize,
+        (index, request): (usize, usize),
         input: &UsageInput,
         scope: &SenderScope,
         now_ms: i64,
@@ -231,6 +234,7 @@ impl Ledger {
         );
         Ok(Parsed {
             index,
+            request,
             event_id: event_id.to_string(),
             provider_id: provider_id.to_string(),
             gpu_id: gpu_id.to_string(),
@@ -250,37 +254,75 @@ impl Ledger {
         scope: &SenderScope,
         actor: &Actor,
     ) -> Result<Vec<UsageResult>, LedgerError> {
+        let request = UsageRequest {
+            inputs,
+            scope,
+            actor,
+        };
+        let mut results = self.ingest_requests(&[request]).await?;
+        Ok(results.pop().unwrap_or_default())
+    }
+
+    /// Books several batches as one (group commit, `ledger::group`): the events of every
+    /// batch, in batch order, at one instant, in one transaction per
+    /// `ingest_streams_per_tx_max` providers; returns each batch's results in input order.
+    /// An event is decided as if its batch had been booked alone after the batches before
+    /// it: a key sent by two batches is booked for the first.
+    pub async fn ingest_requests(
+        &self,
+        requests: &[UsageRequest<'_>],
+    ) -> Result<Vec<Vec<UsageResult>>, LedgerError> {
         let now_ms = self.now_ms();
-        let mut results: Vec<Option<UsageResult>> = vec![None; inputs.len()];
+        let total: usize = requests.iter().map(|r| r.inputs.len()).sum();
+        let mut results: Vec<Option<UsageResult>> = vec![None; total];
         let mut by_provider: BTreeMap<String, Vec<Parsed>> = BTreeMap::new();
-        for (i, input) in inputs.iter().enumerate() {
-            match self.parse_usage(i, input, scope, now_ms) {
-                Ok(p) => by_provider
-                    .entry(p.provider_id.clone())
-                    .or_default()
-                    .push(p),
-                Err(e) => results[i] = Some(UsageResult::rejected(input.event_id.clone(), e)),
+        let mut index = 0;
+        for (request, r) in requests.iter().enumerate() {
+            for input in r.inputs {
+                match self.parse_usage((index, request), input, r.scope, now_ms) {
+                    Ok(p) => by_provider
+                        .entry(p.provider_id.clone())
+                        .or_default()
+                        .push(p),
+                    Err(e) => {
+                        results[index] = Some(UsageResult::rejected(input.event_id.clone(), e));
+                    }
+                }
+                index += 1;
             }
         }
+        let actors: Vec<&Actor> = requests.iter().map(|r| r.actor).collect();
         let groups: Vec<(String, Vec<Parsed>)> = by_provider.into_iter().collect();
         for chunk in groups.chunks(self.config.ingest_streams_per_tx_max.max(1)) {
-            for (index, result) in self.book_usage(chunk, actor, now_ms).await? {
+            for (index, result) in self.book_usage(chunk, &actors, now_ms).await? {
                 results[index] = Some(result);
             }
         }
-        let results: Vec<UsageResult> = results
+        let mut results = results
             .into_iter()
-            .map(|r| r.expect("every event has a result"))
-            .collect();
-        for r in &results {
-            let code = match r {
-                UsageResult::Rejected { code, .. } => Some(*code),
-                _ => None,
-            };
-            crate::metrics::record_usage(r.status(), code);
+            .map(|r| r.expect("every event has a result"));
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            let batch: Vec<UsageResult> = results.by_ref().take(r.inputs.len()).collect();
+            for result in &batch {
+                let code = match result {
+                    UsageResult::Rejected { code, .. } => Some(*code),
+                    _ => None,
+                };
+                crate::metrics::record_usage(result.status(), code);
+            }
+            out.push(batch);
         }
-        Ok(results)
+        Ok(out)
     }
+}
+
+/// One batch of a group: its events, what its sender may send, and who sent it.
+#[derive(Clone, Copy)]
+pub struct UsageRequest<'a> {
+    pub inputs: &'a [UsageInput],
+    pub scope: &'a SenderScope,
+    pub actor: &'a Actor,
 }
 
 impl Ledger {
@@ -289,7 +331,7 @@ impl Ledger {
     async fn book_usage(
         &self,
         groups: &[(String, Vec<Parsed>)],
-        actor: &Actor,
+        actors: &[&Actor],
         now_ms: i64,
     ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
         let streams: Vec<String> = groups.iter().map(|(p, _)| provider_stream(p)).collect();
@@ -299,7 +341,7 @@ impl Ledger {
         loop {
             let result = async {
                 let mut tx = self.store.begin_streams(&names).await?;
-                let booked = book_groups(&mut tx, groups, &band, actor, now_ms).await?;
+                let booked = book_groups(&mut tx, groups, &band, actors, now_ms).await?;
                 tx.commit().await?;
                 Ok::<_, LedgerError>(booked)
             }
@@ -325,7 +367,7 @@ async fn book_groups(
     tx: &mut WriteTx,
     groups: &[(String, Vec<Parsed>)],
     band: &RateBand,
-    actor: &Actor,
+    actors: &[&Actor],
     now_ms: i64,
 ) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
     let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
@@ -387,7 +429,7 @@ async fn book_groups(
             };
             tx.append(NewEvent {
                 body: EventBody::UsageRecorded(recorded),
-                actor: actor.0.clone(),
+                actor: actors[e.request].0.clone(),
                 recorded_at_ms: now_ms,
                 idem_key: Some(key.clone()),
                 content_hash: Some(e.hash.clone()),

@@ -5,6 +5,7 @@
 
 pub mod approvals;
 pub mod corrections;
+pub mod group;
 pub mod ingest;
 pub mod methods;
 pub mod payouts;

@@ -131,6 +131,9 @@ pub enum StoreError {
     /// A projection row the code cannot read (`corrupt_projection`).
     #[error("corrupt projection row: {0}")]
     CorruptRow(String),
+    /// A component between the caller and the database stopped (e.g. the usage booker).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Where a ledger's booking time comes from, fixed once per ledger.

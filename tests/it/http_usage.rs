@@ -484,3 +484,77 @@ async fn admin_corrections_and_import() {
     let summary = app.get_json(&admin, "/v1/providers/prv_c/summary").await;
     assert_eq!(summary["week_to_date"]["net_usdc"], "0.850000");
 }
+
+/// Concurrent senders through the real server (whose batches the group commit books
+/// together while others book): every batch is answered with its own events in its own
+/// order, each event is booked once, and a key two batches send is accepted for one of them
+/// and `duplicate` for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_are_answered_with_their_own_events_and_booked_once() {
+    const SENDERS: usize = 24;
+    const PER_BATCH: usize = 10;
+    let app = std::sync::Arc::new(spawn_app(NOW).await);
+    let token = app.token(Scope::Metering, None).await;
+    // Sender n books ten-minute slices n*10.. of gpu_a0 or gpu_b0, and re-sends the first
+    // slice of the sender two before it (same GPU).
+    let slice = |n: usize, k: usize| {
+        let (p, g) = [("prv_a", "gpu_a0"), ("prv_b", "gpu_b0")][n % 2];
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-24T00:00:00Z").unwrap()
+            + chrono::Duration::minutes(((n / 2) * PER_BATCH + k) as i64 * 10);
+        let end = at + chrono::Duration::minutes(10);
+        event(
+            &format!("c{n}-{k}"),
+            p,
+            g,
+            &at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            &end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
+    };
+    let mut tasks = Vec::new();
+    for n in 0..SENDERS {
+        let mut events: Vec<Value> = (0..PER_BATCH - 1).map(|k| slice(n, k)).collect();
+        events.push(slice((n + SENDERS - 2) % SENDERS, 0));
+        let (app, token) = (app.clone(), token.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = app
+                .post(
+                    Some(&token),
+                    "/v1/usage",
+                    json!({ "events": events }).to_string(),
+                )
+                .await;
+            assert_eq!(r.status(), 200);
+            let body: Value = r.json().await.unwrap();
+            (events, body)
+        }));
+    }
+    let mut accepted = Vec::new();
+    let mut duplicates = 0;
+    for task in tasks {
+        let (events, body) = task.await.unwrap();
+        let results = body["results"].as_array().unwrap();
+        assert_eq!(results.len(), events.len());
+        for (i, (sent, result)) in events.iter().zip(results).enumerate() {
+            assert_eq!(result["index"], json!(i));
+            assert_eq!(result["event_id"], sent["event_id"], "its own event");
+            match result["status"].as_str().unwrap() {
+                "accepted" => accepted.push(sent["event_id"].as_str().unwrap().to_owned()),
+                "duplicate" => duplicates += 1,
+                other => panic!("{other}: {result}"),
+            }
+        }
+    }
+    accepted.sort();
+    let before = accepted.len();
+    accepted.dedup();
+    assert_eq!(before, accepted.len(), "no event accepted twice");
+    assert_eq!(accepted.len(), SENDERS * (PER_BATCH - 1));
+    assert_eq!(duplicates, SENDERS);
+    let booked: i64 =
+        sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
+            .fetch_one(app.ledger.store.pool())
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(booked as usize, accepted.len());
+}

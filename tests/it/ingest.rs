@@ -19,7 +19,7 @@ use settle::store::{Store, StoreOptions};
 use settle::wire::import::{apply, parse_line};
 use sqlx::Row;
 
-const NOW: &str = "2026-11-23T12:00:00Z";
+pub(crate) const NOW: &str = "2026-11-23T12:00:00Z";
 const WALLET: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 
 // ---------------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ fn rate_line(provider: &str, model: &str, rate: &str, effective_from: &str) -> S
 }
 
 /// A community provider with `gpus` H100 GPUs `{provider}-g{n}` at 2.49 USDC/h from 2026-01-01.
-async fn provider(ledger: &Ledger, provider: &str, gpus: usize) {
+pub(crate) async fn provider(ledger: &Ledger, provider: &str, gpus: usize) {
     let mut lines = vec![provider_line(provider, "community")];
     for g in 0..gpus {
         lines.push(gpu_line(&format!("{provider}-g{g}"), provider, "H100-80GB"));
@@ -75,7 +75,7 @@ async fn provider(ledger: &Ledger, provider: &str, gpus: usize) {
     import_lines(ledger, &lines).await;
 }
 
-fn usage(
+pub(crate) fn usage(
     id: &str,
     provider: &str,
     gpu: &str,
@@ -114,7 +114,7 @@ async fn ingest(ledger: &Ledger, inputs: &[UsageInput], scope: &SenderScope) -> 
 }
 
 /// `accepted`, `duplicate` or `rejected:CODE` per result, for compact assertions.
-fn outcomes(results: &[UsageResult]) -> Vec<String> {
+pub(crate) fn outcomes(results: &[UsageResult]) -> Vec<String> {
     results
         .iter()
         .map(|r| match r {
@@ -125,7 +125,7 @@ fn outcomes(results: &[UsageResult]) -> Vec<String> {
 }
 
 /// Event ids of every booked `usage.recorded` (with repetitions, if any).
-async fn booked_usage_ids(ledger: &Ledger) -> Vec<String> {
+pub(crate) async fn booked_usage_ids(ledger: &Ledger) -> Vec<String> {
     let rows = sqlx::query("SELECT payload FROM events WHERE event_type = 'usage.recorded'")
         .fetch_all(ledger.store.pool())
         .await
@@ -165,7 +165,7 @@ async fn accounts(ledger: &Ledger, provider: &str) -> BTreeMap<String, i64> {
         .collect()
 }
 
-async fn payable(ledger: &Ledger, provider: &str) -> i64 {
+pub(crate) async fn payable(ledger: &Ledger, provider: &str) -> i64 {
     accounts(ledger, provider)
         .await
         .get(&format!("provider:{provider}:payable"))
@@ -173,7 +173,7 @@ async fn payable(ledger: &Ledger, provider: &str) -> i64 {
         .unwrap_or(0)
 }
 
-async fn assert_verified(ledger: &Ledger) {
+pub(crate) async fn assert_verified(ledger: &Ledger) {
     let report = settle::verify::verify(&ledger.store, &|_| {})
         .await
         .expect("verify runs");
@@ -191,13 +191,13 @@ fn half_even(n: i128, d: i128) -> i128 {
 }
 
 /// `(gross, fee, net)` µUSDC of `ms` milliseconds at `micro_per_hour` with `fee_bps`.
-fn price(micro_per_hour: i64, ms: i64, fee_bps: i64) -> (i64, i64, i64) {
+pub(crate) fn price(micro_per_hour: i64, ms: i64, fee_bps: i64) -> (i64, i64, i64) {
     let gross = half_even(i128::from(micro_per_hour) * i128::from(ms), 3_600_000) as i64;
     let fee = half_even(i128::from(gross) * i128::from(fee_bps), 10_000) as i64;
     (gross, fee, gross - fee)
 }
 
-fn ms(text: &str) -> i64 {
+pub(crate) fn ms(text: &str) -> i64 {
     parse_rfc3339_ms(text).unwrap()
 }
 

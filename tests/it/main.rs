@@ -44,3 +44,4 @@ mod solana_cli;
 mod solana_rail;
 mod solana_trust;
 mod tamper;
+mod usage_groups;

@@ -1,0 +1,493 @@
+//! Group commit of usage batches (`ledger::group`, behind `POST /v1/usage`), on both stores:
+//! batches booked together are answered and booked exactly as if booked one after another,
+//! batches that wait while another books are booked together in one transaction, and a
+//! group whose transaction fails books its batches one by one, so one batch's failure is
+//! that batch's alone.
+
+use crate::common::TestDb;
+use crate::ingest::{
+    NOW, assert_verified, booked_usage_ids, ms, outcomes, payable, price, provider, usage,
+};
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use settle::domain::time::format_ms;
+use settle::ledger::group::{GroupStats, UsageGroups};
+use settle::ledger::ingest::{SenderScope, UsageInput, UsageRequest, UsageResult};
+use settle::ledger::{Actor, Ledger};
+use sqlx::Row;
+
+/// Three batches of three senders, with everything a batch can meet of the batches before
+/// it: a re-send with the same content (`duplicate`), with other content (`conflict`), an
+/// interval overlapping one booked just before on the same GPU, an ingest token's event for
+/// another provider, and a malformed one.
+fn three_batches() -> Vec<(Vec<UsageInput>, SenderScope, Actor)> {
+    let u = |id: &str, p: &str, g: &str, s: &str, e: &str| usage(id, p, g, s, e, None);
+    vec![
+        (
+            vec![
+                u(
+                    "e1",
+                    "prv_a",
+                    "prv_a-g0",
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T10:10:00Z",
+                ),
+                u(
+                    "e2",
+                    "prv_b",
+                    "prv_b-g0",
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T10:30:00Z",
+                ),
+                u(
+                    "e3",
+                    "prv_a",
+                    "prv_a-g1",
+                    "2026-11-22T09:00:00Z",
+                    "2026-11-22T11:00:00Z",
+                ),
+            ],
+            SenderScope::Metering,
+            Actor::token("metering"),
+        ),
+        (
+            vec![
+                // Same content as the first batch's e3: a duplicate.
+                u(
+                    "e3",
+                    "prv_a",
+                    "prv_a-g1",
+                    "2026-11-22T09:00:00Z",
+                    "2026-11-22T11:00:00Z",
+                ),
+                // An agent of prv_a reporting prv_b's GPU.
+                u(
+                    "e4",
+                    "prv_b",
+                    "prv_b-g0",
+                    "2026-11-22T11:00:00Z",
+                    "2026-11-22T11:10:00Z",
+                ),
+                // Overlaps e1 on prv_a-g0.
+                u(
+                    "e5",
+                    "prv_a",
+                    "prv_a-g0",
+                    "2026-11-22T10:05:00Z",
+                    "2026-11-22T10:15:00Z",
+                ),
+                // Right after e1: booked.
+                u(
+                    "e6",
+                    "prv_a",
+                    "prv_a-g0",
+                    "2026-11-22T10:10:00Z",
+                    "2026-11-22T10:20:00Z",
+                ),
+                UsageInput::default(),
+            ],
+            SenderScope::Ingest {
+                provider_id: "prv_a".into(),
+            },
+            Actor::token("agent-a"),
+        ),
+        (
+            vec![
+                // e2 again with another end: a conflict.
+                u(
+                    "e2",
+                    "prv_b",
+                    "prv_b-g0",
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T10:40:00Z",
+                ),
+                u(
+                    "e7",
+                    "prv_b",
+                    "prv_b-g1",
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T12:00:00Z",
+                ),
+                // Re-sent within this batch with the same content.
+                u(
+                    "e7",
+                    "prv_b",
+                    "prv_b-g1",
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T12:00:00Z",
+                ),
+            ],
+            SenderScope::Metering,
+            Actor::token("metering-2"),
+        ),
+    ]
+}
+
+async fn marketplace(db: &TestDb) -> Ledger {
+    let (ledger, _) = db.ledger_at(NOW).await;
+    for p in ["prv_a", "prv_b", "prv_c", "prv_d"] {
+        provider(&ledger, p, 2).await;
+    }
+    ledger
+}
+
+/// Every usage event as stored, stream by stream: what the booking decided, who caused it,
+/// and the chain.
+async fn usage_rows(ledger: &Ledger) -> Vec<(String, i64, String, String, Vec<u8>)> {
+    sqlx::query(
+        "SELECT stream, seq, payload, actor, hash FROM events \
+         WHERE event_type = 'usage.recorded' ORDER BY stream, seq",
+    )
+    .fetch_all(ledger.store.pool())
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .collect()
+}
+
+#[tokio::test]
+async fn batches_booked_together_are_answered_and_booked_as_one_after_another() {
+    let batches = three_batches();
+
+    let one_by_one = TestDb::new().await;
+    let ledger = marketplace(&one_by_one).await;
+    let mut expected = Vec::new();
+    for (inputs, scope, actor) in &batches {
+        let results = ledger.ingest_usage(inputs, scope, actor).await.unwrap();
+        expected.push(outcomes(&results));
+    }
+    let expected_rows = usage_rows(&ledger).await;
+
+    let together = TestDb::new().await;
+    let grouped = marketplace(&together).await;
+    let requests: Vec<UsageRequest<'_>> = batches
+        .iter()
+        .map(|(inputs, scope, actor)| UsageRequest {
+            inputs,
+            scope,
+            actor,
+        })
+        .collect();
+    let results = grouped.ingest_requests(&requests).await.unwrap();
+    let got: Vec<Vec<String>> = results.iter().map(|r| outcomes(r)).collect();
+
+    assert_eq!(
+        expected,
+        vec![
+            vec!["accepted", "accepted", "accepted"],
+            vec![
+                "duplicate",
+                "rejected:forbidden_provider",
+                "rejected:overlapping_usage",
+                "accepted",
+                "rejected:missing_field"
+            ],
+            vec!["rejected:conflict", "accepted", "duplicate"],
+        ],
+        "the batches one after another"
+    );
+    assert_eq!(got, expected, "the same batches booked as one group");
+    // Each event's id comes back in its own batch's answer.
+    assert_eq!(results[1][3].event_id(), Some("e6"));
+    assert_eq!(results[2][1].event_id(), Some("e7"));
+    // Same events on the same streams in the same order, each naming its own sender, and the
+    // same chain.
+    let rows = usage_rows(&grouped).await;
+    assert_eq!(rows, expected_rows);
+    let actors: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|(_, _, payload, actor, _)| {
+            let id = if payload.contains("\"e6\"") { "e6" } else { "" };
+            (id, actor.as_str())
+        })
+        .filter(|(id, _)| !id.is_empty())
+        .collect();
+    assert_eq!(actors, vec![("e6", "token:agent-a")]);
+    assert_verified(&grouped).await;
+}
+
+/// Starts `batches` senders of one batch each on `groups`, each in its own task.
+fn send_all(
+    groups: &UsageGroups,
+    batches: Vec<Vec<UsageInput>>,
+) -> Vec<tokio::task::JoinHandle<Vec<UsageResult>>> {
+    batches
+        .into_iter()
+        .enumerate()
+        .map(|(n, batch)| {
+            let groups = groups.clone();
+            tokio::spawn(async move {
+                groups
+                    .ingest(
+                        batch,
+                        SenderScope::Metering,
+                        Actor::token(&format!("sender-{n}")),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("sender {n}: {e}"))
+            })
+        })
+        .collect()
+}
+
+/// Waits until `n` batches wait in the queue (the first one is held by its booker).
+async fn until_waiting(groups: &UsageGroups, n: usize) {
+    for _ in 0..2_000 {
+        if groups.waiting() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{} batches waiting, expected {n}", groups.waiting());
+}
+
+/// Waits until a booker has taken the first batch and nothing else waits.
+async fn until_booking(groups: &UsageGroups) {
+    for _ in 0..2_000 {
+        if groups.bookers() == 1 && groups.waiting() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no booker took the first batch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_waiting_for_a_booker_are_booked_together_exactly_once() {
+    const SENDERS: usize = 40;
+    const PER_BATCH: usize = 20;
+    let db = TestDb::new().await;
+    let mut ledger = marketplace(&db).await;
+    ledger.config.usage_group_bookers_max = 1;
+    let groups = UsageGroups::new(ledger.clone());
+
+    // Sender n sends 20 ten-minute slices of one GPU of prv_c or prv_d; every sender also
+    // re-sends the first slice of the sender before it (same content): each of those is
+    // booked once and answered `duplicate` to the other.
+    let start = ms("2026-11-21T00:00:00Z");
+    let slice = |n: usize, k: usize| {
+        let (p, g) = (["prv_c", "prv_d"][n % 2], (n / 2) % 2);
+        let at = start + ((n / 4) * PER_BATCH + k) as i64 * 600_000;
+        usage(
+            &format!("s{n}-{k}"),
+            p,
+            &format!("{p}-g{g}"),
+            &format_ms(at),
+            &format_ms(at + 600_000),
+            None,
+        )
+    };
+    let batches: Vec<Vec<UsageInput>> = (0..SENDERS)
+        .map(|n| {
+            let mut batch: Vec<UsageInput> = (0..PER_BATCH - 1).map(|k| slice(n, k)).collect();
+            batch.push(slice((n + SENDERS - 1) % SENDERS, 0));
+            batch
+        })
+        .collect();
+    let unique: BTreeSet<String> = batches
+        .iter()
+        .flatten()
+        .map(|e| e.event_id.clone().unwrap())
+        .collect();
+    assert_eq!(unique.len(), SENDERS * (PER_BATCH - 1));
+
+    // Hold prv_c's stream (on SQLite: the one writer) so the first batch's booker waits and
+    // the other 39 batches queue behind it.
+    let held = ledger.store.begin("provider:prv_c").await.unwrap();
+    let first = send_all(&groups, batches[..1].to_vec());
+    until_booking(&groups).await;
+    let rest = send_all(&groups, batches[1..].to_vec());
+    until_waiting(&groups, SENDERS - 1).await;
+    drop(held);
+
+    let mut accepted = Vec::new();
+    let mut duplicates = 0;
+    for task in first.into_iter().chain(rest) {
+        for r in task.await.unwrap() {
+            match r {
+                UsageResult::Accepted { event_id } => accepted.push(event_id),
+                UsageResult::Duplicate { .. } => duplicates += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        groups.stats(),
+        GroupStats {
+            groups_committed: 1,
+            batches_grouped: SENDERS as u64 - 1,
+            groups_failed: 0,
+        },
+        "the first batch alone, then the 39 that waited in one transaction"
+    );
+    assert_eq!(accepted.len(), unique.len(), "each event accepted once");
+    assert_eq!(duplicates, SENDERS, "each re-send answered duplicate");
+    let booked: Vec<String> = booked_usage_ids(&ledger).await;
+    assert_eq!(booked.len(), unique.len(), "nothing booked twice");
+    assert_eq!(booked.into_iter().collect::<BTreeSet<_>>(), unique);
+    let net = price(2_490_000, 600_000, 2000).2;
+    let per_provider = (SENDERS / 2 * (PER_BATCH - 1)) as i64 * net;
+    assert_eq!(payable(&ledger, "prv_c").await, per_provider);
+    assert_eq!(payable(&ledger, "prv_d").await, per_provider);
+    assert_verified(&ledger).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_batch_in_a_group_fails_alone() {
+    let db = TestDb::new().await;
+    let mut ledger = marketplace(&db).await;
+    ledger.config.usage_group_bookers_max = 1;
+    let groups = UsageGroups::new(ledger.clone());
+    // The database refuses prv_b's events (a trigger, as a full disk or a broken page of
+    // one provider's data would).
+    let refuse = if db.is_postgres() {
+        vec![
+            "CREATE FUNCTION refuse_prv_b() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.stream = 'provider:prv_b' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
+             RETURN NEW; END $$",
+            "CREATE TRIGGER refuse_prv_b BEFORE INSERT ON events FOR EACH ROW \
+             EXECUTE FUNCTION refuse_prv_b()",
+        ]
+    } else {
+        vec![
+            "CREATE TRIGGER refuse_prv_b BEFORE INSERT ON events \
+             WHEN NEW.stream = 'provider:prv_b' BEGIN SELECT RAISE(ABORT, 'refused for the test'); END",
+        ]
+    };
+    for statement in refuse {
+        sqlx::query(statement)
+            .execute(ledger.store.pool())
+            .await
+            .unwrap();
+    }
+    let slice = |id: &str, p: &str| {
+        let g = format!("{p}-g0");
+        usage(
+            id,
+            p,
+            &g,
+            "2026-11-22T08:00:00Z",
+            "2026-11-22T09:00:00Z",
+            None,
+        )
+    };
+    let batches = vec![
+        vec![slice("held", "prv_c")],
+        vec![slice("a1", "prv_a")],
+        vec![slice("b1", "prv_b")],
+        vec![slice("d1", "prv_d")],
+    ];
+    let held = ledger.store.begin("provider:prv_c").await.unwrap();
+    let mut tasks = Vec::new();
+    for (n, batch) in batches.into_iter().enumerate() {
+        let sender = groups.clone();
+        tasks.push(tokio::spawn(async move {
+            sender
+                .ingest(batch, SenderScope::Metering, Actor::token("m"))
+                .await
+        }));
+        // One at a time, so the queue keeps this order: the first is taken by its booker.
+        if n == 0 {
+            until_booking(&groups).await;
+        } else {
+            until_waiting(&groups, n).await;
+        }
+    }
+    drop(held);
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(match t.await.unwrap() {
+            Ok(results) => outcomes(&results).join(","),
+            Err(e) => format!("error:{}", e.code()),
+        });
+    }
+    assert_eq!(
+        answers,
+        vec![
+            "accepted",
+            "accepted",
+            "error:storage_unavailable",
+            "accepted"
+        ]
+    );
+    assert_eq!(groups.stats().groups_failed, 1, "the group of three failed");
+    let booked: BTreeSet<String> = booked_usage_ids(&ledger).await.into_iter().collect();
+    assert_eq!(
+        booked,
+        ["a1", "d1", "held"]
+            .map(str::to_owned)
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(payable(&ledger, "prv_b").await, 0);
+    assert_verified(&ledger).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_whose_request_went_away_before_the_commit_books_nothing() {
+    let db = TestDb::new().await;
+    let mut ledger = marketplace(&db).await;
+    ledger.config.usage_group_bookers_max = 1;
+    let groups = UsageGroups::new(ledger.clone());
+    // The second round's slices come an hour after the first's.
+    let slice = |id: &str, p: &str| {
+        let (g, h) = (format!("{p}-g0"), if id.ends_with('2') { 9 } else { 8 });
+        let (s, e) = (
+            format!("2026-11-22T0{h}:00:00Z"),
+            format!("2026-11-22T{:02}:00:00Z", h + 1),
+        );
+        usage(id, p, &g, &s, &e, None)
+    };
+    let send = |batch: Vec<UsageInput>| {
+        let sender = groups.clone();
+        tokio::spawn(async move {
+            sender
+                .ingest(batch, SenderScope::Metering, Actor::token("m"))
+                .await
+        })
+    };
+    // The first batch's booker waits for prv_c's stream; two batches queue behind it, and
+    // the request of one of them goes away (its client gone, or its request timeout).
+    let held = ledger.store.begin("provider:prv_c").await.unwrap();
+    let first = send(vec![slice("c1", "prv_c")]);
+    until_booking(&groups).await;
+    let gone = send(vec![slice("a1", "prv_a")]);
+    until_waiting(&groups, 1).await;
+    let stays = send(vec![slice("d1", "prv_d")]);
+    until_waiting(&groups, 2).await;
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    drop(held);
+    assert_eq!(outcomes(&first.await.unwrap().unwrap()), ["accepted"]);
+    assert_eq!(outcomes(&stays.await.unwrap().unwrap()), ["accepted"]);
+
+    let mut expected: BTreeSet<String> = ["c1", "d1"].map(str::to_owned).into();
+    if db.is_postgres() {
+        // Gone while its group's transaction waits for a stream (prv_b's lock, held here):
+        // the transaction is rolled back and begun again without it.
+        let held_c = ledger.store.begin("provider:prv_c").await.unwrap();
+        let held_b = ledger.store.begin("provider:prv_b").await.unwrap();
+        let first = send(vec![slice("c2", "prv_c")]);
+        until_booking(&groups).await;
+        let gone = send(vec![slice("a2", "prv_a")]);
+        until_waiting(&groups, 1).await;
+        let stays = send(vec![slice("b2", "prv_b")]);
+        until_waiting(&groups, 2).await;
+        drop(held_c);
+        assert_eq!(outcomes(&first.await.unwrap().unwrap()), ["accepted"]);
+        until_waiting(&groups, 0).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        gone.abort();
+        assert!(gone.await.unwrap_err().is_cancelled());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(held_b);
+        assert_eq!(outcomes(&stays.await.unwrap().unwrap()), ["accepted"]);
+        expected.extend(["c2", "b2"].map(str::to_owned));
+    }
+    let booked: BTreeSet<String> = booked_usage_ids(&ledger).await.into_iter().collect();
+    assert_eq!(booked, expected, "the abandoned batches booked nothing");
+    assert_verified(&ledger).await;
+}
