@@ -60,8 +60,19 @@ pub(crate) async fn fold_streams(
     let from = dialect.json_rows(1, streams.len());
     let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
     let mut checkpoints: BTreeMap<String, i64> = BTreeMap::new();
+    // On PostgreSQL the checkpoint rows are locked (in name order, as every folder locks
+    // them, so folders cannot deadlock): a second fold of a stream waits for the first to
+    // commit and then reads the checkpoint it moved, instead of folding the same events and
+    // failing at the end. Before, the projector's fold of hundreds of streams lost that
+    // race to any dashboard read that folded one of them, and was rolled back whole (lag
+    // of seconds under load). A stream folded for the first time has no row to lock: two
+    // such folds still meet at the row's insert, where one fails and retries.
+    let lock = match dialect {
+        Dialect::Postgres => " ORDER BY c.stream FOR UPDATE OF c",
+        Dialect::Sqlite => "",
+    };
     let sql = format!(
-        "SELECT c.stream, c.seq FROM {from} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0"
+        "SELECT c.stream, c.seq FROM {from} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0{lock}"
     );
     for r in sqlx::query(&sql)
         .bind(json_rows_param(&names))
