@@ -455,7 +455,22 @@ impl<'a> Importer<'a> {
         Ok(())
     }
 
-    /// Books what is pending and returns every line's result, in line order.
+    /// The results decided so far that no waiting usage line precedes, in line order, taken
+    /// out of the importer: a caller that prints them as they come (`settle ingest FILE`)
+    /// holds no more than one batch of results, however long the file. Usage lines wait
+    /// for their batch's booking, and what follows them waits with them.
+    pub fn take_ready(&mut self) -> Vec<LineResult> {
+        let first_waiting = self.batch.first().map_or(usize::MAX, |(line, _)| *line);
+        if self.results.first().is_none_or(|r| r.line > first_waiting) {
+            return Vec::new();
+        }
+        self.results.sort_by_key(|r| r.line);
+        let ready = self.results.partition_point(|r| r.line < first_waiting);
+        self.results.drain(..ready).collect()
+    }
+
+    /// Books what is pending and returns the result of every line not taken by
+    /// [`Importer::take_ready`], in line order.
     pub async fn finish(mut self) -> Result<Vec<LineResult>, LedgerError> {
         self.flush().await?;
         // What this import booked is folded into the aggregates before it reports: the

@@ -13,14 +13,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::config::Config;
 use crate::control::Importer;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
-use crate::report::output::{Format, Rows};
+use crate::report::output::{Format, Rows, csv_line};
 use crate::store::{ClockMode, Store};
 use crate::wire::import::{Command, LineResult, Totals, parse_line};
 
@@ -595,6 +595,7 @@ async fn import(
     let actor = cli_actor();
     let mut importer = Importer::new(ledger, &control, &actor);
     let progress = progress_bar(file);
+    let mut printer = ImportPrinter::new(format);
     for (n, line) in reader.lines().enumerate() {
         let number = n + 1;
         let parsed = match line {
@@ -609,72 +610,163 @@ async fn import(
             Ok(l) => parse_line(&l),
         };
         importer.line(number, parsed).await?;
+        printer.print(&importer.take_ready(), out)?;
         if let Some(p) = &progress {
             p.set_position(number as u64);
         }
     }
-    let results = importer.finish().await?;
+    let rest = importer.finish().await?;
     if let Some(p) = progress {
         p.finish_and_clear();
     }
-    let totals = Totals::of(&results);
-    print_import(&results, totals, format, out)?;
+    printer.print(&rest, out)?;
+    let totals = printer.finish(out)?;
     Ok(if totals.rejected == 0 { 0 } else { 2 })
 }
 
-/// Prints the result of every line of an import, and the totals.
-fn print_import(
-    results: &[LineResult],
-    totals: Totals,
+/// Prints the result of every line of an import as it is decided, then the totals: the
+/// output streams, so an import of any length holds at most one batch of results.
+///
+/// JSON is one document `{"lines": [...], "totals": {...}}`, one line object per text line;
+/// CSV has its header first; the table's columns are as wide as the widest cell of its
+/// first [`ImportPrinter::TABLE_SIZED_BY`] rows (all of a shorter import), longer cells
+/// after them overflow their column.
+struct ImportPrinter {
     format: Format,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let Totals {
-        accepted,
-        duplicate,
-        pending,
-        rejected,
-    } = totals;
-    match format {
-        Format::Json => {
-            let lines: Vec<Value> = results
-                .iter()
-                .map(|r| {
+    totals: Totals,
+    /// Lines printed so far.
+    printed: usize,
+    /// Table: the rows held until the column widths are known, then the widths.
+    held: Vec<Vec<String>>,
+    widths: Option<Vec<usize>>,
+}
+
+impl ImportPrinter {
+    const TABLE_SIZED_BY: usize = 1000;
+    const COLUMNS: [&str; 6] = ["line", "type", "id", "status", "code", "message"];
+
+    fn new(format: Format) -> ImportPrinter {
+        ImportPrinter {
+            format,
+            totals: Totals::default(),
+            printed: 0,
+            held: Vec::new(),
+            widths: None,
+        }
+    }
+
+    fn print(&mut self, results: &[LineResult], out: &mut impl Write) -> anyhow::Result<()> {
+        for r in results {
+            self.totals.add(r);
+            match self.format {
+                Format::Json => {
                     let mut line = json!({"line": r.line, "type": r.kind, "id": r.id, "status": r.status, "code": r.code, "message": r.message});
                     if let Some(id) = &r.approval_id {
                         line["approval_id"] = json!(id);
                     }
-                    line
-                })
-                .collect();
-            let mut totals =
-                json!({"accepted": accepted, "duplicate": duplicate, "rejected": rejected});
-            if pending > 0 {
-                totals["pending"] = json!(pending);
+                    let lead = if self.printed == 0 {
+                        "{\n  \"lines\": [\n    "
+                    } else {
+                        ",\n    "
+                    };
+                    write!(out, "{lead}{line}")?;
+                }
+                Format::Csv => {
+                    if self.printed == 0 {
+                        out.write_all(
+                            csv_line(Self::COLUMNS.iter().map(|c| c.to_string())).as_bytes(),
+                        )?;
+                    }
+                    out.write_all(csv_line(Self::cells(r).into_iter()).as_bytes())?;
+                }
+                Format::Table => {
+                    self.held.push(Self::cells(r));
+                    if self.held.len() >= Self::TABLE_SIZED_BY {
+                        self.flush_table(out)?;
+                    }
+                }
             }
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&json!({
-                    "lines": lines,
-                    "totals": totals,
-                }))?
-            )?;
+            self.printed += 1;
         }
-        _ => {
-            let mut rows = Rows::new(vec!["line", "type", "id", "status", "code", "message"]);
-            for r in results {
-                rows.push(vec![
-                    json!(r.line),
-                    json!(r.kind),
-                    json!(r.id),
-                    json!(r.status),
-                    json!(r.code),
-                    json!(r.message),
-                ]);
+        Ok(())
+    }
+
+    fn cells(r: &LineResult) -> Vec<String> {
+        [
+            json!(r.line),
+            json!(r.kind),
+            json!(r.id),
+            json!(r.status),
+            json!(r.code),
+            json!(r.message),
+        ]
+        .iter()
+        .map(crate::report::output::cell)
+        .collect()
+    }
+
+    /// Table: fixes the widths (once) and prints the held rows.
+    fn flush_table(&mut self, out: &mut impl Write) -> anyhow::Result<()> {
+        let widths = self.widths.get_or_insert_with(|| {
+            let mut widths: Vec<usize> = Self::COLUMNS.iter().map(|c| c.len()).collect();
+            for row in &self.held {
+                for (w, c) in widths.iter_mut().zip(row) {
+                    *w = (*w).max(c.chars().count());
+                }
             }
-            write!(out, "{}", rows.render(format))?;
-            if format == Format::Table {
+            widths
+        });
+        let line = |cells: &[String]| {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(widths.iter())
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("{}\n", padded.join("  ").trim_end())
+        };
+        if self.printed <= self.held.len() {
+            let header: Vec<String> = Self::COLUMNS.iter().map(|c| c.to_string()).collect();
+            out.write_all(line(&header).as_bytes())?;
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.write_all(line(&rule).as_bytes())?;
+        }
+        for row in self.held.drain(..) {
+            out.write_all(line(&row).as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Prints what is held and the totals.
+    fn finish(mut self, out: &mut impl Write) -> anyhow::Result<Totals> {
+        let Totals {
+            accepted,
+            duplicate,
+            pending,
+            rejected,
+        } = self.totals;
+        match self.format {
+            Format::Json => {
+                let mut totals =
+                    json!({"accepted": accepted, "duplicate": duplicate, "rejected": rejected});
+                if pending > 0 {
+                    totals["pending"] = json!(pending);
+                }
+                let lines_end = if self.printed == 0 {
+                    "{\n  \"lines\": []"
+                } else {
+                    "\n  ]"
+                };
+                writeln!(out, "{lines_end},\n  \"totals\": {totals}\n}}")?;
+            }
+            Format::Csv => {
+                if self.printed == 0 {
+                    out.write_all(
+                        csv_line(Self::COLUMNS.iter().map(|c| c.to_string())).as_bytes(),
+                    )?;
+                }
+            }
+            Format::Table => {
+                self.flush_table(out)?;
                 let waiting = if pending > 0 {
                     format!(", pending approval {pending}")
                 } else {
@@ -686,8 +778,8 @@ fn print_import(
                 )?;
             }
         }
+        Ok(self.totals)
     }
-    Ok(())
 }
 
 /// A progress bar over `total` events on stderr, when stderr is a terminal.

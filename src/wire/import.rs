@@ -439,14 +439,19 @@ impl Totals {
     pub fn of(results: &[LineResult]) -> Totals {
         let mut t = Totals::default();
         for r in results {
-            match r.status {
-                "accepted" => t.accepted += 1,
-                "duplicate" => t.duplicate += 1,
-                "pending" => t.pending += 1,
-                _ => t.rejected += 1,
-            }
+            t.add(r);
         }
         t
+    }
+
+    /// Counts one more line's result.
+    pub fn add(&mut self, r: &LineResult) {
+        match r.status {
+            "accepted" => self.accepted += 1,
+            "duplicate" => self.duplicate += 1,
+            "pending" => self.pending += 1,
+            _ => self.rejected += 1,
+        }
     }
 }
 

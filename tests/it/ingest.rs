@@ -2045,3 +2045,97 @@ async fn overlap_decisions_match_a_brute_force_model_over_random_batches() {
     );
     assert_verified(&ledger).await;
 }
+
+/// `settle ingest FILE` prints each line's result as its batch is booked instead of holding
+/// every result to the end (an import of millions of lines held them all: 146 MB at 100,000
+/// lines), in line order, with malformed lines between the usage lines of a batch.
+#[tokio::test]
+async fn a_long_import_streams_its_results_in_line_order() {
+    let db = TestDb::new().await;
+    let (ledger, _) = db.ledger_at(NOW).await;
+    provider(&ledger, "prv_s", 1).await;
+    let start = ms("2026-11-21T00:00:00Z");
+    let lines: Vec<String> = (0..2_600)
+        .map(|n| {
+            if n % 400 == 7 {
+                return "not json".to_owned();
+            }
+            let s = start + n as i64 * 60_000;
+            format!(
+                r#"{{"event_id":"s{n}","provider_id":"prv_s","gpu_id":"prv_s-g0","started_at":"{}","ended_at":"{}"}}"#,
+                format_ms(s),
+                format_ms(s + 60_000)
+            )
+        })
+        .collect();
+
+    // The importer hands out what is decided as soon as nothing before it waits.
+    let control = settle::config::ControlConfig::default();
+    let operator = actor();
+    let mut importer = settle::control::Importer::new(&ledger, &control, &operator);
+    let mut taken = Vec::new();
+    let mut taken_after_1100_lines = 0;
+    for (n, line) in lines.iter().enumerate() {
+        let parsed = serde_json::from_str::<UsageInput>(line)
+            .map(settle::wire::import::Command::Usage)
+            .map_err(|e| settle::domain::DomainError::new("malformed_json", e.to_string()));
+        importer.line(n + 1, parsed).await.unwrap();
+        taken.extend(importer.take_ready());
+        if n + 1 == 1_100 {
+            taken_after_1100_lines = taken.len();
+        }
+    }
+    taken.extend(importer.finish().await.unwrap());
+    assert!(
+        (1_000..1_100).contains(&taken_after_1100_lines),
+        "the first batch's results came out before the end: {taken_after_1100_lines}"
+    );
+    let order: Vec<usize> = taken.iter().map(|r| r.line).collect();
+    assert_eq!(
+        order,
+        (1..=2_600).collect::<Vec<_>>(),
+        "every line once, in order"
+    );
+    assert_eq!(taken.iter().filter(|r| r.status == "rejected").count(), 7);
+
+    // The command line, each format: the same lines, in order, one header.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("long.ndjson");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let path = file.to_str().unwrap();
+    let (code, json, stderr) =
+        run_cli(&db.url, &["--now", NOW, "--format", "json", "ingest", path]);
+    assert_eq!(code, 2, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let numbers: Vec<i64> = report["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["line"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, (1..=2_600).collect::<Vec<i64>>());
+    assert_eq!(
+        report["totals"],
+        serde_json::json!({"accepted": 0, "duplicate": 2_593, "rejected": 7})
+    );
+    let (_, csv, _) = run_cli(&db.url, &["--now", NOW, "--format", "csv", "ingest", path]);
+    let csv: Vec<&str> = csv.lines().collect();
+    assert_eq!(csv[0], "line,type,id,status,code,message");
+    assert_eq!(csv.len(), 2_601, "a header, then a row per line");
+    assert!(
+        csv[2_600].starts_with("2600,usage,s2599,duplicate"),
+        "{}",
+        csv[2_600]
+    );
+    let (_, table, _) = run_cli(&db.url, &["--now", NOW, "ingest", path]);
+    let table: Vec<&str> = table.lines().collect();
+    assert!(table[0].starts_with("line  type"), "{}", table[0]);
+    assert_eq!(
+        table.iter().filter(|l| l.starts_with("line ")).count(),
+        1,
+        "one header"
+    );
+    assert_eq!(table.len(), 2 + 2_600 + 1, "header, rule, rows, totals");
+    assert!(table[2 + 7].starts_with("8  "), "{}", table[9]);
+    assert_eq!(table[2 + 2_600], "accepted 0, duplicate 2593, rejected 7");
+}
