@@ -34,7 +34,8 @@ pub struct LedgerConfig {
     pub ingest_streams_per_tx_max: usize,
     /// Group commit of `POST /v1/usage` (`ledger::group`): the most events one booking
     /// transaction takes from the batches waiting while others are booked (a group holds at
-    /// least one batch, so a larger batch is booked alone; 0 books every batch alone).
+    /// least one batch, so a larger batch is booked alone; 0 books every batch alone). A
+    /// group also spans at most `ingest_streams_per_tx_max` providers: one transaction.
     pub usage_group_events_max: usize,
     /// Group commit: bookers at once, each booking one group in its own transaction (on
     /// SQLite they queue for its one writer, and prepare the next group meanwhile).

@@ -20,7 +20,7 @@
 //! spawned tasks, so no request's end cancels another's booking. The queue is bounded by
 //! the HTTP gate (`http.concurrency_max` requests run at once).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -145,10 +145,12 @@ impl Inner {
     }
 
     /// Takes the next group: the oldest batch, then the following ones while the group stays
-    /// within `usage_group_events_max` events. `None` (and this booker leaves) when nothing
-    /// waits.
+    /// within `usage_group_events_max` events and `ingest_streams_per_tx_max` providers (so
+    /// a group is one transaction: it commits or fails whole, and an abandoned batch is
+    /// never half booked). `None` (and this booker leaves) when nothing waits.
     fn next_group(&self) -> Option<Vec<Waiting>> {
         let events_max = self.ledger.config.usage_group_events_max;
+        let providers_max = self.ledger.config.ingest_streams_per_tx_max.max(1);
         let mut queue = self.lock();
         let first = match queue.waiting.pop_front() {
             Some(first) => first,
@@ -158,12 +160,26 @@ impl Inner {
             }
         };
         let mut events = first.inputs.len();
+        let mut providers: HashSet<String> = first
+            .inputs
+            .iter()
+            .filter_map(|i| i.provider_id.clone())
+            .collect();
         let mut group = vec![first];
         while let Some(next) = queue.waiting.front() {
-            if events + next.inputs.len() > events_max {
+            let new: HashSet<&str> = next
+                .inputs
+                .iter()
+                .filter_map(|i| i.provider_id.as_deref())
+                .filter(|p| !providers.contains(*p))
+                .collect();
+            if events + next.inputs.len() > events_max
+                || providers.len() + new.len() > providers_max
+            {
                 break;
             }
             events += next.inputs.len();
+            providers.extend(new.into_iter().map(str::to_owned));
             group.extend(queue.waiting.pop_front());
         }
         Some(group)

@@ -133,6 +133,32 @@ async fn marketplace(db: &TestDb) -> Ledger {
     ledger
 }
 
+/// The ledger of [`marketplace`] with one booker (`config` changed as given) and its queue.
+async fn one_booker(
+    db: &TestDb,
+    config: impl FnOnce(&mut settle::config::LedgerConfig),
+) -> (Ledger, UsageGroups) {
+    let mut ledger = marketplace(db).await;
+    ledger.config.usage_group_bookers_max = 1;
+    config(&mut ledger.config);
+    let groups = UsageGroups::new(ledger.clone());
+    (ledger, groups)
+}
+
+/// An hour of `p`'s first GPU from `hour` o'clock on 2026-11-22.
+fn slice_at(id: &str, p: &str, hour: u32) -> UsageInput {
+    let (s, e) = (
+        format!("2026-11-22T{hour:02}:00:00Z"),
+        format!("2026-11-22T{:02}:00:00Z", hour + 1),
+    );
+    usage(id, p, &format!("{p}-g0"), &s, &e, None)
+}
+
+/// An hour of `p`'s first GPU from 08:00 on 2026-11-22.
+fn slice(id: &str, p: &str) -> UsageInput {
+    slice_at(id, p, 8)
+}
+
 /// Every usage event as stored, stream by stream: what the booking decided, who caused it,
 /// and the chain.
 async fn usage_rows(ledger: &Ledger) -> Vec<(String, i64, String, String, Vec<u8>)> {
@@ -260,9 +286,7 @@ async fn batches_waiting_for_a_booker_are_booked_together_exactly_once() {
     const SENDERS: usize = 40;
     const PER_BATCH: usize = 20;
     let db = TestDb::new().await;
-    let mut ledger = marketplace(&db).await;
-    ledger.config.usage_group_bookers_max = 1;
-    let groups = UsageGroups::new(ledger.clone());
+    let (ledger, groups) = one_booker(&db, |_| {}).await;
 
     // Sender n sends 20 ten-minute slices of one GPU of prv_c or prv_d; every sender also
     // re-sends the first slice of the sender before it (same content): each of those is
@@ -338,9 +362,7 @@ async fn batches_waiting_for_a_booker_are_booked_together_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_batch_in_a_group_fails_alone() {
     let db = TestDb::new().await;
-    let mut ledger = marketplace(&db).await;
-    ledger.config.usage_group_bookers_max = 1;
-    let groups = UsageGroups::new(ledger.clone());
+    let (ledger, groups) = one_booker(&db, |_| {}).await;
     // The database refuses prv_b's events (a trigger, as a full disk or a broken page of
     // one provider's data would).
     let refuse = if db.is_postgres() {
@@ -363,17 +385,6 @@ async fn a_failing_batch_in_a_group_fails_alone() {
             .await
             .unwrap();
     }
-    let slice = |id: &str, p: &str| {
-        let g = format!("{p}-g0");
-        usage(
-            id,
-            p,
-            &g,
-            "2026-11-22T08:00:00Z",
-            "2026-11-22T09:00:00Z",
-            None,
-        )
-    };
     let batches = vec![
         vec![slice("held", "prv_c")],
         vec![slice("a1", "prv_a")],
@@ -429,18 +440,9 @@ async fn a_failing_batch_in_a_group_fails_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_whose_request_went_away_before_the_commit_books_nothing() {
     let db = TestDb::new().await;
-    let mut ledger = marketplace(&db).await;
-    ledger.config.usage_group_bookers_max = 1;
-    let groups = UsageGroups::new(ledger.clone());
+    let (ledger, groups) = one_booker(&db, |_| {}).await;
     // The second round's slices come an hour after the first's.
-    let slice = |id: &str, p: &str| {
-        let (g, h) = (format!("{p}-g0"), if id.ends_with('2') { 9 } else { 8 });
-        let (s, e) = (
-            format!("2026-11-22T0{h}:00:00Z"),
-            format!("2026-11-22T{:02}:00:00Z", h + 1),
-        );
-        usage(id, p, &g, &s, &e, None)
-    };
+    let slice = |id: &str, p: &str| slice_at(id, p, if id.ends_with('2') { 9 } else { 8 });
     let send = |batch: Vec<UsageInput>| {
         let sender = groups.clone();
         tokio::spawn(async move {
@@ -489,5 +491,50 @@ async fn a_batch_whose_request_went_away_before_the_commit_books_nothing() {
     }
     let booked: BTreeSet<String> = booked_usage_ids(&ledger).await.into_iter().collect();
     assert_eq!(booked, expected, "the abandoned batches booked nothing");
+    assert_verified(&ledger).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_spans_no_more_providers_than_one_transaction_takes() {
+    let db = TestDb::new().await;
+    // Two providers per transaction: a group that spanned three would commit in two
+    // transactions, and could be half booked.
+    let (ledger, groups) = one_booker(&db, |c| c.ingest_streams_per_tx_max = 2).await;
+    let held = ledger.store.begin("provider:prv_c").await.unwrap();
+    let mut tasks = send_all(&groups, vec![vec![slice("c1", "prv_c")]]);
+    until_booking(&groups).await;
+    // Queued: prv_a, prv_a again (no new provider), prv_b, then prv_d (a third provider).
+    for (n, batch) in [
+        vec![slice("a1", "prv_a")],
+        vec![usage(
+            "a2",
+            "prv_a",
+            "prv_a-g1",
+            "2026-11-22T08:00:00Z",
+            "2026-11-22T09:00:00Z",
+            None,
+        )],
+        vec![slice("b1", "prv_b")],
+        vec![slice("d1", "prv_d")],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        tasks.extend(send_all(&groups, vec![batch]));
+        until_waiting(&groups, n + 1).await;
+    }
+    drop(held);
+    for task in tasks {
+        assert_eq!(outcomes(&task.await.unwrap()), ["accepted"]);
+    }
+    assert_eq!(
+        groups.stats(),
+        GroupStats {
+            groups_committed: 1,
+            batches_grouped: 3,
+            groups_failed: 0,
+        },
+        "c1 alone, then a1, a2 and b1 together, then d1 alone"
+    );
     assert_verified(&ledger).await;
 }
