@@ -11,6 +11,10 @@
 //!   code.
 //! - `engine`: the same batches through `Ledger::ingest_usage` (metering scope), after
 //!   registering the providers, GPUs and rates (setup, timed apart).
+//! - `http`: the same batches as `POST /v1/usage` to the real server on a loopback port
+//!   (metering token), from `--clients` concurrent senders (default 1).
+//! - `file`: the same batches as one NDJSON file (written before the clock starts), booked
+//!   by the release `settle ingest FILE` process; its peak memory is the one reported.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -55,6 +59,8 @@ struct Args {
     pg_url: String,
     dir: Option<String>,
     phases: Vec<String>,
+    /// `http` phase: concurrent senders (each posts the next batch when answered).
+    clients: usize,
     /// Child mode: run one (db, phase) and print one JSON line.
     child: bool,
 }
@@ -73,6 +79,7 @@ fn parse_args() -> Args {
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
         dir: None,
         phases: vec!["raw".into(), "engine".into()],
+        clients: 1,
         child: false,
     };
     let mut it = std::env::args().skip(1);
@@ -90,6 +97,7 @@ fn parse_args() -> Args {
             "--phase" => a.phases = val().split(',').map(str::to_owned).collect(),
             "--pg-url" => a.pg_url = val(),
             "--dir" => a.dir = Some(val()),
+            "--clients" => a.clients = val().parse().expect("--clients N"),
             "--child" => a.child = true,
             // `cargo bench` passes `--bench`; ignore it and any libtest flag.
             _ => {}
@@ -103,7 +111,7 @@ fn parse_args() -> Args {
         matches!(a.fold.as_str(), "behind" | "at-end"),
         "--fold behind|at-end"
     );
-    assert!(a.dup_pct < 100 && a.batch > 0 && a.providers > 0 && a.gpus > 0);
+    assert!(a.dup_pct < 100 && a.batch > 0 && a.providers > 0 && a.gpus > 0 && a.clients > 0);
     a
 }
 
@@ -407,7 +415,236 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
         "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max, "vm_hwm_kb": hwm})
 }
 
-async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
+/// What a booking phase sent and was answered (`accepted` and `duplicates` are unknown to
+/// the `file` phase, which reads the answers from the ledger afterwards).
+struct Sent {
+    sent: usize,
+    accepted: Option<usize>,
+    duplicates: Option<usize>,
+    latencies: Vec<Duration>,
+}
+
+fn usage_input(args: &Args, w: &Workload, e: &Ev) -> UsageInput {
+    UsageInput {
+        event_id: Some(e.event_id.clone()),
+        provider_id: Some(provider_id(e.provider)),
+        gpu_id: Some(gpu_id(args, e.gpu)),
+        rental_id: Some(format!(
+            "rnt-{}-{}",
+            e.gpu,
+            (e.started_ms - w.start_ms) / SLOT_MS / 12
+        )),
+        started_at: Some(format_ms(e.started_ms)),
+        ended_at: Some(format_ms(e.ended_ms)),
+        rate_usdc_per_hour: e.rate_micro.map(format_micro_usdc),
+    }
+}
+
+/// The `engine` phase: each batch through `Ledger::ingest_usage`, one after another.
+async fn book_through_ledger(args: &Args, w: &Workload, ledger: &Ledger) -> Sent {
+    let actor = Actor::token("bench-metering");
+    let (mut sent, mut accepted, mut duplicates) = (0usize, 0usize, 0usize);
+    let mut latencies = Vec::new();
+    for batch in w.batches() {
+        let t = Instant::now();
+        let inputs: Vec<UsageInput> = batch
+            .iter()
+            .map(|&k| usage_input(args, w, &w.event(k)))
+            .collect();
+        let results = ledger
+            .ingest_usage(&inputs, &SenderScope::Metering, &actor)
+            .await
+            .expect("ingest");
+        latencies.push(t.elapsed());
+        let (a, d) = tally(results.iter().map(|r| match r {
+            UsageResult::Accepted { .. } => "accepted",
+            UsageResult::Duplicate { .. } => "duplicate",
+            UsageResult::Rejected { .. } => panic!("rejected: {r:?}"),
+        }));
+        accepted += a;
+        duplicates += d;
+        sent += inputs.len();
+    }
+    Sent {
+        sent,
+        accepted: Some(accepted),
+        duplicates: Some(duplicates),
+        latencies,
+    }
+}
+
+/// Counts `accepted` and `duplicate` answers; anything else fails the run.
+fn tally<'a>(statuses: impl Iterator<Item = &'a str>) -> (usize, usize) {
+    let (mut accepted, mut duplicates) = (0, 0);
+    for s in statuses {
+        match s {
+            "accepted" => accepted += 1,
+            "duplicate" => duplicates += 1,
+            other => panic!("an event was answered {other}"),
+        }
+    }
+    (accepted, duplicates)
+}
+
+/// The `http` phase: the real server on a loopback port (`POST /v1/usage`, a metering
+/// token, the group commit of `[ledger]`'s defaults); `--clients` senders each post the next
+/// batch once answered.
+async fn book_through_http(args: &Args, w: &Workload, ledger: &Ledger) -> Sent {
+    let token = settle::auth::create_token(
+        ledger.store.pool(),
+        &settle::auth::NewToken {
+            scope: settle::auth::Scope::Metering,
+            provider_id: None,
+            name: "bench-metering".into(),
+            label: "bench".into(),
+            expires_in_days: None,
+            created_by: Actor::operator("bench"),
+        },
+        &settle::config::AuthConfig::default(),
+        ledger.now_ms(),
+    )
+    .await
+    .expect("token")
+    .token;
+    let app = settle::http::Application::build(
+        settle::config::HttpConfig {
+            bind: "127.0.0.1:0".into(),
+            ..settle::config::HttpConfig::default()
+        },
+        ledger.clone(),
+    )
+    .await
+    .expect("bind");
+    let url = format!("http://127.0.0.1:{}/v1/usage", app.port());
+    let server = tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let batches: Vec<Vec<usize>> = w.batches().collect();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let batches = Arc::new(batches);
+    // The senders' own copy of the generator (the batches above came from `w`).
+    let shared = Arc::new(Workload::new(args));
+    let mut senders = Vec::new();
+    for _ in 0..args.clients {
+        let (next, batches, url, token) =
+            (next.clone(), batches.clone(), url.clone(), token.clone());
+        let (args, w) = (args.clone(), shared.clone());
+        senders.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let (mut sent, mut accepted, mut duplicates) = (0usize, 0usize, 0usize);
+            let mut latencies = Vec::new();
+            loop {
+                let b = next.fetch_add(1, Ordering::SeqCst);
+                let Some(batch) = batches.get(b) else { break };
+                let events: Vec<UsageInput> = batch
+                    .iter()
+                    .map(|&k| usage_input(&args, &w, &w.event(k)))
+                    .collect();
+                let body = serde_json::to_vec(&serde_json::json!({ "events": events })).unwrap();
+                let t = Instant::now();
+                let response = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("POST /v1/usage");
+                assert_eq!(response.status(), 200, "POST /v1/usage");
+                let answer: serde_json::Value = response.json().await.expect("answer");
+                latencies.push(t.elapsed());
+                let (a, d) = tally(
+                    answer["results"]
+                        .as_array()
+                        .expect("results")
+                        .iter()
+                        .map(|r| r["status"].as_str().unwrap_or("none")),
+                );
+                accepted += a;
+                duplicates += d;
+                sent += events.len();
+            }
+            (sent, accepted, duplicates, latencies)
+        }));
+    }
+    let mut total = Sent {
+        sent: 0,
+        accepted: Some(0),
+        duplicates: Some(0),
+        latencies: Vec::new(),
+    };
+    for s in senders {
+        let (sent, accepted, duplicates, latencies) = s.await.expect("sender");
+        total.sent += sent;
+        total.accepted = total.accepted.map(|n| n + accepted);
+        total.duplicates = total.duplicates.map(|n| n + duplicates);
+        total.latencies.extend(latencies);
+    }
+    server.abort();
+    total
+}
+
+/// The `file` phase: the batches as one NDJSON file (written before the clock starts),
+/// booked by the release `settle ingest FILE` process (its output discarded, its peak
+/// memory reported apart), while this process's projector folds behind it as `settle serve`
+/// would.
+async fn book_through_file(args: &Args, w: &Workload, db: &Db) -> Sent {
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().display().to_string());
+    let path =
+        std::path::Path::new(&dir).join(format!("bench-usage-{}.ndjson", std::process::id()));
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).expect("ndjson file"));
+    let mut sent = 0;
+    for batch in w.batches() {
+        for k in batch {
+            serde_json::to_writer(&mut file, &usage_input(args, w, &w.event(k))).unwrap();
+            file.write_all(b"\n").unwrap();
+            sent += 1;
+        }
+    }
+    file.flush().unwrap();
+    drop(file);
+    let t = Instant::now();
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args([
+            "--database",
+            &db.url,
+            "--now",
+            &format_ms(w.now_ms()),
+            "ingest",
+        ])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await
+        .expect("settle ingest");
+    let elapsed = t.elapsed();
+    // SAFETY: getrusage only writes the struct it is given.
+    let child_hwm_kb = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage.ru_maxrss
+    };
+    eprintln!(
+        "  settle ingest: {status}, {:.1} s, peak RSS {} MB",
+        elapsed.as_secs_f64(),
+        child_hwm_kb / 1024
+    );
+    assert!(status.success(), "settle ingest FILE");
+    let _ = std::fs::remove_file(&path);
+    FILE_CHILD_HWM_KB.store(child_hwm_kb as u64, Ordering::SeqCst);
+    Sent {
+        sent,
+        accepted: None,
+        duplicates: None,
+        latencies: vec![elapsed],
+    }
+}
+
+/// The `settle ingest` process's peak RSS (the `file` phase).
+static FILE_CHILD_HWM_KB: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json::Value {
     // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES.
     let mut options = StoreOptions::default();
     if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_CACHE_KIB") {
@@ -472,10 +709,6 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     let setup_secs = setup_started.elapsed().as_secs_f64();
     clock.set(w.now_ms());
 
-    let actor = Actor::token("bench-metering");
-    let (mut sent, mut accepted, mut duplicates) = (0usize, 0usize, 0usize);
-    let mut expected_net: BTreeMap<usize, i64> = BTreeMap::new();
-    let mut latencies = Vec::new();
     // The projector, as `settle serve` runs it: folds the aggregates behind the bookings,
     // sampling its lag (how long the oldest unfolded booking has waited) before each pass.
     let stop = Arc::new(AtomicBool::new(false));
@@ -497,48 +730,17 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
         })
     };
     let started = Instant::now();
-    for batch in w.batches() {
-        let t = Instant::now();
-        let events: Vec<Ev> = batch.iter().map(|&k| w.event(k)).collect();
-        let inputs: Vec<UsageInput> = events
-            .iter()
-            .map(|e| UsageInput {
-                event_id: Some(e.event_id.clone()),
-                provider_id: Some(provider_id(e.provider)),
-                gpu_id: Some(gpu_id(args, e.gpu)),
-                rental_id: Some(format!(
-                    "rnt-{}-{}",
-                    e.gpu,
-                    (e.started_ms - w.start_ms) / SLOT_MS / 12
-                )),
-                started_at: Some(format_ms(e.started_ms)),
-                ended_at: Some(format_ms(e.ended_ms)),
-                rate_usdc_per_hour: e.rate_micro.map(format_micro_usdc),
-            })
-            .collect();
-        let results = ledger
-            .ingest_usage(&inputs, &SenderScope::Metering, &actor)
-            .await
-            .expect("ingest");
-        latencies.push(t.elapsed());
-        for (r, e) in results.iter().zip(&events) {
-            match r {
-                UsageResult::Accepted { .. } => {
-                    accepted += 1;
-                    *expected_net.entry(e.provider).or_default() += net_micro(e);
-                }
-                UsageResult::Duplicate { .. } => duplicates += 1,
-                UsageResult::Rejected {
-                    event_id,
-                    code,
-                    message,
-                } => {
-                    panic!("{event_id:?} rejected: {code}: {message}")
-                }
-            }
-        }
-        sent += inputs.len();
-    }
+    let Sent {
+        sent,
+        accepted,
+        duplicates,
+        latencies,
+    } = match via {
+        "engine" => book_through_ledger(args, w, &ledger).await,
+        "http" => book_through_http(args, w, &ledger).await,
+        "file" => book_through_file(args, w, db).await,
+        other => panic!("--phase raw|engine|http|file, got {other}"),
+    };
     let booked_secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::SeqCst);
     let lags = projector.await.expect("projector");
@@ -550,8 +752,16 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     let hwm = vm_hwm_kb();
     let (lag_p50, lag_p99, lag_max) = percentiles(lags);
 
-    // Correctness of what was measured: each event booked once, balances exact.
-    assert_eq!(accepted, args.events, "every unique event accepted once");
+    // Correctness of what was measured: each event booked once, balances exact (the nets
+    // computed from the workload's unique events, independently of the engine).
+    if let Some(accepted) = accepted {
+        assert_eq!(accepted, args.events, "every unique event accepted once");
+    }
+    let mut expected_net: BTreeMap<usize, i64> = BTreeMap::new();
+    for k in 0..args.events {
+        let e = w.event(k);
+        *expected_net.entry(e.provider).or_default() += net_micro(&e);
+    }
     let booked: i64 =
         sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
             .fetch_one(ledger.store.pool())
@@ -576,11 +786,14 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     }
     ledger.store.close().await;
     let (p50, p99, max) = percentiles(latencies);
-    serde_json::json!({"sent": sent, "booked": booked, "accepted": accepted, "duplicates": duplicates,
+    serde_json::json!({"via": via, "clients": args.clients, "sent": sent, "booked": booked, "accepted": accepted, "duplicates": duplicates,
         "secs": secs, "events_per_s": sent as f64 / secs, "setup_secs": setup_secs,
         "booked_secs": booked_secs, "fold_tail_secs": fold_tail_secs,
         "projector_lag_ms_p50": lag_p50, "projector_lag_ms_p99": lag_p99, "projector_lag_ms_max": lag_max,
-        "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max, "vm_hwm_kb": hwm})
+        "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max,
+        // The file phase books in the `settle ingest` process: its peak is the one that counts.
+        "vm_hwm_kb": if via == "file" { FILE_CHILD_HWM_KB.load(Ordering::SeqCst) } else { hwm },
+        "bench_process_vm_hwm_kb": hwm})
 }
 
 async fn child(args: Args) {
@@ -589,8 +802,8 @@ async fn child(args: Args) {
     let db = fresh_db(&args, &kind, &phase).await;
     let result = match phase.as_str() {
         "raw" => run_raw(&args, &w, &db).await,
-        "engine" => run_engine(&args, &w, &db).await,
-        other => panic!("--phase raw|engine, got {other}"),
+        via @ ("engine" | "http" | "file") => run_engine(&args, &w, &db, via).await,
+        other => panic!("--phase raw|engine|http|file, got {other}"),
     };
     drop_db(db).await;
     println!("{result}");
@@ -637,6 +850,8 @@ fn main() {
                     &args.fold,
                     "--pg-url",
                     &args.pg_url,
+                    "--clients",
+                    &args.clients.to_string(),
                 ]);
             if let Some(d) = &args.dir {
                 cmd.args(["--dir", d]);

@@ -3,6 +3,8 @@
 //!
 //!   cargo bench --bench load                       # 64 clients, 60 s, 20 % duplicates, PostgreSQL
 //!   LOAD_CLIENTS=16 LOAD_SECONDS=10 LOAD_DATABASE=sqlite cargo bench --bench load
+//!   LOAD_RATE=1 cargo bench --bench load   # open loop: each client one batch a second
+//!   LOAD_BATCH=10 LOAD_GROUP_EVENTS_MAX=0 LOAD_GROUP_BOOKERS_MAX=64 …   # without group commit
 //!
 //! PostgreSQL: a fresh database on `LOAD_PG_URL` (default postgres://postgres@127.0.0.1:5432/test),
 //! dropped afterwards. The server runs in this process on a loopback port; the clients speak
@@ -41,6 +43,10 @@ async fn main() -> anyhow::Result<()> {
     let dup_pct: u64 = env("LOAD_DUPLICATE_PERCENT", 20);
     let batch: usize = env("LOAD_BATCH", 100);
     let database: String = env("LOAD_DATABASE", "postgres".to_owned());
+    // Open loop: each client sends a batch every `1000 / LOAD_RATE` ms on a fixed schedule
+    // and a request's latency counts from its scheduled start (a late server delays the
+    // schedule, never hides its own slowness). 0: closed loop, the next batch once answered.
+    let rate_per_client: f64 = env("LOAD_RATE", 0.0);
     sqlx::any::install_default_drivers();
 
     let (url, drop_db, _dir) = if database == "postgres" {
@@ -75,11 +81,20 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     store.migrate().await?;
-    let ledger = Ledger::new(
-        store.clone(),
-        Arc::new(SystemClock),
-        LedgerConfig::default(),
-    );
+    // Group commit of POST /v1/usage (`[ledger] usage_group_*`); LOAD_GROUP_EVENTS_MAX=0 with
+    // LOAD_GROUP_BOOKERS_MAX=64 books every request in its own transaction, as before it.
+    let ledger_config = LedgerConfig {
+        usage_group_events_max: env(
+            "LOAD_GROUP_EVENTS_MAX",
+            LedgerConfig::default().usage_group_events_max,
+        ),
+        usage_group_bookers_max: env(
+            "LOAD_GROUP_BOOKERS_MAX",
+            LedgerConfig::default().usage_group_bookers_max,
+        ),
+        ..LedgerConfig::default()
+    };
+    let ledger = Ledger::new(store.clone(), Arc::new(SystemClock), ledger_config.clone());
     for c in 0..clients {
         for line in [
             format!(
@@ -174,7 +189,15 @@ async fn main() -> anyhow::Result<()> {
             let mut sent: Vec<serde_json::Value> = Vec::new();
             let mut accepted = HashSet::new();
             let (mut latencies, mut duplicates, mut errors) = (Vec::new(), 0u64, 0u64);
+            let interval = (rate_per_client > 0.0)
+                .then(|| Duration::from_secs_f64(1.0 / rate_per_client));
+            // Clients start spread over one interval, not all at once.
+            let mut scheduled = Instant::now()
+                + interval.map_or(Duration::ZERO, |i| i.mul_f64(c as f64 / clients as f64));
             while Instant::now() < deadline {
+                if interval.is_some() {
+                    tokio::time::sleep_until(scheduled.into()).await;
+                }
                 let mut events = Vec::with_capacity(batch);
                 for i in 0..batch {
                     if !sent.is_empty() && (i as u64 * 100 / batch as u64) < dup_pct {
@@ -187,7 +210,8 @@ async fn main() -> anyhow::Result<()> {
                         events.push(e);
                     }
                 }
-                let t = Instant::now();
+                let t = if interval.is_some() { scheduled } else { Instant::now() };
+                scheduled += interval.unwrap_or_default();
                 let r = client.post(format!("{base}/v1/usage")).bearer_auth(&token).json(&serde_json::json!({"events": events})).send().await;
                 match r {
                     Ok(r) if r.status().is_success() => {
@@ -274,7 +298,17 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     let verify = settle::verify::verify(&store, &|_| {}).await?;
     println!(
-        "load test: {database}, {clients} clients, {seconds} s, batches of {batch}, {dup_pct}% duplicates"
+        "load test: {database}, {clients} clients, {seconds} s, batches of {batch}, {dup_pct}% duplicates, group commit of at most {} events, {} bookers, {}",
+        ledger_config.usage_group_events_max,
+        ledger_config.usage_group_bookers_max,
+        if rate_per_client > 0.0 {
+            format!(
+                "open loop: {rate_per_client} batches/s per client, {:.0} events/s offered",
+                rate_per_client * clients as f64 * batch as f64
+            )
+        } else {
+            "closed loop".to_owned()
+        }
     );
     println!(
         "  requests            {} ({:.0}/s)",
@@ -290,6 +324,22 @@ async fn main() -> anyhow::Result<()> {
         "  POST /v1/usage      p50 {:.1} ms, p99 {:.1} ms",
         percentile(&usage_latencies, 0.5) as f64 / 1000.0,
         percentile(&usage_latencies, 0.99) as f64 / 1000.0
+    );
+    let metrics = settle::metrics::global().render();
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && l.contains("outcome=\"committed\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let (groups, grouped) = (
+        counter("settle_usage_groups_total"),
+        counter("settle_usage_group_batches_total"),
+    );
+    println!(
+        "  group commit        {grouped:.0} batches in {groups:.0} booking transactions ({:.1} a transaction)",
+        if groups > 0.0 { grouped / groups } else { 0.0 }
     );
     println!(
         "  dashboard queries   {} , p50 {:.1} ms, p99 {:.1} ms",

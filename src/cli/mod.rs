@@ -673,9 +673,7 @@ impl ImportPrinter {
                 }
                 Format::Csv => {
                     if self.printed == 0 {
-                        out.write_all(
-                            csv_line(Self::COLUMNS.iter().map(|c| c.to_string())).as_bytes(),
-                        )?;
+                        Self::csv_header(out)?;
                     }
                     out.write_all(csv_line(Self::cells(r).into_iter()).as_bytes())?;
                 }
@@ -689,6 +687,10 @@ impl ImportPrinter {
             self.printed += 1;
         }
         Ok(())
+    }
+
+    fn csv_header(out: &mut impl Write) -> std::io::Result<()> {
+        out.write_all(csv_line(Self::COLUMNS.iter().map(|c| c.to_string())).as_bytes())
     }
 
     fn cells(r: &LineResult) -> Vec<String> {
@@ -760,9 +762,7 @@ impl ImportPrinter {
             }
             Format::Csv => {
                 if self.printed == 0 {
-                    out.write_all(
-                        csv_line(Self::COLUMNS.iter().map(|c| c.to_string())).as_bytes(),
-                    )?;
+                    Self::csv_header(out)?;
                 }
             }
             Format::Table => {
