@@ -422,6 +422,8 @@ struct Sent {
     accepted: Option<usize>,
     duplicates: Option<usize>,
     latencies: Vec<Duration>,
+    /// The `file` phase: the peak memory of the `settle ingest` process, which booked.
+    booker_hwm_kb: Option<u64>,
 }
 
 fn usage_input(args: &Args, w: &Workload, e: &Ev) -> UsageInput {
@@ -470,6 +472,7 @@ async fn book_through_ledger(args: &Args, w: &Workload, ledger: &Ledger) -> Sent
         accepted: Some(accepted),
         duplicates: Some(duplicates),
         latencies,
+        booker_hwm_kb: None,
     }
 }
 
@@ -570,6 +573,7 @@ async fn book_through_http(args: &Args, w: &Workload, ledger: &Ledger) -> Sent {
         accepted: Some(0),
         duplicates: Some(0),
         latencies: Vec::new(),
+        booker_hwm_kb: None,
     };
     for s in senders {
         let (sent, accepted, duplicates, latencies) = s.await.expect("sender");
@@ -632,17 +636,14 @@ async fn book_through_file(args: &Args, w: &Workload, db: &Db) -> Sent {
     );
     assert!(status.success(), "settle ingest FILE");
     let _ = std::fs::remove_file(&path);
-    FILE_CHILD_HWM_KB.store(child_hwm_kb as u64, Ordering::SeqCst);
     Sent {
         sent,
         accepted: None,
         duplicates: None,
         latencies: vec![elapsed],
+        booker_hwm_kb: Some(child_hwm_kb as u64),
     }
 }
-
-/// The `settle ingest` process's peak RSS (the `file` phase).
-static FILE_CHILD_HWM_KB: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json::Value {
     // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES.
@@ -735,6 +736,7 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
         accepted,
         duplicates,
         latencies,
+        booker_hwm_kb,
     } = match via {
         "engine" => book_through_ledger(args, w, &ledger).await,
         "http" => book_through_http(args, w, &ledger).await,
@@ -792,7 +794,7 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
         "projector_lag_ms_p50": lag_p50, "projector_lag_ms_p99": lag_p99, "projector_lag_ms_max": lag_max,
         "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max,
         // The file phase books in the `settle ingest` process: its peak is the one that counts.
-        "vm_hwm_kb": if via == "file" { FILE_CHILD_HWM_KB.load(Ordering::SeqCst) } else { hwm },
+        "vm_hwm_kb": booker_hwm_kb.unwrap_or(hwm),
         "bench_process_vm_hwm_kb": hwm})
 }
 

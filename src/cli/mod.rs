@@ -20,7 +20,7 @@ use crate::control::Importer;
 use crate::domain::time::{format_ms, parse_rfc3339_ms};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::{Actor, Clock, Ledger, ManualClock, SystemClock};
-use crate::report::output::{Format, Rows, csv_line};
+use crate::report::output::{Format, Rows, csv_line, table_head, table_line, table_widths};
 use crate::store::{ClockMode, Store};
 use crate::wire::import::{Command, LineResult, Totals, parse_line};
 
@@ -694,46 +694,29 @@ impl ImportPrinter {
     }
 
     fn cells(r: &LineResult) -> Vec<String> {
-        [
-            json!(r.line),
-            json!(r.kind),
-            json!(r.id),
-            json!(r.status),
-            json!(r.code),
-            json!(r.message),
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        vec![
+            r.line.to_string(),
+            r.kind.clone(),
+            text(&r.id),
+            r.status.to_owned(),
+            text(&r.code),
+            text(&r.message),
         ]
-        .iter()
-        .map(crate::report::output::cell)
-        .collect()
     }
 
-    /// Table: fixes the widths (once) and prints the held rows.
+    /// Table: fixes the widths from the rows held (once, with the header) and prints them.
     fn flush_table(&mut self, out: &mut impl Write) -> anyhow::Result<()> {
-        let widths = self.widths.get_or_insert_with(|| {
-            let mut widths: Vec<usize> = Self::COLUMNS.iter().map(|c| c.len()).collect();
-            for row in &self.held {
-                for (w, c) in widths.iter_mut().zip(row) {
-                    *w = (*w).max(c.chars().count());
-                }
+        let widths = match &self.widths {
+            Some(widths) => widths,
+            None => {
+                let widths = table_widths(&Self::COLUMNS, &self.held);
+                out.write_all(table_head(&Self::COLUMNS, &widths).as_bytes())?;
+                self.widths.insert(widths)
             }
-            widths
-        });
-        let line = |cells: &[String]| {
-            let padded: Vec<String> = cells
-                .iter()
-                .zip(widths.iter())
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            format!("{}\n", padded.join("  ").trim_end())
         };
-        if self.printed <= self.held.len() {
-            let header: Vec<String> = Self::COLUMNS.iter().map(|c| c.to_string()).collect();
-            out.write_all(line(&header).as_bytes())?;
-            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-            out.write_all(line(&rule).as_bytes())?;
-        }
         for row in self.held.drain(..) {
-            out.write_all(line(&row).as_bytes())?;
+            out.write_all(table_line(&row, widths).as_bytes())?;
         }
         Ok(())
     }

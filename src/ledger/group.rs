@@ -159,6 +159,10 @@ impl Inner {
                 return None;
             }
         };
+        if queue.waiting.is_empty() {
+            // The common case at an idle server: nothing to group with.
+            return Some(vec![first]);
+        }
         let mut events = first.inputs.len();
         let mut providers: HashSet<String> = first
             .inputs

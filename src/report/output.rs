@@ -63,29 +63,43 @@ impl Rows {
                     .iter()
                     .map(|r| r.iter().map(cell).collect())
                     .collect();
-                let mut widths: Vec<usize> = self.columns.iter().map(|c| c.len()).collect();
+                let widths = table_widths(&self.columns, &cells);
+                let mut out = table_head(&self.columns, &widths);
                 for r in &cells {
-                    for (i, c) in r.iter().enumerate() {
-                        widths[i] = widths[i].max(c.chars().count());
-                    }
-                }
-                let line = |r: Vec<String>| {
-                    let padded: Vec<String> = r
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-                        .collect();
-                    format!("{}\n", padded.join("  ").trim_end())
-                };
-                let mut out = line(self.columns.iter().map(|c| c.to_string()).collect());
-                out.push_str(&line(widths.iter().map(|w| "-".repeat(*w)).collect()));
-                for r in cells {
-                    out.push_str(&line(r));
+                    out.push_str(&table_line(r, &widths));
                 }
                 out
             }
         }
     }
+}
+
+/// The width of each column of a table: its name's, or its widest cell's.
+pub fn table_widths(columns: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    widths
+}
+
+/// A table's header: the column names, then a rule under each.
+pub fn table_head(columns: &[&str], widths: &[usize]) -> String {
+    let names: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+    let rules: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    table_line(&names, widths) + &table_line(&rules, widths)
+}
+
+/// One table row, each cell padded to its column's width, newline-terminated.
+pub fn table_line(cells: &[String], widths: &[usize]) -> String {
+    let padded: Vec<String> = cells
+        .iter()
+        .zip(widths)
+        .map(|(c, w)| format!("{c:<w$}"))
+        .collect();
+    format!("{}\n", padded.join("  ").trim_end())
 }
 
 /// A JSON value as a table or CSV cell.

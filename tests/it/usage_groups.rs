@@ -281,6 +281,29 @@ async fn until_booking(groups: &UsageGroups) {
     panic!("no booker took the first batch");
 }
 
+/// One sender's batch, answered as the queue answers it.
+type Answer = tokio::task::JoinHandle<Result<Vec<UsageResult>, settle::ledger::LedgerError>>;
+
+/// Sends `batches` one at a time, so the queue keeps their order: the first is taken by its
+/// booker (which waits for whatever stream the test holds), the others wait behind it.
+async fn queue_in_order(groups: &UsageGroups, batches: Vec<Vec<UsageInput>>) -> Vec<Answer> {
+    let mut answers = Vec::new();
+    for (n, batch) in batches.into_iter().enumerate() {
+        let sender = groups.clone();
+        answers.push(tokio::spawn(async move {
+            sender
+                .ingest(batch, SenderScope::Metering, Actor::token("m"))
+                .await
+        }));
+        if n == 0 {
+            until_booking(groups).await;
+        } else {
+            until_waiting(groups, n).await;
+        }
+    }
+    answers
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batches_waiting_for_a_booker_are_booked_together_exactly_once() {
     const SENDERS: usize = 40;
@@ -392,21 +415,7 @@ async fn a_failing_batch_in_a_group_fails_alone() {
         vec![slice("d1", "prv_d")],
     ];
     let held = ledger.store.begin("provider:prv_c").await.unwrap();
-    let mut tasks = Vec::new();
-    for (n, batch) in batches.into_iter().enumerate() {
-        let sender = groups.clone();
-        tasks.push(tokio::spawn(async move {
-            sender
-                .ingest(batch, SenderScope::Metering, Actor::token("m"))
-                .await
-        }));
-        // One at a time, so the queue keeps this order: the first is taken by its booker.
-        if n == 0 {
-            until_booking(&groups).await;
-        } else {
-            until_waiting(&groups, n).await;
-        }
-    }
+    let tasks = queue_in_order(&groups, batches).await;
     drop(held);
     let mut answers = Vec::new();
     for t in tasks {
@@ -443,23 +452,20 @@ async fn a_batch_whose_request_went_away_before_the_commit_books_nothing() {
     let (ledger, groups) = one_booker(&db, |_| {}).await;
     // The second round's slices come an hour after the first's.
     let slice = |id: &str, p: &str| slice_at(id, p, if id.ends_with('2') { 9 } else { 8 });
-    let send = |batch: Vec<UsageInput>| {
-        let sender = groups.clone();
-        tokio::spawn(async move {
-            sender
-                .ingest(batch, SenderScope::Metering, Actor::token("m"))
-                .await
-        })
-    };
     // The first batch's booker waits for prv_c's stream; two batches queue behind it, and
     // the request of one of them goes away (its client gone, or its request timeout).
     let held = ledger.store.begin("provider:prv_c").await.unwrap();
-    let first = send(vec![slice("c1", "prv_c")]);
-    until_booking(&groups).await;
-    let gone = send(vec![slice("a1", "prv_a")]);
-    until_waiting(&groups, 1).await;
-    let stays = send(vec![slice("d1", "prv_d")]);
-    until_waiting(&groups, 2).await;
+    let [first, gone, stays]: [Answer; 3] = queue_in_order(
+        &groups,
+        vec![
+            vec![slice("c1", "prv_c")],
+            vec![slice("a1", "prv_a")],
+            vec![slice("d1", "prv_d")],
+        ],
+    )
+    .await
+    .try_into()
+    .unwrap();
     gone.abort();
     assert!(gone.await.unwrap_err().is_cancelled());
     drop(held);
@@ -472,12 +478,17 @@ async fn a_batch_whose_request_went_away_before_the_commit_books_nothing() {
         // the transaction is rolled back and begun again without it.
         let held_c = ledger.store.begin("provider:prv_c").await.unwrap();
         let held_b = ledger.store.begin("provider:prv_b").await.unwrap();
-        let first = send(vec![slice("c2", "prv_c")]);
-        until_booking(&groups).await;
-        let gone = send(vec![slice("a2", "prv_a")]);
-        until_waiting(&groups, 1).await;
-        let stays = send(vec![slice("b2", "prv_b")]);
-        until_waiting(&groups, 2).await;
+        let [first, gone, stays]: [Answer; 3] = queue_in_order(
+            &groups,
+            vec![
+                vec![slice("c2", "prv_c")],
+                vec![slice("a2", "prv_a")],
+                vec![slice("b2", "prv_b")],
+            ],
+        )
+        .await
+        .try_into()
+        .unwrap();
         drop(held_c);
         assert_eq!(outcomes(&first.await.unwrap().unwrap()), ["accepted"]);
         until_waiting(&groups, 0).await;
@@ -501,31 +512,22 @@ async fn a_group_spans_no_more_providers_than_one_transaction_takes() {
     // transactions, and could be half booked.
     let (ledger, groups) = one_booker(&db, |c| c.ingest_streams_per_tx_max = 2).await;
     let held = ledger.store.begin("provider:prv_c").await.unwrap();
-    let mut tasks = send_all(&groups, vec![vec![slice("c1", "prv_c")]]);
-    until_booking(&groups).await;
-    // Queued: prv_a, prv_a again (no new provider), prv_b, then prv_d (a third provider).
-    for (n, batch) in [
-        vec![slice("a1", "prv_a")],
-        vec![usage(
-            "a2",
-            "prv_a",
-            "prv_a-g1",
-            "2026-11-22T08:00:00Z",
-            "2026-11-22T09:00:00Z",
-            None,
-        )],
-        vec![slice("b1", "prv_b")],
-        vec![slice("d1", "prv_d")],
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        tasks.extend(send_all(&groups, vec![batch]));
-        until_waiting(&groups, n + 1).await;
-    }
+    // Queued behind c1: prv_a, prv_a again (no new provider), prv_b, then prv_d (a third
+    // provider).
+    let tasks = queue_in_order(
+        &groups,
+        vec![
+            vec![slice("c1", "prv_c")],
+            vec![slice("a1", "prv_a")],
+            vec![slice_at("a2", "prv_a", 9)],
+            vec![slice("b1", "prv_b")],
+            vec![slice("d1", "prv_d")],
+        ],
+    )
+    .await;
     drop(held);
     for task in tasks {
-        assert_eq!(outcomes(&task.await.unwrap()), ["accepted"]);
+        assert_eq!(outcomes(&task.await.unwrap().unwrap()), ["accepted"]);
     }
     assert_eq!(
         groups.stats(),
