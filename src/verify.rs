@@ -3,7 +3,7 @@
 
 use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
-use crate::domain::projection::{Projections, TABLES, ops};
+use crate::domain::projection::{Projections, StreamAggregates, TABLES, ops};
 use crate::store::{
     GENESIS_HASH, ProjectionSnapshot, Store, StoreError, StoredEvent, canonical_bytes, event_hash,
 };
@@ -158,6 +158,7 @@ async fn fold_stream(
     // The chain as the contents alone give it, whatever the stored hashes say.
     let mut recomputed = GENESIS_HASH;
     let mut last_seq = 0;
+    let mut aggregates = StreamAggregates::default();
     loop {
         let page = store
             .stream_events(stream, expected_seq - 1, PAGE_EVENTS)
@@ -177,11 +178,20 @@ async fn fold_stream(
                 anchor,
             );
             last_seq = e.seq;
-            check_and_fold(report, projections, stream, e, at);
+            check_and_fold(report, projections, &mut aggregates, stream, e, at);
             expected_seq = e.seq + 1;
             prev_hash = e.hash.clone();
         }
         progress(report.events);
+    }
+    // The typed aggregates the commands decide on agree with the read models.
+    for detail in aggregates.mismatches(projections) {
+        report.push(Problem {
+            stream: stream.to_owned(),
+            seq: None,
+            kind: "aggregate_mismatch",
+            detail,
+        });
     }
     if let Some((anchored_seq, _)) = anchor
         && last_seq < *anchored_seq
@@ -254,6 +264,7 @@ fn check_chain(
 fn check_and_fold(
     report: &mut VerifyReport,
     projections: &mut Projections,
+    aggregates: &mut StreamAggregates,
     stream: &str,
     e: &StoredEvent,
     at: Option<&ProjectionSnapshot>,
@@ -282,8 +293,12 @@ fn check_and_fold(
                 ));
             }
             match at {
-                None => projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body),
+                None => {
+                    projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body);
+                    aggregates.apply(e.recorded_at_ms, &body);
+                }
                 Some(at) if e.seq <= at.heads.get(stream).copied().unwrap_or(0) => {
+                    aggregates.apply(e.recorded_at_ms, &body);
                     let folded_to = at.checkpoints.get(stream).copied().unwrap_or(0);
                     for op in ops(&e.stream, e.seq, e.recorded_at_ms, &body) {
                         if e.seq <= folded_to || !op.is_aggregate() {

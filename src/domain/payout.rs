@@ -17,7 +17,13 @@
 
 use std::fmt;
 
+use rust_decimal::Decimal;
+
 use super::DomainError;
+use super::event::{
+    EventBody, PayoutCreated, PayoutFailed, PayoutHoldResolved, PayoutMethod, PayoutReturned,
+    PayoutSettled, PayoutSubmitted, Rail,
+};
 
 /// Where a payout is in its life. Stored and shown as its [`as_str`](PayoutStatus::as_str).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -238,6 +244,315 @@ fn list(statuses: &[PayoutStatus]) -> String {
         .join(", ")
 }
 
+/// A payout: the `payouts` projection's row, and the state its lifecycle commands decide on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PayoutRecord {
+    pub payout_id: String,
+    pub provider_id: String,
+    pub run_kind: String,
+    pub run_key: String,
+    pub rail: Rail,
+    pub amount_micro_usdc: i64,
+    pub amount_eur_cents: Option<i64>,
+    pub eur_per_usd: Option<String>,
+    pub method: PayoutMethod,
+    pub status: PayoutStatus,
+    pub hold_reason: Option<String>,
+    pub failure_reason: Option<String>,
+    pub reference: Option<String>,
+    pub end_to_end_id: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl PayoutRecord {
+    /// The payout a run's `payout.created` event starts, recorded at `at_ms`.
+    pub fn created(p: &PayoutCreated, at_ms: i64) -> PayoutRecord {
+        PayoutRecord {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.clone(),
+            run_kind: p.run_kind.clone(),
+            run_key: p.run_key.clone(),
+            rail: p.method.rail(),
+            amount_micro_usdc: p.amount_micro_usdc,
+            amount_eur_cents: p.amount_eur_cents,
+            eur_per_usd: p.eur_per_usd.clone(),
+            method: p.method.clone(),
+            status: PayoutStatus::at_creation(p.held),
+            hold_reason: None,
+            failure_reason: None,
+            reference: None,
+            end_to_end_id: None,
+            created_at_ms: at_ms,
+            updated_at_ms: at_ms,
+        }
+    }
+
+    /// Folds one lifecycle event recorded at `at_ms`: the status its step leads to and the
+    /// facts it carries. Events of other payouts, and other events, change nothing.
+    pub fn apply(&mut self, at_ms: i64, body: &EventBody) {
+        let Some((payout_id, step)) = lifecycle_step(body) else {
+            return;
+        };
+        if payout_id != self.payout_id {
+            return;
+        }
+        match body {
+            EventBody::PayoutHeld(h) => self.hold_reason = Some(h.reason.clone()),
+            EventBody::PayoutReleased(r) => {
+                self.amount_eur_cents = r.amount_eur_cents.or(self.amount_eur_cents);
+                if let Some(rate) = &r.eur_per_usd {
+                    self.eur_per_usd = Some(rate.clone());
+                }
+            }
+            EventBody::PayoutSubmitted(s) => {
+                self.reference = Some(s.reference.clone());
+                self.end_to_end_id.clone_from(&s.end_to_end_id);
+            }
+            EventBody::PayoutSettled(s) => self.reference = Some(s.reference.clone()),
+            EventBody::PayoutFailed(f) => self.failure_reason = Some(f.reason.clone()),
+            EventBody::PayoutReturned(r) => {
+                self.failure_reason = Some(format!("{}: {}", r.reason_code, r.reason));
+            }
+            _ => {}
+        }
+        self.status = step.to();
+        self.updated_at_ms = at_ms;
+    }
+}
+
+/// The payout and the step of a lifecycle event (after creation); `None` for other events.
+pub fn lifecycle_step(body: &EventBody) -> Option<(&str, PayoutStep)> {
+    Some(match body {
+        EventBody::PayoutHeld(e) => (&e.payout_id, PayoutStep::Hold),
+        EventBody::PayoutReleased(e) => (&e.payout_id, PayoutStep::Release),
+        EventBody::PayoutCancelled(e) => (&e.payout_id, PayoutStep::Cancel),
+        EventBody::PayoutSubmitted(e) => (&e.payout_id, PayoutStep::Submit),
+        EventBody::PayoutSettled(e) => (&e.payout_id, PayoutStep::Settle),
+        EventBody::PayoutFailed(e) => (&e.payout_id, PayoutStep::Fail),
+        EventBody::PayoutReturned(e) => (&e.payout_id, PayoutStep::Return),
+        _ => return None,
+    })
+}
+
+/// A lifecycle command on one payout. Texts arrive checked and trimmed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PayoutCommand {
+    /// An admin releases a held payout. A EUR payout held without an EUR amount (created
+    /// while the FX rate was stale) is converted at `fresh_fx`, the latest rate if it was
+    /// recorded within `fx_stale_hours`.
+    Release {
+        fresh_fx: Option<Decimal>,
+        fx_stale_hours: i64,
+    },
+    Cancel {
+        reason: String,
+    },
+    /// A rail sent the payout (Solana: the signature; bank: the batch id).
+    Submit {
+        reference: String,
+        end_to_end_id: Option<String>,
+    },
+    /// The Solana rail signed attempt `attempt_id`: created → submitted, or submitted →
+    /// submitted when an expired transaction was signed again; a payout an earlier attempt
+    /// already settled or failed is left alone (a repair after the outcome).
+    SubmitAttempt {
+        attempt_id: String,
+        signature: String,
+    },
+    Settle {
+        reference: String,
+    },
+    Fail {
+        reason: String,
+    },
+    Return {
+        reason_code: String,
+        reason: String,
+        method_invalid: bool,
+    },
+}
+
+impl PayoutCommand {
+    fn step(&self) -> PayoutStep {
+        match self {
+            PayoutCommand::Release { .. } => PayoutStep::Release,
+            PayoutCommand::Cancel { .. } => PayoutStep::Cancel,
+            PayoutCommand::Submit { .. } | PayoutCommand::SubmitAttempt { .. } => {
+                PayoutStep::Submit
+            }
+            PayoutCommand::Settle { .. } => PayoutStep::Settle,
+            PayoutCommand::Fail { .. } => PayoutStep::Fail,
+            PayoutCommand::Return { .. } => PayoutStep::Return,
+        }
+    }
+
+    /// What the command is called in messages: its event kind.
+    pub fn name(&self) -> &'static str {
+        self.step().name()
+    }
+
+    /// The command's idempotency key: one per payout and event kind
+    /// (`payout:{id}:{kind}`), and one per signed attempt.
+    pub fn key(&self, payout_id: &str) -> String {
+        match self {
+            PayoutCommand::SubmitAttempt { attempt_id, .. } => {
+                format!("payout:{payout_id}:submitted:{attempt_id}")
+            }
+            _ => format!("payout:{payout_id}:{}", self.step().name()),
+        }
+    }
+
+    /// The command's content under its key: the same again is a `duplicate`, other
+    /// content a `conflict`.
+    pub fn content(&self) -> String {
+        match self {
+            PayoutCommand::Release { .. } => String::new(),
+            PayoutCommand::Cancel { reason } | PayoutCommand::Fail { reason } => reason.clone(),
+            PayoutCommand::Submit {
+                reference,
+                end_to_end_id,
+            } => format!("{reference}|{}", end_to_end_id.as_deref().unwrap_or("")),
+            PayoutCommand::SubmitAttempt { signature, .. } => signature.clone(),
+            PayoutCommand::Settle { reference } => reference.clone(),
+            PayoutCommand::Return {
+                reason_code,
+                reason,
+                method_invalid,
+            } => format!("{reason_code}|{reason}|{method_invalid}"),
+        }
+    }
+}
+
+/// The EUR cents of an amount at `eur_per_usd`: whole US cents converted, half-to-even.
+pub fn eur_cents(amount_micro_usdc: i64, eur_per_usd: Decimal) -> Option<i64> {
+    use rust_decimal::prelude::ToPrimitive;
+    let usd_cents = Decimal::from(amount_micro_usdc / super::decision::MICRO_USDC_PER_CENT);
+    usd_cents
+        .checked_mul(eur_per_usd)?
+        .round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointNearestEven)
+        .to_i64()
+}
+
+/// Decides a lifecycle command against the payout: the event it books (`None`: nothing to
+/// do, a `duplicate`), or the refusal (`invalid_payout_state` from the transition table,
+/// `fx_rate_stale`, `amount_out_of_range`).
+pub fn decide(p: &PayoutRecord, cmd: &PayoutCommand) -> Result<Option<EventBody>, DomainError> {
+    let id = &p.payout_id;
+    let step = match cmd {
+        PayoutCommand::SubmitAttempt { .. } => match p.status {
+            PayoutStatus::Settled | PayoutStatus::Failed => return Ok(None),
+            PayoutStatus::Submitted => PayoutStep::Resubmit,
+            _ => PayoutStep::Submit,
+        },
+        _ => cmd.step(),
+    };
+    if let PayoutCommand::Release {
+        fresh_fx,
+        fx_stale_hours,
+    } = cmd
+        && p.status == PayoutStatus::Held
+        && p.rail == Rail::Sepa
+        && p.amount_eur_cents.is_none()
+    {
+        let Some(rate) = fresh_fx else {
+            return Err(DomainError::new(
+                "fx_rate_stale",
+                format!(
+                    "EUR payout {id} has no EUR amount and no FX rate was recorded in the last {fx_stale_hours} hours: record one (`settle import` a line {{\"type\":\"fx.rate_set\",\"fx_id\":\"…\",\"eur_per_usd\":\"…\"}}) and release again, or cancel it (`settle payout cancel {id} --reason …`)"
+                ),
+            ));
+        };
+        let cents = eur_cents(p.amount_micro_usdc, *rate).ok_or_else(|| {
+            DomainError::new(
+                "amount_out_of_range",
+                format!("the EUR amount of payout {id} overflows"),
+            )
+        })?;
+        step.apply(id, p.status)?;
+        return Ok(Some(EventBody::PayoutReleased(PayoutHoldResolved {
+            payout_id: id.clone(),
+            provider_id: p.provider_id.clone(),
+            amount_micro_usdc: p.amount_micro_usdc,
+            reason: None,
+            amount_eur_cents: Some(cents),
+            eur_per_usd: Some(rate.normalize().to_string()),
+        })));
+    }
+    step.apply(id, p.status)?;
+    if step == PayoutStep::Fail
+        && p.rail.is_bank()
+        && let Some(batch) = &p.reference
+    {
+        // The file may already be at the bank: the money can only come back through the
+        // bank, as a return.
+        return Err(DomainError::new(
+            "invalid_payout_state",
+            format!(
+                "payout {id} is in bank batch {batch}; once the file is written only a bank return undoes it"
+            ),
+        ));
+    }
+    Ok(Some(event_of(p, cmd)))
+}
+
+/// The event of a command its state allows.
+fn event_of(p: &PayoutRecord, cmd: &PayoutCommand) -> EventBody {
+    let resolved = |reason: Option<&String>| PayoutHoldResolved {
+        payout_id: p.payout_id.clone(),
+        provider_id: p.provider_id.clone(),
+        amount_micro_usdc: p.amount_micro_usdc,
+        reason: reason.cloned(),
+        amount_eur_cents: None,
+        eur_per_usd: None,
+    };
+    let submitted = |reference: &String, end_to_end_id: &Option<String>| {
+        EventBody::PayoutSubmitted(PayoutSubmitted {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.clone(),
+            rail: p.rail,
+            reference: reference.clone(),
+            end_to_end_id: end_to_end_id.clone(),
+        })
+    };
+    match cmd {
+        PayoutCommand::Release { .. } => EventBody::PayoutReleased(resolved(None)),
+        PayoutCommand::Cancel { reason } => EventBody::PayoutCancelled(resolved(Some(reason))),
+        PayoutCommand::Submit {
+            reference,
+            end_to_end_id,
+        } => submitted(reference, end_to_end_id),
+        PayoutCommand::SubmitAttempt { signature, .. } => submitted(signature, &None),
+        PayoutCommand::Settle { reference } => EventBody::PayoutSettled(PayoutSettled {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.clone(),
+            rail: p.rail,
+            amount_micro_usdc: p.amount_micro_usdc,
+            reference: reference.clone(),
+        }),
+        PayoutCommand::Fail { reason } => EventBody::PayoutFailed(PayoutFailed {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.clone(),
+            rail: p.rail,
+            amount_micro_usdc: p.amount_micro_usdc,
+            reason: reason.clone(),
+        }),
+        PayoutCommand::Return {
+            reason_code,
+            reason,
+            method_invalid,
+        } => EventBody::PayoutReturned(PayoutReturned {
+            payout_id: p.payout_id.clone(),
+            provider_id: p.provider_id.clone(),
+            rail: p.rail,
+            amount_micro_usdc: p.amount_micro_usdc,
+            reason_code: reason_code.clone(),
+            reason: reason.clone(),
+            method_invalid: *method_invalid,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::PayoutStatus::*;
@@ -367,5 +682,296 @@ mod tests {
                 "returned"
             ]
         );
+    }
+
+    mod aggregate {
+        use super::super::*;
+        use crate::domain::event::PayoutHeld;
+
+        const AT: i64 = 1_767_225_600_000;
+
+        fn created(rail: Rail, held: bool, eur: Option<i64>) -> EventBody {
+            let method = match rail {
+                Rail::Solana => PayoutMethod::Solana {
+                    wallet: "7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV".into(),
+                },
+                _ => PayoutMethod::Sepa {
+                    iban: "DE89370400440532013000".into(),
+                    bic: None,
+                    holder: "Ada".into(),
+                },
+            };
+            EventBody::PayoutCreated(PayoutCreated {
+                payout_id: "po_1".into(),
+                provider_id: "prv_a".into(),
+                run_kind: "weekly".into(),
+                run_key: "2026-01-05".into(),
+                amount_micro_usdc: 123_456_789,
+                method,
+                held,
+                amount_eur_cents: eur,
+                eur_per_usd: eur.map(|_| "0.9".into()),
+            })
+        }
+
+        fn given(events: &[EventBody]) -> PayoutRecord {
+            let EventBody::PayoutCreated(c) = &events[0] else {
+                panic!("a payout starts with payout.created")
+            };
+            let mut p = PayoutRecord::created(c, AT);
+            for (i, e) in events[1..].iter().enumerate() {
+                p.apply(AT + 1 + i as i64, e);
+            }
+            p
+        }
+
+        fn when(
+            events: &[EventBody],
+            cmd: PayoutCommand,
+        ) -> Result<Option<EventBody>, &'static str> {
+            decide(&given(events), &cmd).map_err(|e| e.code)
+        }
+
+        fn text(s: &str) -> String {
+            s.to_owned()
+        }
+
+        fn submitted(reference: &str, e2e: Option<&str>, rail: Rail) -> EventBody {
+            EventBody::PayoutSubmitted(PayoutSubmitted {
+                payout_id: "po_1".into(),
+                provider_id: "prv_a".into(),
+                rail,
+                reference: reference.into(),
+                end_to_end_id: e2e.map(str::to_owned),
+            })
+        }
+
+        fn settled(rail: Rail) -> EventBody {
+            EventBody::PayoutSettled(PayoutSettled {
+                payout_id: "po_1".into(),
+                provider_id: "prv_a".into(),
+                rail,
+                amount_micro_usdc: 123_456_789,
+                reference: "ref".into(),
+            })
+        }
+
+        fn failed() -> EventBody {
+            EventBody::PayoutFailed(PayoutFailed {
+                payout_id: "po_1".into(),
+                provider_id: "prv_a".into(),
+                rail: Rail::Solana,
+                amount_micro_usdc: 123_456_789,
+                reason: "expired".into(),
+            })
+        }
+
+        fn held() -> EventBody {
+            EventBody::PayoutHeld(PayoutHeld {
+                payout_id: "po_1".into(),
+                provider_id: "prv_a".into(),
+                reason: "new_payout_method".into(),
+            })
+        }
+
+        fn resolved(reason: Option<&str>, eur: Option<(i64, &str)>) -> PayoutHoldResolved {
+            PayoutHoldResolved {
+                payout_id: "po_1".into(),
+                provider_id: "prv_a".into(),
+                amount_micro_usdc: 123_456_789,
+                reason: reason.map(str::to_owned),
+                amount_eur_cents: eur.map(|(c, _)| c),
+                eur_per_usd: eur.map(|(_, r)| r.to_owned()),
+            }
+        }
+
+        fn release(fx: Option<&str>) -> PayoutCommand {
+            PayoutCommand::Release {
+                fresh_fx: fx.map(|r| r.parse().unwrap()),
+                fx_stale_hours: 48,
+            }
+        }
+
+        /// Given a payout's events, when a lifecycle command, then its event, nothing, or
+        /// the refusal's code.
+        #[test]
+        #[expect(clippy::too_many_lines, reason = "one given/when/then table")]
+        fn lifecycle_commands_given_when_then() {
+            use PayoutCommand as C;
+            let sol = [created(Rail::Solana, false, None)];
+            let sol_held = [created(Rail::Solana, true, None), held()];
+            let sepa_held = [created(Rail::Sepa, true, None), held()];
+            let sepa_held_eur = [created(Rail::Sepa, true, Some(11_111_111)), held()];
+            let submit = C::Submit {
+                reference: text("sig1"),
+                end_to_end_id: None,
+            };
+            let attempt = C::SubmitAttempt {
+                attempt_id: text("a2"),
+                signature: text("sig2"),
+            };
+            let settle = C::Settle {
+                reference: text("ref"),
+            };
+            let fail = C::Fail {
+                reason: text("expired"),
+            };
+            let cancel = C::Cancel {
+                reason: text("fraud check"),
+            };
+            let ret = C::Return {
+                reason_code: text("AC04"),
+                reason: text("closed"),
+                method_invalid: true,
+            };
+            let bad = Err("invalid_payout_state");
+
+            assert_eq!(
+                when(&sol, submit.clone()),
+                Ok(Some(submitted("sig1", None, Rail::Solana)))
+            );
+            assert_eq!(
+                when(&sol, attempt.clone()),
+                Ok(Some(submitted("sig2", None, Rail::Solana)))
+            );
+            let sent = [sol[0].clone(), submitted("sig1", None, Rail::Solana)];
+            assert_eq!(
+                when(&sent, attempt.clone()),
+                Ok(Some(submitted("sig2", None, Rail::Solana))),
+                "re-signed"
+            );
+            assert_eq!(
+                when(&sent, submit.clone()),
+                bad,
+                "submitted twice by a rail"
+            );
+            let done = [sol[0].clone(), settled(Rail::Solana)];
+            assert_eq!(
+                when(&done, attempt.clone()),
+                Ok(None),
+                "a repair after the outcome"
+            );
+            assert_eq!(when(&[sol[0].clone(), failed()], attempt.clone()), Ok(None));
+            assert_eq!(when(&sol, settle.clone()), Ok(Some(settled(Rail::Solana))));
+            assert_eq!(when(&sent, settle.clone()), Ok(Some(settled(Rail::Solana))));
+            assert_eq!(when(&sent, fail.clone()), Ok(Some(failed())));
+            assert_eq!(when(&done, fail.clone()), bad, "settled cannot fail");
+            assert_eq!(when(&done, ret.clone()).map(|e| e.is_some()), Ok(true));
+            assert_eq!(when(&sent, ret.clone()), bad, "only settled payouts return");
+
+            assert_eq!(
+                when(&sol_held, release(None)),
+                Ok(Some(EventBody::PayoutReleased(resolved(None, None))))
+            );
+            assert_eq!(
+                when(&sol_held, cancel.clone()),
+                Ok(Some(EventBody::PayoutCancelled(resolved(
+                    Some("fraud check"),
+                    None
+                ))))
+            );
+            assert_eq!(when(&sol_held, settle.clone()), bad, "held is not sent");
+            assert_eq!(when(&sol, release(None)), bad, "release needs held");
+            assert_eq!(when(&sol, cancel.clone()), bad, "cancel needs held");
+            let cancelled = [
+                sol_held[0].clone(),
+                held(),
+                EventBody::PayoutCancelled(resolved(Some("x"), None)),
+            ];
+            assert_eq!(when(&cancelled, release(None)), bad, "cancelled is final");
+
+            assert_eq!(
+                when(&sepa_held, release(None)),
+                Err("fx_rate_stale"),
+                "EUR without a fresh rate"
+            );
+            // 12,345 US cents at 0.9 = 11,110.5 EUR cents, half-to-even: 11,110.
+            assert_eq!(
+                when(&sepa_held, release(Some("0.90"))),
+                Ok(Some(EventBody::PayoutReleased(resolved(
+                    None,
+                    Some((11_110, "0.9"))
+                )))),
+            );
+            assert_eq!(
+                when(&sepa_held_eur, release(None)),
+                Ok(Some(EventBody::PayoutReleased(resolved(None, None)))),
+                "converted at creation: no rate needed"
+            );
+            let in_file = [
+                created(Rail::Sepa, false, Some(1)),
+                submitted("batch_1", Some("E2E"), Rail::Sepa),
+            ];
+            assert_eq!(
+                when(&in_file, fail.clone()),
+                bad,
+                "a written bank file only returns"
+            );
+            assert_eq!(
+                when(&[created(Rail::Sepa, false, Some(1))], fail).map(|e| e.is_some()),
+                Ok(true),
+                "a bank payout not yet in a file may fail"
+            );
+        }
+
+        #[test]
+        fn the_fold_follows_the_table_and_keeps_the_facts() {
+            let mut p = given(&[created(Rail::Sepa, true, None), held()]);
+            assert_eq!(
+                (p.status, p.hold_reason.as_deref()),
+                (PayoutStatus::Held, Some("new_payout_method"))
+            );
+            p.apply(
+                AT + 10,
+                &EventBody::PayoutReleased(resolved(None, Some((5, "0.9")))),
+            );
+            assert_eq!(
+                (p.status, p.amount_eur_cents, p.updated_at_ms),
+                (PayoutStatus::Created, Some(5), AT + 10)
+            );
+            p.apply(AT + 20, &submitted("batch_1", Some("E2E-1"), Rail::Sepa));
+            p.apply(AT + 30, &settled(Rail::Sepa));
+            assert_eq!(
+                (p.status, p.reference.as_deref(), p.end_to_end_id.as_deref()),
+                (PayoutStatus::Settled, Some("ref"), Some("E2E-1"))
+            );
+            let mut other = failed();
+            if let EventBody::PayoutFailed(f) = &mut other {
+                f.payout_id = "po_2".into();
+            }
+            p.apply(AT + 40, &other);
+            assert_eq!(p.status, PayoutStatus::Settled, "another payout's event");
+            assert_eq!(p.created_at_ms, AT);
+        }
+
+        #[test]
+        fn keys_and_contents() {
+            let c = PayoutCommand::Submit {
+                reference: "b1".into(),
+                end_to_end_id: Some("E".into()),
+            };
+            assert_eq!(
+                (c.key("po_1"), c.content()),
+                ("payout:po_1:submitted".into(), "b1|E".into())
+            );
+            let c = PayoutCommand::SubmitAttempt {
+                attempt_id: "a1".into(),
+                signature: "s".into(),
+            };
+            assert_eq!(
+                (c.key("po_1"), c.content()),
+                ("payout:po_1:submitted:a1".into(), "s".into())
+            );
+            let c = PayoutCommand::Return {
+                reason_code: "R01".into(),
+                reason: "r".into(),
+                method_invalid: false,
+            };
+            assert_eq!(
+                (c.key("po_1"), c.content()),
+                ("payout:po_1:returned".into(), "R01|r|false".into())
+            );
+            assert_eq!(release(None).key("po_1"), "payout:po_1:released");
+        }
     }
 }

@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use super::event::*;
-use super::payout::{PayoutStatus, PayoutStep};
+use super::payout::{PayoutRecord, PayoutStep, lifecycle_step};
+use super::platform::PlatformState;
+use super::provider::{ProviderRecord, ProviderState};
 use super::time::day_number;
 
 /// A projection cell (serialised as JSON null, number or string).
@@ -370,21 +372,17 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
             a.amount_micro_usdc,
         )),
         EventBody::ProviderRegistered(p) => {
-            out.push(ProjOp::Put {
-                table: "providers",
-                key: vec![p.provider_id.as_str().into()],
-                vals: vec![
-                    p.name.as_str().into(),
-                    p.email.as_str().into(),
-                    p.tier.as_str().into(),
-                    p.schedule.as_str().into(),
-                    p.status.as_str().into(),
-                    p.payout_method.as_ref().map(json).unwrap_or(Val::Null),
-                    Val::Null,
-                    Val::Int(0),
-                    recorded_at_ms.into(),
-                ],
-            });
+            // The row of the record the provider aggregate's own fold starts.
+            let mut state = ProviderState::default();
+            state.apply(recorded_at_ms, body);
+            if let Some(record) = &state.provider {
+                let (key, vals) = provider_row(record);
+                out.push(ProjOp::Put {
+                    table: "providers",
+                    key,
+                    vals,
+                });
+            }
             out.push(tier_put(&p.provider_id, recorded_at_ms, seq, p.tier));
         }
         EventBody::ProviderUpdated(p) => {
@@ -460,27 +458,15 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
                 recorded_at_ms.into(),
             ],
         }),
-        EventBody::PayoutCreated(p) => out.push(ProjOp::Put {
-            table: "payouts",
-            key: vec![p.payout_id.as_str().into()],
-            vals: vec![
-                p.provider_id.as_str().into(),
-                p.run_kind.as_str().into(),
-                p.run_key.as_str().into(),
-                p.method.rail().as_str().into(),
-                p.amount_micro_usdc.into(),
-                p.amount_eur_cents.into(),
-                p.eur_per_usd.clone().into(),
-                json(&p.method),
-                PayoutStatus::at_creation(p.held).as_str().into(),
-                Val::Null,
-                Val::Null,
-                Val::Null,
-                Val::Null,
-                recorded_at_ms.into(),
-                recorded_at_ms.into(),
-            ],
-        }),
+        EventBody::PayoutCreated(p) => {
+            // The row of the record the payout aggregate's own fold starts.
+            let (key, vals) = payout_row(&PayoutRecord::created(p, recorded_at_ms));
+            out.push(ProjOp::Put {
+                table: "payouts",
+                key,
+                vals,
+            });
+        }
         EventBody::PayoutHeld(p) => out.push(payout_patch(
             &p.payout_id,
             recorded_at_ms,
@@ -695,6 +681,125 @@ fn usage_ops(
         recorded_at_ms,
         sign * net_total,
     ));
+}
+
+/// A projection row: its key, and its values.
+pub type Row = (Vec<Val>, Vec<Val>);
+
+/// The `providers` row of a provider's registry record.
+pub fn provider_row(p: &ProviderRecord) -> Row {
+    (
+        vec![p.provider_id.as_str().into()],
+        vec![
+            p.name.as_str().into(),
+            p.email.as_str().into(),
+            p.tier.as_str().into(),
+            p.schedule.as_str().into(),
+            p.status.as_str().into(),
+            p.payout_method.as_ref().map(json).unwrap_or(Val::Null),
+            p.method_set_at_ms.into(),
+            Val::Int(i64::from(p.method_invalid)),
+            p.registered_at_ms.into(),
+        ],
+    )
+}
+
+/// The `payouts` row of a payout.
+pub fn payout_row(p: &PayoutRecord) -> Row {
+    (
+        vec![p.payout_id.as_str().into()],
+        vec![
+            p.provider_id.as_str().into(),
+            p.run_kind.as_str().into(),
+            p.run_key.as_str().into(),
+            p.rail.as_str().into(),
+            p.amount_micro_usdc.into(),
+            p.amount_eur_cents.into(),
+            p.eur_per_usd.clone().into(),
+            json(&p.method),
+            p.status.as_str().into(),
+            p.hold_reason.clone().into(),
+            p.failure_reason.clone().into(),
+            p.reference.clone().into(),
+            p.end_to_end_id.clone().into(),
+            p.created_at_ms.into(),
+            p.updated_at_ms.into(),
+        ],
+    )
+}
+
+/// The typed aggregates of one stream, each folded by its own `apply`: the state the
+/// commands decide on (`provider`, `platform`, `payout`). The read models are folded by
+/// [`ops`]; both come from the same events and must agree, which
+/// [`StreamAggregates::mismatches`] checks (`settle verify`: `aggregate_mismatch`).
+#[derive(Clone, Debug, Default)]
+pub struct StreamAggregates {
+    pub provider: ProviderState,
+    pub platform: PlatformState,
+    pub payouts: BTreeMap<String, PayoutRecord>,
+}
+
+impl StreamAggregates {
+    pub fn apply(&mut self, recorded_at_ms: i64, body: &EventBody) {
+        self.provider.apply(recorded_at_ms, body);
+        self.platform.apply(body);
+        if let EventBody::PayoutCreated(p) = body {
+            self.payouts.insert(
+                p.payout_id.clone(),
+                PayoutRecord::created(p, recorded_at_ms),
+            );
+        } else if let Some((payout_id, _)) = lifecycle_step(body)
+            && let Some(p) = self.payouts.get_mut(payout_id)
+        {
+            p.apply(recorded_at_ms, body);
+        }
+    }
+
+    /// Where the read models in `projections` differ from these aggregates: the rows of
+    /// `providers`, `rates`, `fee_schedules` and `payouts` they hold, and the FX rate in
+    /// force. Every such row belongs to this stream, so `projections` may hold other
+    /// streams too.
+    pub fn mismatches(&self, projections: &Projections) -> Vec<String> {
+        let mut rows: Vec<(&str, Row)> = Vec::new();
+        if let Some(p) = &self.provider.provider {
+            rows.push(("providers", provider_row(p)));
+            for ((model, from), rate) in &self.provider.rates {
+                let key = vec![
+                    p.provider_id.as_str().into(),
+                    model.as_str().into(),
+                    (*from).into(),
+                ];
+                rows.push(("rates", (key, vec![rate.as_str().into()])));
+            }
+        }
+        for ((tier, from), bps) in &self.platform.fees {
+            let key = vec![tier.as_str().into(), (*from).into()];
+            rows.push(("fee_schedules", (key, vec![i64::from(*bps).into()])));
+        }
+        rows.extend(self.payouts.values().map(|p| ("payouts", payout_row(p))));
+        let mut out = Vec::new();
+        for (table, (key, vals)) in rows {
+            let held = projections.tables.get(table).and_then(|t| t.get(&key));
+            if held != Some(&vals) {
+                out.push(format!(
+                    "{table} {key:?}: the aggregate holds {vals:?}, the read model {held:?}"
+                ));
+            }
+        }
+        if let Some(rate) = self.platform.fx_latest {
+            let held = projections
+                .tables
+                .get("fx_rates")
+                .and_then(|t| t.last_key_value())
+                .and_then(|(_, v)| v.first()?.text()?.parse::<rust_decimal::Decimal>().ok());
+            if held != Some(rate) {
+                out.push(format!(
+                    "fx_rates: the aggregate's rate in force is {rate}, the read model's {held:?}"
+                ));
+            }
+        }
+        out
+    }
 }
 
 /// The projections held in memory: per table, key → values.

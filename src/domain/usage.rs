@@ -5,7 +5,7 @@
 
 use super::DomainError;
 use super::bands::{RateBand, rate_check};
-use super::event::{Segment, UsageRecorded};
+use super::event::{Segment, UsageRecorded, UsageVoided};
 use super::money::Rate;
 use super::pricing::{FeeBook, PriceBook, TierHistory, price_interval};
 use super::time::format_ms;
@@ -121,6 +121,19 @@ pub fn decide(state: &UsageState, cmd: &RecordUsage) -> Result<UsageRecorded, Do
             })
             .collect(),
     })
+}
+
+/// The exact reversal of a booked usage event (a correction, SPEC §3): its segments with
+/// the same business time, so every line it booked is undone on the same days.
+pub fn void(usage: &UsageRecorded, reason: &str) -> UsageVoided {
+    UsageVoided {
+        event_id: usage.event_id.clone(),
+        provider_id: usage.provider_id.clone(),
+        gpu_id: usage.gpu_id.clone(),
+        model: usage.model.clone(),
+        reason: reason.trim().to_owned(),
+        segments: usage.segments.clone(),
+    }
 }
 
 #[cfg(test)]

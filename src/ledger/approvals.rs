@@ -39,7 +39,7 @@ impl Ledger {
         let approval_id = request.approval_id();
         let key = format!("approval:{approval_id}:requested");
         let now = self.now_ms();
-        let applied = crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        let applied = crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             if find_idem(tx, &key).await?.is_some() {
                 return Ok(Applied::Duplicate);
             }
@@ -107,7 +107,7 @@ impl Ledger {
         }
         let key = format!("approval:{approval_id}:decided");
         let now = self.now_ms();
-        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             let Some(row) = approval(tx.conn(), approval_id).await? else {
                 return reject("unknown_approval", format!("no approval {approval_id}"));
             };

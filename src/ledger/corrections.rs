@@ -2,12 +2,12 @@
 //! Both are admin commands, idempotent by the voided `event_id` and by `adjustment_id`.
 
 use super::{
-    Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem,
+    Actor, Applied, Ledger, LedgerError, book_decided, content_hash, duplicate_or_conflict,
     find_idem_in_stream, reject,
 };
 use crate::domain::event::*;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
-use crate::store::NewEvent;
+use crate::domain::provider::{PostAdjustment, ProviderCommand};
 
 pub(crate) fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
     if text.trim().is_empty() || text.chars().count() > max || text.chars().any(char::is_control) {
@@ -59,25 +59,18 @@ impl Ledger {
         let key = format!("void:{event_id}");
         let hash = content_hash(&format!("void|{event_id}"));
         let now = self.now_ms();
-        crate::write_stream!(self, &stream, |tx| {
+        crate::ledger::write_stream!(self, &stream, |tx| {
             if let Some(stored) = find_idem_in_stream(tx, &key).await? {
                 return duplicate_or_conflict(&stored, &hash, &format!("void of {event_id}"));
             }
-            tx.append(NewEvent {
-                body: EventBody::UsageVoided(UsageVoided {
-                    event_id: usage.event_id.clone(),
-                    provider_id: usage.provider_id.clone(),
-                    gpu_id: usage.gpu_id.clone(),
-                    model: usage.model.clone(),
-                    reason: reason.trim().to_owned(),
-                    segments: usage.segments.clone(),
-                }),
-                actor: actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: Some(hash.clone()),
-            });
-            Ok(Applied::Accepted)
+            let voided = crate::domain::usage::void(&usage, reason);
+            Ok(book_decided(
+                tx,
+                vec![EventBody::UsageVoided(voided)],
+                actor,
+                now,
+                Some((&key, &hash)),
+            ))
         })
     }
 
@@ -95,41 +88,23 @@ impl Ledger {
         if let Some(r) = reference {
             check_text(r, "reference", self.config.text_len_max)?;
         }
-        if amount_micro_usdc == 0 {
-            return reject("invalid_amount", "an adjustment must not be zero");
-        }
-        let body = EventBody::AdjustmentPosted(AdjustmentPosted {
-            adjustment_id: adjustment_id.to_string(),
-            provider_id: provider_id.to_string(),
+        let cmd = PostAdjustment {
+            adjustment_id: adjustment_id.clone(),
+            provider_id: provider_id.clone(),
             amount_micro_usdc,
-            reason: reason.trim().to_owned(),
-            reference: reference.map(|r| r.trim().to_owned()),
-        });
+            reason: reason.to_owned(),
+            reference: reference.map(str::to_owned),
+        };
         let key = format!("adj:{adjustment_id}");
-        let hash = content_hash(&body.to_json());
-        let now = self.now_ms();
-        crate::write_stream!(self, &provider_stream(provider_id.as_str()), |tx| {
-            if let Some(stored) = find_idem(tx, &key).await? {
-                return duplicate_or_conflict(
-                    &stored,
-                    &hash,
-                    &format!("adjustment {adjustment_id}"),
-                );
-            }
-            if super::registry::load_provider(tx, provider_id.as_str())
-                .await?
-                .is_none()
-            {
-                return reject("unknown_provider", format!("no provider {provider_id}"));
-            }
-            tx.append(NewEvent {
-                body: body.clone(),
-                actor: actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: Some(hash.clone()),
-            });
-            Ok(Applied::Accepted)
-        })
+        let hash = content_hash(&EventBody::AdjustmentPosted(cmd.event()).to_json());
+        let what = format!("adjustment {adjustment_id}");
+        self.provider_command(
+            provider_id.as_str(),
+            ProviderCommand::PostAdjustment(&cmd),
+            Some((key, hash, what)),
+            None,
+            actor,
+        )
+        .await
     }
 }

@@ -123,6 +123,33 @@ pub fn reject<T>(code: &'static str, message: impl Into<String>) -> Result<T, Le
     Err(LedgerError::Rejected(DomainError::new(code, message)))
 }
 
+/// Books the events a decision returned, at `now` by `actor`, the first under the
+/// command's idempotency key and content hash: none is a `duplicate` (the command changes
+/// nothing).
+pub(crate) fn book_decided(
+    tx: &mut crate::store::WriteTx,
+    events: Vec<crate::domain::event::EventBody>,
+    actor: &Actor,
+    now: i64,
+    idem: Option<(&String, &Vec<u8>)>,
+) -> Applied {
+    if events.is_empty() {
+        return Applied::Duplicate;
+    }
+    let mut idem = idem;
+    for body in events {
+        let key = idem.take();
+        tx.append(crate::store::NewEvent {
+            body,
+            actor: actor.0.clone(),
+            recorded_at_ms: now,
+            idem_key: key.map(|(k, _)| k.clone()),
+            content_hash: key.map(|(_, h)| h.clone()),
+        });
+    }
+    Applied::Accepted
+}
+
 /// SHA-256 of a normalised command, to tell a duplicate from a conflicting reuse of an id.
 pub fn content_hash(normalised: &str) -> Vec<u8> {
     Sha256::digest(normalised.as_bytes()).to_vec()
@@ -182,7 +209,6 @@ impl Ledger {
 /// (`return` leaves the attempt). A macro rather than a closure-taking method because the
 /// futures of async closures are not `Send` for all lifetimes, which axum and
 /// `tokio::spawn` require.
-#[macro_export]
 macro_rules! write_stream {
     ($ledger:expr, $stream:expr, |$tx:ident| $body:block) => {{
         let ledger: &$crate::ledger::Ledger = $ledger;
@@ -207,6 +233,9 @@ macro_rules! write_stream {
         }
     }};
 }
+
+/// Private to the ledger, the only writer (ARCHITECTURE.md).
+use write_stream;
 
 /// Fixes the error type of a command body inside [`write_stream!`].
 pub fn attempt<T, F: std::future::Future<Output = Result<T, LedgerError>>>(body: F) -> F {

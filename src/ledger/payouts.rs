@@ -10,18 +10,18 @@
 use sqlx::AnyPool;
 
 use super::{
-    Actor, Applied, Ledger, LedgerError, content_hash, duplicate_or_conflict, find_idem, reject,
+    Actor, Applied, Ledger, LedgerError, book_decided, content_hash, duplicate_or_conflict,
+    find_idem, reject,
 };
-use crate::domain::event::*;
-use crate::domain::payout::{PayoutStatus, PayoutStep};
-use crate::store::NewEvent;
+use crate::domain::event::provider_stream;
+use crate::domain::payout::{self, PayoutCommand};
 
 /// Longest rail reference (a Solana signature is 88 base58 characters; a batch id less).
 pub const REFERENCE_LEN_MAX: usize = 128;
 /// A SEPA EndToEndId holds at most 35 characters.
 pub const END_TO_END_ID_LEN_MAX: usize = 35;
 
-pub use crate::store::payouts::PayoutRecord;
+pub use crate::domain::payout::PayoutRecord;
 use crate::store::payouts::load;
 
 /// Reads one payout.
@@ -47,61 +47,36 @@ fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// One lifecycle step: the transition, and its event.
-struct Step<'a> {
-    step: PayoutStep,
-    /// The command's normalised content (to tell a duplicate from a conflict).
-    content: String,
-    make: &'a (dyn Fn(&PayoutRecord) -> EventBody + Sync),
-}
-
 impl Ledger {
-    async fn payout_step(
+    /// Decides a lifecycle command on the payout's provider stream and books its event.
+    /// `provider_id`: the payout's provider when the caller knows it (else it is read).
+    async fn payout_command(
         &self,
         payout_id: &str,
-        step: Step<'_>,
+        provider_id: Option<&str>,
+        cmd: PayoutCommand,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let Some(found) = payout(self.store.pool(), payout_id).await? else {
-            return reject("unknown_payout", format!("no payout {payout_id}"));
+        let provider_id = match provider_id {
+            Some(p) => p.to_owned(),
+            None => match payout(self.store.pool(), payout_id).await? {
+                Some(found) => found.provider_id,
+                None => return reject("unknown_payout", format!("no payout {payout_id}")),
+            },
         };
-        let kind = step.step.name();
-        let key = format!("payout:{payout_id}:{kind}");
-        let hash = content_hash(&format!("{key}|{}", step.content));
+        let key = cmd.key(payout_id);
+        let hash = content_hash(&format!("{key}|{}", cmd.content()));
         let now = self.now_ms();
-        crate::write_stream!(self, &provider_stream(&found.provider_id), |tx| {
+        crate::ledger::write_stream!(self, &provider_stream(&provider_id), |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
-                return duplicate_or_conflict(
-                    &stored,
-                    &hash,
-                    &format!("{kind} of payout {payout_id}"),
-                );
+                let what = format!("{} of payout {payout_id}", cmd.name());
+                return duplicate_or_conflict(&stored, &hash, &what);
             }
             let Some(current) = load(tx.conn(), payout_id).await? else {
                 return reject("unknown_payout", format!("no payout {payout_id}"));
             };
-            step.step.apply(payout_id, current.status)?;
-            if step.step == PayoutStep::Fail
-                && current.rail.is_bank()
-                && let Some(batch) = &current.reference
-            {
-                // The file may already be at the bank: the money can only come back
-                // through the bank, as a return.
-                return reject(
-                    "invalid_payout_state",
-                    format!(
-                        "payout {payout_id} is in bank batch {batch}; once the file is written only a bank return undoes it"
-                    ),
-                );
-            }
-            tx.append(NewEvent {
-                body: (step.make)(&current),
-                actor: actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: Some(hash.clone()),
-            });
-            Ok(Applied::Accepted)
+            let events = payout::decide(&current, &cmd)?.into_iter().collect();
+            Ok(book_decided(tx, events, actor, now, Some((&key, &hash))))
         })
     }
 
@@ -117,53 +92,19 @@ impl Ledger {
         config: &crate::config::RunConfig,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let mut conversion: Option<(i64, String)> = None;
-        if let Some(p) = payout(self.store.pool(), payout_id).await?
-            && p.status == PayoutStatus::Held
-            && p.rail == Rail::Sepa
-            && p.amount_eur_cents.is_none()
-        {
-            let now = self.now_ms();
-            let mut conn = self.store.pool().acquire().await?;
-            let latest = super::runs::latest_fx_rate(&mut conn, now).await?;
-            drop(conn);
-            let stale_ms = config.fx_stale_hours * super::runs::MS_PER_HOUR;
-            let Some((_, rate)) = latest.filter(|(at, _)| now - at <= stale_ms) else {
-                return reject(
-                    "fx_rate_stale",
-                    format!(
-                        "EUR payout {payout_id} has no EUR amount and no FX rate was recorded in the last {} hours: record one (`settle import` a line {{\"type\":\"fx.rate_set\",\"fx_id\":\"…\",\"eur_per_usd\":\"…\"}}) and release again, or cancel it (`settle payout cancel {payout_id} --reason …`)",
-                        config.fx_stale_hours
-                    ),
-                );
-            };
-            let Some(cents) = super::runs::eur_cents(p.amount_micro_usdc, rate) else {
-                return reject(
-                    "amount_out_of_range",
-                    format!("the EUR amount of payout {payout_id} overflows"),
-                );
-            };
-            conversion = Some((cents, rate.normalize().to_string()));
-        }
-        self.payout_step(
-            payout_id,
-            Step {
-                step: PayoutStep::Release,
-                content: String::new(),
-                make: &|p| {
-                    EventBody::PayoutReleased(PayoutHoldResolved {
-                        payout_id: p.payout_id.clone(),
-                        provider_id: p.provider_id.clone(),
-                        amount_micro_usdc: p.amount_micro_usdc,
-                        reason: None,
-                        amount_eur_cents: conversion.as_ref().map(|(c, _)| *c),
-                        eur_per_usd: conversion.as_ref().map(|(_, r)| r.clone()),
-                    })
-                },
-            },
-            actor,
-        )
-        .await
+        let now = self.now_ms();
+        let stale_ms = config.fx_stale_hours * super::runs::MS_PER_HOUR;
+        let mut conn = self.store.pool().acquire().await?;
+        let fresh_fx = super::runs::latest_fx_rate(&mut conn, now)
+            .await?
+            .filter(|(at, _)| now - at <= stale_ms)
+            .map(|(_, rate)| rate);
+        drop(conn);
+        let cmd = PayoutCommand::Release {
+            fresh_fx,
+            fx_stale_hours: config.fx_stale_hours,
+        };
+        self.payout_command(payout_id, None, cmd, actor).await
     }
 
     /// Cancels a held payout (admin): held → payable; the next run sees the money again.
@@ -175,25 +116,8 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         check_text(reason, "reason", self.config.text_len_max)?;
         let reason = reason.trim().to_owned();
-        self.payout_step(
-            payout_id,
-            Step {
-                step: PayoutStep::Cancel,
-                content: reason.clone(),
-                make: &|p| {
-                    EventBody::PayoutCancelled(PayoutHoldResolved {
-                        payout_id: p.payout_id.clone(),
-                        provider_id: p.provider_id.clone(),
-                        amount_micro_usdc: p.amount_micro_usdc,
-                        reason: Some(reason.clone()),
-                        amount_eur_cents: None,
-                        eur_per_usd: None,
-                    })
-                },
-            },
-            actor,
-        )
-        .await
+        self.payout_command(payout_id, None, PayoutCommand::Cancel { reason }, actor)
+            .await
     }
 
     /// Records that a rail sent the payout: created → submitted, with the rail's reference
@@ -209,26 +133,11 @@ impl Ledger {
         if let Some(e2e) = end_to_end_id {
             check_text(e2e, "end_to_end_id", END_TO_END_ID_LEN_MAX)?;
         }
-        let reference = reference.trim().to_owned();
-        let e2e = end_to_end_id.map(|e| e.trim().to_owned());
-        self.payout_step(
-            payout_id,
-            Step {
-                step: PayoutStep::Submit,
-                content: format!("{reference}|{}", e2e.as_deref().unwrap_or("")),
-                make: &|p| {
-                    EventBody::PayoutSubmitted(PayoutSubmitted {
-                        payout_id: p.payout_id.clone(),
-                        provider_id: p.provider_id.clone(),
-                        rail: p.rail,
-                        reference: reference.clone(),
-                        end_to_end_id: e2e.clone(),
-                    })
-                },
-            },
-            actor,
-        )
-        .await
+        let cmd = PayoutCommand::Submit {
+            reference: reference.trim().to_owned(),
+            end_to_end_id: end_to_end_id.map(|e| e.trim().to_owned()),
+        };
+        self.payout_command(payout_id, None, cmd, actor).await
     }
 
     /// Records that the Solana rail signed attempt `attempt_id` for the payout, whose
@@ -244,44 +153,12 @@ impl Ledger {
         signature: &str,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let key = format!("payout:{payout_id}:submitted:{attempt_id}");
-        let hash = content_hash(&format!("{key}|{signature}"));
-        let now = self.now_ms();
-        crate::write_stream!(self, &provider_stream(provider_id), |tx| {
-            if let Some(stored) = find_idem(tx, &key).await? {
-                return duplicate_or_conflict(
-                    &stored,
-                    &hash,
-                    &format!("submission of {payout_id}"),
-                );
-            }
-            let Some(current) = load(tx.conn(), payout_id).await? else {
-                return reject("unknown_payout", format!("no payout {payout_id}"));
-            };
-            if matches!(current.status, PayoutStatus::Settled | PayoutStatus::Failed) {
-                return Ok(Applied::Duplicate);
-            }
-            let step = if current.status == PayoutStatus::Submitted {
-                PayoutStep::Resubmit
-            } else {
-                PayoutStep::Submit
-            };
-            step.apply(payout_id, current.status)?;
-            tx.append(NewEvent {
-                body: EventBody::PayoutSubmitted(PayoutSubmitted {
-                    payout_id: payout_id.to_owned(),
-                    provider_id: current.provider_id.clone(),
-                    rail: current.rail,
-                    reference: signature.to_owned(),
-                    end_to_end_id: None,
-                }),
-                actor: actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: Some(hash.clone()),
-            });
-            Ok(Applied::Accepted)
-        })
+        let cmd = PayoutCommand::SubmitAttempt {
+            attempt_id: attempt_id.to_owned(),
+            signature: signature.to_owned(),
+        };
+        self.payout_command(payout_id, Some(provider_id), cmd, actor)
+            .await
     }
 
     /// Records that the money arrived: created/submitted → settled (in transit → treasury).
@@ -293,24 +170,8 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         check_text(reference, "reference", REFERENCE_LEN_MAX)?;
         let reference = reference.trim().to_owned();
-        self.payout_step(
-            payout_id,
-            Step {
-                step: PayoutStep::Settle,
-                content: reference.clone(),
-                make: &|p| {
-                    EventBody::PayoutSettled(PayoutSettled {
-                        payout_id: p.payout_id.clone(),
-                        provider_id: p.provider_id.clone(),
-                        rail: p.rail,
-                        amount_micro_usdc: p.amount_micro_usdc,
-                        reference: reference.clone(),
-                    })
-                },
-            },
-            actor,
-        )
-        .await
+        self.payout_command(payout_id, None, PayoutCommand::Settle { reference }, actor)
+            .await
     }
 
     /// Records that the rail failed before the money arrived: created/submitted → failed;
@@ -323,24 +184,8 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         check_text(reason, "reason", self.config.text_len_max)?;
         let reason = reason.trim().to_owned();
-        self.payout_step(
-            payout_id,
-            Step {
-                step: PayoutStep::Fail,
-                content: reason.clone(),
-                make: &|p| {
-                    EventBody::PayoutFailed(PayoutFailed {
-                        payout_id: p.payout_id.clone(),
-                        provider_id: p.provider_id.clone(),
-                        rail: p.rail,
-                        amount_micro_usdc: p.amount_micro_usdc,
-                        reason: reason.clone(),
-                    })
-                },
-            },
-            actor,
-        )
-        .await
+        self.payout_command(payout_id, None, PayoutCommand::Fail { reason }, actor)
+            .await
     }
 
     /// Records a return after settlement (a bank return): settled → returned; treasury →
@@ -355,28 +200,12 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         check_text(reason_code, "reason_code", 16)?;
         check_text(reason, "reason", self.config.text_len_max)?;
-        let reason_code = reason_code.trim().to_owned();
-        let reason = reason.trim().to_owned();
-        self.payout_step(
-            payout_id,
-            Step {
-                step: PayoutStep::Return,
-                content: format!("{reason_code}|{reason}|{method_invalid}"),
-                make: &|p| {
-                    EventBody::PayoutReturned(PayoutReturned {
-                        payout_id: p.payout_id.clone(),
-                        provider_id: p.provider_id.clone(),
-                        rail: p.rail,
-                        amount_micro_usdc: p.amount_micro_usdc,
-                        reason_code: reason_code.clone(),
-                        reason: reason.clone(),
-                        method_invalid,
-                    })
-                },
-            },
-            actor,
-        )
-        .await
+        let cmd = PayoutCommand::Return {
+            reason_code: reason_code.trim().to_owned(),
+            reason: reason.trim().to_owned(),
+            method_invalid,
+        };
+        self.payout_command(payout_id, None, cmd, actor).await
     }
 }
 

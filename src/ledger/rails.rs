@@ -146,7 +146,7 @@ impl Ledger {
         let key = format!("solana_tx:{attempt_id}:signed");
         let hash = content_hash(&event.to_json());
         let now = self.now_ms();
-        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             let facts = rows::payout_facts(tx.conn(), ids).await?;
             if let Some(stored) = find_idem(tx, &key).await? {
                 duplicate_or_conflict(&stored, &hash, &format!("attempt {attempt_id}"))?;
@@ -209,7 +209,7 @@ impl Ledger {
         let key = format!("solana_tx:{attempt_id}:resolved");
         let hash = content_hash(&body.to_json());
         let now = self.now_ms();
-        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             if let Some(stored) = find_idem(tx, &key).await? {
                 duplicate_or_conflict(&stored, &hash, &format!("outcome of attempt {attempt_id}"))?;
                 return Ok(());
@@ -248,7 +248,7 @@ impl Ledger {
         let id_set: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
         let key = format!("bank_batch:{batch_id}:generated");
         let now = self.now_ms();
-        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             if find_idem(tx, &key).await?.is_some() {
                 return Ok(false);
             }
@@ -301,7 +301,7 @@ impl Ledger {
         let key = format!("bank_batch:{batch_id}:{status}");
         let hash = content_hash(&key);
         let now = self.now_ms();
-        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             if find_idem(tx, &key).await?.is_some() {
                 return Ok(Applied::Duplicate);
             }

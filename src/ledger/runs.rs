@@ -170,14 +170,7 @@ pub async fn latest_fx_rate(
 
 /// EUR cents of a bank payout of `amount_micro_usdc` (whole cents):
 /// `round_half_even(USD cents × eur_per_usd)`.
-pub fn eur_cents(amount_micro_usdc: i64, eur_per_usd: Decimal) -> Option<i64> {
-    use rust_decimal::prelude::ToPrimitive;
-    let usd_cents = Decimal::from(amount_micro_usdc / crate::domain::decision::MICRO_USDC_PER_CENT);
-    usd_cents
-        .checked_mul(eur_per_usd)?
-        .round_dp_with_strategy(0, rust_decimal::RoundingStrategy::MidpointNearestEven)
-        .to_i64()
-}
+pub use crate::domain::payout::eur_cents;
 
 /// Where the scheduler's catch-up starts on its first tick (SPEC §5: every missed run is
 /// caught up): the start of the run date of the latest completed run (its date's runs are
@@ -590,7 +583,7 @@ impl Ledger {
         let key = completion_key(run);
         let hash = content_hash(&key);
         let now = self.now_ms();
-        crate::write_stream!(self, PLATFORM_STREAM, |tx| {
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             if find_idem(tx, &key).await?.is_some() {
                 return Ok(());
             }

@@ -3,29 +3,10 @@
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::StoreError;
-use crate::domain::event::{PayoutMethod, Rail};
+use crate::domain::event::Rail;
 use crate::domain::payout::PayoutStatus;
 
-/// A payout as the `payouts` projection holds it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct PayoutRecord {
-    pub payout_id: String,
-    pub provider_id: String,
-    pub run_kind: String,
-    pub run_key: String,
-    pub rail: Rail,
-    pub amount_micro_usdc: i64,
-    pub amount_eur_cents: Option<i64>,
-    pub eur_per_usd: Option<String>,
-    pub method: PayoutMethod,
-    pub status: PayoutStatus,
-    pub hold_reason: Option<String>,
-    pub failure_reason: Option<String>,
-    pub reference: Option<String>,
-    pub end_to_end_id: Option<String>,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
+pub use crate::domain::payout::PayoutRecord;
 
 pub(super) const PAYOUT_COLUMNS: &str = "payout_id, provider_id, run_kind, run_key, rail, amount_micro_usdc, amount_eur_cents, eur_per_usd, method, status, hold_reason, failure_reason, reference, end_to_end_id, created_at_ms, updated_at_ms";
 

@@ -11,20 +11,7 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow(e.to_string())
 }
 
-/// A provider's registry row as the projection holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProviderRecord {
-    pub provider_id: String,
-    pub name: String,
-    pub email: String,
-    pub tier: Tier,
-    pub schedule: Schedule,
-    pub status: ProviderStatus,
-    pub payout_method: Option<PayoutMethod>,
-    pub method_set_at_ms: Option<i64>,
-    pub method_invalid: bool,
-    pub registered_at_ms: i64,
-}
+pub use crate::domain::provider::ProviderRecord;
 
 fn provider_from_row(r: &sqlx::any::AnyRow) -> Result<ProviderRecord, StoreError> {
     let method: Option<String> = r.try_get(6)?;

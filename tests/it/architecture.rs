@@ -125,8 +125,7 @@ fn payout_statuses_are_spelled_in_the_state_machine_only() {
     );
 }
 
-/// The top-level modules of `src/` and the ones each names (`crate::x`, in code or docs;
-/// the exported `write_stream!` macro is the ledger's).
+/// The top-level modules of `src/` and the ones each names (`crate::x`, in code or docs).
 fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
@@ -150,10 +149,7 @@ fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeS
             let end = rest
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(rest.len());
-            let named = match &rest[..end] {
-                "write_stream" => "ledger",
-                other => other,
-            };
+            let named = &rest[..end];
             if !named.is_empty() && named != module {
                 names.insert(named.to_owned());
             }
@@ -217,6 +213,27 @@ fn the_top_level_modules_name_each_other_without_a_cycle() {
             );
         }
     }
+}
+
+/// The ledger's write transaction (`write_stream!`) is private to it: the program exports
+/// no macro, so nothing outside `src/ledger/` (tests included) can name it.
+#[test]
+fn the_write_transaction_macro_is_private_to_the_ledger() {
+    let exported = naming("src", &["#[macro_export]"]);
+    assert!(
+        exported.is_empty(),
+        "exported macros:\n{}",
+        exported.join("\n")
+    );
+    let users: Vec<String> = naming("src", &["write_stream!"])
+        .into_iter()
+        .filter(|hit| !hit.contains("/src/ledger/"))
+        .collect();
+    assert!(
+        users.is_empty(),
+        "write_stream! outside the ledger:\n{}",
+        users.join("\n")
+    );
 }
 
 /// Only `ledger` appends: no other layer of `src/` opens a write transaction on the store

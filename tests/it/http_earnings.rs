@@ -404,19 +404,17 @@ async fn gpus_with_lifetime_and_current_period() {
 async fn append(app: &TestApp, provider: &str, bodies: Vec<EventBody>) {
     let stream = provider_stream(provider);
     let now_ms = app.ledger.now_ms();
-    settle::write_stream!(&app.ledger, &stream, |tx| {
-        for body in &bodies {
-            tx.append(NewEvent {
-                body: body.clone(),
-                actor: "system:test".into(),
-                recorded_at_ms: now_ms,
-                idem_key: None,
-                content_hash: None,
-            });
-        }
-        Ok(())
-    })
-    .unwrap();
+    let mut tx = app.ledger.store.begin(&stream).await.unwrap();
+    for body in bodies {
+        tx.append(NewEvent {
+            body,
+            actor: "system:test".into(),
+            recorded_at_ms: now_ms,
+            idem_key: None,
+            content_hash: None,
+        });
+    }
+    tx.commit().await.unwrap();
 }
 
 fn created(id: &str, amount: i64, method: PayoutMethod, eur_cents: Option<i64>) -> EventBody {

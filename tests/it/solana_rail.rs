@@ -9,7 +9,7 @@ use crate::solana_support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use settle::domain::event::{EventBody, PLATFORM_STREAM, SolanaTxResolved};
-use settle::ledger::{Applied, content_hash, find_idem};
+use settle::ledger::{content_hash, find_idem};
 use settle::rails::solana::{LedgerJournal, SolanaRailError};
 use settle::store::NewEvent;
 use settle_solana::lookup::{self, LookupTables, TableWork};
@@ -474,21 +474,20 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     let key = "solana_tx:att-7:resolved".to_owned();
     let hash = content_hash(&body.to_json());
     let now = w.ledger.now_ms();
-    let applied = settle::write_stream!(&w.ledger, PLATFORM_STREAM, |tx| {
-        if find_idem(tx, &key).await?.is_some() {
-            return Ok(Applied::Duplicate);
-        }
-        tx.append(NewEvent {
-            body: body.clone(),
-            actor: "system:test".into(),
-            recorded_at_ms: now,
-            idem_key: Some(key.clone()),
-            content_hash: Some(hash.clone()),
-        });
-        Ok(Applied::Accepted)
-    })
-    .unwrap();
-    assert_eq!(applied, Applied::Accepted);
+    let mut tx = w.ledger.store.begin(PLATFORM_STREAM).await.unwrap();
+    assert_eq!(
+        find_idem(&mut tx, &key).await.unwrap(),
+        None,
+        "not yet resolved"
+    );
+    tx.append(NewEvent {
+        body,
+        actor: "system:test".into(),
+        recorded_at_ms: now,
+        idem_key: Some(key),
+        content_hash: Some(hash),
+    });
+    tx.commit().await.unwrap();
     assert_eq!(
         w.payouts_of(&payouts[2].provider_id).await[0]
             .status
