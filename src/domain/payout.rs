@@ -447,11 +447,12 @@ pub fn decide(p: &PayoutRecord, cmd: &PayoutCommand) -> Result<Option<EventBody>
         },
         _ => cmd.step(),
     };
+    step.apply(id, p.status)?;
+    // (A release the table allowed starts from held.)
     if let PayoutCommand::Release {
         fresh_fx,
         fx_stale_hours,
     } = cmd
-        && p.status == PayoutStatus::Held
         && p.rail == Rail::Sepa
         && p.amount_eur_cents.is_none()
     {
@@ -469,7 +470,6 @@ pub fn decide(p: &PayoutRecord, cmd: &PayoutCommand) -> Result<Option<EventBody>
                 format!("the EUR amount of payout {id} overflows"),
             )
         })?;
-        step.apply(id, p.status)?;
         return Ok(Some(EventBody::PayoutReleased(PayoutHoldResolved {
             payout_id: id.clone(),
             provider_id: p.provider_id.clone(),
@@ -479,7 +479,6 @@ pub fn decide(p: &PayoutRecord, cmd: &PayoutCommand) -> Result<Option<EventBody>
             eur_per_usd: Some(rate.normalize().to_string()),
         })));
     }
-    step.apply(id, p.status)?;
     if step == PayoutStep::Fail
         && p.rail.is_bank()
         && let Some(batch) = &p.reference

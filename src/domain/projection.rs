@@ -422,16 +422,12 @@ fn registry_ops(out: &mut Vec<ProjOp>, seq: i64, recorded_at_ms: i64, body: &Eve
     match body {
         EventBody::ProviderRegistered(p) => {
             // The row of the record the provider aggregate's own fold starts.
-            let mut state = ProviderState::default();
-            state.apply(recorded_at_ms, body);
-            if let Some(record) = &state.provider {
-                let (key, vals) = provider_row(record);
-                out.push(ProjOp::Put {
-                    table: "providers",
-                    key,
-                    vals,
-                });
-            }
+            let (key, vals) = provider_row(&ProviderRecord::registered(p, recorded_at_ms));
+            out.push(ProjOp::Put {
+                table: "providers",
+                key,
+                vals,
+            });
             out.push(tier_put(&p.provider_id, recorded_at_ms, seq, p.tier));
         }
         EventBody::ProviderUpdated(p) => {
@@ -468,20 +464,27 @@ fn registry_ops(out: &mut Vec<ProjOp>, seq: i64, recorded_at_ms: i64, body: &Eve
                 recorded_at_ms.into(),
             ],
         }),
-        EventBody::RateSet(r) => out.push(ProjOp::Put {
-            table: "rates",
-            key: vec![
-                r.provider_id.as_str().into(),
-                r.model.as_str().into(),
-                r.effective_from_ms.into(),
-            ],
-            vals: vec![r.rate_usdc_per_hour.as_str().into()],
-        }),
-        EventBody::FeeScheduleSet(f) => out.push(ProjOp::Put {
-            table: "fee_schedules",
-            key: vec![f.tier.as_str().into(), f.effective_from_ms.into()],
-            vals: vec![i64::from(f.fee_bps).into()],
-        }),
+        EventBody::RateSet(r) => {
+            let (key, vals) = rate_row(
+                &r.provider_id,
+                &r.model,
+                r.effective_from_ms,
+                &r.rate_usdc_per_hour,
+            );
+            out.push(ProjOp::Put {
+                table: "rates",
+                key,
+                vals,
+            });
+        }
+        EventBody::FeeScheduleSet(f) => {
+            let (key, vals) = fee_row(f.tier, f.effective_from_ms, f.fee_bps);
+            out.push(ProjOp::Put {
+                table: "fee_schedules",
+                key,
+                vals,
+            });
+        }
         EventBody::FxRateSet(f) => out.push(ProjOp::Put {
             table: "fx_rates",
             key: vec![recorded_at_ms.into()],
@@ -787,6 +790,22 @@ pub fn provider_row(p: &ProviderRecord) -> Row {
     )
 }
 
+/// The `rates` row of a provider's rate for a model from an instant.
+fn rate_row(provider_id: &str, model: &str, from_ms: i64, rate: &str) -> Row {
+    (
+        vec![provider_id.into(), model.into(), from_ms.into()],
+        vec![rate.into()],
+    )
+}
+
+/// The `fee_schedules` row of a tier's fee from an instant.
+fn fee_row(tier: Tier, from_ms: i64, fee_bps: u16) -> Row {
+    (
+        vec![tier.as_str().into(), from_ms.into()],
+        vec![i64::from(fee_bps).into()],
+    )
+}
+
 /// The `payouts` row of a payout.
 pub fn payout_row(p: &PayoutRecord) -> Row {
     (
@@ -847,17 +866,11 @@ impl StreamAggregates {
         if let Some(p) = &self.provider.provider {
             rows.push(("providers", provider_row(p)));
             for ((model, from), rate) in &self.provider.rates {
-                let key = vec![
-                    p.provider_id.as_str().into(),
-                    model.as_str().into(),
-                    (*from).into(),
-                ];
-                rows.push(("rates", (key, vec![rate.as_str().into()])));
+                rows.push(("rates", rate_row(&p.provider_id, model, *from, rate)));
             }
         }
         for ((tier, from), bps) in &self.platform.fees {
-            let key = vec![tier.as_str().into(), (*from).into()];
-            rows.push(("fee_schedules", (key, vec![i64::from(*bps).into()])));
+            rows.push(("fee_schedules", fee_row(*tier, *from, *bps)));
         }
         rows.extend(self.payouts.values().map(|p| ("payouts", payout_row(p))));
         let mut out = Vec::new();

@@ -36,6 +36,24 @@ pub struct ProviderRecord {
     pub registered_at_ms: i64,
 }
 
+impl ProviderRecord {
+    /// The record a `provider.registered` event starts, recorded at `at_ms`.
+    pub fn registered(p: &ProviderRegistered, at_ms: i64) -> ProviderRecord {
+        ProviderRecord {
+            provider_id: p.provider_id.clone(),
+            name: p.name.clone(),
+            email: p.email.clone(),
+            tier: p.tier,
+            schedule: p.schedule,
+            status: p.status,
+            payout_method: p.payout_method.clone(),
+            method_set_at_ms: None,
+            method_invalid: false,
+            registered_at_ms: at_ms,
+        }
+    }
+}
+
 /// One provider's stream as its registry commands see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProviderState {
@@ -51,18 +69,7 @@ impl ProviderState {
     pub fn apply(&mut self, recorded_at_ms: i64, body: &EventBody) {
         match body {
             EventBody::ProviderRegistered(p) => {
-                self.provider = Some(ProviderRecord {
-                    provider_id: p.provider_id.clone(),
-                    name: p.name.clone(),
-                    email: p.email.clone(),
-                    tier: p.tier,
-                    schedule: p.schedule,
-                    status: p.status,
-                    payout_method: p.payout_method.clone(),
-                    method_set_at_ms: None,
-                    method_invalid: false,
-                    registered_at_ms: recorded_at_ms,
-                });
+                self.provider = Some(ProviderRecord::registered(p, recorded_at_ms));
             }
             EventBody::ProviderUpdated(u) => {
                 let Some(p) = &mut self.provider else { return };

@@ -2,7 +2,7 @@
 //! Both are admin commands, idempotent by the voided `event_id` and by `adjustment_id`.
 
 use super::{
-    Actor, Applied, Ledger, LedgerError, book_decided, content_hash, duplicate_or_conflict,
+    Actor, Applied, Idem, Ledger, LedgerError, book_decided, duplicate_or_conflict,
     find_idem_in_stream, reject,
 };
 use crate::domain::event::*;
@@ -56,21 +56,20 @@ impl Ledger {
         else {
             return reject("unknown_event", format!("{event_id} is not a usage event"));
         };
-        let key = format!("void:{event_id}");
-        let hash = content_hash(&format!("void|{event_id}"));
+        let idem = Idem::new(
+            format!("void:{event_id}"),
+            &format!("void|{event_id}"),
+            format!("void of {event_id}"),
+        );
         let now = self.now_ms();
         crate::ledger::write_stream!(self, &stream, |tx| {
-            if let Some(stored) = find_idem_in_stream(tx, &key).await? {
-                return duplicate_or_conflict(&stored, &hash, &format!("void of {event_id}"));
+            // A usage event's id, and so its void's, is scoped to its provider (SPEC §4).
+            if let Some(stored) = find_idem_in_stream(tx, &idem.key).await? {
+                return duplicate_or_conflict(&stored, &idem.hash, &idem.what);
             }
             let voided = crate::domain::usage::void(&usage, reason);
-            Ok(book_decided(
-                tx,
-                vec![EventBody::UsageVoided(voided)],
-                actor,
-                now,
-                Some((&key, &hash)),
-            ))
+            let events = vec![EventBody::UsageVoided(voided)];
+            Ok(book_decided(tx, events, actor, now, Some(&idem)))
         })
     }
 
@@ -95,16 +94,13 @@ impl Ledger {
             reason: reason.to_owned(),
             reference: reference.map(str::to_owned),
         };
-        let key = format!("adj:{adjustment_id}");
-        let hash = content_hash(&EventBody::AdjustmentPosted(cmd.event()).to_json());
-        let what = format!("adjustment {adjustment_id}");
-        self.provider_command(
-            provider_id.as_str(),
-            ProviderCommand::PostAdjustment(&cmd),
-            Some((key, hash, what)),
-            None,
-            actor,
-        )
-        .await
+        let idem = Idem::new(
+            format!("adj:{adjustment_id}"),
+            &EventBody::AdjustmentPosted(cmd.event()).to_json(),
+            format!("adjustment {adjustment_id}"),
+        );
+        let command = ProviderCommand::PostAdjustment(&cmd);
+        self.provider_command(provider_id.as_str(), command, Some(idem), actor)
+            .await
     }
 }

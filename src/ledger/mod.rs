@@ -123,15 +123,41 @@ pub fn reject<T>(code: &'static str, message: impl Into<String>) -> Result<T, Le
     Err(LedgerError::Rejected(DomainError::new(code, message)))
 }
 
+/// A command's idempotency key, the hash of its normalised content, and what the command
+/// is called in a `conflict`'s message.
+pub(crate) struct Idem {
+    pub key: String,
+    pub hash: Vec<u8>,
+    pub what: String,
+}
+
+impl Idem {
+    pub fn new(key: String, content: &str, what: String) -> Idem {
+        Idem {
+            key,
+            hash: content_hash(content),
+            what,
+        }
+    }
+
+    /// The answer to a re-send: `None` when the key is unused (on any stream), else
+    /// `duplicate` for the same content or the `conflict` refusal.
+    pub async fn resent(&self, tx: &mut WriteTx) -> Result<Option<Applied>, LedgerError> {
+        match find_idem(tx, &self.key).await? {
+            None => Ok(None),
+            Some(stored) => duplicate_or_conflict(&stored, &self.hash, &self.what).map(Some),
+        }
+    }
+}
+
 /// Books the events a decision returned, at `now` by `actor`, the first under the
-/// command's idempotency key and content hash: none is a `duplicate` (the command changes
-/// nothing).
+/// command's idempotency key: none is a `duplicate` (the command changes nothing).
 pub(crate) fn book_decided(
-    tx: &mut crate::store::WriteTx,
+    tx: &mut WriteTx,
     events: Vec<crate::domain::event::EventBody>,
     actor: &Actor,
     now: i64,
-    idem: Option<(&String, &Vec<u8>)>,
+    idem: Option<&Idem>,
 ) -> Applied {
     if events.is_empty() {
         return Applied::Duplicate;
@@ -143,8 +169,8 @@ pub(crate) fn book_decided(
             body,
             actor: actor.0.clone(),
             recorded_at_ms: now,
-            idem_key: key.map(|(k, _)| k.clone()),
-            content_hash: key.map(|(_, h)| h.clone()),
+            idem_key: key.map(|i| i.key.clone()),
+            content_hash: key.map(|i| i.hash.clone()),
         });
     }
     Applied::Accepted

@@ -9,10 +9,8 @@
 
 use sqlx::AnyPool;
 
-use super::{
-    Actor, Applied, Ledger, LedgerError, book_decided, content_hash, duplicate_or_conflict,
-    find_idem, reject,
-};
+use super::corrections::check_text;
+use super::{Actor, Applied, Idem, Ledger, LedgerError, book_decided, reject};
 use crate::domain::event::provider_stream;
 use crate::domain::payout::{self, PayoutCommand};
 
@@ -37,16 +35,6 @@ pub async fn provider_payouts(
     Ok(crate::store::payouts::provider_payouts(pool, provider_id).await?)
 }
 
-fn check_text(text: &str, what: &str, max: usize) -> Result<(), LedgerError> {
-    if text.trim().is_empty() || text.chars().count() > max || text.chars().any(char::is_control) {
-        return reject(
-            "invalid_text",
-            format!("{what} must be 1..={max} characters without control characters"),
-        );
-    }
-    Ok(())
-}
-
 impl Ledger {
     /// Decides a lifecycle command on the payout's provider stream and books its event.
     /// `provider_id`: the payout's provider when the caller knows it (else it is read).
@@ -64,19 +52,21 @@ impl Ledger {
                 None => return reject("unknown_payout", format!("no payout {payout_id}")),
             },
         };
-        let key = cmd.key(payout_id);
-        let hash = content_hash(&format!("{key}|{}", cmd.content()));
+        let idem = Idem::new(
+            cmd.key(payout_id),
+            &format!("{}|{}", cmd.key(payout_id), cmd.content()),
+            format!("{} of payout {payout_id}", cmd.name()),
+        );
         let now = self.now_ms();
         crate::ledger::write_stream!(self, &provider_stream(&provider_id), |tx| {
-            if let Some(stored) = find_idem(tx, &key).await? {
-                let what = format!("{} of payout {payout_id}", cmd.name());
-                return duplicate_or_conflict(&stored, &hash, &what);
+            if let Some(answer) = idem.resent(tx).await? {
+                return Ok(answer);
             }
             let Some(current) = load(tx.conn(), payout_id).await? else {
                 return reject("unknown_payout", format!("no payout {payout_id}"));
             };
             let events = payout::decide(&current, &cmd)?.into_iter().collect();
-            Ok(book_decided(tx, events, actor, now, Some((&key, &hash))))
+            Ok(book_decided(tx, events, actor, now, Some(&idem)))
         })
     }
 

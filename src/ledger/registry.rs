@@ -4,10 +4,7 @@
 //! registration reusing an id with other content is a `conflict`; an update or a rate that
 //! changes nothing is a `duplicate`.
 
-use super::{
-    Actor, Applied, Ledger, LedgerError, book_decided, content_hash, duplicate_or_conflict,
-    find_idem,
-};
+use super::{Actor, Applied, Idem, Ledger, LedgerError, book_decided};
 use crate::domain::event::*;
 use crate::domain::ids::FxId;
 use crate::domain::platform::{self, PlatformCommand, PlatformState, SetFxRate};
@@ -19,63 +16,48 @@ pub use crate::domain::provider::{
     ProviderRecord, RegisterGpu, RegisterProvider, SetRate, UpdateProvider,
 };
 
-/// Reads a provider inside a write transaction.
-pub async fn load_provider(
+/// The part of a provider's state `cmd` reads, from the projections under the stream's
+/// lock: the provider's registry row, and for a rate the price book's entry at its key.
+async fn provider_state(
     tx: &mut WriteTx,
     provider_id: &str,
-) -> Result<Option<ProviderRecord>, LedgerError> {
-    Ok(crate::store::providers::load_provider(tx.conn(), provider_id).await?)
-}
-
-/// The part of a provider's state a registry command reads, from the projections under
-/// the stream's lock: its registry row, and the price book's rate for `rate` (model,
-/// effective from) when the command sets one.
-pub(super) async fn provider_state(
-    tx: &mut WriteTx,
-    provider_id: &str,
-    rate: Option<(&str, i64)>,
+    cmd: ProviderCommand<'_>,
 ) -> Result<ProviderState, LedgerError> {
     let mut state = ProviderState {
-        provider: load_provider(tx, provider_id).await?,
+        provider: crate::store::providers::load_provider(tx.conn(), provider_id).await?,
         ..ProviderState::default()
     };
-    if let Some((model, from)) = rate
-        && let Some(text) =
+    if let ProviderCommand::SetRate(c) = cmd {
+        let (model, from) = (c.model.as_str(), c.effective_from_ms);
+        if let Some(text) =
             crate::store::providers::rate_from(tx.conn(), provider_id, model, from).await?
-    {
-        state.rates.insert((model.to_owned(), from), text);
+        {
+            state.rates.insert((model.to_owned(), from), text);
+        }
     }
     Ok(state)
 }
 
 impl Ledger {
-    /// Decides a registry command on its provider's stream and books what it decided.
-    /// `idem`: the command's idempotency key and content hash; a re-send is answered from
-    /// it before the decision.
+    /// Decides a registry command on its provider's stream and books what it decided; a
+    /// re-send under `idem` is answered before the decision.
     pub(super) async fn provider_command(
         &self,
         provider_id: &str,
         cmd: ProviderCommand<'_>,
-        idem: Option<(String, Vec<u8>, String)>,
-        rate: Option<(&str, i64)>,
+        idem: Option<Idem>,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
         let now = self.now_ms();
         crate::ledger::write_stream!(self, &provider_stream(provider_id), |tx| {
-            if let Some((key, hash, what)) = &idem
-                && let Some(stored) = find_idem(tx, key).await?
+            if let Some(idem) = &idem
+                && let Some(answer) = idem.resent(tx).await?
             {
-                return duplicate_or_conflict(&stored, hash, what);
+                return Ok(answer);
             }
-            let state = provider_state(tx, provider_id, rate).await?;
+            let state = provider_state(tx, provider_id, cmd).await?;
             let events = provider::decide(&state, cmd)?;
-            Ok(book_decided(
-                tx,
-                events,
-                actor,
-                now,
-                idem.as_ref().map(|(k, h, _)| (k, h)),
-            ))
+            Ok(book_decided(tx, events, actor, now, idem.as_ref()))
         })
     }
 
@@ -84,17 +66,14 @@ impl Ledger {
         cmd: &RegisterProvider,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let key = format!("provider:{}", cmd.provider_id);
-        let hash = content_hash(&EventBody::ProviderRegistered(cmd.event()).to_json());
-        let what = format!("provider {}", cmd.provider_id);
-        self.provider_command(
-            cmd.provider_id.as_str(),
-            ProviderCommand::Register(cmd),
-            Some((key, hash, what)),
-            None,
-            actor,
-        )
-        .await
+        let idem = Idem::new(
+            format!("provider:{}", cmd.provider_id),
+            &EventBody::ProviderRegistered(cmd.event()).to_json(),
+            format!("provider {}", cmd.provider_id),
+        );
+        let id = cmd.provider_id.as_str();
+        self.provider_command(id, ProviderCommand::Register(cmd), Some(idem), actor)
+            .await
     }
 
     /// Updates a provider: only what changes is booked (see `domain::provider::decide`).
@@ -106,16 +85,11 @@ impl Ledger {
         let idem = cmd.update_id.as_ref().map(|id| {
             let key = format!("update:{id}");
             let what = format!("update {key}");
-            (key, content_hash(&cmd.content()), what)
+            Idem::new(key, &cmd.content(), what)
         });
-        self.provider_command(
-            cmd.provider_id.as_str(),
-            ProviderCommand::Update(cmd),
-            idem,
-            None,
-            actor,
-        )
-        .await
+        let id = cmd.provider_id.as_str();
+        self.provider_command(id, ProviderCommand::Update(cmd), idem, actor)
+            .await
     }
 
     pub async fn register_gpu(
@@ -123,28 +97,20 @@ impl Ledger {
         cmd: &RegisterGpu,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let key = format!("gpu:{}", cmd.gpu_id);
-        let hash = content_hash(&EventBody::GpuRegistered(cmd.event()).to_json());
-        let what = format!("gpu {}", cmd.gpu_id);
-        self.provider_command(
-            cmd.provider_id.as_str(),
-            ProviderCommand::RegisterGpu(cmd),
-            Some((key, hash, what)),
-            None,
-            actor,
-        )
-        .await
+        let idem = Idem::new(
+            format!("gpu:{}", cmd.gpu_id),
+            &EventBody::GpuRegistered(cmd.event()).to_json(),
+            format!("gpu {}", cmd.gpu_id),
+        );
+        let id = cmd.provider_id.as_str();
+        self.provider_command(id, ProviderCommand::RegisterGpu(cmd), Some(idem), actor)
+            .await
     }
 
     pub async fn set_rate(&self, cmd: &SetRate, actor: &Actor) -> Result<Applied, LedgerError> {
-        self.provider_command(
-            cmd.provider_id.as_str(),
-            ProviderCommand::SetRate(cmd),
-            None,
-            Some((cmd.model.as_str(), cmd.effective_from_ms)),
-            actor,
-        )
-        .await
+        let id = cmd.provider_id.as_str();
+        self.provider_command(id, ProviderCommand::SetRate(cmd), None, actor)
+            .await
     }
 
     pub async fn set_fee(&self, cmd: &SetFee, actor: &Actor) -> Result<Applied, LedgerError> {
@@ -188,14 +154,15 @@ impl Ledger {
         };
         let idem = fx_id.map(|id| {
             let key = format!("fx:{id}");
-            (key, content_hash(&format!("fx|{}", cmd.rate_text())))
+            let what = format!("FX rate {key}");
+            Idem::new(key, &format!("fx|{}", cmd.rate_text()), what)
         });
         let now = self.now_ms();
         crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
-            if let Some((key, hash)) = &idem
-                && let Some(stored) = find_idem(tx, key).await?
+            if let Some(idem) = &idem
+                && let Some(answer) = idem.resent(tx).await?
             {
-                return duplicate_or_conflict(&stored, hash, &format!("FX rate {key}"));
+                return Ok(answer);
             }
             // The rate in force, read under the platform stream's lock.
             let state = PlatformState {
@@ -205,13 +172,7 @@ impl Ledger {
                 ..PlatformState::default()
             };
             let events = platform::decide(&state, PlatformCommand::SetFxRate(&cmd))?;
-            Ok(book_decided(
-                tx,
-                events,
-                actor,
-                now,
-                idem.as_ref().map(|(k, h)| (k, h)),
-            ))
+            Ok(book_decided(tx, events, actor, now, idem.as_ref()))
         })
     }
 }
