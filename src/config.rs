@@ -28,7 +28,7 @@ pub struct LedgerConfig {
     /// Length of free-text fields (reasons, names, references).
     pub text_len_max: usize,
     /// Provider streams booked in one ingest transaction: a batch spanning more providers
-    /// commits in several transactions. On PostgreSQL each stream is an advisory lock held
+    /// commits in several transactions (a bank batch's payouts are settled in as many). On PostgreSQL each stream is an advisory lock held
     /// to the commit; the server's lock table holds `max_locks_per_transaction ×
     /// max_connections` locks in all (see ops/deploy/postgresql.conf).
     pub ingest_streams_per_tx_max: usize,

@@ -16,6 +16,9 @@
 //! - `file`: the same batches as one NDJSON file (written before the clock starts), booked
 //!   by the release `settle ingest FILE` process; its peak memory is the one reported.
 
+#[path = "peak.rs"]
+mod peak;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
@@ -315,17 +318,6 @@ async fn drop_db(db: Db) {
     }
 }
 
-fn vm_hwm_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 /// Latency percentiles of the batches, in milliseconds.
 fn percentiles(mut lat: Vec<Duration>) -> (f64, f64, f64) {
     lat.sort();
@@ -399,7 +391,7 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
         latencies.push(t.elapsed());
     }
     let secs = started.elapsed().as_secs_f64();
-    let hwm = vm_hwm_kb();
+    let hwm = peak::vmhwm_kib();
     let booked: i64 = sqlx::query("SELECT COUNT(*) FROM raw_events")
         .fetch_one(&pool)
         .await
@@ -751,7 +743,7 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
     ledger.store.catch_up_all().await.expect("fold the tail");
     let fold_tail_secs = tail_started.elapsed().as_secs_f64();
     let secs = started.elapsed().as_secs_f64();
-    let hwm = vm_hwm_kb();
+    let hwm = peak::vmhwm_kib();
     let (lag_p50, lag_p99, lag_max) = percentiles(lags);
 
     // Correctness of what was measured: each event booked once, balances exact (the nets

@@ -19,6 +19,9 @@
 //! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
 //! `run` and `rerun` again without loading.
 
+#[path = "peak.rs"]
+mod peak;
+
 use std::time::Instant;
 
 use settle::config::LedgerConfig;
@@ -279,17 +282,6 @@ async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>) {
     }
 }
 
-fn vmhwm_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 async fn phase(args: &Args, phase: &str) {
     match phase {
         "setup" => {
@@ -316,7 +308,7 @@ async fn phase(args: &Args, phase: &str) {
                 args.db,
                 args.providers,
                 seconds,
-                vmhwm_kib()
+                peak::vmhwm_kib()
             );
         }
         "restore" => snapshot(args, None).await,
@@ -344,7 +336,7 @@ async fn phase(args: &Args, phase: &str) {
                 report.payouts_micro_usdc,
                 after - before,
                 report.candidates.len() as f64 / seconds,
-                vmhwm_kib()
+                peak::vmhwm_kib()
             );
         }
         other => panic!("unknown phase {other}"),

@@ -11,6 +11,9 @@
 //! creates in the pass (their transactions, fees and rent are reported apart); `--legacy`
 //! packs legacy transactions (`solana.lookup_tables = false`).
 
+#[path = "peak.rs"]
+mod peak;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -151,7 +154,13 @@ async fn bench(args: Args) {
             .await
             .expect("ingest");
     }
+    eprintln!(
+        "setup: {} providers registered and their usage booked in {:.1} s",
+        args.payouts,
+        started.elapsed().as_secs_f64()
+    );
     clock.set(parse_rfc3339_ms("2026-11-23T06:00:00Z").unwrap());
+    let started = Instant::now();
     let run = ledger
         .run_payouts(
             runs::weekly_key("2026-11-23").unwrap(),
@@ -162,11 +171,7 @@ async fn bench(args: Args) {
         .await
         .expect("weekly run");
     assert_eq!(run.payouts as usize, args.payouts);
-    eprintln!(
-        "setup: {} providers registered, usage booked, weekly run decided in {:.1} s",
-        args.payouts,
-        started.elapsed().as_secs_f64()
-    );
+    let decide_secs = started.elapsed().as_secs_f64();
 
     // The measured part: one pass of the outbox worker.
     let mut config = chain.solana_config();
@@ -251,8 +256,17 @@ async fn bench(args: Args) {
         table_rent as f64 / n,
     );
     println!(
+        "weekly run: {} payouts decided in {decide_secs:.1} s",
+        args.payouts
+    );
+    println!(
         "time to pay: {pay_secs:.1} s ({:.0} payouts/s) through RpcClient → local JSON-RPC, journaled on the ledger; reconcile {reconcile_secs:.1} s; verify clean",
         n / pay_secs
+    );
+    println!(
+        "end to end (decide, pack, sign, send, confirm, reconcile): {:.1} s; peak memory (VmHWM) {} MiB",
+        decide_secs + pay_secs + reconcile_secs,
+        peak::vmhwm_kib() / 1024
     );
     chain.server.shutdown().await;
 }

@@ -7,10 +7,14 @@
 //! that does not allow it is `invalid_payout_state`; an unknown id is `unknown_payout`.
 //! The rails (Solana, bank) and the admin commands call these.
 
+use std::collections::HashSet;
+
 use sqlx::AnyPool;
 
 use super::corrections::check_text;
-use super::{Actor, Applied, Idem, Ledger, LedgerError, book_decided, reject};
+use super::{
+    Actor, Applied, Idem, Ledger, LedgerError, book_decided, duplicate_or_conflict, reject,
+};
 use crate::domain::event::provider_stream;
 use crate::domain::payout::{self, PayoutCommand};
 
@@ -20,11 +24,21 @@ pub const REFERENCE_LEN_MAX: usize = 128;
 pub const END_TO_END_ID_LEN_MAX: usize = 35;
 
 pub use crate::domain::payout::PayoutRecord;
-use crate::store::payouts::load;
+use crate::store::WriteTx;
+use crate::store::payouts::load_many;
 
 /// Reads one payout.
 pub async fn payout(pool: &AnyPool, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
     Ok(crate::store::payouts::payout(pool, payout_id).await?)
+}
+
+/// The payouts of `payout_ids` that exist, by id, in one statement.
+pub async fn payouts(
+    pool: &AnyPool,
+    payout_ids: &[&str],
+) -> Result<std::collections::HashMap<String, PayoutRecord>, LedgerError> {
+    let mut conn = pool.acquire().await?;
+    Ok(load_many(&mut conn, payout_ids).await?)
 }
 
 /// The payouts of a provider, oldest first.
@@ -35,39 +49,141 @@ pub async fn provider_payouts(
     Ok(crate::store::payouts::provider_payouts(pool, provider_id).await?)
 }
 
+fn unknown(payout_id: &str) -> Result<Applied, LedgerError> {
+    reject("unknown_payout", format!("no payout {payout_id}"))
+}
+
+/// Inside `tx`, which holds the write locks of the payouts' provider streams: reads their
+/// states and booked keys at once, then answers a re-send, or decides the command and
+/// books its event on the payout's stream.
+async fn decide_payouts_in(
+    tx: &mut WriteTx,
+    commands: &[(&str, PayoutCommand)],
+    idems: &[Idem],
+    actor: &Actor,
+    now: i64,
+) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+    let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
+    let current = load_many(tx.conn(), &ids).await?;
+    let keys: Vec<(String, String)> = idems
+        .iter()
+        .zip(&ids)
+        .filter_map(|(idem, id)| {
+            let p = current.get(*id)?;
+            Some((idem.key.clone(), provider_stream(&p.provider_id)))
+        })
+        .collect();
+    let booked = crate::store::keys::booked_keys(tx, &keys).await?;
+    let mut answers = Vec::with_capacity(commands.len());
+    for ((id, cmd), idem) in commands.iter().zip(idems) {
+        let Some(payout) = current.get(*id) else {
+            answers.push(unknown(id));
+            continue;
+        };
+        let stream = provider_stream(&payout.provider_id);
+        if let Some(stored) = booked.get(&(stream.clone(), idem.key.clone())) {
+            answers.push(duplicate_or_conflict(stored, &idem.hash, &idem.what));
+            continue;
+        }
+        answers.push(match payout::decide(payout, cmd) {
+            Ok(events) => {
+                tx.use_stream(&stream);
+                Ok(book_decided(
+                    tx,
+                    events.into_iter().collect(),
+                    actor,
+                    now,
+                    Some(idem),
+                ))
+            }
+            Err(refused) => Err(refused.into()),
+        });
+    }
+    Ok(answers)
+}
+
+/// The same command for each of `payout_ids`.
+fn each<'a>(payout_ids: &[&'a str], cmd: &PayoutCommand) -> Vec<(&'a str, PayoutCommand)> {
+    payout_ids.iter().map(|id| (*id, cmd.clone())).collect()
+}
+
+/// The answer of a batch of one.
+fn only_answer(mut answers: Vec<Result<Applied, LedgerError>>) -> Result<Applied, LedgerError> {
+    answers.pop().expect("one answer per command")
+}
+
 impl Ledger {
-    /// Decides a lifecycle command on the payout's provider stream and books its event.
-    /// `provider_id`: the payout's provider when the caller knows it (else it is read).
+    /// Decides one lifecycle command: [`Ledger::payout_commands`] with one payout.
     async fn payout_command(
         &self,
         payout_id: &str,
-        provider_id: Option<&str>,
         cmd: PayoutCommand,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let provider_id = match provider_id {
-            Some(p) => p.to_owned(),
-            None => match payout(self.store.pool(), payout_id).await? {
-                Some(found) => found.provider_id,
-                None => return reject("unknown_payout", format!("no payout {payout_id}")),
-            },
-        };
-        let idem = Idem::new(
-            cmd.key(payout_id),
-            &format!("{}|{}", cmd.key(payout_id), cmd.content()),
-            format!("{} of payout {payout_id}", cmd.name()),
-        );
+        only_answer(self.payout_commands(&[(payout_id, cmd)], actor).await?)
+    }
+
+    /// Decides lifecycle commands of distinct payouts together: one transaction over their
+    /// providers' streams, one statement for their states and one for their idempotency
+    /// keys, one commit (what the ~50 payouts of a Solana transaction, or the payouts of a
+    /// bank batch, need at once), retried whole when another writer got there first. Each
+    /// payout keeps its own stream, sequence and key, so the ledger holds exactly what one
+    /// transaction per payout would have written. The answers come in the order of
+    /// `commands`, one each: a refusal (unknown payout, a state that does not allow the
+    /// command, a conflicting re-send) is that payout's answer and leaves the others alone.
+    pub(crate) async fn payout_commands(
+        &self,
+        commands: &[(&str, PayoutCommand)],
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
+        let distinct: HashSet<&str> = ids.iter().copied().collect();
+        if distinct.len() != ids.len() {
+            // A second command would decide against the state before the first one's event.
+            return reject(
+                "invalid_batch",
+                "a payout appears twice in one batch of lifecycle commands",
+            );
+        }
+        // A payout's provider never changes: its stream can be named before the locks.
+        let mut conn = self.store.pool().acquire().await?;
+        let mut streams: Vec<String> = load_many(&mut conn, &ids)
+            .await?
+            .values()
+            .map(|p| provider_stream(&p.provider_id))
+            .collect();
+        drop(conn);
+        if streams.is_empty() {
+            return Ok(ids.iter().map(|id| unknown(id)).collect());
+        }
+        streams.sort_unstable();
+        streams.dedup();
+        let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+        let idems: Vec<Idem> = commands
+            .iter()
+            .map(|(id, cmd)| {
+                Idem::new(
+                    cmd.key(id),
+                    &format!("{}|{}", cmd.key(id), cmd.content()),
+                    format!("{} of payout {id}", cmd.name()),
+                )
+            })
+            .collect();
         let now = self.now_ms();
-        crate::ledger::write_stream!(self, &provider_stream(&provider_id), |tx| {
-            if let Some(answer) = idem.resent(tx).await? {
-                return Ok(answer);
+        let mut attempt: u32 = 0;
+        loop {
+            let result = async {
+                let mut tx = self.store.begin_streams(&names).await?;
+                let answers = decide_payouts_in(&mut tx, commands, &idems, actor, now).await?;
+                tx.commit().await?;
+                Ok::<_, LedgerError>(answers)
             }
-            let Some(current) = load(tx.conn(), payout_id).await? else {
-                return reject("unknown_payout", format!("no payout {payout_id}"));
-            };
-            let events = payout::decide(&current, &cmd)?.into_iter().collect();
-            Ok(book_decided(tx, events, actor, now, Some(&idem)))
-        })
+            .await;
+            match result {
+                Err(e) if self.retry_after(&e, &mut attempt).await => continue,
+                other => return other,
+            }
+        }
     }
 
     /// Releases a held payout (admin): held → in transit; the rail pays it.
@@ -94,7 +210,7 @@ impl Ledger {
             fresh_fx,
             fx_stale_hours: config.fx_stale_hours,
         };
-        self.payout_command(payout_id, None, cmd, actor).await
+        self.payout_command(payout_id, cmd, actor).await
     }
 
     /// Cancels a held payout (admin): held → payable; the next run sees the money again.
@@ -106,7 +222,7 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         check_text(reason, "reason", self.config.text_len_max)?;
         let reason = reason.trim().to_owned();
-        self.payout_command(payout_id, None, PayoutCommand::Cancel { reason }, actor)
+        self.payout_command(payout_id, PayoutCommand::Cancel { reason }, actor)
             .await
     }
 
@@ -119,36 +235,80 @@ impl Ledger {
         end_to_end_id: Option<&str>,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
-        if let Some(e2e) = end_to_end_id {
-            check_text(e2e, "end_to_end_id", END_TO_END_ID_LEN_MAX)?;
-        }
-        let cmd = PayoutCommand::Submit {
-            reference: reference.trim().to_owned(),
-            end_to_end_id: end_to_end_id.map(|e| e.trim().to_owned()),
-        };
-        self.payout_command(payout_id, None, cmd, actor).await
+        only_answer(
+            self.submit_payouts(&[(payout_id, end_to_end_id)], reference, actor)
+                .await?,
+        )
     }
 
-    /// Records that the Solana rail signed attempt `attempt_id` for the payout, whose
-    /// transaction has `signature`: created → submitted, or submitted → submitted when an
-    /// expired transaction was signed again. Idempotent per attempt
-    /// (`payout:{id}:submitted:{attempt_id}`). A payout its attempt already settled or
-    /// failed (a repair after the outcome) is left alone: `duplicate`.
+    /// [`Ledger::submit_payout`] for several payouts sent under one reference (a bank
+    /// batch), each with its end-to-end id, together ([`Ledger::payout_commands`]).
+    pub async fn submit_payouts(
+        &self,
+        payouts: &[(&str, Option<&str>)],
+        reference: &str,
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
+        let mut commands = Vec::with_capacity(payouts.len());
+        for (payout_id, end_to_end_id) in payouts {
+            if let Some(e2e) = end_to_end_id {
+                check_text(e2e, "end_to_end_id", END_TO_END_ID_LEN_MAX)?;
+            }
+            let cmd = PayoutCommand::Submit {
+                reference: reference.trim().to_owned(),
+                end_to_end_id: end_to_end_id.map(|e| e.trim().to_owned()),
+            };
+            commands.push((*payout_id, cmd));
+        }
+        self.payout_commands(&commands, actor).await
+    }
+
+    /// Records that the Solana rail signed attempt `attempt_id`, whose transaction has
+    /// `signature`, for its payouts, together ([`Ledger::payout_commands`]): created →
+    /// submitted, or submitted → submitted when an expired transaction was signed again.
+    /// Idempotent per attempt (`payout:{id}:submitted:{attempt_id}`). A payout its attempt
+    /// already settled or failed (a repair after the outcome) is left alone: `duplicate`.
     pub async fn submit_payout_attempt(
         &self,
-        payout_id: &str,
-        provider_id: &str,
+        payout_ids: &[&str],
         attempt_id: &str,
         signature: &str,
         actor: &Actor,
-    ) -> Result<Applied, LedgerError> {
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
         let cmd = PayoutCommand::SubmitAttempt {
             attempt_id: attempt_id.to_owned(),
             signature: signature.to_owned(),
         };
-        self.payout_command(payout_id, Some(provider_id), cmd, actor)
-            .await
+        self.payout_commands(&each(payout_ids, &cmd), actor).await
+    }
+
+    /// [`Ledger::settle_payout`] for several payouts together ([`Ledger::payout_commands`]).
+    pub async fn settle_payouts(
+        &self,
+        payout_ids: &[&str],
+        reference: &str,
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
+        let cmd = PayoutCommand::Settle {
+            reference: reference.trim().to_owned(),
+        };
+        self.payout_commands(&each(payout_ids, &cmd), actor).await
+    }
+
+    /// [`Ledger::fail_payout`] for several payouts together ([`Ledger::payout_commands`]).
+    pub async fn fail_payouts(
+        &self,
+        payout_ids: &[&str],
+        reason: &str,
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        check_text(reason, "reason", self.config.text_len_max)?;
+        let cmd = PayoutCommand::Fail {
+            reason: reason.trim().to_owned(),
+        };
+        self.payout_commands(&each(payout_ids, &cmd), actor).await
     }
 
     /// Records that the money arrived: created/submitted → settled (in transit → treasury).
@@ -158,10 +318,7 @@ impl Ledger {
         reference: &str,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
-        let reference = reference.trim().to_owned();
-        self.payout_command(payout_id, None, PayoutCommand::Settle { reference }, actor)
-            .await
+        only_answer(self.settle_payouts(&[payout_id], reference, actor).await?)
     }
 
     /// Records that the rail failed before the money arrived: created/submitted → failed;
@@ -172,10 +329,7 @@ impl Ledger {
         reason: &str,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        check_text(reason, "reason", self.config.text_len_max)?;
-        let reason = reason.trim().to_owned();
-        self.payout_command(payout_id, None, PayoutCommand::Fail { reason }, actor)
-            .await
+        only_answer(self.fail_payouts(&[payout_id], reason, actor).await?)
     }
 
     /// Records a return after settlement (a bank return): settled → returned; treasury →
@@ -195,7 +349,7 @@ impl Ledger {
             reason: reason.trim().to_owned(),
             method_invalid,
         };
-        self.payout_command(payout_id, None, cmd, actor).await
+        self.payout_command(payout_id, cmd, actor).await
     }
 }
 

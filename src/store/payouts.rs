@@ -2,7 +2,9 @@
 
 use sqlx::{AnyConnection, AnyPool, Row};
 
-use super::StoreError;
+use std::collections::HashMap;
+
+use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::event::Rail;
 use crate::domain::payout::PayoutStatus;
 
@@ -47,6 +49,36 @@ pub async fn load(
     .fetch_optional(&mut *conn)
     .await?;
     row.as_ref().map(payout_from_row).transpose()
+}
+
+/// The payouts of `payout_ids` that exist, by id: one statement for all of them.
+pub async fn load_many(
+    conn: &mut AnyConnection,
+    payout_ids: &[&str],
+) -> Result<HashMap<String, PayoutRecord>, StoreError> {
+    let mut out = HashMap::with_capacity(payout_ids.len());
+    if payout_ids.is_empty() {
+        return Ok(out);
+    }
+    let rows: Vec<(&str,)> = payout_ids.iter().map(|p| (*p,)).collect();
+    let columns = PAYOUT_COLUMNS
+        .split(", ")
+        .map(|c| format!("p.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT {columns} FROM {} JOIN payouts AS p ON p.payout_id = j.value ->> 0",
+        Dialect::of(conn).json_rows(1, payout_ids.len())
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&rows))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let payout = payout_from_row(&r)?;
+        out.insert(payout.payout_id.clone(), payout);
+    }
+    Ok(out)
 }
 
 /// Reads one payout.

@@ -320,3 +320,69 @@ async fn wrong_states_unknown_payouts_and_bad_input_are_rejected_with_stable_cod
     );
     w.check_invariants().await;
 }
+
+/// Lifecycle commands booked together (a Solana transaction's payouts, a bank batch's):
+/// each payout gets its own answer and its own event on its own stream; a refused one
+/// leaves the others booked; a re-send answers `duplicate` per payout.
+#[tokio::test]
+async fn payouts_settled_together_get_one_answer_and_one_event_each() {
+    let (w, s, e, u) = paid_world().await;
+    let a = w.actor();
+    w.ledger.fail_payout(&s, "chain said no", &a).await.unwrap();
+    w.ledger.settle_payout(&e, "sig-e", &a).await.unwrap();
+    let codes = |answers: Vec<Result<Applied, settle::ledger::LedgerError>>| {
+        answers
+            .into_iter()
+            .map(|r| match r {
+                Ok(applied) => applied.as_str().to_owned(),
+                Err(e) => e.code().to_owned(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let batch = [s.as_str(), e.as_str(), "po_missing", u.as_str()];
+    let answers = w
+        .ledger
+        .settle_payouts(&batch, "batch-7", &a)
+        .await
+        .unwrap();
+    assert_eq!(
+        codes(answers),
+        [
+            "invalid_payout_state",
+            "conflict",
+            "unknown_payout",
+            "accepted"
+        ],
+        "s failed; e was settled under another reference"
+    );
+    let p = w.payout(&u).await;
+    assert_eq!(
+        (p.status.as_str(), p.reference.as_deref()),
+        ("settled", Some("batch-7"))
+    );
+    assert_eq!(w.balances("u").await, (0, 0, 0, 40 * USDC));
+    assert_eq!(w.payout(&s).await.status.as_str(), "failed");
+    assert_eq!(w.payout(&e).await.reference.as_deref(), Some("sig-e"));
+    let again = w
+        .ledger
+        .settle_payouts(&batch, "batch-7", &a)
+        .await
+        .unwrap();
+    assert_eq!(
+        codes(again),
+        [
+            "invalid_payout_state",
+            "conflict",
+            "unknown_payout",
+            "duplicate"
+        ]
+    );
+    let twice = w
+        .ledger
+        .fail_payouts(&[u.as_str(), u.as_str()], "twice", &a)
+        .await
+        .unwrap_err();
+    assert_eq!(twice.code(), "invalid_batch");
+    assert_eq!(w.payout(&u).await.status.as_str(), "settled");
+    w.check_invariants().await;
+}

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use solana_account::Account;
 use solana_address_lookup_table_interface::{
     instruction::{create_lookup_table, derive_lookup_table_address, extend_lookup_table},
-    state::AddressLookupTable,
+    state::{AddressLookupTable, LOOKUP_TABLE_META_SIZE},
 };
 use solana_instruction::Instruction;
 use solana_message::{AddressLookupTableAccount, Message};
@@ -35,6 +35,8 @@ pub const ADDRESSES_PER_TABLE_MAX: usize = 256;
 /// New tables planned in one round: each is named by a distinct recent slot, and only the
 /// slots of the `SlotHashes` sysvar (the last 512) are accepted.
 pub const TABLES_CREATED_PER_ROUND_MAX: usize = 128;
+/// Bytes of a lookup table's account before its addresses (32 bytes each follow).
+pub const TABLE_META_SIZE: usize = LOOKUP_TABLE_META_SIZE;
 /// The lookup table program.
 pub const LOOKUP_TABLE_PROGRAM_ID: Pubkey = solana_address_lookup_table_interface::program::ID;
 
@@ -148,6 +150,85 @@ impl LookupTables {
         used.dedup();
         used.into_iter().map(|t| self.tables[t].clone()).collect()
     }
+
+    /// The tables as they are once `work` landed (new tables last, in order).
+    fn with_work(&self, work: &[TableWork]) -> Self {
+        let mut tables = self.tables.clone();
+        for w in work {
+            match tables.iter_mut().find(|t| t.key == w.table) {
+                Some(t) => t.addresses.extend(w.addresses.iter().copied()),
+                None => tables.push(AddressLookupTableAccount {
+                    key: w.table,
+                    addresses: w.addresses.clone(),
+                }),
+            }
+        }
+        let mut out = Self::default();
+        for t in tables {
+            out.push(t);
+        }
+        out
+    }
+}
+
+/// What making `missing` loadable costs the treasury: every maintenance transaction of
+/// every round [`plan`] would send (nothing failing), the tables it creates and the
+/// addresses it appends. The rent is a deposit: [`TABLE_META_SIZE`] bytes per new table
+/// and 32 per address, at the chain's rent-exempt rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableGrowth {
+    /// Maintenance transactions (each pays one signature and its priority fee).
+    pub transactions: usize,
+    /// Tables created.
+    pub tables_created: usize,
+    /// Addresses appended.
+    pub addresses: usize,
+}
+
+/// The rent `growth` deposits in tables: rent is linear in an account's bytes, so a new
+/// table costs the rent of its metadata and each address that of 32 bytes more.
+pub async fn rent(chain: &dyn Chain, growth: TableGrowth) -> Result<u64, ChainError> {
+    if growth == TableGrowth::default() {
+        return Ok(0);
+    }
+    let per_table = chain
+        .minimum_balance_for_rent_exemption(TABLE_META_SIZE)
+        .await?;
+    let per_address = chain
+        .minimum_balance_for_rent_exemption(TABLE_META_SIZE + 32)
+        .await?
+        .saturating_sub(per_table);
+    let total = u128::from(per_table) * growth.tables_created as u128
+        + u128::from(per_address) * growth.addresses as u128;
+    Ok(u64::try_from(total).unwrap_or(u64::MAX))
+}
+
+/// The [`TableGrowth`] of making `missing` loadable from `tables`.
+pub fn growth(
+    tables: &LookupTables,
+    authority: &Pubkey,
+    missing: &[Pubkey],
+    budget: &[Instruction],
+) -> TableGrowth {
+    let mut out = TableGrowth::default();
+    let mut tables = tables.clone();
+    let mut missing = missing.to_vec();
+    // Any slot names the simulated tables; each round takes slots the last one did not.
+    let mut slot = u64::MAX / 2;
+    while !missing.is_empty() {
+        let work = plan(&tables, authority, &missing, slot, budget);
+        let added: usize = work.iter().map(|w| w.addresses.len()).sum();
+        if added == 0 {
+            break;
+        }
+        out.transactions += work.len();
+        out.tables_created += work.iter().filter(|w| w.create_slot.is_some()).count();
+        out.addresses += added;
+        tables = tables.with_work(&work);
+        missing = tables.missing(&missing);
+        slot -= TABLES_CREATED_PER_ROUND_MAX as u64;
+    }
+    out
 }
 
 /// One maintenance transaction: create a table (when `create_slot` is set) and extend it

@@ -23,7 +23,9 @@
 //!      signature is unknown even with history search → [`AttemptOutcome::Expired`],
 //!      then its transfers are re-signed as a new attempt (back to step 2).
 //!
-//!    When the wave is resolved the next one is signed (step 2).
+//!    While transfers wait to be signed, the wait ends as soon as an attempt resolves
+//!    and the freed places are signed (step 2): a sliding window of at most
+//!    `transactions_in_flight_max` attempts, each tracked on its own.
 //! 5. **Late attempts.** Open attempts that became visible during the call (the last
 //!    record of a killed payer, committed late by its database session) are driven to
 //!    an outcome at the end, like step 1.
@@ -43,7 +45,7 @@
 //! attempt (resume settles them) or a `Landed`/`Failed` outcome
 //! ([`Journal::resolved_payouts`]). Only one payer may work on a journal at a time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -57,7 +59,10 @@ use solana_transaction::versioned::VersionedTransaction;
 use tokio::time::Instant;
 
 use crate::chain::{Chain, ChainError, Confirmation, SigStatus, Tip};
-use crate::lookup::{LookupTables, budget_for_sizing, budget_instructions, maintained_table, plan};
+use crate::lookup::{
+    LookupTables, TableGrowth, budget_for_sizing, budget_instructions, growth, maintained_table,
+    plan,
+};
 use crate::pack::{
     Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, lookup_addresses,
     pack, unsigned,
@@ -980,8 +985,9 @@ impl Payer {
         }
         if self.config.preflight {
             let params = self.pack_params();
+            let tables = self.table_growth(&fresh).await?;
             let checked = self
-                .with_rpc_retries(|| preflight(self.chain.as_ref(), &params, &fresh))
+                .with_rpc_retries(|| preflight(self.chain.as_ref(), &params, &fresh, tables))
                 .await;
             match checked {
                 Ok(summary) => tracing::info!(?summary, "preflight passed"),
@@ -1040,10 +1046,29 @@ impl Payer {
             let transfers: Vec<Transfer> = to_sign.iter().map(|(t, _)| t.clone()).collect();
             self.lookup_tables_for(&transfers, report).await?
         };
+        if !tables.is_empty() {
+            // Neighbours in a table share a transaction: each transaction loads from few tables.
+            let mint = self.config.mint;
+            to_sign.sort_by_key(|(t, _)| {
+                tables
+                    .position(&crate::pack::token_account_of(&t.wallet, &mint))
+                    .unwrap_or((usize::MAX, 0))
+            });
+        }
+        let per_tx = self.config.transfers_per_tx_max.max(1);
+        let mut queue: VecDeque<(Transfer, u32)> = to_sign.into();
         loop {
-            if !to_sign.is_empty() {
-                let (allowed, exhausted): (Vec<_>, Vec<_>) = std::mem::take(&mut to_sign)
-                    .into_iter()
+            if !queue.is_empty() {
+                let room = self
+                    .config
+                    .transactions_in_flight_max
+                    .max(1)
+                    .saturating_sub(inflight.len());
+                // What `room` transactions can carry at most is inspected and packed now;
+                // the rest waits in the queue untouched.
+                let take = queue.len().min(room.saturating_mul(per_tx));
+                let (allowed, exhausted): (Vec<_>, Vec<_>) = queue
+                    .drain(..take)
                     .partition(|(_, round)| *round <= self.config.resign_rounds_max);
                 for (t, _) in exhausted {
                     report.payouts.insert(
@@ -1053,41 +1078,48 @@ impl Payer {
                         },
                     );
                 }
-                let room = self
-                    .config
-                    .transactions_in_flight_max
-                    .max(1)
-                    .saturating_sub(inflight.len());
                 let offered = allowed.len();
                 let (signed, deferred) = self.sign_and_send(allowed, &tables, room, report).await?;
                 inflight.extend(signed);
-                let progressed = deferred.len() < offered;
-                to_sign = deferred;
-                if inflight.is_empty() && !to_sign.is_empty() {
+                let progressed = deferred.len() < offered || take > offered;
+                for left in deferred.into_iter().rev() {
+                    queue.push_front(left);
+                }
+                if inflight.is_empty() && !queue.is_empty() {
                     if progressed {
                         // This wave signed nothing (rejected or unreachable); the next one.
                         continue;
                     }
-                    not_sent_rounds(report, to_sign, "not signed in this call; pay again");
+                    not_sent_rounds(report, queue.into(), "not signed in this call; pay again");
                     return Ok(());
                 }
             }
             if inflight.is_empty() {
                 return Ok(());
             }
-            let waited = self.wait(std::mem::take(&mut inflight), report).await?;
-            to_sign.extend(waited.expired);
-            if waited.left_open > 0 && !to_sign.is_empty() {
+            // A sliding window: while transfers wait to be signed, the wait ends as soon as
+            // an attempt resolves and its place is filled at once.
+            let until = if queue.is_empty() {
+                Until::AllResolved
+            } else {
+                Until::Room
+            };
+            let waited = self
+                .wait(std::mem::take(&mut inflight), report, until)
+                .await?;
+            inflight = waited.in_flight;
+            queue.extend(waited.expired);
+            if waited.left_open > 0 && !queue.is_empty() {
                 // Earlier transactions are still unresolved: signing more could exceed the
                 // in-flight limit. The next call resumes them and pays these.
                 not_sent_rounds(
                     report,
-                    to_sign,
+                    queue.into(),
                     "earlier transactions are still in flight; the next pass pays it",
                 );
                 return Ok(());
             }
-            if to_sign.is_empty() {
+            if queue.is_empty() && inflight.is_empty() {
                 return Ok(());
             }
         }
@@ -1098,24 +1130,13 @@ impl Payer {
     /// re-packed. Returns the transactions in flight and the transfers left for later.
     async fn sign_and_send(
         &self,
-        mut transfers: Vec<(Transfer, u32)>,
+        transfers: Vec<(Transfer, u32)>,
         tables: &LookupTables,
         room: usize,
         report: &mut PayReport,
     ) -> Result<(Vec<InFlight>, Vec<(Transfer, u32)>), PayError> {
         let params = self.pack_params();
-        if !tables.is_empty() {
-            // Neighbours in a table share a transaction: each transaction loads from few tables.
-            transfers.sort_by_key(|(t, _)| {
-                tables
-                    .position(&crate::pack::token_account_of(&t.wallet, &params.mint))
-                    .unwrap_or((usize::MAX, 0))
-            });
-        }
-        // What `room` transactions can carry at most is inspected and packed now; the rest
-        // waits for the next wave untouched.
-        let wave = room.saturating_mul(params.transfers_per_tx_max.max(1));
-        let mut deferred = transfers.split_off(transfers.len().min(wave));
+        let mut deferred = Vec::new();
         let rounds: HashMap<String, u32> = transfers
             .iter()
             .map(|(t, r)| (t.payout_id.clone(), *r))
@@ -1347,18 +1368,8 @@ impl Payer {
         let wanted = lookup_addresses(&params, transfers);
         let mut rounds = 0u32;
         loop {
-            let known = self.journal.lookup_tables().await?;
-            let tables = match self
-                .with_rpc_retries(|| {
-                    LookupTables::load(self.chain.as_ref(), &params.treasury, &known)
-                })
-                .await
-            {
-                Ok(tables) => tables,
-                Err(e) => {
-                    tracing::warn!(error = %e, "lookup tables unreadable; packing legacy transactions");
-                    return Ok(LookupTables::none());
-                }
+            let Some(tables) = self.treasury_tables(&params).await? else {
+                return Ok(LookupTables::none());
             };
             let missing = tables.missing(&wanted);
             if missing.is_empty()
@@ -1399,13 +1410,48 @@ impl Payer {
             if inflight.is_empty() {
                 return Ok(tables);
             }
-            let waited = self.wait(inflight, report).await?;
+            let waited = self.wait(inflight, report, Until::AllResolved).await?;
             debug_assert!(
                 waited.expired.is_empty(),
                 "maintenance attempts carry no transfers"
             );
             rounds += 1;
         }
+    }
+
+    /// The treasury's tables as the chain holds them; `None` when they cannot be read (the
+    /// pass then packs legacy transactions).
+    async fn treasury_tables(&self, params: &PackParams) -> Result<Option<LookupTables>, PayError> {
+        let known = self.journal.lookup_tables().await?;
+        match self
+            .with_rpc_retries(|| LookupTables::load(self.chain.as_ref(), &params.treasury, &known))
+            .await
+        {
+            Ok(tables) => Ok(Some(tables)),
+            Err(e) => {
+                tracing::warn!(error = %e, "lookup tables unreadable; packing legacy transactions");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The table maintenance a pass over `transfers` will send first (what the preflight
+    /// counts): none without tables or below `lookup_tables_min_transfers`.
+    async fn table_growth(&self, transfers: &[Transfer]) -> Result<TableGrowth, PayError> {
+        if !self.config.lookup_tables || transfers.len() < self.config.lookup_tables_min_transfers {
+            return Ok(TableGrowth::default());
+        }
+        let params = self.pack_params();
+        let Some(tables) = self.treasury_tables(&params).await? else {
+            return Ok(TableGrowth::default());
+        };
+        let missing = tables.missing(&lookup_addresses(&params, transfers));
+        Ok(growth(
+            &tables,
+            &params.treasury,
+            &missing,
+            &budget_for_sizing(self.config.priority_fee_micro_lamports),
+        ))
     }
 
     /// Sign, journal and send the maintenance transactions of `work`.
@@ -1494,6 +1540,7 @@ impl Payer {
         &self,
         mut inflight: Vec<InFlight>,
         report: &mut PayReport,
+        until: Until,
     ) -> Result<Waited, PayError> {
         let deadline = Instant::now() + Duration::from_millis(self.config.wait_timeout_ms);
         let rebroadcast_every = Duration::from_millis(self.config.rebroadcast_interval_ms);
@@ -1535,6 +1582,7 @@ impl Payer {
             // A lagging node (e.g. behind a load balancer) proves nothing by "not found".
             let statuses_current = context_slot >= finalized.slot;
 
+            let inflight_before = inflight.len();
             let mut still = Vec::with_capacity(inflight.len());
             for (mut flight, status) in inflight.into_iter().zip(statuses) {
                 match status {
@@ -1569,7 +1617,15 @@ impl Payer {
                     }
                 }
             }
+            let resolved = still.len() < inflight_before;
             inflight = still;
+            if until == Until::Room && resolved && !inflight.is_empty() {
+                return Ok(Waited {
+                    expired,
+                    left_open: 0,
+                    in_flight: inflight,
+                });
+            }
         }
         let left_open = inflight.len();
         for flight in inflight {
@@ -1589,7 +1645,11 @@ impl Payer {
                 outcome: None,
             });
         }
-        Ok(Waited { expired, left_open })
+        Ok(Waited {
+            expired,
+            left_open,
+            in_flight: Vec::new(),
+        })
     }
 
     /// Statuses in chunks, with the lowest context slot of the answers.
@@ -1658,12 +1718,23 @@ impl Payer {
     }
 }
 
+/// When [`Payer::wait`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Until {
+    /// Every attempt resolved (or the wait timed out or ran out of RPC retries).
+    AllResolved,
+    /// As soon as one attempt resolved: there is room to sign another.
+    Room,
+}
+
 /// What [`Payer::wait`] ends with.
 struct Waited {
     /// The transfers of provably expired attempts, with their re-sign round.
     expired: Vec<(Transfer, u32)>,
     /// Attempts still unresolved (timeout or RPC trouble): open for the next call.
     left_open: usize,
+    /// [`Until::Room`]: the attempts still in flight, to be waited for further.
+    in_flight: Vec<InFlight>,
 }
 
 enum Prepared {

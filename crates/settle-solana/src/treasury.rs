@@ -17,7 +17,7 @@ use spl_associated_token_account_interface::address::get_associated_token_addres
 use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 use crate::chain::{Chain, ChainError};
-use crate::lookup::LookupTables;
+use crate::lookup::{LookupTables, TableGrowth};
 use crate::pack::{
     COMPUTE_UNIT_LIMIT_MAX, MemoKey, PackParams, TOKEN_ACCOUNT_LEN, Transfer, USDC_DECIMALS, pack,
 };
@@ -283,7 +283,12 @@ pub struct PreflightReport {
     pub transactions: usize,
     /// Recipient token accounts to create.
     pub atas_to_create: usize,
-    /// Upper bound of lamports for fees + ATA rents + the treasury's own rent-exempt reserve.
+    /// The lookup tables' maintenance this pass needs first.
+    pub tables: TableGrowth,
+    /// The rent those tables' growth deposits (returned when a table is closed).
+    pub table_rent_lamports: u64,
+    /// Upper bound of lamports for fees (payments and table maintenance) + ATA rents +
+    /// the tables' rent + the treasury's own rent-exempt reserve.
     pub lamports_needed: u64,
     /// Treasury lamports.
     pub lamports_available: u64,
@@ -311,7 +316,8 @@ pub enum PreflightError {
     /// Not enough SOL for fees and rents.
     #[error(
         "treasury holds {available_lamports} lamports but the run needs up to \
-         {needed_lamports} lamports for fees and token account rent: {missing_lamports} missing"
+         {needed_lamports} lamports for fees and token account and lookup table rent: \
+         {missing_lamports} missing"
     )]
     InsufficientSol {
         /// Estimated need (upper bound).
@@ -497,12 +503,15 @@ pub async fn missing_token_accounts(
 
 /// Check that the treasury covers the whole set: the USDC sum, and SOL for the fees
 /// (5,000 lamports per transaction plus the priority fee at the maximum compute
-/// unit limit, an upper bound), the rent of every token account to create, and its
-/// own rent-exempt reserve. On error nothing may be sent.
+/// unit limit, an upper bound), the rent of every token account to create, the lookup
+/// tables' growth (`tables`: their maintenance transactions' fees and the rent of the
+/// tables created and the addresses appended) and its own rent-exempt reserve. On error
+/// nothing may be sent.
 pub async fn preflight(
     chain: &dyn Chain,
     params: &PackParams,
     transfers: &[Transfer],
+    tables: TableGrowth,
 ) -> Result<PreflightReport, PreflightError> {
     let mut usdc_needed_micro: u64 = 0;
     for t in transfers {
@@ -551,8 +560,10 @@ pub async fn preflight(
         .minimum_balance_for_rent_exemption(TOKEN_ACCOUNT_LEN)
         .await?;
     let own_reserve = chain.minimum_balance_for_rent_exemption(0).await?;
-    let needed = fee_per_tx * transactions as u128
+    let table_rent = crate::lookup::rent(chain, tables).await?;
+    let needed = fee_per_tx * (transactions + tables.transactions) as u128
         + u128::from(rent_per_ata) * missing.len() as u128
+        + u128::from(table_rent)
         + u128::from(own_reserve);
     let lamports_needed = u64::try_from(needed).unwrap_or(u64::MAX);
     let lamports_available = chain.sol_balance(&params.treasury).await?;
@@ -568,6 +579,8 @@ pub async fn preflight(
         usdc_available_micro,
         transactions,
         atas_to_create: missing.len(),
+        tables,
+        table_rent_lamports: table_rent,
         lamports_needed,
         lamports_available,
     })

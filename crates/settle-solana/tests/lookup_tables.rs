@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::{Env, SOL, USDC, fast_config, total, transfers, wallets};
-use settle_solana::lookup::{ADDRESSES_PER_TABLE_MAX, LookupTables};
+use settle_solana::lookup::{self, ADDRESSES_PER_TABLE_MAX, LookupTables, TableGrowth};
 use settle_solana::pack::{self, token_account_of};
 use settle_solana::{
-    AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Pubkey,
-    Signature, SignedAttempt, Transfer, VersionedTransaction, maintained_table, reconcile,
+    AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport,
+    PreflightError, Pubkey, Signature, SignedAttempt, Transfer, VersionedTransaction,
+    maintained_table, preflight, reconcile,
 };
 use solana_message::VersionedMessage;
 
@@ -268,6 +269,100 @@ async fn a_small_pass_creates_no_table_and_stays_legacy() {
     assert!(payments.iter().all(|l| !l.v0));
 }
 
+/// The preflight counts the tables a pass will create and extend first: a treasury that
+/// holds what the payments need but not the tables' rent is refused before anything is
+/// sent; once funded, the rent the tables hold is exactly what was predicted.
+#[tokio::test]
+async fn the_preflight_counts_the_lookup_tables_rent_and_fees() {
+    const PAYOUTS: usize = 600;
+    /// Below the treasury's own rent-exempt reserve and one transaction's fee.
+    const START_LAMPORTS: u64 = SOL / 1_000;
+    let env = Env::new(1_000_000 * USDC, START_LAMPORTS);
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("rent", &recipients);
+    let config = payer_config(&env, true);
+    let journal = Arc::new(MemoryJournal::new());
+    let payer = env.payer_with(journal.clone(), config.clone());
+    let params = payer.pack_params();
+    let missing = LookupTables::none().missing(&pack::lookup_addresses(&params, &batch));
+    let growth = lookup::growth(
+        &LookupTables::none(),
+        &params.treasury,
+        &missing,
+        &lookup::budget_for_sizing(config.priority_fee_micro_lamports),
+    );
+    // The mint, the treasury's account and 600 recipients' accounts: three tables.
+    assert_eq!(growth.tables_created, 3);
+    assert_eq!(growth.addresses, PAYOUTS + 2);
+    let without_tables = preflight(&env.chain, &params, &batch, TableGrowth::default()).await;
+    let Err(PreflightError::InsufficientSol {
+        needed_lamports: payments_need,
+        ..
+    }) = without_tables
+    else {
+        panic!("{without_tables:?}");
+    };
+    // Enough for the payments (an upper bound), not for the tables.
+    env.chain
+        .airdrop_sol(&env.treasury.pubkey(), payments_need - START_LAMPORTS);
+    let refused = payer.pay(batch.clone()).await;
+    let Err(PayError::Preflight(PreflightError::InsufficientSol {
+        needed_lamports,
+        missing_lamports,
+        ..
+    })) = refused
+    else {
+        panic!("the pass should be refused: {refused:?}");
+    };
+    assert_eq!(env.chain.stats().send_calls, 0, "nothing sent");
+    let predicted = preflight(&env.chain, &params, &batch, growth).await;
+    let Err(PreflightError::InsufficientSol {
+        needed_lamports: with_tables,
+        ..
+    }) = predicted
+    else {
+        panic!("{predicted:?}");
+    };
+    assert_eq!(needed_lamports, with_tables, "the payer counts the tables");
+    assert!(needed_lamports > payments_need);
+
+    env.chain
+        .airdrop_sol(&env.treasury.pubkey(), missing_lamports);
+    let report = payer.pay(batch.clone()).await.unwrap();
+    assert_paid(&env, &report, &batch);
+    let (_, maintenance) = landed(&env, &report);
+    assert_eq!(
+        maintenance.len(),
+        growth.transactions,
+        "as many as predicted"
+    );
+    let tables = LookupTables::load(
+        &env.chain,
+        &params.treasury,
+        &journal.lookup_tables().await.unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(tables.tables().len(), growth.tables_created);
+    let rent_held: u64 = tables
+        .tables()
+        .iter()
+        .map(|t| env.chain.lamports_of(&t.key))
+        .sum();
+    let predicted_rent = lookup::rent(&env.chain, growth).await.unwrap();
+    assert_eq!(
+        rent_held, predicted_rent,
+        "the rent the tables hold was predicted exactly"
+    );
+    let left = lookup::growth(
+        &tables,
+        &params.treasury,
+        &tables.missing(&pack::lookup_addresses(&params, &batch)),
+        &lookup::budget_for_sizing(config.priority_fee_micro_lamports),
+    );
+    assert_eq!(left, TableGrowth::default(), "nothing left to grow");
+}
+
 /// What a test journal does around the file or memory journal it wraps; every hook does
 /// nothing unless a test says otherwise.
 trait Hooks: Send + Sync {
@@ -476,23 +571,49 @@ async fn a_table_transaction_that_never_lands_expires_and_its_addresses_go_to_an
     assert!(payments.iter().all(|l| l.v0));
 }
 
-/// Counts the attempts signed and not yet resolved, and the most there were at once.
+/// Counts the attempts signed and not yet resolved, and the most there were at once; keeps
+/// the signatures in the order they were signed.
 #[derive(Default)]
 struct InFlightGauge {
     open: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    signed: std::sync::Mutex<Vec<String>>,
 }
 
 impl Hooks for InFlightGauge {
-    fn after_signed(&self, _attempt: &SignedAttempt) -> Result<(), JournalError> {
+    fn after_signed(&self, attempt: &SignedAttempt) -> Result<(), JournalError> {
         use std::sync::atomic::Ordering::SeqCst;
         let now = self.open.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(now, SeqCst);
+        self.signed.lock().unwrap().push(attempt.signature.clone());
         Ok(())
     }
     fn after_outcome(&self) {
         self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// One pass with at most `limit` transactions in flight, through an [`InFlightGauge`];
+/// every payout paid.
+async fn pay_gauged(
+    env: &Env,
+    batch: &[Transfer],
+    lookup_tables: bool,
+    limit: usize,
+) -> (PayReport, Arc<Hooked<InFlightGauge>>) {
+    let gauge = Arc::new(Hooked {
+        inner: Box::new(MemoryJournal::new()),
+        hooks: InFlightGauge::default(),
+    });
+    let mut config = payer_config(env, lookup_tables);
+    config.transactions_in_flight_max = limit;
+    let report = env
+        .payer_with(gauge.clone(), config)
+        .pay(batch.to_vec())
+        .await
+        .unwrap();
+    assert_paid(env, &report, batch);
+    (report, gauge)
 }
 
 #[tokio::test]
@@ -502,18 +623,7 @@ async fn no_more_transactions_are_in_flight_than_the_limit() {
     let env = rich_env();
     let recipients = with_accounts(&env, PAYOUTS);
     let batch = transfers("wave", &recipients);
-    let gauge = Arc::new(Hooked {
-        inner: Box::new(MemoryJournal::new()),
-        hooks: InFlightGauge::default(),
-    });
-    let mut config = payer_config(&env, true);
-    config.transactions_in_flight_max = LIMIT;
-    let report = env
-        .payer_with(gauge.clone(), config)
-        .pay(batch.clone())
-        .await
-        .unwrap();
-    assert_paid(&env, &report, &batch);
+    let (report, gauge) = pay_gauged(&env, &batch, true, LIMIT).await;
     let most = gauge.hooks.most.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(
         most, LIMIT,
@@ -528,6 +638,38 @@ async fn no_more_transactions_are_in_flight_than_the_limit() {
     assert!(maintenance.len() > LIMIT, "table transactions in waves too");
     assert!(payments.iter().all(|l| l.v0));
     assert_tables_hold_each_once(&env, gauge.as_ref(), &batch).await;
+}
+
+/// A slow transaction holds only its own place in the window: the ones signed after it
+/// are signed, sent and settled while it waits (in waves, the next wave would wait for it).
+#[tokio::test]
+async fn the_window_slides_past_a_slow_transaction() {
+    const PAYOUTS: usize = 180;
+    const LIMIT: usize = 2;
+    let env = rich_env();
+    let recipients = with_accounts(&env, PAYOUTS);
+    let batch = transfers("window", &recipients);
+    // The first transaction sent lands only in the last block its blockhash allows.
+    env.chain
+        .delay_next_transactions(1, settle_solana::local::Delay::LastValidBlock);
+    let (_, gauge) = pay_gauged(&env, &batch, false, LIMIT).await;
+    let most = gauge.hooks.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= LIMIT, "{most} in flight at once");
+    let signed = gauge.hooks.signed.lock().unwrap().clone();
+    assert!(signed.len() >= 10, "{} transactions", signed.len());
+    let slot = |signature: &String| {
+        env.chain
+            .landed_transaction(&signature.parse().unwrap())
+            .unwrap()
+            .slot
+    };
+    let slow = slot(&signed[0]);
+    let before_it = signed[1..].iter().filter(|s| slot(s) < slow).count();
+    assert!(
+        before_it >= 5,
+        "only {before_it} of {} later transactions landed before the slow one",
+        signed.len() - 1
+    );
 }
 
 /// Reads miss one attempt until this payer records its own first attempt: a killed payer's

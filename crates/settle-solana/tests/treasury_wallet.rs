@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use common::{Env, SOL, USDC, transfers, wallets};
+use settle_solana::lookup::TableGrowth;
 use settle_solana::{
     Keypair, MemoryJournal, PayError, PreflightError, Pubkey, Signer, Treasury, TreasuryError,
     WalletError, check_mint,
@@ -176,9 +177,14 @@ async fn preflight_reports_what_the_run_needs() {
         transfers_per_tx_max: 64,
         memo_key: env.treasury.memo_key(),
     };
-    let report = preflight(&env.chain, &params, &transfers("pf", &recipients))
-        .await
-        .unwrap();
+    let report = preflight(
+        &env.chain,
+        &params,
+        &transfers("pf", &recipients),
+        TableGrowth::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(report.atas_to_create, 25);
     assert!(report.transactions >= 3);
     assert!(report.lamports_needed > 25 * 2_000_000);

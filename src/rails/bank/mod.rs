@@ -58,7 +58,7 @@ pub mod failpoints {
     pub const AFTER_GENERATED: &str = "bank.after_generated";
     /// After the file is written, before any payout is submitted.
     pub const AFTER_FILE: &str = "bank.after_file";
-    /// After one payout's `payout.submitted` committed.
+    /// After a batch's first payout, then after each group of the others, was submitted.
     pub const AFTER_SUBMIT: &str = "bank.after_submit";
     /// After `bank_batch.status_changed` settled, before the payouts are settled.
     pub const AFTER_BATCH_SETTLED: &str = "bank.after_batch_settled";
@@ -125,17 +125,24 @@ async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, BankEr
     }
 }
 
+/// Payouts read in one statement.
+const PAYOUTS_PER_READ: usize = 1_000;
+
 /// The payouts of a batch, in file order.
 pub async fn batch_payouts(pool: &AnyPool, b: &BankBatch) -> Result<Vec<PayoutRecord>, BankError> {
     let mut out = Vec::with_capacity(b.payout_ids.len());
-    for id in &b.payout_ids {
-        match payouts::payout(pool, id).await? {
-            Some(p) => out.push(p),
-            None => {
-                return rejected(
-                    "corrupt_projection",
-                    format!("batch {} names unknown payout {id}", b.batch_id),
-                );
+    for chunk in b.payout_ids.chunks(PAYOUTS_PER_READ) {
+        let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let mut found = payouts::payouts(pool, &ids).await?;
+        for id in chunk {
+            match found.remove(id) {
+                Some(p) => out.push(p),
+                None => {
+                    return rejected(
+                        "corrupt_projection",
+                        format!("batch {} names unknown payout {id}", b.batch_id),
+                    );
+                }
             }
         }
     }
@@ -313,6 +320,27 @@ pub struct GenerateReport {
     pub failed: Vec<Unbankable>,
 }
 
+/// How many of a batch's lifecycle answers moved a payout now; a payout whose state did not
+/// allow the step is reported in `problems`, any other refusal ends the step.
+fn tally<'a>(
+    payout_ids: impl Iterator<Item = &'a str>,
+    answers: Vec<Result<Applied, LedgerError>>,
+    problems: &mut Vec<String>,
+) -> Result<usize, BankError> {
+    let mut moved = 0;
+    for (payout_id, answer) in payout_ids.zip(answers) {
+        match answer {
+            Ok(Applied::Accepted) => moved += 1,
+            Ok(Applied::Duplicate) => {}
+            Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {
+                problems.push(format!("payout {payout_id}: {}", e.message));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(moved)
+}
+
 /// Submits the batch's payouts that are still `created`; reports the ones that left the
 /// in-transit states.
 async fn submit_batch_payouts(
@@ -322,22 +350,12 @@ async fn submit_batch_payouts(
 ) -> Result<(usize, Vec<String>), BankError> {
     let mut submitted = 0;
     let mut problems = Vec::new();
+    let mut created: Vec<(String, String)> = Vec::new();
     for p in batch_payouts(ledger.store.pool(), b).await? {
         match p.status {
             PayoutStatus::Created => {
                 let e2e = files::end_to_end_id(p.rail, &p.payout_id);
-                match ledger
-                    .submit_payout(&p.payout_id, &b.batch_id, Some(&e2e), actor)
-                    .await
-                {
-                    Ok(Applied::Accepted) => submitted += 1,
-                    Ok(Applied::Duplicate) => {}
-                    Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {
-                        problems.push(format!("payout {}: {}", p.payout_id, e.message));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-                failpoint(failpoints::AFTER_SUBMIT);
+                created.push((p.payout_id, e2e));
             }
             PayoutStatus::Submitted | PayoutStatus::Settled | PayoutStatus::Returned => {}
             other => problems.push(format!(
@@ -345,6 +363,24 @@ async fn submit_batch_payouts(
                 p.payout_id, b.batch_id
             )),
         }
+    }
+    let created: Vec<(&str, Option<&str>)> = created
+        .iter()
+        .map(|(id, e2e)| (id.as_str(), Some(e2e.as_str())))
+        .collect();
+    // The first payout alone, then the others together (as many per transaction as one
+    // may lock streams): a crash in between leaves a batch partly submitted, which the
+    // next run finishes.
+    let (first, rest) = created.split_at(created.len().min(1));
+    let per_tx = ledger.config.ingest_streams_per_tx_max.max(1);
+    for group in std::iter::once(first).chain(rest.chunks(per_tx)) {
+        if group.is_empty() {
+            continue;
+        }
+        let answers = ledger.submit_payouts(group, &b.batch_id, actor).await?;
+        let ids = group.iter().map(|(id, _)| *id);
+        submitted += tally(ids, answers, &mut problems)?;
+        failpoint(failpoints::AFTER_SUBMIT);
     }
     for problem in &problems {
         tracing::error!(batch_id = %b.batch_id, problem = %problem, "bank batch payout not in transit");
@@ -569,24 +605,22 @@ pub async fn mark_settled(
     failpoint(failpoints::AFTER_BATCH_SETTLED);
     let mut settled = 0;
     let mut problems = Vec::new();
+    let mut to_settle: Vec<String> = Vec::new();
     for p in batch_payouts(pool, &b).await? {
         match p.status {
-            PayoutStatus::Created | PayoutStatus::Submitted => {
-                match ledger.settle_payout(&p.payout_id, batch_id, actor).await {
-                    Ok(Applied::Accepted) => settled += 1,
-                    Ok(Applied::Duplicate) => {}
-                    Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {
-                        problems.push(format!("payout {}: {}", p.payout_id, e.message));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            PayoutStatus::Created | PayoutStatus::Submitted => to_settle.push(p.payout_id),
             PayoutStatus::Settled | PayoutStatus::Returned => {}
             other => problems.push(format!(
                 "payout {} is {other}; it was not settled with batch {batch_id}",
                 p.payout_id
             )),
         }
+    }
+    // Settled together, as many payouts per transaction as one may lock streams.
+    let ids: Vec<&str> = to_settle.iter().map(String::as_str).collect();
+    for chunk in ids.chunks(ledger.config.ingest_streams_per_tx_max.max(1)) {
+        let answers = ledger.settle_payouts(chunk, batch_id, actor).await?;
+        settled += tally(chunk.iter().copied(), answers, &mut problems)?;
     }
     Ok(LifecycleOutcome {
         batch: known_batch(pool, batch_id).await?,

@@ -9,12 +9,14 @@
 //!   it exists, is on the Solana rail, is `created` or `submitted`, the transfer pays its
 //!   amount to the wallet of its method snapshot, and no other attempt that is open or
 //!   landed/failed holds it. The call returns only after that commit, so the payer never
-//!   sends bytes the ledger does not hold. Then each payout is marked `submitted` (reference
-//!   = signature) in its provider stream, one transaction each, idempotent per attempt
+//!   sends bytes the ledger does not hold. Then its payouts are marked `submitted`
+//!   (reference = signature) in their provider streams, in one transaction over those
+//!   streams ([`Ledger::payout_commands`]), idempotent per attempt
 //!   (`payout:{payout_id}:submitted:{attempt_id}`).
 //! - `record_outcome`: `solana_tx.resolved` (`landed`, `failed`, `expired`) on the platform
 //!   stream (`solana_tx:{attempt_id}:resolved`, [`Ledger::record_solana_resolved`]), then
-//!   per payout in its provider stream:
+//!   in the payouts' provider streams (the first payout alone, then the others in one
+//!   transaction over their streams):
 //!   landed → `payout.settled` (reference = signature), failed → `payout.failed` with the
 //!   on-chain reason (funds back to payable), expired → nothing (the payer re-signs).
 //! - [`LedgerJournal::repair`] closes the window between the platform event and the
@@ -22,7 +24,8 @@
 //!   `created`/`submitted` is applied, and every payout of an open attempt still `created`
 //!   is marked `submitted`.
 //!
-//! No transaction touches more than one stream. Crash tests abort the process at the
+//! No transaction writes the platform stream and a provider stream together, so each step
+//! above commits on its own. Crash tests abort the process at the
 //! named [`failpoints`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -70,8 +73,6 @@ pub mod failpoints {
 
 /// Longest on-chain error kept in a failure reason (the rest is cut).
 const CHAIN_REASON_CHARS_MAX: usize = 300;
-/// Per-payout transactions (on distinct provider streams) in flight at once.
-const PAYOUT_WRITES_CONCURRENCY: usize = 8;
 
 /// An attempt as the payer needs it.
 fn signed_attempt(row: &AttemptRow) -> Result<SignedAttempt, JournalError> {
@@ -116,6 +117,17 @@ pub(crate) fn clean_reason(reason: &str) -> String {
         text = "unknown error".to_owned();
     }
     text
+}
+
+/// How many of a batch's answers were accepted; the first refusal if any.
+fn accepted(answers: Vec<Result<Applied, LedgerError>>) -> Result<usize, LedgerError> {
+    let mut count = 0;
+    for answer in answers {
+        if answer? == Applied::Accepted {
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 fn journal_error(e: LedgerError) -> JournalError {
@@ -205,79 +217,63 @@ impl LedgerJournal {
                     report.failed += applied;
                 }
             } else if attempt.outcome.is_none() {
-                for id in pending {
-                    let facts = &unfinished[id];
-                    if facts.status == PayoutStatus::Created
-                        && self
-                            .mark_submitted(facts, &attempt.attempt_id, &attempt.signature)
-                            .await?
-                            == Applied::Accepted
-                    {
-                        report.submitted += 1;
-                    }
-                }
+                let created: Vec<&str> = pending
+                    .iter()
+                    .filter(|id| unfinished[id.as_str()].status == PayoutStatus::Created)
+                    .map(|id| id.as_str())
+                    .collect();
+                report.submitted += accepted(
+                    self.mark_submitted(&created, &attempt.attempt_id, &attempt.signature)
+                        .await?,
+                )?;
             }
         }
         Ok(report)
     }
 
-    /// Marks a payout `submitted` with the attempt's signature (a ledger command on its
-    /// provider stream, idempotent per attempt). A payout already settled or failed is
-    /// left alone.
+    /// Marks payouts `submitted` with the attempt's signature (one ledger transaction over
+    /// their provider streams, idempotent per attempt). A payout already settled or failed
+    /// is left alone.
     async fn mark_submitted(
         &self,
-        facts: &PayoutFacts,
+        payout_ids: &[&str],
         attempt_id: &str,
         signature: &str,
-    ) -> Result<Applied, LedgerError> {
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        if payout_ids.is_empty() {
+            return Ok(Vec::new());
+        }
         self.ledger
-            .submit_payout_attempt(
-                &facts.payout_id,
-                &facts.provider_id,
-                attempt_id,
-                signature,
-                &self.actor,
-            )
+            .submit_payout_attempt(payout_ids, attempt_id, signature, &self.actor)
             .await
     }
 
-    /// Applies a landed/failed attempt to its payouts (one transaction per payout, on its
-    /// provider stream; the first alone, then the others concurrently); returns how many
-    /// changed now.
+    /// Applies a landed/failed attempt to its payouts: the first alone, then the others
+    /// together (one transaction over their provider streams); returns how many changed
+    /// now.
     async fn apply_resolved(&self, attempt: &AttemptRow) -> Result<usize, LedgerError> {
         let Some((first, rest)) = attempt.payout_ids.split_first() else {
             return Ok(0);
         };
-        let mut changed = 0;
-        if self.apply_one(attempt, first).await? == Applied::Accepted {
-            changed += 1;
-        }
+        let mut changed = accepted(self.apply_to(attempt, &[first.as_str()]).await?)?;
         failpoint(failpoints::MID_APPLY);
-        let mut applied: Vec<Result<Applied, LedgerError>> = Vec::with_capacity(rest.len());
-        for chunk in rest.chunks(PAYOUT_WRITES_CONCURRENCY) {
-            let mut writes = Vec::with_capacity(chunk.len());
-            for payout_id in chunk {
-                writes.push(self.apply_one(attempt, payout_id));
-            }
-            applied.extend(futures::future::join_all(writes).await);
-        }
-        for a in applied {
-            if a? == Applied::Accepted {
-                changed += 1;
-            }
-        }
+        let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+        changed += accepted(self.apply_to(attempt, &rest).await?)?;
         Ok(changed)
     }
 
-    async fn apply_one(
+    async fn apply_to(
         &self,
         attempt: &AttemptRow,
-        payout_id: &str,
-    ) -> Result<Applied, LedgerError> {
+        payout_ids: &[&str],
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        if payout_ids.is_empty() {
+            return Ok(Vec::new());
+        }
         match attempt.outcome {
             Some(AttemptEnd::Landed) => {
                 self.ledger
-                    .settle_payout(payout_id, &attempt.signature, &self.actor)
+                    .settle_payouts(payout_ids, &attempt.signature, &self.actor)
                     .await
             }
             Some(AttemptEnd::Failed) => {
@@ -287,10 +283,10 @@ impl LedgerJournal {
                     attempt.reason.as_deref().unwrap_or("unknown error")
                 );
                 self.ledger
-                    .fail_payout(payout_id, &reason, &self.actor)
+                    .fail_payouts(payout_ids, &reason, &self.actor)
                     .await
             }
-            _ => Ok(Applied::Duplicate),
+            _ => Ok(payout_ids.iter().map(|_| Ok(Applied::Duplicate)).collect()),
         }
     }
 
@@ -356,17 +352,13 @@ impl Journal for LedgerJournal {
         failpoint(failpoints::AFTER_SIGN);
         let facts = self.persist_signed(attempt).await.map_err(journal_error)?;
         failpoint(failpoints::AFTER_PERSIST);
-        let mut marked: Vec<Result<Applied, LedgerError>> = Vec::with_capacity(facts.len());
-        for chunk in facts.chunks(PAYOUT_WRITES_CONCURRENCY) {
-            let mut writes = Vec::with_capacity(chunk.len());
-            for p in chunk {
-                writes.push(self.mark_submitted(p, &attempt.attempt_id, &attempt.signature));
-            }
-            marked.extend(futures::future::join_all(writes).await);
-        }
-        for m in marked {
-            m.map_err(journal_error)?;
-        }
+        let ids: Vec<&str> = facts.iter().map(|p| p.payout_id.as_str()).collect();
+        accepted(
+            self.mark_submitted(&ids, &attempt.attempt_id, &attempt.signature)
+                .await
+                .map_err(journal_error)?,
+        )
+        .map_err(journal_error)?;
         failpoint(failpoints::BEFORE_SEND);
         Ok(())
     }

@@ -172,6 +172,9 @@ impl World {
 
     /// A provider's balance of `account`.
     pub async fn balance(&self, provider: &str, account: &str) -> i64 {
+        // Payout commands leave the aggregates to the projector; a reader folds first.
+        let stream = format!("provider:{provider}");
+        self.ledger.store.catch_up(&[&stream]).await.unwrap();
         sqlx::query(
             "SELECT balance_micro_usdc FROM account_balances WHERE owner = $1 AND account = $2",
         )

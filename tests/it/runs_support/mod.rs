@@ -202,6 +202,9 @@ impl World {
 
     /// `(payable, held, in_transit, paid)` of a provider from the account projection.
     pub async fn balances(&self, provider: &str) -> (i64, i64, i64, i64) {
+        // Payout commands leave the aggregates to the projector; a reader folds first.
+        let stream = format!("provider:{provider}");
+        self.ledger.store.catch_up(&[&stream]).await.unwrap();
         let rows = sqlx::query(
             "SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1",
         )
