@@ -218,6 +218,12 @@ pub const TABLES: &[TableSpec] = &[
             "resolved_at_ms",
         ],
     },
+    // Which attempts name a payout: the per-payout look-up of a signed attempt's checks.
+    TableSpec {
+        name: "solana_attempt_payouts",
+        key: &["payout_id", "attempt_id"],
+        vals: &["signed_at_ms"],
+    },
     TableSpec {
         name: "approvals",
         key: &["approval_id"],
@@ -638,23 +644,14 @@ fn rail_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 ("updated_at_ms", recorded_at_ms.into()),
             ],
         )),
-        EventBody::SolanaTxSigned(s) => out.push(ProjOp::Put {
-            table: "solana_attempts",
-            key: vec![s.attempt_id.as_str().into()],
-            vals: vec![
-                json(&s.payout_ids),
-                s.signature.as_str().into(),
-                s.blockhash.as_str().into(),
-                (s.last_valid_block_height as i64).into(),
-                s.tx_base64.as_str().into(),
-                json(&s.transfers),
-                Val::Null,
-                Val::Null,
-                Val::Null,
-                recorded_at_ms.into(),
-                Val::Null,
-            ],
-        }),
+        EventBody::SolanaTxSigned(s) => {
+            out.extend(s.payout_ids.iter().map(|payout_id| ProjOp::Put {
+                table: "solana_attempt_payouts",
+                key: vec![payout_id.as_str().into(), s.attempt_id.as_str().into()],
+                vals: vec![recorded_at_ms.into()],
+            }));
+            out.push(solana_attempt_put(s, recorded_at_ms));
+        }
         EventBody::SolanaTxResolved(r) => out.push(patch(
             "solana_attempts",
             vec![r.attempt_id.as_str().into()],
@@ -957,6 +954,27 @@ impl Projections {
 
     pub fn rows(&self, table: &str) -> impl Iterator<Item = (&Vec<Val>, &Vec<Val>)> {
         self.tables.get(table).into_iter().flat_map(|t| t.iter())
+    }
+}
+
+/// The `solana_attempts` row a signed attempt puts.
+fn solana_attempt_put(s: &crate::domain::event::SolanaTxSigned, recorded_at_ms: i64) -> ProjOp {
+    ProjOp::Put {
+        table: "solana_attempts",
+        key: vec![s.attempt_id.as_str().into()],
+        vals: vec![
+            json(&s.payout_ids),
+            s.signature.as_str().into(),
+            s.blockhash.as_str().into(),
+            (s.last_valid_block_height as i64).into(),
+            s.tx_base64.as_str().into(),
+            json(&s.transfers),
+            Val::Null,
+            Val::Null,
+            Val::Null,
+            recorded_at_ms.into(),
+            Val::Null,
+        ],
     }
 }
 

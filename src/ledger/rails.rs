@@ -174,7 +174,8 @@ impl Ledger {
                     }
                 }
             }
-            let claimed = rows::claims(tx.conn()).await?;
+            let listed: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let claimed = rows::claims(tx.conn(), &listed).await?;
             let mut seen = HashSet::new();
             let mut ordered = Vec::with_capacity(body.transfers.len());
             for t in &body.transfers {

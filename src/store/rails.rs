@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use sqlx::{AnyConnection, AnyPool, Row};
 
-use super::StoreError;
+use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::batch::BatchStatus;
 use crate::domain::event::{PayoutMethod, Rail};
 use crate::domain::payout::PayoutStatus;
@@ -279,30 +279,35 @@ pub async fn open_maintenance(
 /// The attempts that hold a payout, open or landed/failed, as (attempt id, outcome).
 pub type Claims = HashMap<String, Vec<(String, Option<AttemptEnd>)>>;
 
-/// For each payout: the attempts that hold it and are open or landed/failed (a payout in
-/// none of them may be signed; expired attempts never land).
-///
-/// Scans the attempts that are not expired: the `solana_attempts` projection has no
-/// per-payout index.
-pub async fn claims(conn: &mut AnyConnection) -> Result<Claims, StoreError> {
-    let rows = sqlx::query(&format!(
-        "SELECT attempt_id, payout_ids, outcome FROM solana_attempts WHERE {}",
-        Attempts::Holding.condition()
-    ))
-    .fetch_all(&mut *conn)
-    .await?;
+/// For each of `payout_ids`: the attempts that hold it and are open or landed/failed (a
+/// payout in none of them may be signed; expired attempts never land). One statement,
+/// through the per-payout index `solana_attempt_payouts`.
+pub async fn claims(conn: &mut AnyConnection, payout_ids: &[&str]) -> Result<Claims, StoreError> {
     let mut out: Claims = HashMap::new();
-    for r in rows {
-        let attempt_id: String = r.try_get(0)?;
-        let ids: String = r.try_get(1)?;
+    if payout_ids.is_empty() {
+        return Ok(out);
+    }
+    let rows: Vec<(&str,)> = payout_ids.iter().map(|p| (*p,)).collect();
+    let sql = format!(
+        "SELECT ap.payout_id, a.attempt_id, a.outcome FROM {} \
+         JOIN solana_attempt_payouts AS ap ON ap.payout_id = j.value ->> 0 \
+         JOIN solana_attempts AS a ON a.attempt_id = ap.attempt_id \
+         WHERE ({}) ORDER BY a.signed_at_ms, a.attempt_id",
+        Dialect::of(conn).json_rows(1, payout_ids.len()),
+        Attempts::Holding.condition()
+    );
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&rows))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let payout_id: String = r.try_get(0)?;
+        let attempt_id: String = r.try_get(1)?;
         let outcome: Option<String> = r.try_get(2)?;
         let outcome = outcome.as_deref().map(AttemptEnd::parse).transpose()?;
-        let ids: Vec<String> = serde_json::from_str(&ids).map_err(corrupt)?;
-        for id in ids {
-            out.entry(id)
-                .or_default()
-                .push((attempt_id.clone(), outcome));
-        }
+        out.entry(payout_id)
+            .or_default()
+            .push((attempt_id, outcome));
     }
     Ok(out)
 }

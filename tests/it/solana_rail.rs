@@ -564,3 +564,57 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
     assert!(report.ok(), "{:?}", report.problems);
     common::assert_events_match_schemas(&w.ledger.store).await;
 }
+
+/// A ledger signed attempts before the per-payout index of attempts existed (migration
+/// 0007): the migration fills it from the attempts, so `verify` is clean after the upgrade
+/// and a payout an open attempt holds is still refused to another.
+#[tokio::test]
+async fn attempts_signed_before_0007_are_indexed_by_the_migration() {
+    let w = World::new(TREASURY_USDC, 10 * SOL).await;
+    let providers = w.providers("mg", 2).await;
+    w.weekly(MONDAY, RUN_AT).await;
+    let payouts = w.run_payouts(MONDAY).await;
+    let wallet = |provider_id: &str| {
+        providers
+            .iter()
+            .find(|p| p.id == provider_id)
+            .unwrap()
+            .wallet
+    };
+    let transfer = |i: usize| Transfer {
+        payout_id: payouts[i].payout_id.clone(),
+        wallet: wallet(&payouts[i].provider_id),
+        amount_micro_usdc: payouts[i].amount_micro_usdc as u64,
+    };
+    let journal = LedgerJournal::new(w.ledger.clone());
+    journal
+        .record_signed(&attempt(
+            "att-old",
+            "sig-old",
+            vec![transfer(0), transfer(1)],
+        ))
+        .await
+        .unwrap();
+    // The schema before 0007: no index, and the migration not yet applied.
+    let pool = w.ledger.store.pool();
+    for statement in [
+        "DROP TABLE solana_attempt_payouts",
+        "DELETE FROM _sqlx_migrations WHERE version = 7",
+    ] {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+    w.ledger.store.migrate().await.expect("0007");
+    let report = settle::verify::verify(&w.ledger.store, &|_| {})
+        .await
+        .unwrap();
+    assert!(
+        report.ok(),
+        "verify after the upgrade: {:?}",
+        report.problems
+    );
+    let err = journal
+        .record_signed(&attempt("att-new", "sig-new", vec![transfer(1)]))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("payout_in_flight"), "{}", err.0);
+}

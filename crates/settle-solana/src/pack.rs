@@ -201,7 +201,8 @@ impl PackParams {
     }
 }
 
-/// A group of transfers that goes into one transaction.
+/// A group of transfers that goes into one transaction. Its fields are to be read: a batch
+/// grows only through [`pack`] and [`Batch::adding`], which keep its instructions in step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     /// The attempt this batch becomes.
@@ -212,6 +213,10 @@ pub struct Batch {
     pub create_ata: Vec<bool>,
     /// The memo text.
     pub memo: String,
+    /// Each transfer's instructions (token account creation, then the transfer), built
+    /// once when it joined: a derivation of a token account's address costs a curve check,
+    /// and packing sizes a batch after every transfer it adds.
+    transfer_ixs: Vec<Vec<Instruction>>,
 }
 
 impl Batch {
@@ -222,7 +227,6 @@ impl Batch {
 
     /// The instructions of this batch with the given compute unit limit.
     pub fn instructions(&self, params: &PackParams, compute_unit_limit: u32) -> Vec<Instruction> {
-        let source = params.treasury_token_account();
         let mut ixs = Vec::with_capacity(3 + 2 * self.transfers.len());
         ixs.push(ComputeBudgetInstruction::set_compute_unit_limit(
             compute_unit_limit,
@@ -231,31 +235,16 @@ impl Batch {
             params.priority_fee_micro_lamports,
         ));
         ixs.push(memo_instruction(&self.memo));
-        for (transfer, create) in self.transfers.iter().zip(&self.create_ata) {
-            let destination = get_associated_token_address(&transfer.wallet, &params.mint);
-            if *create {
-                ixs.push(create_associated_token_account_idempotent(
-                    &params.treasury,
-                    &transfer.wallet,
-                    &params.mint,
-                    &spl_token_interface::id(),
-                ));
-            }
-            ixs.push(
-                spl_token_interface::instruction::transfer_checked(
-                    &spl_token_interface::id(),
-                    &source,
-                    &params.mint,
-                    &destination,
-                    &params.treasury,
-                    &[],
-                    transfer.amount_micro_usdc,
-                    USDC_DECIMALS,
-                )
-                .expect("the SPL token program id is valid"),
-            );
-        }
+        ixs.extend(self.transfer_ixs.iter().flatten().cloned());
         ixs
+    }
+
+    /// This batch with `transfer` added (its token account created first when
+    /// `ata_missing`), the memo left as it is.
+    pub fn adding(&self, params: &PackParams, transfer: &Transfer, ata_missing: bool) -> Batch {
+        let ata = get_associated_token_address(&transfer.wallet, &params.mint);
+        let source = params.treasury_token_account();
+        with_transfer(params, &source, self, transfer, (&ata, ata_missing))
     }
 
     /// The transfer that instruction `index` belongs to, if any.
@@ -411,12 +400,14 @@ pub fn pack(
     new_attempt_id: &mut dyn FnMut() -> String,
 ) -> Vec<Batch> {
     let per_tx_max = params.transfers_per_tx_max.max(1);
+    let source = params.treasury_token_account();
     let mut batches = Vec::new();
     let mut current = empty_batch(new_attempt_id());
     for transfer in transfers {
         let ata = get_associated_token_address(&transfer.wallet, &params.mint);
+        let destination = (&ata, missing_atas.contains(&ata));
         if current.transfers.len() < per_tx_max {
-            let candidate = with_transfer(&current, transfer, missing_atas.contains(&ata));
+            let candidate = with_transfer(params, &source, &current, transfer, destination);
             if let Some(candidate) = fit(params, tables, candidate) {
                 current = candidate;
                 continue;
@@ -425,7 +416,7 @@ pub fn pack(
         // Close the current batch; a single transfer always fits in a fresh one.
         let next = empty_batch(new_attempt_id());
         batches.push(std::mem::replace(&mut current, next));
-        let candidate = with_transfer(&current, transfer, missing_atas.contains(&ata));
+        let candidate = with_transfer(params, &source, &current, transfer, destination);
         current = fit(params, tables, candidate).expect("one transfer fits in a transaction");
     }
     if !current.transfers.is_empty() {
@@ -440,10 +431,52 @@ fn empty_batch(attempt_id: String) -> Batch {
         transfers: Vec::new(),
         create_ata: Vec::new(),
         memo: String::new(),
+        transfer_ixs: Vec::new(),
     }
 }
 
-fn with_transfer(batch: &Batch, transfer: &Transfer, ata_missing: bool) -> Batch {
+/// A transfer's instructions: `CreateIdempotent` of the recipient's token account `ata`
+/// first when `create`, then `TransferChecked` from the treasury's token account `source`.
+fn transfer_instructions(
+    params: &PackParams,
+    source: &Pubkey,
+    transfer: &Transfer,
+    ata: &Pubkey,
+    create: bool,
+) -> Vec<Instruction> {
+    let mut ixs = Vec::with_capacity(2);
+    if create {
+        ixs.push(create_associated_token_account_idempotent(
+            &params.treasury,
+            &transfer.wallet,
+            &params.mint,
+            &spl_token_interface::id(),
+        ));
+    }
+    ixs.push(
+        spl_token_interface::instruction::transfer_checked(
+            &spl_token_interface::id(),
+            source,
+            &params.mint,
+            ata,
+            &params.treasury,
+            &[],
+            transfer.amount_micro_usdc,
+            USDC_DECIMALS,
+        )
+        .expect("the SPL token program id is valid"),
+    );
+    ixs
+}
+
+/// `batch` with `transfer` to the token account `ata` (missing: `ata_missing`) added.
+fn with_transfer(
+    params: &PackParams,
+    source: &Pubkey,
+    batch: &Batch,
+    transfer: &Transfer,
+    (ata, ata_missing): (&Pubkey, bool),
+) -> Batch {
     let mut next = batch.clone();
     // Create each missing ATA once per batch (later transfers to the same wallet reuse it).
     let already_created = batch
@@ -451,8 +484,11 @@ fn with_transfer(batch: &Batch, transfer: &Transfer, ata_missing: bool) -> Batch
         .iter()
         .zip(&batch.create_ata)
         .any(|(t, c)| *c && t.wallet == transfer.wallet);
+    let create = ata_missing && !already_created;
     next.transfers.push(transfer.clone());
-    next.create_ata.push(ata_missing && !already_created);
+    next.create_ata.push(create);
+    next.transfer_ixs
+        .push(transfer_instructions(params, source, transfer, ata, create));
     next
 }
 

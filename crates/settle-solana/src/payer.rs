@@ -1049,7 +1049,7 @@ impl Payer {
         if !tables.is_empty() {
             // Neighbours in a table share a transaction: each transaction loads from few tables.
             let mint = self.config.mint;
-            to_sign.sort_by_key(|(t, _)| {
+            to_sign.sort_by_cached_key(|(t, _)| {
                 tables
                     .position(&crate::pack::token_account_of(&t.wallet, &mint))
                     .unwrap_or((usize::MAX, 0))

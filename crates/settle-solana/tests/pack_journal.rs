@@ -50,9 +50,7 @@ fn batches_fill_the_packet_and_no_more() {
     }
     // Every full batch is full: one more transfer would not fit.
     let first = &batches[0];
-    let mut bigger = first.clone();
-    bigger.transfers.push(ts[99].clone());
-    bigger.create_ata.push(false);
+    let mut bigger = first.adding(&p, &ts[99], false);
     bigger.memo = pack::attempt_memo(&bigger.attempt_id);
     assert!(bigger.serialized_size(&p, &LookupTables::none()) > PACKET_DATA_SIZE);
     println!("existing ATAs: transfers per transaction {counts:?}");

@@ -71,6 +71,8 @@ pub mod failpoints {
     ];
 }
 
+/// Payouts whose claims one statement reads.
+const CLAIMS_PER_READ: usize = 1_000;
 /// Longest on-chain error kept in a failure reason (the rest is cut).
 const CHAIN_REASON_CHARS_MAX: usize = 300;
 
@@ -153,8 +155,9 @@ pub struct LedgerJournal {
 }
 
 impl LedgerJournal {
-    /// The attempts that hold each payout: open, landed or failed (see [`rows::claims`]).
-    async fn claimed(&self) -> Result<rows::Claims, JournalError> {
+    /// The attempts that hold each of `payout_ids`: open, landed or failed (see
+    /// [`rows::claims`]).
+    async fn claimed(&self, payout_ids: &[String]) -> Result<rows::Claims, JournalError> {
         let mut conn = self
             .ledger
             .store
@@ -162,9 +165,16 @@ impl LedgerJournal {
             .acquire()
             .await
             .map_err(|e| JournalError(e.to_string()))?;
-        rows::claims(&mut conn)
-            .await
-            .map_err(|e| journal_error(e.into()))
+        let ids: Vec<&str> = payout_ids.iter().map(String::as_str).collect();
+        let mut claims = rows::Claims::new();
+        for chunk in ids.chunks(CLAIMS_PER_READ) {
+            claims.extend(
+                rows::claims(&mut conn, chunk)
+                    .await
+                    .map_err(|e| journal_error(e.into()))?,
+            );
+        }
+        Ok(claims)
     }
 
     pub fn new(ledger: Ledger) -> LedgerJournal {
@@ -388,7 +398,7 @@ impl Journal for LedgerJournal {
     }
 
     async fn resolved_payouts(&self, payout_ids: &[String]) -> Result<Vec<String>, JournalError> {
-        let claimed = self.claimed().await?;
+        let claimed = self.claimed(payout_ids).await?;
         Ok(payout_ids
             .iter()
             .filter(|id| {
@@ -412,7 +422,7 @@ impl Journal for LedgerJournal {
     }
 
     async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
-        let claimed = self.claimed().await?;
+        let claimed = self.claimed(payout_ids).await?;
         Ok(payout_ids
             .iter()
             .flat_map(|id| {
