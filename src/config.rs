@@ -553,7 +553,8 @@ pub struct SolanaConfig {
     /// existing ones, and waits until its transactions are final).
     pub lookup_table_rounds_max: u32,
     /// Signed transactions awaiting their outcome at once: the payer signs, journals and
-    /// sends up to this many, waits until they are resolved, then signs the next ones.
+    /// sends up to this many, and signs the next one as soon as one is resolved (a sliding
+    /// window).
     pub transactions_in_flight_max: usize,
 }
 

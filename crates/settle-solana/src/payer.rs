@@ -1087,7 +1087,7 @@ impl Payer {
                 }
                 if inflight.is_empty() && !queue.is_empty() {
                     if progressed {
-                        // This wave signed nothing (rejected or unreachable); the next one.
+                        // These signed nothing (rejected or unreachable); the next ones.
                         continue;
                     }
                     not_sent_rounds(report, queue.into(), "not signed in this call; pay again");
