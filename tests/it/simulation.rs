@@ -74,25 +74,49 @@ const DB_FAULT_PERCENT: u32 = 25;
 /// From this many faults of a kind on, at least one must have failed a command.
 const DB_FAULTS_SHOWN: usize = 50;
 
-/// Runs `fut` until it has suspended `cut_after` times, then drops it at its next
-/// suspension: a crash of the task at that await point (`None`: never). Returns the output
-/// if it finished first, and how many times it suspended.
+/// Where [`cut_at_await`] drops a future: at its `at`-th suspension, counted from its
+/// start or from the poll in which it first sent a transaction (where payouts are on their
+/// way).
+#[derive(Clone, Copy)]
+struct Cut {
+    after_first_send: bool,
+    at: usize,
+}
+
+/// Runs `fut` until it reaches `cut`, then drops it at that suspension: a crash of the
+/// task at that await point (`None`: never). Returns the output if it finished first, how
+/// many times it suspended (by the cut, if cut), and at which suspension `sends` (a counter
+/// read between polls) first moved, if it did.
 async fn cut_at_await<F: std::future::Future>(
     fut: F,
-    cut_after: Option<usize>,
-) -> (Option<F::Output>, usize) {
+    cut: Option<Cut>,
+    sends: impl Fn() -> u64,
+) -> (Option<F::Output>, usize, Option<usize>) {
     let mut fut = std::pin::pin!(fut);
     let mut suspended = 0;
-    let out = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
-        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
-        std::task::Poll::Pending if Some(suspended) == cut_after => std::task::Poll::Ready(None),
-        std::task::Poll::Pending => {
-            suspended += 1;
-            std::task::Poll::Pending
+    let before = sends();
+    let mut first_send = None;
+    let out = std::future::poll_fn(|cx| {
+        let polled = fut.as_mut().poll(cx);
+        if first_send.is_none() && sends() != before {
+            first_send = Some(suspended);
+        }
+        let reached = cut.is_some_and(|c| match (c.after_first_send, first_send) {
+            (false, _) => suspended == c.at,
+            (true, Some(sent)) => suspended - sent == c.at,
+            (true, None) => false,
+        });
+        match polled {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            std::task::Poll::Pending if reached => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => {
+                suspended += 1;
+                std::task::Poll::Pending
+            }
         }
     })
     .await;
-    (out, suspended)
+    (out, suspended, first_send)
 }
 
 /// The await points (by index) at which passes were cut.
@@ -176,6 +200,8 @@ struct Sim {
     /// How many times the last untroubled pass suspended: a cancellation is drawn among
     /// those await points.
     pass_awaits: usize,
+    /// The await point at which that pass first sent a transaction.
+    pass_first_send: usize,
     tally: Tally,
 }
 
@@ -224,6 +250,7 @@ impl Sim {
             doing: String::new(),
             pass_ms: 40,
             pass_awaits: 40,
+            pass_first_send: 0,
             tally: Tally::default(),
         }
     }
@@ -542,13 +569,19 @@ impl Sim {
     async fn run_pass(&mut self) {
         self.tally.passes += 1;
         let started = std::time::Instant::now();
-        let (result, suspended) = cut_at_await(self.rail.pay_pending(&self.w.ledger), None).await;
+        let chain = self.w.dev.chain.clone();
+        let (result, suspended, first_send) =
+            cut_at_await(self.rail.pay_pending(&self.w.ledger), None, || {
+                chain.stats().send_calls
+            })
+            .await;
         match result.expect("an uncut pass finishes") {
             Ok(r) if r.settled > 0 && r.pending + r.not_sent == 0 && !self.db.armed() => {
                 // A pass that paid without trouble: drops are drawn within its length, and
                 // cancellations among its await points.
                 self.pass_ms = (started.elapsed().as_millis() as u64).max(1);
                 self.pass_awaits = suspended.max(1);
+                self.pass_first_send = first_send.unwrap_or(0).min(self.pass_awaits - 1);
             }
             // A pass stops on an RPC or database failure; the next one repairs and resumes.
             Err(_) if self.db.armed() => self.count_hit(),
@@ -561,11 +594,29 @@ impl Sim {
     /// committed stays, its open transaction rolls back, and the next pass repairs and
     /// resumes.
     async fn cancelled_pass(&mut self) {
-        let cut = self.rng.gen_range(0..self.pass_awaits);
-        let (finished, _) = cut_at_await(self.rail.pay_pending(&self.w.ledger), Some(cut)).await;
+        // Half the cuts are drawn among all the await points of the last untroubled pass,
+        // half among those after this pass's first send: a pass with work is then also cut
+        // while its payouts are on their way, however long it read and decided before
+        // (which varies with the work, and no untroubled pass may have run yet).
+        let after_first_send = self.rng.gen_bool(0.5);
+        let span = if after_first_send {
+            self.pass_awaits - self.pass_first_send
+        } else {
+            self.pass_awaits
+        };
+        let cut = Cut {
+            after_first_send,
+            at: self.rng.gen_range(0..span),
+        };
+        let chain = self.w.dev.chain.clone();
+        let (finished, cut_at, _) =
+            cut_at_await(self.rail.pay_pending(&self.w.ledger), Some(cut), || {
+                chain.stats().send_calls
+            })
+            .await;
         self.tally.cancelled_passes += 1;
         if finished.is_none() {
-            self.tally.cut_at.0.insert(cut);
+            self.tally.cut_at.0.insert(cut_at);
         }
         // The simulation's own reads below are no command under test: the fault ends first.
         self.tally.connections_dropped += self.db.clear().await;
