@@ -337,20 +337,9 @@ impl Ledger {
         let streams: Vec<String> = groups.iter().map(|(p, _)| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
         let band = self.config.rate_band();
-        let mut attempt: u32 = 0;
-        loop {
-            let result = async {
-                let mut tx = self.store.begin_streams(&names).await?;
-                let booked = book_groups(&mut tx, groups, &band, actors, now_ms).await?;
-                tx.commit().await?;
-                Ok::<_, LedgerError>(booked)
-            }
-            .await;
-            match result {
-                Err(e) if self.retry_after(&e, &mut attempt).await => continue,
-                other => return other,
-            }
-        }
+        crate::ledger::write_stream!(self, streams & names, |tx| {
+            book_groups(tx, groups, &band, actors, now_ms).await
+        })
     }
 }
 

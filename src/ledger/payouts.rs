@@ -170,20 +170,9 @@ impl Ledger {
             })
             .collect();
         let now = self.now_ms();
-        let mut attempt: u32 = 0;
-        loop {
-            let result = async {
-                let mut tx = self.store.begin_streams(&names).await?;
-                let answers = decide_payouts_in(&mut tx, commands, &idems, actor, now).await?;
-                tx.commit().await?;
-                Ok::<_, LedgerError>(answers)
-            }
-            .await;
-            match result {
-                Err(e) if self.retry_after(&e, &mut attempt).await => continue,
-                other => return other,
-            }
-        }
+        crate::ledger::write_stream!(self, streams & names, |tx| {
+            decide_payouts_in(tx, commands, &idems, actor, now).await
+        })
     }
 
     /// Releases a held payout (admin): held → in transit; the rail pays it.

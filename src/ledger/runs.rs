@@ -486,22 +486,11 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
-        let mut attempt: u32 = 0;
-        loop {
-            let result = async {
-                let mut tx = self.store.begin_streams(&names).await?;
-                // The decisions read every candidate's aggregates exactly (SPEC §3).
-                tx.fold_locked().await?;
-                self.decide_in(&mut tx, run, chunk, config, actor).await?;
-                tx.commit().await?;
-                Ok::<_, LedgerError>(())
-            }
-            .await;
-            match result {
-                Err(e) if self.retry_after(&e, &mut attempt).await => continue,
-                other => return other,
-            }
-        }
+        crate::ledger::write_stream!(self, streams & names, |tx| {
+            // The decisions read every candidate's aggregates exactly (SPEC §3).
+            tx.fold_locked().await?;
+            self.decide_in(tx, run, chunk, config, actor).await
+        })
     }
 
     /// Inside `tx`, which holds the write locks of every stream of `chunk`: reads the
