@@ -337,7 +337,7 @@ impl Ledger {
         let streams: Vec<String> = groups.iter().map(|(p, _)| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
         let band = self.config.rate_band();
-        crate::ledger::write_stream!(self, streams & names, |tx| {
+        crate::ledger::write_stream!(self, streams(&names), |tx| {
             book_groups(tx, groups, &band, actors, now_ms).await
         })
     }

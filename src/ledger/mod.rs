@@ -232,10 +232,10 @@ impl Ledger {
 /// ```
 ///
 /// The body is an async block over `tx: &mut WriteTx` returning `Result<T, LedgerError>`
-/// (`return` leaves the attempt). `write_stream!(ledger, streams &names, |tx| …)` runs it
-/// over several streams at once (a batch: each command keeps its own stream). A macro rather than a closure-taking method because the
-/// futures of async closures are not `Send` for all lifetimes, which axum and
-/// `tokio::spawn` require.
+/// (`return` leaves the attempt). `write_stream!(ledger, streams(&names), |tx| …)` runs it
+/// over several streams at once (a batch: each command keeps its own stream). A macro
+/// rather than a closure-taking method because the futures of async closures are not
+/// `Send` for all lifetimes, which axum and `tokio::spawn` require.
 macro_rules! write_stream {
     (@begin $ledger:expr, $begin:ident($arg:expr), |$tx:ident| $body:block) => {{
         let ledger: &$crate::ledger::Ledger = $ledger;
@@ -260,7 +260,7 @@ macro_rules! write_stream {
         }
     }};
     // Several streams in one transaction (`Store::begin_streams`), for batches.
-    ($ledger:expr, streams $streams:expr, |$tx:ident| $body:block) => {
+    ($ledger:expr, streams($streams:expr), |$tx:ident| $body:block) => {
         $crate::ledger::write_stream!(@begin $ledger, begin_streams($streams), |$tx| $body)
     };
     ($ledger:expr, $stream:expr, |$tx:ident| $body:block) => {

@@ -170,7 +170,7 @@ impl Ledger {
             })
             .collect();
         let now = self.now_ms();
-        crate::ledger::write_stream!(self, streams & names, |tx| {
+        crate::ledger::write_stream!(self, streams(&names), |tx| {
             decide_payouts_in(tx, commands, &idems, actor, now).await
         })
     }

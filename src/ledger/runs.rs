@@ -486,7 +486,7 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
-        crate::ledger::write_stream!(self, streams & names, |tx| {
+        crate::ledger::write_stream!(self, streams(&names), |tx| {
             // The decisions read every candidate's aggregates exactly (SPEC §3).
             tx.fold_locked().await?;
             self.decide_in(tx, run, chunk, config, actor).await

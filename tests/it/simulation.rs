@@ -41,7 +41,7 @@ use settle::config::RunConfig;
 use settle::domain::time::format_ms;
 use settle::ledger::Actor;
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::rails::solana::SolanaRail;
+use settle::rails::solana::{PayPendingReport, SolanaRail, SolanaRailError};
 use settle_calendar::{Calendar, runs_on};
 use settle_solana::Delay;
 use settle_solana::{Keypair, Pubkey, Signer};
@@ -566,15 +566,26 @@ impl Sim {
         chain.lag_status_node(0);
     }
 
+    /// One payout pass under [`cut_at_await`], the chain's sends counted.
+    async fn pay_pending_cut(
+        &self,
+        cut: Option<Cut>,
+    ) -> (
+        Option<Result<PayPendingReport, SolanaRailError>>,
+        usize,
+        Option<usize>,
+    ) {
+        let chain = &self.w.dev.chain;
+        cut_at_await(self.rail.pay_pending(&self.w.ledger), cut, || {
+            chain.stats().send_calls
+        })
+        .await
+    }
+
     async fn run_pass(&mut self) {
         self.tally.passes += 1;
         let started = std::time::Instant::now();
-        let chain = self.w.dev.chain.clone();
-        let (result, suspended, first_send) =
-            cut_at_await(self.rail.pay_pending(&self.w.ledger), None, || {
-                chain.stats().send_calls
-            })
-            .await;
+        let (result, suspended, first_send) = self.pay_pending_cut(None).await;
         match result.expect("an uncut pass finishes") {
             Ok(r) if r.settled > 0 && r.pending + r.not_sent == 0 && !self.db.armed() => {
                 // A pass that paid without trouble: drops are drawn within its length, and
@@ -608,12 +619,7 @@ impl Sim {
             after_first_send,
             at: self.rng.gen_range(0..span),
         };
-        let chain = self.w.dev.chain.clone();
-        let (finished, cut_at, _) =
-            cut_at_await(self.rail.pay_pending(&self.w.ledger), Some(cut), || {
-                chain.stats().send_calls
-            })
-            .await;
+        let (finished, cut_at, _) = self.pay_pending_cut(Some(cut)).await;
         self.tally.cancelled_passes += 1;
         if finished.is_none() {
             self.tally.cut_at.0.insert(cut_at);
