@@ -14,6 +14,10 @@
 //! - `run`: `Ledger::run_payouts` of the weekly run of 2026-11-23 (cutoff that Monday),
 //!   which decides every provider in its own transaction and creates a payout each.
 //! - `rerun`: the same run started again (idempotent: reads the completed report).
+//! - `bank` (with `--rail ach`: the providers are paid by ACH): the bank outbox writes every
+//!   payout into NACHA files of at most `--batch-payouts-max` payouts and submits them;
+//!   then the raw limit of the same machine in the same process (the payout rows read by
+//!   one plain statement, the files' bytes written and fsynced once).
 //!
 //! The database after `setup` is kept as a snapshot (`<sqlite-path>.setup`, or the
 //! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
@@ -51,6 +55,14 @@ struct Args {
     loaders: usize,
     connections: u32,
     phase: Option<String>,
+    /// `solana` (the default) or `ach`: the providers' payout method.
+    rail: String,
+    /// `bank.batch_payouts_max` of the `bank` phase.
+    batch_payouts_max: usize,
+    /// `store.sqlite_cache_kib` (0: the default).
+    sqlite_cache_kib: u64,
+    /// `runs.candidates_per_tx` (0: the default).
+    candidates_per_tx: usize,
 }
 
 fn parse_args() -> Args {
@@ -64,6 +76,10 @@ fn parse_args() -> Args {
         loaders: 0,
         connections: 8,
         phase: None,
+        rail: "solana".into(),
+        batch_payouts_max: settle::config::BankConfig::default().batch_payouts_max,
+        sqlite_cache_kib: 0,
+        candidates_per_tx: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -77,10 +93,24 @@ fn parse_args() -> Args {
             "--loaders" => a.loaders = val().parse().expect("--loaders N"),
             "--connections" => a.connections = val().parse().expect("--connections N"),
             "--phase" => a.phase = Some(val()),
+            "--rail" => a.rail = val(),
+            "--batch-payouts-max" => {
+                a.batch_payouts_max = val().parse().expect("--batch-payouts-max N");
+            }
+            "--candidates-per-tx" => {
+                a.candidates_per_tx = val().parse().expect("--candidates-per-tx N");
+            }
+            "--sqlite-cache-kib" => {
+                a.sqlite_cache_kib = val().parse().expect("--sqlite-cache-kib K")
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
     }
+    assert!(
+        matches!(a.rail.as_str(), "solana" | "ach"),
+        "--rail solana|ach"
+    );
     if a.loaders == 0 {
         a.loaders = if a.db == "postgres" { 8 } else { 1 };
     }
@@ -193,9 +223,14 @@ async fn fresh_database(args: &Args) {
 }
 
 async fn open(args: &Args, now: &str) -> (Ledger, std::sync::Arc<ManualClock>) {
+    let defaults = StoreOptions::default();
     let options = StoreOptions {
         connections_max: args.connections,
-        ..StoreOptions::default()
+        sqlite_cache_kib: match args.sqlite_cache_kib {
+            0 => defaults.sqlite_cache_kib,
+            k => k,
+        },
+        ..defaults
     };
     let store = Store::open(&url(args), &options).await.expect("open store");
     store.migrate().await.expect("migrate");
@@ -206,11 +241,38 @@ async fn open(args: &Args, now: &str) -> (Ledger, std::sync::Arc<ManualClock>) {
     )
 }
 
+fn run_config(args: &Args) -> RunConfig {
+    let defaults = RunConfig::default();
+    RunConfig {
+        candidates_per_tx: match args.candidates_per_tx {
+            0 => defaults.candidates_per_tx,
+            n => n,
+        },
+        ..defaults
+    }
+}
+
 fn pid(p: usize) -> String {
     format!("prv_{p:06}")
 }
 
-async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>) {
+/// The payout method of every provider of the bench.
+fn method(rail: &str) -> PayoutMethod {
+    match rail {
+        "ach" => PayoutMethod::Ach {
+            routing: "021000021".into(),
+            account: "123456789".into(),
+            account_type: "checking".into(),
+            holder: "Acme Compute LLC".into(),
+            entity: "business".into(),
+        },
+        _ => PayoutMethod::Solana {
+            wallet: WALLET.into(),
+        },
+    }
+}
+
+async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>, rail: &str) {
     let operator = Actor::operator("bench");
     let start = parse_rfc3339_ms(USAGE_START).unwrap();
     for p in range {
@@ -223,9 +285,7 @@ async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>) {
                     email: format!("ops@{p}.test"),
                     tier: Tier::Community,
                     schedule: Schedule::Weekly,
-                    payout_method: Some(PayoutMethod::Solana {
-                        wallet: WALLET.into(),
-                    }),
+                    payout_method: Some(method(rail)),
                 },
                 &operator,
             )
@@ -293,18 +353,24 @@ async fn phase(args: &Args, phase: &str) {
             for l in 0..args.loaders {
                 let ledger = ledger.clone();
                 let range = (l * per).min(args.providers)..((l + 1) * per).min(args.providers);
-                tasks.push(tokio::spawn(
-                    async move { setup_range(&ledger, range).await },
-                ));
+                let rail = args.rail.clone();
+                tasks.push(tokio::spawn(async move {
+                    setup_range(&ledger, range, &rail).await
+                }));
             }
             for t in tasks {
                 t.await.expect("loader");
             }
             let events = ledger.store.event_count().await.unwrap();
             let seconds = t.elapsed().as_secs_f64();
+            // What `settle serve`'s projector has done long before a Monday: the usage
+            // booked above folded into balances (timed apart).
+            let t = Instant::now();
+            let folded = ledger.store.catch_up_all().await.expect("fold");
+            let fold_seconds = t.elapsed().as_secs_f64();
             snapshot(args, Some(&ledger.store)).await;
             println!(
-                "{{\"phase\":\"setup\",\"db\":\"{}\",\"providers\":{},\"events\":{events},\"seconds\":{:.2},\"vmhwm_kib\":{}}}",
+                "{{\"phase\":\"setup\",\"db\":\"{}\",\"providers\":{},\"events\":{events},\"seconds\":{:.2},\"events_folded\":{folded},\"fold_seconds\":{fold_seconds:.2},\"vmhwm_kib\":{}}}",
                 args.db,
                 args.providers,
                 seconds,
@@ -320,15 +386,19 @@ async fn phase(args: &Args, phase: &str) {
                 .run_payouts(
                     weekly_key(RUN_MONDAY).unwrap(),
                     &Calendar::platform_default(),
-                    &RunConfig::default(),
+                    &run_config(args),
                     &Actor::system("bench"),
                 )
                 .await
                 .expect("run");
             let seconds = t.elapsed().as_secs_f64();
             let after = ledger.store.event_count().await.unwrap();
+            // The projector's share of the run, apart: the balances of the payouts created.
+            let t = Instant::now();
+            let folded = ledger.store.catch_up_all().await.expect("fold");
+            let fold_seconds = t.elapsed().as_secs_f64();
             println!(
-                "{{\"phase\":\"{phase}\",\"db\":\"{}\",\"providers\":{},\"candidates\":{},\"payouts\":{},\"payouts_micro_usdc\":{},\"events_appended\":{},\"seconds\":{seconds:.2},\"candidates_per_second\":{:.0},\"vmhwm_kib\":{}}}",
+                "{{\"phase\":\"{phase}\",\"db\":\"{}\",\"providers\":{},\"candidates\":{},\"payouts\":{},\"payouts_micro_usdc\":{},\"events_appended\":{},\"seconds\":{seconds:.2},\"candidates_per_second\":{:.0},\"events_folded_after\":{folded},\"fold_after_seconds\":{fold_seconds:.2},\"vmhwm_kib\":{}}}",
                 args.db,
                 args.providers,
                 report.candidates.len(),
@@ -339,11 +409,71 @@ async fn phase(args: &Args, phase: &str) {
                 peak::vmhwm_kib()
             );
         }
+        "bank" => bank_phase(args).await,
         other => panic!("unknown phase {other}"),
     }
 }
 
+/// The bank outbox after the run (`--rail ach`): every payout into NACHA files of at most
+/// `--batch-payouts-max` payouts, submitted; then, in the same process, the raw limit of the
+/// same work on this machine: the payout rows read with one plain statement and the same
+/// bytes written to one file with one fsync.
+async fn bank_phase(args: &Args) {
+    let (ledger, _) = open(args, "2026-11-23T06:30:00Z").await;
+    let outbox = tempfile::tempdir().expect("outbox");
+    let config = settle::config::BankConfig {
+        outbox_dir: outbox.path().display().to_string(),
+        batch_payouts_max: args.batch_payouts_max,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let report = settle::rails::bank::generate_batches(&ledger, &config, &Actor::system("bench"))
+        .await
+        .expect("generate");
+    let seconds = t.elapsed().as_secs_f64();
+    let vmhwm = peak::vmhwm_kib();
+    let submitted: usize = report.batches.iter().map(|b| b.submitted).sum();
+    let mut bytes = Vec::new();
+    for b in &report.batches {
+        bytes.extend(std::fs::read(&b.path).expect("bank file"));
+    }
+
+    let t = Instant::now();
+    let mut rows = 0usize;
+    {
+        use futures::TryStreamExt as _;
+        let mut read = sqlx::query("SELECT * FROM payouts").fetch(ledger.store.pool());
+        while read.try_next().await.expect("read payouts").is_some() {
+            rows += 1;
+        }
+    }
+    let raw_file = outbox.path().join("raw");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&raw_file).expect("raw file");
+        f.write_all(&bytes).expect("write raw");
+        f.sync_all().expect("fsync raw");
+    }
+    let raw_seconds = t.elapsed().as_secs_f64();
+    println!(
+        "{{\"phase\":\"bank\",\"db\":\"{}\",\"providers\":{},\"batch_payouts_max\":{},\"files\":{},\"payouts_submitted\":{submitted},\"file_bytes\":{},\"seconds\":{seconds:.2},\"payouts_per_second\":{:.0},\"vmhwm_kib\":{vmhwm},\"raw_rows_read\":{rows},\"raw_seconds\":{raw_seconds:.2}}}",
+        args.db,
+        args.providers,
+        args.batch_payouts_max,
+        report.batches.len(),
+        bytes.len(),
+        submitted as f64 / seconds,
+    );
+}
+
 fn main() {
+    // `SETTLE_BENCH_LOG=sqlx=debug`: every statement with its time, on stderr.
+    if let Ok(filter) = std::env::var("SETTLE_BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args = parse_args();
     if let Some(p) = &args.phase {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -356,11 +486,14 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let phases: &[&str] = if args.reuse {
-        &["restore", "run", "rerun"]
+    let mut phases: Vec<&str> = if args.reuse {
+        vec!["restore", "run", "rerun"]
     } else {
-        &["setup", "run", "rerun"]
+        vec!["setup", "run", "rerun"]
     };
+    if args.rail == "ach" {
+        phases.push("bank");
+    }
     for p in phases {
         let status = std::process::Command::new(&exe)
             .args(&own)

@@ -218,6 +218,12 @@ pub const TABLES: &[TableSpec] = &[
             "resolved_at_ms",
         ],
     },
+    // Which batch holds a payout: a bank generation's look-up of the payouts in no batch.
+    TableSpec {
+        name: "bank_batch_payouts",
+        key: &["payout_id"],
+        vals: &["batch_id"],
+    },
     // Which attempts name a payout: the per-payout look-up of a signed attempt's checks.
     TableSpec {
         name: "solana_attempt_payouts",
@@ -621,21 +627,14 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
 /// What the rails record: bank batches and Solana attempts.
 fn rail_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
     match body {
-        EventBody::BankBatchGenerated(b) => out.push(ProjOp::Put {
-            table: "bank_batches",
-            key: vec![b.batch_id.as_str().into()],
-            vals: vec![
-                b.rail.as_str().into(),
-                b.file_name.as_str().into(),
-                b.sha256.as_str().into(),
-                json(&b.payout_ids),
-                b.total_cents.into(),
-                b.currency.as_str().into(),
-                crate::domain::batch::BatchStatus::Generated.as_str().into(),
-                recorded_at_ms.into(),
-                recorded_at_ms.into(),
-            ],
-        }),
+        EventBody::BankBatchGenerated(b) => {
+            out.extend(b.payout_ids.iter().map(|payout_id| ProjOp::Put {
+                table: "bank_batch_payouts",
+                key: vec![payout_id.as_str().into()],
+                vals: vec![b.batch_id.as_str().into()],
+            }));
+            out.push(bank_batch_put(b, recorded_at_ms));
+        }
         EventBody::BankBatchStatusChanged(b) => out.push(patch(
             "bank_batches",
             vec![b.batch_id.as_str().into()],
@@ -954,6 +953,25 @@ impl Projections {
 
     pub fn rows(&self, table: &str) -> impl Iterator<Item = (&Vec<Val>, &Vec<Val>)> {
         self.tables.get(table).into_iter().flat_map(|t| t.iter())
+    }
+}
+
+/// The `bank_batches` row a generated batch puts.
+fn bank_batch_put(b: &crate::domain::event::BankBatchGenerated, recorded_at_ms: i64) -> ProjOp {
+    ProjOp::Put {
+        table: "bank_batches",
+        key: vec![b.batch_id.as_str().into()],
+        vals: vec![
+            b.rail.as_str().into(),
+            b.file_name.as_str().into(),
+            b.sha256.as_str().into(),
+            json(&b.payout_ids),
+            b.total_cents.into(),
+            b.currency.as_str().into(),
+            crate::domain::batch::BatchStatus::Generated.as_str().into(),
+            recorded_at_ms.into(),
+            recorded_at_ms.into(),
+        ],
     }
 }
 
@@ -1592,6 +1610,13 @@ mod tests {
                     i(20)
                 ]
             )]
+        );
+        assert_eq!(
+            rows(&p, "bank_batch_payouts"),
+            vec![
+                (vec![t("po1")], vec![t("b")]),
+                (vec![t("po2")], vec![t("b")])
+            ]
         );
         p.fold(
             "platform",

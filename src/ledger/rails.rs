@@ -3,7 +3,7 @@
 //! check them against the payouts and the rail's projection and append, so only `ledger`
 //! appends. Each is one transaction on the platform stream, idempotent by its key.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use crate::domain::DomainError;
 use crate::domain::batch::BatchStatus;
@@ -246,27 +246,18 @@ impl Ledger {
         actor: &Actor,
         file: &(dyn Fn(BatchSlot) -> Result<BankBatchGenerated, DomainError> + Sync),
     ) -> Result<bool, LedgerError> {
-        let id_set: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+        let listed: Vec<&str> = ids.iter().map(String::as_str).collect();
         let key = format!("bank_batch:{batch_id}:generated");
         let now = self.now_ms();
         crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             if find_idem(tx, &key).await?.is_some() {
                 return Ok(false);
             }
-            let existing = rows::load_batches(tx.conn()).await?;
-            if existing
-                .iter()
-                .any(|b| b.payout_ids.iter().any(|id| id_set.contains(id.as_str())))
-            {
+            if rows::any_batched(tx.conn(), &listed).await? {
                 return Ok(false);
             }
             let created_ms = now.max(tx.head_recorded_at_ms());
-            let same_day_ach = existing
-                .iter()
-                .filter(|b| {
-                    b.rail == Rail::Ach && day_number(b.generated_at_ms) == day_number(created_ms)
-                })
-                .count();
+            let same_day_ach = rows::ach_batches_on_day(tx.conn(), day_number(created_ms)).await?;
             let generated = file(BatchSlot {
                 created_ms,
                 same_day_ach,

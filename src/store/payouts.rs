@@ -12,6 +12,15 @@ pub use crate::domain::payout::PayoutRecord;
 
 pub(super) const PAYOUT_COLUMNS: &str = "payout_id, provider_id, run_kind, run_key, rail, amount_micro_usdc, amount_eur_cents, eur_per_usd, method, status, hold_reason, failure_reason, reference, end_to_end_id, created_at_ms, updated_at_ms";
 
+/// [`PAYOUT_COLUMNS`] of the table aliased `alias`.
+pub(super) fn payout_columns_of(alias: &str) -> String {
+    PAYOUT_COLUMNS
+        .split(", ")
+        .map(|c| format!("{alias}.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow(e.to_string())
 }
@@ -61,13 +70,9 @@ pub async fn load_many(
         return Ok(out);
     }
     let rows: Vec<(&str,)> = payout_ids.iter().map(|p| (*p,)).collect();
-    let columns = PAYOUT_COLUMNS
-        .split(", ")
-        .map(|c| format!("p.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sql = format!(
-        "SELECT {columns} FROM {} JOIN payouts AS p ON p.payout_id = j.value ->> 0",
+        "SELECT {} FROM {} JOIN payouts AS p ON p.payout_id = j.value ->> 0",
+        payout_columns_of("p"),
         Dialect::of(conn).json_rows(1, payout_ids.len())
     );
     for r in sqlx::query(&sql)

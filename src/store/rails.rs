@@ -64,7 +64,7 @@ pub async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, St
         .iter()
         .map(batch_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    out.sort_by(|a, b| (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id)));
+    oldest_first(&mut out);
     Ok(out)
 }
 
@@ -94,24 +94,93 @@ pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, 
     load_batch(&mut conn, batch_id).await
 }
 
-/// The `created` payouts on the bank rails, sorted by id, in one statement.
-pub async fn created_bank_payouts(
-    pool: &AnyPool,
-) -> Result<Vec<super::payouts::PayoutRecord>, StoreError> {
+/// The bank batches that may not have been handed off yet: one of their payouts is still
+/// `created` (found through `bank_batch_payouts` and the index of payouts by status), oldest
+/// first.
+pub async fn unfinished_batches(pool: &AnyPool) -> Result<Vec<BankBatch>, StoreError> {
     let rows = sqlx::query(&format!(
-        "SELECT {} FROM payouts WHERE status = '{}' AND rail IN ('sepa', 'ach')",
-        super::payouts::PAYOUT_COLUMNS,
+        "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id IN (\
+         SELECT bp.batch_id FROM payouts AS p JOIN bank_batch_payouts AS bp ON bp.payout_id = p.payout_id \
+         WHERE p.status = '{}' AND p.rail IN ('sepa', 'ach'))",
         PayoutStatus::Created
     ))
     .fetch_all(pool)
     .await?;
-    let mut payouts = rows
+    let mut out = rows
         .iter()
-        .map(super::payouts::payout_from_row)
+        .map(batch_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    // By id as bytes (the batch id is derived from this order), not by a collation.
-    payouts.sort_unstable_by(|a, b| a.payout_id.cmp(&b.payout_id));
-    Ok(payouts)
+    oldest_first(&mut out);
+    Ok(out)
+}
+
+fn oldest_first(batches: &mut [BankBatch]) {
+    batches.sort_by(|a, b| (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id)));
+}
+
+/// One page of the `created` payouts of `rail` in no bank batch yet: at most `limit`, with
+/// ids after `after`, sorted by id as bytes (the batch id is derived from this order, not
+/// from a collation). A keyset read through `payouts_by_status_and_id`, so a generation
+/// holds one page and one batch in memory, whatever the number of payouts.
+pub async fn unbatched_created(
+    pool: &AnyPool,
+    rail: Rail,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<super::payouts::PayoutRecord>, StoreError> {
+    let mut conn = pool.acquire().await?;
+    let bytes = match Dialect::of(&conn) {
+        Dialect::Postgres => " COLLATE \"C\"",
+        Dialect::Sqlite => "",
+    };
+    let columns = super::payouts::payout_columns_of("p");
+    let rows = sqlx::query(&format!(
+        "SELECT {columns} FROM payouts AS p WHERE p.status = '{}' AND p.rail = $1 \
+         AND p.payout_id{bytes} > $2 \
+         AND NOT EXISTS (SELECT 1 FROM bank_batch_payouts AS bp WHERE bp.payout_id = p.payout_id) \
+         ORDER BY p.payout_id{bytes} LIMIT $3",
+        PayoutStatus::Created
+    ))
+    .bind(rail.as_str())
+    .bind(after)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(super::payouts::payout_from_row).collect()
+}
+
+/// Whether any of `payout_ids` is in a bank batch already.
+pub async fn any_batched(
+    conn: &mut AnyConnection,
+    payout_ids: &[&str],
+) -> Result<bool, StoreError> {
+    if payout_ids.is_empty() {
+        return Ok(false);
+    }
+    let rows: Vec<(&str,)> = payout_ids.iter().map(|p| (*p,)).collect();
+    let sql = format!(
+        "SELECT 1 FROM {} JOIN bank_batch_payouts AS bp ON bp.payout_id = j.value ->> 0 LIMIT 1",
+        Dialect::of(conn).json_rows(1, payout_ids.len())
+    );
+    let found = sqlx::query(&sql)
+        .bind(json_rows_param(&rows))
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(found.is_some())
+}
+
+/// How many ACH batches were generated on UTC day `day` (days since the epoch).
+pub async fn ach_batches_on_day(conn: &mut AnyConnection, day: i64) -> Result<usize, StoreError> {
+    let start = day * crate::domain::time::MS_PER_DAY;
+    let row = sqlx::query(
+        "SELECT COUNT(*) FROM bank_batches WHERE rail = 'ach' AND generated_at_ms >= $1 AND generated_at_ms < $2",
+    )
+    .bind(start)
+    .bind(start + crate::domain::time::MS_PER_DAY)
+    .fetch_one(&mut *conn)
+    .await?;
+    let count: i64 = row.try_get(0)?;
+    usize::try_from(count).map_err(corrupt)
 }
 
 /// The payout method a provider has now (`None`: no provider, or none set).

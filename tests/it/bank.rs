@@ -566,6 +566,38 @@ async fn generation_is_idempotent_concurrent_safe_and_numbers_files_of_a_day() {
     w.check().await;
 }
 
+/// `settle bank generate` at 06:30 on 2026-12-01 into `outbox`.
+fn generate_args(outbox: &str) -> [&str; 6] {
+    [
+        "--now",
+        "2026-12-01T06:30:00Z",
+        "bank",
+        "--outbox",
+        outbox,
+        "generate",
+    ]
+}
+
+/// `settle bank generate` in a process that aborts at `failpoint`.
+fn generation_crashed_at(w: &World, failpoint: &str) {
+    let crashed = std::process::Command::new(common::settle_bin())
+        .arg("--database")
+        .arg(&w.db.url)
+        .args(generate_args(&w.bank.outbox_dir))
+        .env("SETTLE_FAILPOINT", failpoint)
+        .output()
+        .unwrap();
+    assert!(
+        !crashed.status.success(),
+        "{failpoint}: the process must abort"
+    );
+    assert!(
+        String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
+        "{failpoint}: {}",
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+}
+
 #[tokio::test]
 async fn a_crash_anywhere_in_generation_is_finished_by_the_next_run() {
     use settle::rails::bank::failpoints::*;
@@ -580,31 +612,8 @@ async fn a_crash_anywhere_in_generation_is_finished_by_the_next_run() {
         w.at("2026-12-01T00:05:00Z");
         w.monthly("2026-12").await;
         let outbox = w.bank.outbox_dir.clone();
-        let args = [
-            "--now",
-            "2026-12-01T06:30:00Z",
-            "bank",
-            "--outbox",
-            outbox.as_str(),
-            "generate",
-        ];
-        let crashed = std::process::Command::new(common::settle_bin())
-            .arg("--database")
-            .arg(&w.db.url)
-            .args(args)
-            .env("SETTLE_FAILPOINT", failpoint)
-            .output()
-            .unwrap();
-        assert!(
-            !crashed.status.success(),
-            "{failpoint}: the process must abort"
-        );
-        assert!(
-            String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
-            "{failpoint}: {}",
-            String::from_utf8_lossy(&crashed.stderr)
-        );
-        let (code, stdout, stderr) = common::run_cli(&w.db.url, &args);
+        generation_crashed_at(&w, failpoint);
+        let (code, stdout, stderr) = common::run_cli(&w.db.url, &generate_args(&outbox));
         assert_eq!(code, 0, "{failpoint}: {stdout}{stderr}");
 
         let all = bank::batches(w.ledger.store.pool()).await.unwrap();
@@ -1094,5 +1103,54 @@ async fn files_hold_at_most_batch_payouts_max_payouts_and_each_is_valid_on_its_o
         ["A", "B", "C"],
         "the day's NACHA files are numbered in turn"
     );
+    w.check().await;
+}
+
+/// Batches generated before the per-payout index of batches existed (migration 0008), one
+/// of them cut off before its payouts were submitted: the migration fills the index from
+/// the batches, so `verify` is clean after the upgrade and the next generation finishes
+/// that batch instead of putting its payouts into a second file.
+#[tokio::test]
+async fn batches_generated_before_0008_are_indexed_by_the_migration() {
+    use settle::rails::bank::failpoints::AFTER_GENERATED;
+    let w = mixed_world().await;
+    w.at("2026-12-01T00:05:00Z");
+    w.monthly("2026-12").await;
+    generation_crashed_at(&w, AFTER_GENERATED);
+    let before = bank::batches(w.ledger.store.pool()).await.unwrap();
+    assert_eq!(
+        before.len(),
+        1,
+        "the crash left one batch with its payouts created"
+    );
+    common::upgrade_through(
+        &w.ledger.store,
+        8,
+        &[
+            "DROP TABLE bank_batch_payouts",
+            "DROP INDEX payouts_by_status_and_id",
+            "CREATE INDEX payouts_by_status ON payouts (status, rail)",
+        ],
+    )
+    .await;
+    w.check().await;
+
+    bank::generate_batches(&w.ledger, &w.bank, &w.actor())
+        .await
+        .unwrap();
+    let all = bank::batches(w.ledger.store.pool()).await.unwrap();
+    assert_eq!(all.len(), 2, "one batch per rail");
+    assert!(
+        all.iter().any(|b| b == &before[0]),
+        "the cut-off batch is kept"
+    );
+    let mut seen = BTreeSet::new();
+    for b in &all {
+        for id in &b.payout_ids {
+            assert!(seen.insert(id.clone()), "{id} is in two batches");
+            assert_eq!(w.payout(id).await.status.as_str(), "submitted", "{id}");
+        }
+    }
+    assert_eq!(seen.len(), 4);
     w.check().await;
 }

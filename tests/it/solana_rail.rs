@@ -596,14 +596,7 @@ async fn attempts_signed_before_0007_are_indexed_by_the_migration() {
         .await
         .unwrap();
     // The schema before 0007: no index, and the migration not yet applied.
-    let pool = w.ledger.store.pool();
-    for statement in [
-        "DROP TABLE solana_attempt_payouts",
-        "DELETE FROM _sqlx_migrations WHERE version = 7",
-    ] {
-        sqlx::query(statement).execute(pool).await.unwrap();
-    }
-    w.ledger.store.migrate().await.expect("0007");
+    common::upgrade_through(&w.ledger.store, 7, &["DROP TABLE solana_attempt_payouts"]).await;
     let report = settle::verify::verify(&w.ledger.store, &|_| {})
         .await
         .unwrap();

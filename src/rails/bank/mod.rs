@@ -155,13 +155,6 @@ fn naive(ms: i64) -> NaiveDateTime {
         .unwrap_or_default()
 }
 
-/// The `created` payouts on the bank rails, sorted by id.
-async fn created_bank_payouts(pool: &AnyPool) -> Result<Vec<PayoutRecord>, BankError> {
-    Ok(rows::created_bank_payouts(pool)
-        .await
-        .map_err(LedgerError::from)?)
-}
-
 /// Rebuilds the bytes of a recorded batch and checks them against its recorded SHA-256.
 pub async fn regenerate(
     ledger: &Ledger,
@@ -402,26 +395,21 @@ pub async fn generate_batches(
     let mut finished: HashSet<String> = HashSet::new();
 
     for _round in 0..GENERATE_ROUNDS_MAX {
-        let existing = batches(pool).await?;
-        let created = created_bank_payouts(pool).await?;
-        let created_ids: HashSet<&str> = created.iter().map(|p| p.payout_id.as_str()).collect();
-
-        // 1. Finish what an earlier (crashed or concurrent) generation left.
-        for b in &existing {
-            // Handed off (every payout submitted or later): never written again here.
-            let unfinished = b
-                .payout_ids
-                .iter()
-                .any(|id| created_ids.contains(id.as_str()));
-            if !unfinished || finished.contains(&b.batch_id) {
+        // 1. Finish what an earlier (crashed or concurrent) generation left: the batches
+        //    with a payout still `created` (handed off ones are never written again here).
+        let unfinished = rows::unfinished_batches(pool)
+            .await
+            .map_err(LedgerError::from)?;
+        for b in unfinished {
+            if finished.contains(&b.batch_id) {
                 continue;
             }
-            let path = ensure_file(ledger, config, &originator, b).await?;
-            let (submitted, problems) = submit_batch_payouts(ledger, b, actor).await?;
+            let path = ensure_file(ledger, config, &originator, &b).await?;
+            let (submitted, problems) = submit_batch_payouts(ledger, &b, actor).await?;
             finished.insert(b.batch_id.clone());
             if submitted > 0 || !problems.is_empty() {
                 report.batches.push(BatchOutcome {
-                    batch: b.clone(),
+                    batch: b,
                     path,
                     new: false,
                     submitted,
@@ -431,20 +419,14 @@ pub async fn generate_batches(
         }
 
         // 2. New batches, one per rail and round.
-        let batched: HashSet<&str> = existing
-            .iter()
-            .flat_map(|b| b.payout_ids.iter().map(String::as_str))
-            .collect();
         let mut progressed = false;
         for rail in [Rail::Sepa, Rail::Ach] {
             let (chosen, failed_any) =
-                choose_bankable(ledger, config, rail, &created, &batched, actor, &mut report)
-                    .await?;
+                choose_bankable(ledger, config, rail, actor, &mut report).await?;
             progressed |= failed_any;
             if chosen.is_empty() {
                 continue;
             }
-            let chosen: Vec<PayoutRecord> = chosen.into_iter().cloned().collect();
             if let Some(outcome) =
                 generate_one(ledger, config, &originator, rail, &chosen, actor).await?
             {
@@ -463,42 +445,49 @@ pub async fn generate_batches(
     )
 }
 
-/// The created payouts of `rail` in no batch yet, at most `batch_payouts_max` of them. An
-/// unbankable one met on the way is failed (its money back in payable) and listed in
-/// `report`; the flag says whether any was.
-async fn choose_bankable<'a>(
+/// The created payouts of `rail` in no batch yet, sorted by id, at most
+/// `batch_payouts_max` of them, read [`PAYOUTS_PER_READ`] at a time. An unbankable one met
+/// on the way is failed (its money back in payable) and listed in `report`; the flag says
+/// whether any was.
+async fn choose_bankable(
     ledger: &Ledger,
     config: &BankConfig,
     rail: Rail,
-    created: &'a [PayoutRecord],
-    batched: &HashSet<&str>,
     actor: &Actor,
     report: &mut GenerateReport,
-) -> Result<(Vec<&'a PayoutRecord>, bool), BankError> {
-    let mut chosen: Vec<&PayoutRecord> = Vec::new();
+) -> Result<(Vec<PayoutRecord>, bool), BankError> {
+    let mut chosen: Vec<PayoutRecord> = Vec::new();
     let mut failed_any = false;
-    for p in created
-        .iter()
-        .filter(|p| p.rail == rail && !batched.contains(p.payout_id.as_str()))
-    {
-        if chosen.len() >= config.batch_payouts_max {
-            break;
-        }
-        match files::check_bankable(p) {
-            Ok(()) => chosen.push(p),
-            Err(e) => {
-                // It can never be written: fail it, the money goes back to payable.
-                let reason = format!("{}: {}", e.code, e.message);
-                match ledger.fail_payout(&p.payout_id, &reason, actor).await {
-                    Ok(_) => report.failed.push(Unbankable {
-                        payout_id: p.payout_id.clone(),
-                        reason,
-                    }),
-                    Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {}
-                    Err(e) => return Err(e.into()),
-                }
-                failed_any = true;
+    let mut after = String::new();
+    while chosen.len() < config.batch_payouts_max {
+        let page = rows::unbatched_created(ledger.store.pool(), rail, &after, PAYOUTS_PER_READ)
+            .await
+            .map_err(LedgerError::from)?;
+        let last_page = page.len() < PAYOUTS_PER_READ;
+        for p in page {
+            if chosen.len() >= config.batch_payouts_max {
+                break;
             }
+            after.clone_from(&p.payout_id);
+            match files::check_bankable(&p) {
+                Ok(()) => chosen.push(p),
+                Err(e) => {
+                    // It can never be written: fail it, the money goes back to payable.
+                    let reason = format!("{}: {}", e.code, e.message);
+                    match ledger.fail_payout(&p.payout_id, &reason, actor).await {
+                        Ok(_) => report.failed.push(Unbankable {
+                            payout_id: p.payout_id.clone(),
+                            reason,
+                        }),
+                        Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    failed_any = true;
+                }
+            }
+        }
+        if last_page {
+            break;
         }
     }
     Ok((chosen, failed_any))

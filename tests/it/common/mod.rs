@@ -120,6 +120,24 @@ impl Drop for TestDb {
 }
 
 /// The `settle` binary built for this test run.
+/// Takes `store` back to before migration `version` by running `undo` (statements that
+/// reverse it) and forgetting the migration, then migrates forward again: a database an
+/// older release created, upgraded as `settle migrate` upgrades it.
+pub async fn upgrade_through(store: &Store, version: i64, undo: &[&str]) {
+    for statement in undo {
+        sqlx::query(statement).execute(store.pool()).await.unwrap();
+    }
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1")
+        .bind(version)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    store
+        .migrate()
+        .await
+        .unwrap_or_else(|e| panic!("migration {version}: {e}"));
+}
+
 pub fn settle_bin() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_settle"))
 }
