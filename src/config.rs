@@ -133,11 +133,13 @@ pub struct RunConfig {
     /// An FX rate older than this many hours holds EUR payouts with `fx_stale` (48 hours).
     pub fx_stale_hours: i64,
     /// Transactions of candidates decided at once on PostgreSQL (4; keep it below the
-    /// connection pool size). SQLite has one writer: 1.
+    /// connection pool size). SQLite has one writer: their candidates go into one
+    /// transaction instead (`candidates_in_flight × candidates_per_tx`, one commit).
     pub candidates_in_flight: usize,
-    /// Candidates decided in one transaction (250): their state is read with one statement
-    /// each and their events commit together, each on its provider's stream with its own
-    /// idempotency key. On PostgreSQL each holds a stream lock until the commit.
+    /// Candidates decided in one transaction (250; on SQLite see `candidates_in_flight`):
+    /// their state is read with one statement each and their events commit together, each
+    /// on its provider's stream with its own idempotency key. On PostgreSQL each holds a
+    /// stream lock until the commit.
     pub candidates_per_tx: usize,
 }
 

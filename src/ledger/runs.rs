@@ -1,7 +1,8 @@
 //! Payout runs (SPEC §5): the weekly and the monthly run, each candidate decided once.
 //!
 //! A run is keyed by its [`RunKey`]. Candidates are decided in chunks of
-//! `runs.candidates_per_tx`, one transaction a chunk over the chunk's provider streams: the
+//! `runs.candidates_per_tx` (on SQLite, which has one writer, of `candidates_in_flight`
+//! times that), one transaction a chunk over the chunk's provider streams: the
 //! chunk's state (decided keys, registry rows, the figures of `available`) is read with one
 //! statement each, then every candidate is decided by the pure [`decide`] and its
 //! `payout_run.decided` event, and for a held or paid decision the `payout.created`
@@ -420,9 +421,21 @@ impl Ledger {
         // decision's idempotency key still guards against a concurrent start.
         let decided = self.decided_ids(&run).await?;
         tracing::info!(run = %run, candidates = candidates.len(), decided = decided.len(), "payout run started");
-        let in_flight = match self.store.dialect() {
-            Dialect::Postgres => config.candidates_in_flight.max(1),
-            Dialect::Sqlite => 1,
+        let (in_flight, per_tx) = match self.store.dialect() {
+            Dialect::Postgres => (
+                config.candidates_in_flight.max(1),
+                config.candidates_per_tx.max(1),
+            ),
+            // One writer: the candidates PostgreSQL decides in parallel transactions go
+            // into one, so a run holds as many streams at once on either database and
+            // SQLite commits (and fsyncs) once for all of them.
+            Dialect::Sqlite => (
+                1,
+                config
+                    .candidates_per_tx
+                    .max(1)
+                    .saturating_mul(config.candidates_in_flight.max(1)),
+            ),
         };
         let todo: Vec<&str> = candidates
             .iter()
@@ -430,22 +443,19 @@ impl Ledger {
             .map(String::as_str)
             .collect();
         let run_ref = &run;
-        futures::stream::iter(
-            todo.chunks(config.candidates_per_tx.max(1))
-                .map(Ok::<&[&str], LedgerError>),
-        )
-        .try_for_each_concurrent(in_flight, |chunk| async move {
-            for _ in chunk {
-                failpoint(failpoints::BEFORE_DECIDE);
-            }
-            self.decide_candidates(run_ref, chunk, config, actor)
-                .await?;
-            for _ in chunk {
-                failpoint(failpoints::AFTER_DECIDE);
-            }
-            Ok(())
-        })
-        .await?;
+        futures::stream::iter(todo.chunks(per_tx).map(Ok::<&[&str], LedgerError>))
+            .try_for_each_concurrent(in_flight, |chunk| async move {
+                for _ in chunk {
+                    failpoint(failpoints::BEFORE_DECIDE);
+                }
+                self.decide_candidates(run_ref, chunk, config, actor)
+                    .await?;
+                for _ in chunk {
+                    failpoint(failpoints::AFTER_DECIDE);
+                }
+                Ok(())
+            })
+            .await?;
         failpoint(failpoints::BEFORE_COMPLETE);
         self.complete_run(&run, cutoff, actor).await?;
         failpoint(failpoints::AFTER_COMPLETE);

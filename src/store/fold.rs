@@ -58,8 +58,6 @@ pub(crate) async fn fold_streams(
         return Ok(Folded::default());
     }
     let from = dialect.json_rows(1, streams.len());
-    let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
-    let mut checkpoints: BTreeMap<String, i64> = BTreeMap::new();
     // On PostgreSQL the checkpoint rows are locked (in name order, as every folder locks
     // them, so folders cannot deadlock): a second fold of a stream waits for the first to
     // commit and then reads the checkpoint it moved, instead of folding the same events and
@@ -67,21 +65,8 @@ pub(crate) async fn fold_streams(
     // race to any dashboard read that folded one of them, and was rolled back whole (lag
     // of seconds under load). A stream folded for the first time has no row to lock: two
     // such folds still meet at the row's insert, where one fails and retries.
-    let lock = match dialect {
-        Dialect::Postgres => " ORDER BY c.stream FOR UPDATE OF c",
-        Dialect::Sqlite => "",
-    };
-    let sql = format!(
-        "SELECT c.stream, c.seq FROM {from} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0{lock}"
-    );
-    for r in sqlx::query(&sql)
-        .bind(json_rows_param(&names))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?
-    {
-        checkpoints.insert(r.try_get(0)?, r.try_get(1)?);
-    }
+    let checkpoints =
+        read_checkpoints(conn, dialect, streams, dialect == Dialect::Postgres).await?;
     let after: Vec<(&str, i64)> = streams
         .iter()
         .map(|s| (*s, checkpoints.get(*s).copied().unwrap_or(0)))
@@ -140,6 +125,60 @@ pub(crate) async fn fold_streams(
         events: rows.len() as u64,
         more: rows.len() as i64 >= events_max,
     })
+}
+
+/// The checkpoints of `streams` that have one; with `lock`, their rows locked in name
+/// order until the transaction ends (PostgreSQL).
+async fn read_checkpoints(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    streams: &[&str],
+    lock: bool,
+) -> Result<BTreeMap<String, i64>, StoreError> {
+    let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
+    let sql = format!(
+        "SELECT c.stream, c.seq FROM {} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0{}",
+        dialect.json_rows(1, streams.len()),
+        if lock {
+            " ORDER BY c.stream FOR UPDATE OF c"
+        } else {
+            ""
+        }
+    );
+    let mut checkpoints = BTreeMap::new();
+    for r in sqlx::query(&sql)
+        .bind(json_rows_param(&names))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(classify)?
+    {
+        checkpoints.insert(r.try_get(0)?, r.try_get(1)?);
+    }
+    Ok(checkpoints)
+}
+
+/// [`fold_streams`] for streams whose heads (`(stream, seq)`) the caller read after taking
+/// their write locks: only the streams whose checkpoint is behind their head are folded,
+/// and no event is read when none is (a payout run deciding hundreds of providers that the
+/// projector has folded already). A head may count events the caller appended and has not
+/// committed: that stream is folded as far as the ledger goes, as [`fold_streams`] would.
+pub(crate) async fn fold_behind(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    heads: &[(&str, i64)],
+) -> Result<Folded, StoreError> {
+    if heads.is_empty() {
+        return Ok(Folded::default());
+    }
+    let names: Vec<&str> = heads.iter().map(|(s, _)| *s).collect();
+    let checkpoints = read_checkpoints(conn, dialect, &names, false).await?;
+    let mut behind: Vec<&str> = heads
+        .iter()
+        .filter(|(s, head)| checkpoints.get(*s).copied().unwrap_or(0) < *head)
+        .map(|(s, _)| *s)
+        .collect();
+    behind.sort_unstable();
+    fold_streams(conn, dialect, &behind, i64::MAX).await
 }
 
 /// Moves each folded stream's checkpoint from the value the fold read (`checkpoints`; none

@@ -410,7 +410,7 @@ impl Store {
     /// events are folded when it commits.
     pub async fn begin(&self, stream: &str) -> Result<WriteTx, StoreError> {
         let mut tx = self.begin_inner(stream, false).await?;
-        fold::fold_streams(&mut tx.tx, self.dialect, &[stream], i64::MAX).await?;
+        tx.fold_locked().await?;
         Ok(tx)
     }
 
@@ -877,10 +877,13 @@ impl WriteTx {
     /// Folds the aggregates of every stream this transaction locked up to its head, so a
     /// decision reads them exactly (a usage booking may have left them to the projector).
     pub async fn fold_locked(&mut self) -> Result<(), StoreError> {
-        let mut names: Vec<&str> = self.others.keys().map(String::as_str).collect();
-        names.push(&self.stream);
-        names.sort_unstable();
-        fold::fold_streams(&mut self.tx, self.dialect, &names, i64::MAX).await?;
+        let mut heads: Vec<(&str, i64)> = self
+            .others
+            .iter()
+            .map(|(stream, (seq, _, _))| (stream.as_str(), *seq))
+            .collect();
+        heads.push((&self.stream, self.head_seq));
+        fold::fold_behind(&mut self.tx, self.dialect, &heads).await?;
         Ok(())
     }
 

@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::any::AnyArguments;
-use sqlx::query::Query;
-use sqlx::{Any, AnyConnection, Row};
+use sqlx::{AnyConnection, Row};
 
 use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, table};
 
@@ -28,19 +26,6 @@ pub fn is_int_column(name: &str) -> bool {
                 | "last_valid_block_height"
                 | "slot"
         )
-}
-
-fn bind<'q>(
-    query: Query<'q, Any, AnyArguments<'q>>,
-    val: &Val,
-    column: &str,
-) -> Query<'q, Any, AnyArguments<'q>> {
-    match val {
-        Val::Int(v) => query.bind(*v),
-        Val::Text(t) => query.bind(t.clone()),
-        Val::Null if is_int_column(column) => query.bind(Option::<i64>::None),
-        Val::Null => query.bind(Option::<String>::None),
-    }
 }
 
 fn columns(spec: &TableSpec) -> Vec<&'static str> {
@@ -172,13 +157,15 @@ impl<'a> PendingPuts<'a> {
 /// Applies the ops of one transaction. Adds (to the additive tables) are summed per row
 /// and puts are gathered per table, each written with one multi-row statement; a patch or
 /// a removal first writes the pending puts of its own table, so it applies in order to the
-/// rows before it. Projection tables have no foreign keys or triggers: statements on
+/// rows before it, and a put the pending patches of its table. Consecutive patches of one
+/// table that set the same columns of distinct rows are written with one statement. Projection tables have no foreign keys or triggers: statements on
 /// different tables commute. A command that appends many events (a payout run's chunk:
 /// `payout_run.decided` and `payout.created` alternate) writes two statements, not one per
 /// event.
 pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
     let mut adds: BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>> = BTreeMap::new();
     let mut puts = PendingPuts::default();
+    let mut patches = PendingPatches::default();
     for op in ops {
         match op {
             ProjOp::Add {
@@ -203,16 +190,24 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
                 table: t,
                 key,
                 vals,
-            } => puts.put(t, key, vals),
+            } => {
+                // A put after patches of its table overwrites what they set.
+                patches.flush(conn, Some(t)).await?;
+                puts.put(t, key, vals);
+            }
             ProjOp::Patch { table: t, key, set } => {
                 puts.flush(conn, t).await?;
                 if set.is_empty() {
                     continue;
                 }
-                patch(conn, t, key, set).await?;
+                if !patches.joins(t, key, set) {
+                    patches.flush(conn, None).await?;
+                }
+                patches.push(t, key, set);
             }
             ProjOp::RemoveSegments { gpu_id, event_id } => {
                 puts.flush(conn, "usage_segments").await?;
+                patches.flush(conn, Some("usage_segments")).await?;
                 sqlx::query("DELETE FROM usage_segments WHERE gpu_id = $1 AND event_id = $2")
                     .bind(gpu_id)
                     .bind(event_id)
@@ -221,43 +216,103 @@ pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), s
             }
         }
     }
+    // A table never has both pending: a put flushes its table's patches, a patch its puts.
+    patches.flush(conn, None).await?;
     puts.flush_all(conn).await?;
     add_rows(conn, &adds).await
 }
 
-/// `UPDATE` of the columns `set` of the row `key` of table `t`.
-async fn patch(
+/// A patched row: its key and the `(value column, value)` pairs it sets.
+type PatchRow<'a> = (&'a [Val], &'a [(usize, Val)]);
+
+/// Patches not yet written: consecutive patches of one table that set the same columns of
+/// distinct rows, written with one statement ([`patch_rows`]). A bank batch's or a Solana
+/// attempt's payouts move together: before, each made a statement of its own.
+#[derive(Default)]
+struct PendingPatches<'a> {
+    table: &'static str,
+    columns: Vec<usize>,
+    keys: std::collections::BTreeSet<&'a [Val]>,
+    rows: Vec<PatchRow<'a>>,
+}
+
+impl<'a> PendingPatches<'a> {
+    /// Whether the patch of `key` setting `set` of table `t` joins the pending ones.
+    fn joins(&self, t: &str, key: &[Val], set: &[(usize, Val)]) -> bool {
+        self.table == t
+            && self.columns.len() == set.len()
+            && self.columns.iter().zip(set).all(|(c, (i, _))| c == i)
+            && !self.keys.contains(key)
+    }
+
+    fn push(&mut self, t: &'static str, key: &'a [Val], set: &'a [(usize, Val)]) {
+        if self.rows.is_empty() {
+            self.table = t;
+            self.columns = set.iter().map(|(i, _)| *i).collect();
+        }
+        self.keys.insert(key);
+        self.rows.push((key, set));
+    }
+
+    /// Writes the pending patches of table `t` (`None`: of any table).
+    async fn flush(
+        &mut self,
+        conn: &mut AnyConnection,
+        t: Option<&str>,
+    ) -> Result<(), sqlx::Error> {
+        if self.rows.is_empty() || t.is_some_and(|t| t != self.table) {
+            return Ok(());
+        }
+        let pending = std::mem::take(self);
+        for chunk in pending.rows.chunks(ROWS_PER_STATEMENT_MAX) {
+            patch_rows(conn, pending.table, &pending.columns, chunk).await?;
+        }
+        Ok(())
+    }
+}
+
+/// One `UPDATE` of the value columns `columns` of the rows `rows` (each its key and the
+/// values it sets, in `columns` order) of table `t`, the rows as one JSON parameter.
+async fn patch_rows(
     conn: &mut AnyConnection,
     t: &str,
-    key: &[Val],
-    set: &[(usize, Val)],
+    columns: &[usize],
+    rows: &[PatchRow<'_>],
 ) -> Result<(), sqlx::Error> {
     let spec = table(t);
-    let assignments: Vec<String> = set
+    let cell = |i: usize, column: &str| {
+        if is_int_column(column) {
+            format!("CAST(j.value ->> {i} AS BIGINT)")
+        } else {
+            format!("j.value ->> {i}")
+        }
+    };
+    let assignments: Vec<String> = columns
         .iter()
         .enumerate()
-        .map(|(n, (i, _))| format!("{} = ${}", spec.vals[*i], n + 1))
+        .map(|(n, i)| format!("{} = {}", spec.vals[*i], cell(n, spec.vals[*i])))
         .collect();
     let conditions: Vec<String> = spec
         .key
         .iter()
         .enumerate()
-        .map(|(n, k)| format!("{k} = ${}", set.len() + n + 1))
+        .map(|(n, k)| format!("{}.{k} = {}", spec.name, cell(columns.len() + n, k)))
         .collect();
     let sql = format!(
-        "UPDATE {} SET {} WHERE {}",
+        "UPDATE {} SET {} FROM {} WHERE {}",
         spec.name,
         assignments.join(", "),
+        Dialect::of(conn).json_rows(1, rows.len()),
         conditions.join(" AND ")
     );
-    let mut query = sqlx::query(&sql);
-    for (i, v) in set {
-        query = bind(query, v, spec.vals[*i]);
-    }
-    for (v, c) in key.iter().zip(spec.key.iter()) {
-        query = bind(query, v, c);
-    }
-    query.execute(&mut *conn).await?;
+    let cells: Vec<Vec<&Val>> = rows
+        .iter()
+        .map(|(key, set)| set.iter().map(|(_, v)| v).chain(key.iter()).collect())
+        .collect();
+    sqlx::query(&sql)
+        .bind(super::json_rows_param(&cells))
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -318,4 +373,123 @@ pub async fn replace_all(
         insert_rows(conn, spec, &rows, Conflict::Fail).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Store, StoreOptions};
+
+    /// A fresh migrated store: PostgreSQL when `SETTLE_TEST_PG_URL` names a server (a
+    /// database of its own, returned as (admin url, name) for the caller to drop), else
+    /// SQLite in `dir`.
+    async fn fresh_store(dir: &std::path::Path) -> (Store, Option<(String, String)>) {
+        sqlx::any::install_default_drivers();
+        let (url, drop) = match std::env::var("SETTLE_TEST_PG_URL") {
+            Ok(admin_url) if !admin_url.is_empty() => {
+                let name = format!("settle_project_{}", rand::random::<u32>());
+                let admin = sqlx::AnyPool::connect(&admin_url).await.unwrap();
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let base = admin_url.rsplit_once('/').map_or(&*admin_url, |(b, _)| b);
+                (format!("{base}/{name}"), Some((admin_url.clone(), name)))
+            }
+            _ => (format!("sqlite://{}", dir.join("p.db").display()), None),
+        };
+        let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+        store.migrate().await.unwrap();
+        (store, drop)
+    }
+
+    fn payout(id: &str, status: &str) -> ProjOp {
+        let spec = table("payouts");
+        let vals = spec
+            .vals
+            .iter()
+            .map(|c| match *c {
+                "status" => Val::Text(status.into()),
+                c if is_int_column(c) => Val::Int(7),
+                "reference" | "hold_reason" | "failure_reason" | "end_to_end_id" => Val::Null,
+                c => Val::Text(format!("{c}-{id}")),
+            })
+            .collect();
+        ProjOp::Put {
+            table: "payouts",
+            key: vec![Val::Text(id.into())],
+            vals,
+        }
+    }
+
+    fn set(id: &str, columns: &[(&str, Val)]) -> ProjOp {
+        let spec = table("payouts");
+        ProjOp::Patch {
+            table: "payouts",
+            key: vec![Val::Text(id.into())],
+            set: columns
+                .iter()
+                .map(|(c, v)| (spec.vals.iter().position(|x| x == c).unwrap(), v.clone()))
+                .collect(),
+        }
+    }
+
+    /// Patches written together (consecutive, same columns, distinct rows) and apart (a
+    /// row patched twice, other columns, a put after a patch) leave the table exactly as
+    /// the ops applied one by one in memory.
+    #[tokio::test]
+    async fn grouped_patches_apply_in_order() {
+        let text = |t: &str| Val::Text(t.into());
+        let ops = vec![
+            payout("p1", "created"),
+            payout("p2", "created"),
+            payout("p3", "created"),
+            set(
+                "p1",
+                &[("status", text("submitted")), ("reference", text("b1"))],
+            ),
+            set(
+                "p2",
+                &[("status", text("submitted")), ("reference", text("b1"))],
+            ),
+            set(
+                "p1",
+                &[("status", text("settled")), ("reference", text("b1"))],
+            ),
+            set("p3", &[("failure_reason", text("closed"))]),
+            payout("p3", "created"),
+            set("p1", &[("failure_reason", text("late"))]),
+            set("p3", &[("updated_at_ms", Val::Int(99))]),
+            payout("p2", "failed"),
+            set(
+                "p2",
+                &[("reference", Val::Null), ("status", text("cancelled"))],
+            ),
+            set(
+                "p4",
+                &[("status", text("settled")), ("reference", text("b2"))],
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let (store, pg_db) = fresh_store(dir.path()).await;
+        let mut conn = store.pool().acquire().await.unwrap();
+        apply_ops(&mut conn, &ops).await.unwrap();
+        let stored = load_table(&mut conn, table("payouts")).await.unwrap();
+        drop(conn);
+        store.close().await;
+        if let Some((admin_url, name)) = pg_db {
+            let admin = sqlx::AnyPool::connect(&admin_url).await.unwrap();
+            sqlx::query(&format!("DROP DATABASE {name}"))
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+        let mut memory = Projections::default();
+        for op in &ops {
+            memory.apply(op);
+        }
+        assert_eq!(stored, memory.tables["payouts"]);
+        assert_eq!(stored.len(), 3);
+    }
 }

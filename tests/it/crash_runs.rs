@@ -245,6 +245,8 @@ impl Crashed {
             "SETTLE_RUNS__CANDIDATES_PER_TX",
             candidates_per_tx.to_string(),
         );
+        // One transaction in flight: SQLite's chunks are the size named too.
+        c.env("SETTLE_RUNS__CANDIDATES_IN_FLIGHT", "1");
         let failpoint_set = failpoint.is_some();
         if let Some(f) = failpoint {
             c.env("SETTLE_FAILPOINT", f);

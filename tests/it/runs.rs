@@ -505,6 +505,8 @@ async fn chunks_of_candidates_book_the_same_ledger_as_one_transaction_each() {
     for per_tx in [1, 4, 250] {
         let mut w = World::new("2026-11-16T00:00:00Z").await;
         w.config.candidates_per_tx = per_tx;
+        // One transaction in flight: SQLite's chunks are the size named too.
+        w.config.candidates_in_flight = 1;
         let report = seven_decisions(&w).await;
         assert_eq!(report.candidates.len(), 9, "chunks of {per_tx}");
         let events_before = event_count(&w.ledger).await;

@@ -37,6 +37,9 @@ fn start_serve(url: &str, port: u16, scheduler: bool) -> Child {
         .env("RUST_LOG", "warn")
         // The bank routes write files with the built-in example originator: a test.
         .env("SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR", "true")
+        // Runs commit in chunks far smaller than a test's 1,000 candidates (on SQLite 4 × 50
+        // a transaction), so a SIGTERM lands between two of them.
+        .env("SETTLE_RUNS__CANDIDATES_PER_TX", "50")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -341,7 +341,6 @@ async fn submit_batch_payouts(
     b: &BankBatch,
     actor: &Actor,
 ) -> Result<(usize, Vec<String>), BankError> {
-    let mut submitted = 0;
     let mut problems = Vec::new();
     let mut created: Vec<(String, String)> = Vec::new();
     for p in batch_payouts(ledger.store.pool(), b).await? {
@@ -357,6 +356,19 @@ async fn submit_batch_payouts(
             )),
         }
     }
+    submit_created(ledger, b, &created, problems, actor).await
+}
+
+/// Submits the payouts `created` (id, end-to-end id) of batch `b`, which were `created`
+/// when read; one that moved on since is reported in `problems`.
+async fn submit_created(
+    ledger: &Ledger,
+    b: &BankBatch,
+    created: &[(String, String)],
+    mut problems: Vec<String>,
+    actor: &Actor,
+) -> Result<(usize, Vec<String>), BankError> {
+    let mut submitted = 0;
     let created: Vec<(&str, Option<&str>)> = created
         .iter()
         .map(|(id, e2e)| (id.as_str(), Some(e2e.as_str())))
@@ -505,15 +517,19 @@ async fn generate_one(
 ) -> Result<Option<BatchOutcome>, BankError> {
     let ids: Vec<String> = chosen.iter().map(|p| p.payout_id.clone()).collect();
     let batch_id = files::batch_id(rail, &ids);
+    // The bytes of the last file built: the recorded batch's, when it is recorded.
+    let built: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let file = |slot: BatchSlot| {
         let created = naive(slot.created_ms);
         let modifier = files::modifier_for(slot.same_day_ach);
         let file = files::write_file(originator, rail, &batch_id, created, modifier, chosen)?;
+        let sha256 = file_sha256_hex(&file.contents);
+        *built.lock().expect("file lock") = Some(file.contents.clone());
         Ok(BankBatchGenerated {
             batch_id: batch_id.clone(),
             rail,
             file_name: files::file_name(rail, &batch_id, created, modifier),
-            sha256: file_sha256_hex(&file.contents),
+            sha256,
             payout_ids: ids.clone(),
             total_cents: file.total_cents,
             currency: file.currency.to_owned(),
@@ -528,9 +544,27 @@ async fn generate_one(
     failpoint(failpoints::AFTER_GENERATED);
     let b = known_batch(ledger.store.pool(), &batch_id).await?;
     tracing::info!(batch_id = %b.batch_id, rail = rail.as_str(), payouts = b.payout_ids.len(), total_cents = b.total_cents, "bank batch generated");
-    let path = ensure_file(ledger, config, originator, &b).await?;
+    // The bytes just built are the batch's when their SHA-256 is the one recorded; the
+    // payouts were `created` when chosen (one that moved since is reported by its submit).
+    let path = match built.into_inner().expect("file lock") {
+        Some(contents) if file_sha256_hex(&contents) == b.sha256 => {
+            let path = outbox_path(config, &b)?;
+            write_atomic(&path, contents.as_bytes())?;
+            path
+        }
+        _ => ensure_file(ledger, config, originator, &b).await?,
+    };
     failpoint(failpoints::AFTER_FILE);
-    let (submitted, problems) = submit_batch_payouts(ledger, &b, actor).await?;
+    let created: Vec<(String, String)> = chosen
+        .iter()
+        .map(|p| {
+            (
+                p.payout_id.clone(),
+                files::end_to_end_id(p.rail, &p.payout_id),
+            )
+        })
+        .collect();
+    let (submitted, problems) = submit_created(ledger, &b, &created, Vec::new(), actor).await?;
     Ok(Some(BatchOutcome {
         batch: b,
         path,
