@@ -30,7 +30,7 @@
 use crate::common;
 use crate::solana_support;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,8 +195,13 @@ struct Sim {
     db: DbFaults,
     /// What the current step does and under which database fault (for failure messages).
     doing: String,
-    /// How long the last untroubled pass took: a connection drop is drawn within it.
+    /// How long the last untroubled pass took.
     pass_ms: u64,
+    /// How long the last untroubled step of each kind took: a connection drop is drawn
+    /// within the length of the step it is armed for (before, within a paying pass's
+    /// length whatever the step, so most drops came after a short step had finished and
+    /// met no command).
+    step_ms: HashMap<&'static str, u64>,
     /// How many times the last untroubled pass suspended: a cancellation is drawn among
     /// those await points.
     pass_awaits: usize,
@@ -249,6 +254,7 @@ impl Sim {
             db,
             doing: String::new(),
             pass_ms: 40,
+            step_ms: HashMap::new(),
             pass_awaits: 40,
             pass_first_send: 0,
             tally: Tally::default(),
@@ -261,9 +267,8 @@ impl Sim {
 
     async fn step(&mut self) {
         self.tally.steps += 1;
-        self.doing = self.arm_db_fault().await;
         let action = self.rng.gen_range(0..100);
-        self.doing += match action {
+        let kind = match action {
             0..40 => "usage",
             40..48 => "void",
             48..56 => "adjustment",
@@ -271,6 +276,9 @@ impl Sim {
             78..94 => "pass",
             _ => "cancelled pass",
         };
+        self.doing = self.arm_db_fault(kind).await;
+        self.doing += kind;
+        let started = std::time::Instant::now();
         match action {
             0..40 => self.usage().await,
             40..48 => self.void().await,
@@ -279,18 +287,24 @@ impl Sim {
             78..94 => self.pass().await,
             _ => self.cancelled_pass().await,
         }
+        if !self.db.armed() {
+            let ms = (started.elapsed().as_millis() as u64).max(1);
+            self.step_ms.insert(kind, ms);
+        }
         self.tally.connections_dropped += self.db.clear().await;
         self.check().await;
     }
 
     /// For a share of the steps: a table that refuses writes, or (PostgreSQL) the engine's
-    /// connections dropped at an instant within the step.
-    async fn arm_db_fault(&mut self) -> String {
+    /// connections dropped at an instant within the step (`kind`, drawn within how long
+    /// the last untroubled step of that kind took; a pass's length until one was timed).
+    async fn arm_db_fault(&mut self, kind: &'static str) -> String {
         if self.rng.gen_range(0..100) >= DB_FAULT_PERCENT {
             return String::new();
         }
         if self.db.postgres && self.rng.gen_bool(0.4) {
-            let after = Duration::from_millis(self.rng.gen_range(0..=self.pass_ms));
+            let window = self.step_ms.get(kind).copied().unwrap_or(self.pass_ms);
+            let after = Duration::from_millis(self.rng.gen_range(0..=window));
             self.db.drop_connections_after(after);
             self.tally.db_drops += 1;
             format!("connections dropped after {after:?}: ")
