@@ -28,6 +28,15 @@ pub fn is_int_column(name: &str) -> bool {
         )
 }
 
+/// Field `i` of a JSON row `j` (see [`Dialect::json_rows`]) as the SQL value of `column`.
+fn json_cell(i: usize, column: &str) -> String {
+    if is_int_column(column) {
+        format!("CAST(j.value ->> {i} AS BIGINT)")
+    } else {
+        format!("j.value ->> {i}")
+    }
+}
+
 fn columns(spec: &TableSpec) -> Vec<&'static str> {
     spec.key.iter().chain(spec.vals.iter()).copied().collect()
 }
@@ -47,13 +56,7 @@ async fn insert_rows(
     let select: Vec<String> = cols
         .iter()
         .enumerate()
-        .map(|(i, c)| {
-            if is_int_column(c) {
-                format!("CAST(j.value ->> {i} AS BIGINT)")
-            } else {
-                format!("j.value ->> {i}")
-            }
-        })
+        .map(|(i, c)| json_cell(i, c))
         .collect();
     // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
     let mut sql = format!(
@@ -158,8 +161,9 @@ impl<'a> PendingPuts<'a> {
 /// and puts are gathered per table, each written with one multi-row statement; a patch or
 /// a removal first writes the pending puts of its own table, so it applies in order to the
 /// rows before it, and a put the pending patches of its table. Consecutive patches of one
-/// table that set the same columns of distinct rows are written with one statement. Projection tables have no foreign keys or triggers: statements on
-/// different tables commute. A command that appends many events (a payout run's chunk:
+/// table that set the same columns of distinct rows are written with one statement.
+/// Projection tables have no foreign keys or triggers: statements on different tables
+/// commute. A command that appends many events (a payout run's chunk:
 /// `payout_run.decided` and `payout.created` alternate) writes two statements, not one per
 /// event.
 pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
@@ -280,23 +284,16 @@ async fn patch_rows(
     rows: &[PatchRow<'_>],
 ) -> Result<(), sqlx::Error> {
     let spec = table(t);
-    let cell = |i: usize, column: &str| {
-        if is_int_column(column) {
-            format!("CAST(j.value ->> {i} AS BIGINT)")
-        } else {
-            format!("j.value ->> {i}")
-        }
-    };
     let assignments: Vec<String> = columns
         .iter()
         .enumerate()
-        .map(|(n, i)| format!("{} = {}", spec.vals[*i], cell(n, spec.vals[*i])))
+        .map(|(n, i)| format!("{} = {}", spec.vals[*i], json_cell(n, spec.vals[*i])))
         .collect();
     let conditions: Vec<String> = spec
         .key
         .iter()
         .enumerate()
-        .map(|(n, k)| format!("{}.{k} = {}", spec.name, cell(columns.len() + n, k)))
+        .map(|(n, k)| format!("{}.{k} = {}", spec.name, json_cell(columns.len() + n, k)))
         .collect();
     let sql = format!(
         "UPDATE {} SET {} FROM {} WHERE {}",

@@ -517,14 +517,14 @@ async fn generate_one(
 ) -> Result<Option<BatchOutcome>, BankError> {
     let ids: Vec<String> = chosen.iter().map(|p| p.payout_id.clone()).collect();
     let batch_id = files::batch_id(rail, &ids);
-    // The bytes of the last file built: the recorded batch's, when it is recorded.
-    let built: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    // The SHA-256 and bytes of the last file built: the recorded batch's, when it is.
+    let built: std::sync::Mutex<Option<(String, String)>> = std::sync::Mutex::new(None);
     let file = |slot: BatchSlot| {
         let created = naive(slot.created_ms);
         let modifier = files::modifier_for(slot.same_day_ach);
         let file = files::write_file(originator, rail, &batch_id, created, modifier, chosen)?;
         let sha256 = file_sha256_hex(&file.contents);
-        *built.lock().expect("file lock") = Some(file.contents.clone());
+        *built.lock().expect("file lock") = Some((sha256.clone(), file.contents.clone()));
         Ok(BankBatchGenerated {
             batch_id: batch_id.clone(),
             rail,
@@ -547,7 +547,7 @@ async fn generate_one(
     // The bytes just built are the batch's when their SHA-256 is the one recorded; the
     // payouts were `created` when chosen (one that moved since is reported by its submit).
     let path = match built.into_inner().expect("file lock") {
-        Some(contents) if file_sha256_hex(&contents) == b.sha256 => {
+        Some((sha256, contents)) if sha256 == b.sha256 => {
             let path = outbox_path(config, &b)?;
             write_atomic(&path, contents.as_bytes())?;
             path
