@@ -818,6 +818,12 @@ pub struct StoreConfig {
     /// (every commit is fsynced in the WAL); the WAL file grows up to about this many
     /// pages between checkpoints.
     pub sqlite_wal_autocheckpoint_pages: u64,
+    /// Streams this process remembers by name as waiting for the projector. Past it, the
+    /// process only remembers that some stream waits, and the projector's next step folds
+    /// every stream behind its head (one probe per stream) instead: the memory of a
+    /// process that books a million streams stays bounded, a command without a projector
+    /// included.
+    pub projector_dirty_streams_max: usize,
 }
 
 impl Default for StoreConfig {
@@ -828,6 +834,7 @@ impl Default for StoreConfig {
             sqlite_busy_timeout_ms: 10_000,
             sqlite_cache_kib: 16_384,
             sqlite_wal_autocheckpoint_pages: 10_000,
+            projector_dirty_streams_max: 10_000,
         }
     }
 }

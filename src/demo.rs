@@ -293,7 +293,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
     let earnings_per_gpu = earnings_per_gpu(&ledger, week, monday).await?;
     let payouts = payout_rows(&ledger).await?;
     let balances = solana_balances(&chain);
-    let bank_files = bank_file_rows(&generated);
+    let bank_files = bank_file_rows(&ledger, &generated).await?;
     let verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
     anyhow::ensure!(
         verify.ok(),
@@ -470,16 +470,22 @@ fn chain_summary(
     })
 }
 
-/// The bank files written, one object per batch.
-fn bank_file_rows(generated: &crate::rails::bank::GenerateReport) -> Vec<Value> {
-    generated
-        .batches
-        .iter()
-        .map(|b| json!({
+/// The bank files written, one object per batch, with their payouts.
+async fn bank_file_rows(
+    ledger: &Ledger,
+    generated: &crate::rails::bank::GenerateReport,
+) -> anyhow::Result<Vec<Value>> {
+    let mut rows = Vec::new();
+    for b in &generated.batches {
+        let batch = crate::rails::bank::batch(ledger.store.pool(), &b.batch.batch_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("bank batch {} is not recorded", b.batch.batch_id))?;
+        rows.push(json!({
             "rail": b.batch.rail.as_str(), "batch_id": b.batch.batch_id, "path": b.path.display().to_string(), "sha256": b.batch.sha256,
-            "currency": b.batch.currency, "total": format_cents(b.batch.total_cents), "payouts": b.batch.payout_ids,
-        }))
-        .collect()
+            "currency": b.batch.currency, "total": format_cents(b.batch.total_cents), "payouts": batch.payout_ids,
+        }));
+    }
+    Ok(rows)
 }
 
 /// Creates a provider token of `prv_atlas` (valid 7 days) to sign in to the dashboard with.

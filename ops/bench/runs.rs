@@ -12,7 +12,8 @@
 //!   usage event each (1 h at 40 USDC/h, net 32 USDC: above the weekly minimum), through
 //!   the ledger's commands; timed apart.
 //! - `run`: `Ledger::run_payouts` of the weekly run of 2026-11-23 (cutoff that Monday),
-//!   which decides every provider in its own transaction and creates a payout each.
+//!   which decides the providers in chunks and creates a payout each; then the raw limit of
+//!   the same writes on this machine, in the same process (`raw_run`).
 //! - `rerun`: the same run started again (idempotent: reads the completed report).
 //! - `bank` (with `--rail ach`: the providers are paid by ACH): the bank outbox writes every
 //!   payout into NACHA files of at most `--batch-payouts-max` payouts and submits them;
@@ -397,8 +398,18 @@ async fn phase(args: &Args, phase: &str) {
             let t = Instant::now();
             let folded = ledger.store.catch_up_all().await.expect("fold");
             let fold_seconds = t.elapsed().as_secs_f64();
+            let raw = if phase == "run" {
+                let config = run_config(args);
+                raw_run(
+                    &ledger,
+                    config.candidates_in_flight * config.candidates_per_tx,
+                )
+                .await
+            } else {
+                Raw::default()
+            };
             println!(
-                "{{\"phase\":\"{phase}\",\"db\":\"{}\",\"providers\":{},\"candidates\":{},\"payouts\":{},\"payouts_micro_usdc\":{},\"events_appended\":{},\"seconds\":{seconds:.2},\"candidates_per_second\":{:.0},\"events_folded_after\":{folded},\"fold_after_seconds\":{fold_seconds:.2},\"vmhwm_kib\":{}}}",
+                "{{\"phase\":\"{phase}\",\"db\":\"{}\",\"providers\":{},\"candidates\":{},\"payouts\":{},\"payouts_micro_usdc\":{},\"events_appended\":{},\"seconds\":{seconds:.2},\"candidates_per_second\":{:.0},\"events_folded_after\":{folded},\"fold_after_seconds\":{fold_seconds:.2},\"vmhwm_kib\":{},\"raw_events\":{},\"raw_payouts\":{},\"raw_values_seconds\":{:.2},\"raw_json_seconds\":{:.2},\"raw_seconds\":{:.2}}}",
                 args.db,
                 args.providers,
                 report.candidates.len(),
@@ -406,12 +417,173 @@ async fn phase(args: &Args, phase: &str) {
                 report.payouts_micro_usdc,
                 after - before,
                 report.candidates.len() as f64 / seconds,
-                peak::vmhwm_kib()
+                peak::vmhwm_kib(),
+                raw.events,
+                raw.payouts,
+                raw.values_seconds,
+                raw.json_seconds,
+                raw.seconds(),
             );
         }
         "bank" => bank_phase(args).await,
         other => panic!("unknown phase {other}"),
     }
+}
+
+/// The raw limit of a run's writes on this machine, measured in the run's process right
+/// after it: the events the run appended (stream, seq, type, payload) and the payouts it
+/// created (id, provider, amount, status), read back untimed, then inserted into fresh
+/// tables with the same primary keys by one writer, one `INSERT` per table per transaction
+/// of `candidates_per_commit` candidates (the run's transaction on SQLite), twice: rows as
+/// bound `VALUES` and rows as one JSON parameter (how the engine sends them); the faster
+/// is the limit.
+#[derive(Default)]
+struct Raw {
+    events: usize,
+    payouts: usize,
+    values_seconds: f64,
+    json_seconds: f64,
+}
+
+impl Raw {
+    fn seconds(&self) -> f64 {
+        self.values_seconds.min(self.json_seconds)
+    }
+}
+
+type RawEvent = (String, i64, String, String);
+type RawPayout = (String, String, i64, String);
+
+async fn raw_run(ledger: &Ledger, candidates_per_commit: usize) -> Raw {
+    use sqlx::Row as _;
+    let pool = ledger.store.pool();
+    let events: Vec<RawEvent> = sqlx::query(
+        "SELECT stream, seq, event_type, payload FROM events \
+         WHERE event_type IN ('payout_run.decided', 'payout.created', 'payout_run.completed') \
+         ORDER BY stream, seq",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read the run's events")
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect();
+    let payouts: Vec<RawPayout> = sqlx::query(
+        "SELECT payout_id, provider_id, amount_micro_usdc, status FROM payouts ORDER BY payout_id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read the run's payouts")
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect();
+    let commits = payouts.len().div_ceil(candidates_per_commit.max(1)).max(1);
+    let values_seconds = raw_insert(ledger, &events, &payouts, commits, false).await;
+    let json_seconds = raw_insert(ledger, &events, &payouts, commits, true).await;
+    Raw {
+        events: events.len(),
+        payouts: payouts.len(),
+        values_seconds,
+        json_seconds,
+    }
+}
+
+/// One timed pass of [`raw_run`]: `commits` transactions into fresh tables, dropped after.
+async fn raw_insert(
+    ledger: &Ledger,
+    events: &[RawEvent],
+    payouts: &[RawPayout],
+    commits: usize,
+    json: bool,
+) -> f64 {
+    let pool = ledger.store.pool();
+    let dialect = ledger.store.dialect();
+    for sql in [
+        "DROP TABLE IF EXISTS bench_raw_events",
+        "DROP TABLE IF EXISTS bench_raw_payouts",
+        "CREATE TABLE bench_raw_events (stream TEXT NOT NULL, seq BIGINT NOT NULL, \
+         event_type TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (stream, seq))",
+        "CREATE TABLE bench_raw_payouts (payout_id TEXT PRIMARY KEY, provider_id TEXT NOT NULL, \
+         amount_micro_usdc BIGINT NOT NULL, status TEXT NOT NULL)",
+    ] {
+        sqlx::query(sql).execute(pool).await.expect(sql);
+    }
+    let events_per_commit = events.len().div_ceil(commits).max(1);
+    let payouts_per_commit = payouts.len().div_ceil(commits).max(1);
+    let values = |rows: usize| {
+        (0..rows)
+            .map(|i| {
+                format!(
+                    "(${},${},${},${})",
+                    4 * i + 1,
+                    4 * i + 2,
+                    4 * i + 3,
+                    4 * i + 4
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let insert = |table: &str, columns: &str, rows: usize| {
+        if json {
+            format!(
+                "INSERT INTO {table} ({columns}) SELECT j.value ->> 0, \
+                 CAST(j.value ->> 1 AS BIGINT), j.value ->> 2, j.value ->> 3 FROM {}",
+                dialect.json_rows(1, rows)
+            )
+        } else {
+            format!("INSERT INTO {table} ({columns}) VALUES {}", values(rows))
+        }
+    };
+    let t = Instant::now();
+    let mut conn = pool.acquire().await.expect("connection");
+    for c in 0..commits {
+        let ev = &events[(c * events_per_commit).min(events.len())
+            ..((c + 1) * events_per_commit).min(events.len())];
+        let po = &payouts[(c * payouts_per_commit).min(payouts.len())
+            ..((c + 1) * payouts_per_commit).min(payouts.len())];
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+        if !ev.is_empty() {
+            let sql = insert(
+                "bench_raw_events",
+                "stream, seq, event_type, payload",
+                ev.len(),
+            );
+            let q = if json {
+                sqlx::query(&sql).bind(settle::store::json_rows_param(ev))
+            } else {
+                ev.iter().fold(sqlx::query(&sql), |q, (a, b, c, d)| {
+                    q.bind(a).bind(b).bind(c).bind(d)
+                })
+            };
+            q.execute(&mut *tx).await.expect("raw events");
+        }
+        if !po.is_empty() {
+            let sql = insert(
+                "bench_raw_payouts",
+                "payout_id, provider_id, amount_micro_usdc, status",
+                po.len(),
+            );
+            let q = if json {
+                sqlx::query(&sql).bind(settle::store::json_rows_param(po))
+            } else {
+                po.iter().fold(sqlx::query(&sql), |q, (a, b, c, d)| {
+                    q.bind(a).bind(b).bind(c).bind(d)
+                })
+            };
+            q.execute(&mut *tx).await.expect("raw payouts");
+        }
+        tx.commit().await.expect("commit");
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    drop(conn);
+    for sql in [
+        "DROP TABLE bench_raw_events",
+        "DROP TABLE bench_raw_payouts",
+    ] {
+        sqlx::query(sql).execute(pool).await.expect(sql);
+    }
+    seconds
 }
 
 /// The bank outbox after the run (`--rail ach`): every payout into NACHA files of at most

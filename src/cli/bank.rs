@@ -192,7 +192,7 @@ async fn generate(
             json!(o.batch.batch_id),
             json!(o.batch.rail.as_str()),
             json!(o.new),
-            json!(o.batch.payout_ids.len()),
+            json!(o.batch.payouts),
             json!(o.submitted),
             json!(format_cents(o.batch.total_cents)),
             json!(o.batch.currency),

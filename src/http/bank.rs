@@ -209,17 +209,24 @@ pub async fn generate(
     let principal = auth.require(&[Scope::Admin])?;
     let config = bank_config(&state);
     let report = bank::generate_batches(&state.ledger, &config, &principal.actor()).await?;
+    // The answer lists each batch's payouts: read back one batch at a time.
+    let mut batches = Vec::with_capacity(report.batches.len());
+    for o in report.batches {
+        let Some(batch) = bank::batch(state.ledger.store.pool(), &o.batch.batch_id).await? else {
+            return Err(Problem::internal(&format!(
+                "bank batch {} is not recorded",
+                o.batch.batch_id
+            )));
+        };
+        batches.push(GeneratedView {
+            batch: view(&batch),
+            new: o.new,
+            submitted: o.submitted,
+            problems: o.problems,
+        });
+    }
     Ok(Json(GenerateResponse {
-        batches: report
-            .batches
-            .iter()
-            .map(|o| GeneratedView {
-                batch: view(&o.batch),
-                new: o.new,
-                submitted: o.submitted,
-                problems: o.problems.clone(),
-            })
-            .collect(),
+        batches,
         failed: report
             .failed
             .into_iter()

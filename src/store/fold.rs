@@ -240,23 +240,57 @@ async fn move_checkpoints(
 /// Streams that [`Store::fold_dirty`] should fold: appended to by this process with their
 /// aggregates deferred. Each carries when it first fell behind (the lag) and the
 /// generation of its latest append, so a fold that began before an append leaves it dirty.
-#[derive(Default)]
+/// At most `streams_max` are remembered by name; a stream marked past that is remembered
+/// only as `unnamed` (since when, latest generation), and the next fold then sweeps every
+/// stream behind its head: memory stays bounded however many streams a process books.
 pub(crate) struct Dirty {
     generation: u64,
     streams: BTreeMap<String, (Instant, u64)>,
+    streams_max: usize,
+    unnamed: Option<(Instant, u64)>,
 }
 
 impl Dirty {
+    pub(crate) fn new(streams_max: usize) -> Dirty {
+        Dirty {
+            generation: 0,
+            streams: BTreeMap::new(),
+            streams_max,
+            unnamed: None,
+        }
+    }
+
     pub(crate) fn mark<'a>(&mut self, streams: impl IntoIterator<Item = &'a str>) {
         self.generation += 1;
         let generation = self.generation;
         let now = Instant::now();
         for s in streams {
-            self.streams
-                .entry(s.to_owned())
-                .and_modify(|(_, g)| *g = generation)
-                .or_insert((now, generation));
+            if let Some((_, g)) = self.streams.get_mut(s) {
+                *g = generation;
+            } else if self.streams.len() < self.streams_max {
+                self.streams.insert(s.to_owned(), (now, generation));
+            } else {
+                let since = self.unnamed.map_or(now, |(since, _)| since);
+                self.unnamed = Some((since, generation));
+            }
         }
+    }
+
+    /// Forgets what a fold that began at `generation` (and `started`) brought up to date.
+    fn folded(&mut self, generation: u64, started: Instant) {
+        // A stream booked on again since the fold began stays dirty; what waits on it was
+        // booked after `started`, so that bounds its lag.
+        self.streams.retain(|_, (since, g)| {
+            if *g <= generation {
+                return false;
+            }
+            *since = (*since).max(started);
+            true
+        });
+        self.unnamed = match self.unnamed {
+            Some((since, g)) if g > generation => Some((since.max(started), g)),
+            _ => None,
+        };
     }
 }
 
@@ -307,22 +341,27 @@ impl Store {
     /// The background projector's step: folds the streams this process booked usage on
     /// since their last fold. Returns the number of events folded.
     pub async fn fold_dirty(&self) -> Result<u64, StoreError> {
-        let (generation, streams, started) = {
+        let (generation, streams, sweep, started) = {
             let dirty = self.dirty.lock().expect("dirty set lock");
             let streams: Vec<String> = dirty.streams.keys().cloned().collect();
-            (dirty.generation, streams, Instant::now())
+            (
+                dirty.generation,
+                streams,
+                dirty.unnamed.is_some(),
+                Instant::now(),
+            )
         };
-        let folded = self.fold_all_of(&streams).await?;
-        let mut dirty = self.dirty.lock().expect("dirty set lock");
-        // A stream booked on again since this fold began stays dirty; what waits on it was
-        // booked after `started`, so that bounds its lag.
-        dirty.streams.retain(|_, (since, g)| {
-            if *g <= generation {
-                return false;
-            }
-            *since = (*since).max(started);
-            true
-        });
+        // Every stream marked up to `generation` had committed before this fold began, so
+        // the sweep of every stream behind its head takes the unnamed ones too.
+        let folded = if sweep {
+            self.catch_up_all().await?
+        } else {
+            self.fold_all_of(&streams).await?
+        };
+        self.dirty
+            .lock()
+            .expect("dirty set lock")
+            .folded(generation, started);
         Ok(folded)
     }
 
@@ -333,6 +372,7 @@ impl Store {
         dirty
             .streams
             .values()
+            .chain(dirty.unnamed.as_ref())
             .map(|(since, _)| since.elapsed())
             .max()
             .unwrap_or_default()

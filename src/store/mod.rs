@@ -358,7 +358,9 @@ impl Store {
             pool,
             dialect,
             sqlite_writer: Arc::new(Mutex::new(())),
-            dirty: Default::default(),
+            dirty: Arc::new(std::sync::Mutex::new(fold::Dirty::new(
+                options.projector_dirty_streams_max,
+            ))),
         })
     }
 

@@ -423,7 +423,7 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         .unwrap();
     assert_eq!(jan_files.batches.len(), 1, "only an ACH file in January");
     let jan_ach = &jan_files.batches[0];
-    assert_eq!(jan_ach.batch.payout_ids, vec![po_ind_jan.clone()]);
+    assert_eq!(w.batch_payout_ids(jan_ach).await, vec![po_ind_jan.clone()]);
     let (entries, total) = check_nacha(&std::fs::read_to_string(&jan_ach.path).unwrap());
     assert_eq!((entries.len(), total), (1, 2000));
     assert_eq!(entries[0].effective_date, "270105");
@@ -540,7 +540,7 @@ async fn generation_is_idempotent_concurrent_safe_and_numbers_files_of_a_day() {
         .unwrap();
     assert_eq!(second.batches.len(), 1);
     let ach2 = &second.batches[0];
-    assert_eq!(ach2.batch.payout_ids, vec![held.clone()]);
+    assert_eq!(w.batch_payout_ids(ach2).await, vec![held.clone()]);
     assert!(
         ach2.batch.file_name.ends_with("-B.ach"),
         "{}",

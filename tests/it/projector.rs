@@ -147,6 +147,68 @@ async fn a_booking_leaves_the_aggregates_to_the_projector_and_every_read_folds_f
     verify_clean(store).await;
 }
 
+/// A process remembers at most `store.projector_dirty_streams_max` waiting streams by name
+/// (its memory stays bounded however many providers it books, a CLI command without a
+/// projector included); the streams past it are still folded, by a sweep of every stream.
+#[tokio::test]
+async fn streams_past_the_dirty_set_cap_are_folded_by_a_sweep() {
+    let db = TestDb::new().await;
+    let options = settle::store::StoreOptions {
+        projector_dirty_streams_max: 2,
+        ..Default::default()
+    };
+    let store = Store::open(&db.url, &options).await.unwrap();
+    let clock = Arc::new(settle::ledger::ManualClock::new(
+        parse_rfc3339_ms(NOW).unwrap(),
+    ));
+    let ledger = settle::ledger::Ledger::new(store, clock, settle::config::LedgerConfig::default());
+    register_fault_providers(&ledger, 5).await;
+    let events = metering_mix(5, 0, 20);
+    let results = ledger
+        .ingest_usage(&events, &SenderScope::Metering, &Actor::system("metering"))
+        .await
+        .unwrap();
+    assert_eq!(accepted(&results), 100);
+    let store = &ledger.store;
+    let folded_providers =
+        "SELECT COUNT(DISTINCT provider_id) FROM earnings_daily WHERE net_micro_usdc > 0";
+    assert_eq!(scalar(store, folded_providers).await, 0);
+    assert!(store.projection_lag() > std::time::Duration::ZERO);
+
+    assert_eq!(
+        store.fold_dirty().await.unwrap(),
+        100,
+        "all five providers' events"
+    );
+    assert_eq!(scalar(store, folded_providers).await, 5);
+    assert_eq!(store.projection_lag(), std::time::Duration::ZERO);
+    let expected = booked_net(store).await;
+    let payable: BTreeMap<String, i64> = read::balances(store, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| (b.provider_id.clone(), b.payable_micro_usdc))
+        .collect();
+    assert_eq!(payable, expected);
+
+    // Nothing waits any more: the next step folds nothing, and a later booking past the
+    // cap is swept again.
+    assert_eq!(store.fold_dirty().await.unwrap(), 0);
+    let more = metering_mix(5, 20, 2);
+    assert_eq!(
+        accepted(
+            &ledger
+                .ingest_usage(&more, &SenderScope::Metering, &Actor::system("metering"))
+                .await
+                .unwrap()
+        ),
+        10
+    );
+    assert_eq!(store.fold_dirty().await.unwrap(), 10);
+    assert_eq!(store.projection_lag(), std::time::Duration::ZERO);
+    verify_clean(store).await;
+}
+
 #[tokio::test]
 async fn a_payout_run_right_after_a_burst_pays_what_a_fresh_fold_says() {
     let db = TestDb::new().await;

@@ -164,6 +164,15 @@ impl World {
             .unwrap_or_else(|| panic!("no payout {payout_id}"))
     }
 
+    /// The payouts a generated batch holds, in file order, as recorded on the ledger.
+    pub async fn batch_payout_ids(&self, o: &settle::rails::bank::BatchOutcome) -> Vec<String> {
+        settle::rails::bank::batch(self.ledger.store.pool(), &o.batch.batch_id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no batch {}", o.batch.batch_id))
+            .payout_ids
+    }
+
     pub async fn payouts_of(&self, provider: &str) -> Vec<PayoutRecord> {
         settle::ledger::payouts::provider_payouts(self.ledger.store.pool(), provider)
             .await
