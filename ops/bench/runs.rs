@@ -398,6 +398,8 @@ async fn phase(args: &Args, phase: &str) {
             let t = Instant::now();
             let folded = ledger.store.catch_up_all().await.expect("fold");
             let fold_seconds = t.elapsed().as_secs_f64();
+            // The run's peak, before the raw limit reads its rows back.
+            let vmhwm = peak::vmhwm_kib();
             let raw = if phase == "run" {
                 let config = run_config(args);
                 raw_run(
@@ -417,7 +419,7 @@ async fn phase(args: &Args, phase: &str) {
                 report.payouts_micro_usdc,
                 after - before,
                 report.candidates.len() as f64 / seconds,
-                peak::vmhwm_kib(),
+                vmhwm,
                 raw.events,
                 raw.payouts,
                 raw.values_seconds,
@@ -435,8 +437,8 @@ async fn phase(args: &Args, phase: &str) {
 /// created (id, provider, amount, status), read back untimed, then inserted into fresh
 /// tables with the same primary keys by one writer, one `INSERT` per table per transaction
 /// of `candidates_per_commit` candidates (the run's transaction on SQLite), twice: rows as
-/// bound `VALUES` and rows as one JSON parameter (how the engine sends them); the faster
-/// is the limit.
+/// bound `VALUES` ([`VALUES_ROWS_MAX`] rows a statement) and rows as one JSON parameter (how
+/// the engine sends them); the faster is the limit.
 #[derive(Default)]
 struct Raw {
     events: usize,
@@ -451,137 +453,165 @@ impl Raw {
     }
 }
 
-type RawEvent = (String, i64, String, String);
-type RawPayout = (String, String, i64, String);
+/// A field of a row the raw limit writes: JSON rows carry it as a string or a number.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Cell {
+    Text(String),
+    Int(i64),
+}
+
+type RawRow = [Cell; 4];
+
+/// A table of the raw limit: its name, its columns, its rows.
+struct RawTable {
+    name: &'static str,
+    create: &'static str,
+    columns: &'static str,
+    rows: Vec<RawRow>,
+}
+
+/// Rows of one bound `VALUES` statement: sqlx looks each parameter's name up in SQLite's
+/// list of them, so a statement of thousands of parameters spends its time there.
+const VALUES_ROWS_MAX: usize = 100;
 
 async fn raw_run(ledger: &Ledger, candidates_per_commit: usize) -> Raw {
     use sqlx::Row as _;
     let pool = ledger.store.pool();
-    let events: Vec<RawEvent> = sqlx::query(
-        "SELECT stream, seq, event_type, payload FROM events \
-         WHERE event_type IN ('payout_run.decided', 'payout.created', 'payout_run.completed') \
-         ORDER BY stream, seq",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("read the run's events")
-    .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-    .collect();
-    let payouts: Vec<RawPayout> = sqlx::query(
-        "SELECT payout_id, provider_id, amount_micro_usdc, status FROM payouts ORDER BY payout_id",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("read the run's payouts")
-    .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-    .collect();
-    let commits = payouts.len().div_ceil(candidates_per_commit.max(1)).max(1);
-    let values_seconds = raw_insert(ledger, &events, &payouts, commits, false).await;
-    let json_seconds = raw_insert(ledger, &events, &payouts, commits, true).await;
+    let read = |sql: &'static str, integer: usize| async move {
+        sqlx::query(sql)
+            .fetch_all(pool)
+            .await
+            .expect(sql)
+            .iter()
+            .map(|r| {
+                std::array::from_fn(|i| match i == integer {
+                    true => Cell::Int(r.get(i)),
+                    false => Cell::Text(r.get(i)),
+                })
+            })
+            .collect::<Vec<RawRow>>()
+    };
+    let tables = [
+        RawTable {
+            name: "bench_raw_events",
+            create: "(stream TEXT NOT NULL, seq BIGINT NOT NULL, event_type TEXT NOT NULL, \
+                     payload TEXT NOT NULL, PRIMARY KEY (stream, seq))",
+            columns: "stream, seq, event_type, payload",
+            rows: read(
+                "SELECT stream, seq, event_type, payload FROM events WHERE event_type IN \
+                 ('payout_run.decided', 'payout.created', 'payout_run.completed') ORDER BY stream, seq",
+                1,
+            )
+            .await,
+        },
+        RawTable {
+            name: "bench_raw_payouts",
+            create: "(payout_id TEXT PRIMARY KEY, provider_id TEXT NOT NULL, \
+                     amount_micro_usdc BIGINT NOT NULL, status TEXT NOT NULL)",
+            columns: "payout_id, provider_id, amount_micro_usdc, status",
+            rows: read(
+                "SELECT payout_id, provider_id, amount_micro_usdc, status FROM payouts ORDER BY payout_id",
+                2,
+            )
+            .await,
+        },
+    ];
+    let commits = tables[1]
+        .rows
+        .len()
+        .div_ceil(candidates_per_commit.max(1))
+        .max(1);
     Raw {
-        events: events.len(),
-        payouts: payouts.len(),
-        values_seconds,
-        json_seconds,
+        events: tables[0].rows.len(),
+        payouts: tables[1].rows.len(),
+        values_seconds: raw_insert(ledger, &tables, commits, false).await,
+        json_seconds: raw_insert(ledger, &tables, commits, true).await,
     }
 }
 
-/// One timed pass of [`raw_run`]: `commits` transactions into fresh tables, dropped after.
-async fn raw_insert(
-    ledger: &Ledger,
-    events: &[RawEvent],
-    payouts: &[RawPayout],
-    commits: usize,
-    json: bool,
-) -> f64 {
+/// One timed pass of [`raw_run`]: `commits` transactions, each writing its share of every
+/// table's rows into fresh tables, dropped after.
+async fn raw_insert(ledger: &Ledger, tables: &[RawTable], commits: usize, json: bool) -> f64 {
     let pool = ledger.store.pool();
     let dialect = ledger.store.dialect();
-    for sql in [
-        "DROP TABLE IF EXISTS bench_raw_events",
-        "DROP TABLE IF EXISTS bench_raw_payouts",
-        "CREATE TABLE bench_raw_events (stream TEXT NOT NULL, seq BIGINT NOT NULL, \
-         event_type TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (stream, seq))",
-        "CREATE TABLE bench_raw_payouts (payout_id TEXT PRIMARY KEY, provider_id TEXT NOT NULL, \
-         amount_micro_usdc BIGINT NOT NULL, status TEXT NOT NULL)",
-    ] {
-        sqlx::query(sql).execute(pool).await.expect(sql);
+    for t in tables {
+        for sql in [
+            format!("DROP TABLE IF EXISTS {}", t.name),
+            format!("CREATE TABLE {} {}", t.name, t.create),
+        ] {
+            sqlx::query(&sql).execute(pool).await.expect(&sql);
+        }
     }
-    let events_per_commit = events.len().div_ceil(commits).max(1);
-    let payouts_per_commit = payouts.len().div_ceil(commits).max(1);
+    // Field `i` of a JSON row, integers cast; `$n` placeholders of `rows` bound rows.
+    let json_field = |t: &RawTable, i: usize| match t.rows.first().map(|r| &r[i]) {
+        Some(Cell::Int(_)) => format!("CAST(j.value ->> {i} AS BIGINT)"),
+        _ => format!("j.value ->> {i}"),
+    };
     let values = |rows: usize| {
         (0..rows)
-            .map(|i| {
+            .map(|r| {
                 format!(
                     "(${},${},${},${})",
-                    4 * i + 1,
-                    4 * i + 2,
-                    4 * i + 3,
-                    4 * i + 4
+                    4 * r + 1,
+                    4 * r + 2,
+                    4 * r + 3,
+                    4 * r + 4
                 )
             })
             .collect::<Vec<_>>()
             .join(",")
     };
-    let insert = |table: &str, columns: &str, rows: usize| {
-        if json {
-            format!(
-                "INSERT INTO {table} ({columns}) SELECT j.value ->> 0, \
-                 CAST(j.value ->> 1 AS BIGINT), j.value ->> 2, j.value ->> 3 FROM {}",
-                dialect.json_rows(1, rows)
-            )
-        } else {
-            format!("INSERT INTO {table} ({columns}) VALUES {}", values(rows))
-        }
-    };
-    let t = Instant::now();
+    let started = Instant::now();
     let mut conn = pool.acquire().await.expect("connection");
     for c in 0..commits {
-        let ev = &events[(c * events_per_commit).min(events.len())
-            ..((c + 1) * events_per_commit).min(events.len())];
-        let po = &payouts[(c * payouts_per_commit).min(payouts.len())
-            ..((c + 1) * payouts_per_commit).min(payouts.len())];
         let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
-        if !ev.is_empty() {
-            let sql = insert(
-                "bench_raw_events",
-                "stream, seq, event_type, payload",
-                ev.len(),
-            );
-            let q = if json {
-                sqlx::query(&sql).bind(settle::store::json_rows_param(ev))
-            } else {
-                ev.iter().fold(sqlx::query(&sql), |q, (a, b, c, d)| {
-                    q.bind(a).bind(b).bind(c).bind(d)
-                })
-            };
-            q.execute(&mut *tx).await.expect("raw events");
-        }
-        if !po.is_empty() {
-            let sql = insert(
-                "bench_raw_payouts",
-                "payout_id, provider_id, amount_micro_usdc, status",
-                po.len(),
-            );
-            let q = if json {
-                sqlx::query(&sql).bind(settle::store::json_rows_param(po))
-            } else {
-                po.iter().fold(sqlx::query(&sql), |q, (a, b, c, d)| {
-                    q.bind(a).bind(b).bind(c).bind(d)
-                })
-            };
-            q.execute(&mut *tx).await.expect("raw payouts");
+        for t in tables {
+            let per = t.rows.len().div_ceil(commits).max(1);
+            let share = &t.rows[(c * per).min(t.rows.len())..((c + 1) * per).min(t.rows.len())];
+            if share.is_empty() {
+                continue;
+            }
+            if json {
+                let fields: Vec<String> = (0..4).map(|i| json_field(t, i)).collect();
+                let sql = format!(
+                    "INSERT INTO {} ({}) SELECT {} FROM {}",
+                    t.name,
+                    t.columns,
+                    fields.join(", "),
+                    dialect.json_rows(1, share.len())
+                );
+                sqlx::query(&sql)
+                    .bind(settle::store::json_rows_param(share))
+                    .execute(&mut *tx)
+                    .await
+                    .expect(&sql);
+                continue;
+            }
+            for rows in share.chunks(VALUES_ROWS_MAX) {
+                let sql = format!(
+                    "INSERT INTO {} ({}) VALUES {}",
+                    t.name,
+                    t.columns,
+                    values(rows.len())
+                );
+                let mut q = sqlx::query(&sql);
+                for cell in rows.iter().flatten() {
+                    q = match cell {
+                        Cell::Text(v) => q.bind(v),
+                        Cell::Int(v) => q.bind(v),
+                    };
+                }
+                q.execute(&mut *tx).await.expect(&sql);
+            }
         }
         tx.commit().await.expect("commit");
     }
-    let seconds = t.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     drop(conn);
-    for sql in [
-        "DROP TABLE bench_raw_events",
-        "DROP TABLE bench_raw_payouts",
-    ] {
-        sqlx::query(sql).execute(pool).await.expect(sql);
+    for t in tables {
+        let sql = format!("DROP TABLE {}", t.name);
+        sqlx::query(&sql).execute(pool).await.expect(&sql);
     }
     seconds
 }
