@@ -165,6 +165,8 @@ async fn the_admin_api_runs_the_batch_lifecycle() {
         .as_str()
         .unwrap()
         .to_owned();
+    // The generation's answer listed the batch's payouts, as the ledger holds them.
+    assert_eq!(sepa["batch"]["payout_ids"], serde_json::json!([payout_id]));
 
     // The file: the outbox's bytes, with the recorded SHA-256.
     let resp = c
