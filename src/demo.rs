@@ -477,9 +477,7 @@ async fn bank_file_rows(
 ) -> anyhow::Result<Vec<Value>> {
     let mut rows = Vec::new();
     for b in &generated.batches {
-        let batch = crate::rails::bank::batch(ledger.store.pool(), &b.batch.batch_id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("bank batch {} is not recorded", b.batch.batch_id))?;
+        let batch = crate::rails::bank::known_batch(ledger.store.pool(), &b.batch.batch_id).await?;
         rows.push(json!({
             "rail": b.batch.rail.as_str(), "batch_id": b.batch.batch_id, "path": b.path.display().to_string(), "sha256": b.batch.sha256,
             "currency": b.batch.currency, "total": format_cents(b.batch.total_cents), "payouts": batch.payout_ids,

@@ -212,12 +212,7 @@ pub async fn generate(
     // The answer lists each batch's payouts: read back one batch at a time.
     let mut batches = Vec::with_capacity(report.batches.len());
     for o in report.batches {
-        let Some(batch) = bank::batch(state.ledger.store.pool(), &o.batch.batch_id).await? else {
-            return Err(Problem::internal(&format!(
-                "bank batch {} is not recorded",
-                o.batch.batch_id
-            )));
-        };
+        let batch = bank::known_batch(state.ledger.store.pool(), &o.batch.batch_id).await?;
         batches.push(GeneratedView {
             batch: view(&batch),
             new: o.new,

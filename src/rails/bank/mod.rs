@@ -118,7 +118,8 @@ pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, 
     Ok(rows::batch(pool, batch_id).await?)
 }
 
-async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, BankError> {
+/// One bank batch, or `unknown_bank_batch`.
+pub async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, BankError> {
     match batch(pool, batch_id).await? {
         Some(b) => Ok(b),
         None => rejected("unknown_bank_batch", format!("no bank batch {batch_id}")),
@@ -376,13 +377,10 @@ async fn submit_batch_payouts(
     actor: &Actor,
 ) -> Result<(usize, Vec<String>), BankError> {
     let mut problems = Vec::new();
-    let mut created: Vec<(String, String)> = Vec::new();
+    let mut created: Vec<PayoutRecord> = Vec::new();
     for p in batch_payouts(ledger.store.pool(), b).await? {
         match p.status {
-            PayoutStatus::Created => {
-                let e2e = files::end_to_end_id(p.rail, &p.payout_id);
-                created.push((p.payout_id, e2e));
-            }
+            PayoutStatus::Created => created.push(p),
             PayoutStatus::Submitted | PayoutStatus::Settled | PayoutStatus::Returned => {}
             other => problems.push(format!(
                 "payout {} is {other} but is in the file of batch {}",
@@ -393,19 +391,24 @@ async fn submit_batch_payouts(
     submit_created(ledger, b, &created, problems, actor).await
 }
 
-/// Submits the payouts `created` (id, end-to-end id) of batch `b`, which were `created`
-/// when read; one that moved on since is reported in `problems`.
+/// Submits the payouts `created` of batch `b`, which were `created` when read, with their
+/// end-to-end ids; one that moved on since is reported in `problems`.
 async fn submit_created(
     ledger: &Ledger,
     b: &BankBatch,
-    created: &[(String, String)],
+    created: &[PayoutRecord],
     mut problems: Vec<String>,
     actor: &Actor,
 ) -> Result<(usize, Vec<String>), BankError> {
     let mut submitted = 0;
+    let e2e: Vec<String> = created
+        .iter()
+        .map(|p| files::end_to_end_id(p.rail, &p.payout_id))
+        .collect();
     let created: Vec<(&str, Option<&str>)> = created
         .iter()
-        .map(|(id, e2e)| (id.as_str(), Some(e2e.as_str())))
+        .zip(&e2e)
+        .map(|(p, e2e)| (p.payout_id.as_str(), Some(e2e.as_str())))
         .collect();
     // The first payout alone, then the others together (as many per transaction as one
     // may lock streams): a crash in between leaves a batch partly submitted, which the
@@ -558,16 +561,17 @@ async fn generate_one(
         let modifier = files::modifier_for(slot.same_day_ach);
         let file = files::write_file(originator, rail, &batch_id, created, modifier, chosen)?;
         let sha256 = file_sha256_hex(&file.contents);
-        *built.lock().expect("file lock") = Some((sha256.clone(), file.contents.clone()));
-        Ok(BankBatchGenerated {
+        let generated = BankBatchGenerated {
             batch_id: batch_id.clone(),
             rail,
             file_name: files::file_name(rail, &batch_id, created, modifier),
-            sha256,
+            sha256: sha256.clone(),
             payout_ids: ids.clone(),
             total_cents: file.total_cents,
             currency: file.currency.to_owned(),
-        })
+        };
+        *built.lock().expect("file lock") = Some((sha256, file.contents));
+        Ok(generated)
     };
     let recorded = ledger
         .record_bank_batch(&batch_id, &ids, actor, &file)
@@ -589,16 +593,7 @@ async fn generate_one(
         _ => ensure_file(ledger, config, originator, &b).await?,
     };
     failpoint(failpoints::AFTER_FILE);
-    let created: Vec<(String, String)> = chosen
-        .iter()
-        .map(|p| {
-            (
-                p.payout_id.clone(),
-                files::end_to_end_id(p.rail, &p.payout_id),
-            )
-        })
-        .collect();
-    let (submitted, problems) = submit_created(ledger, &b, &created, Vec::new(), actor).await?;
+    let (submitted, problems) = submit_created(ledger, &b, chosen, Vec::new(), actor).await?;
     Ok(Some(BatchOutcome {
         batch: b.into(),
         path,
