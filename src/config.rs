@@ -824,6 +824,10 @@ pub struct StoreConfig {
     /// process that books a million streams stays bounded, a command without a projector
     /// included.
     pub projector_dirty_streams_max: usize,
+    /// Streams `settle verify` reads and folds at a time. Each page's fold goes into
+    /// temporary copies of the projection tables inside verify's snapshot, where SQL
+    /// compares them with the tables: its memory is one page, whatever the ledger's size.
+    pub verify_streams_per_page: usize,
 }
 
 impl Default for StoreConfig {
@@ -835,6 +839,7 @@ impl Default for StoreConfig {
             sqlite_cache_kib: 16_384,
             sqlite_wal_autocheckpoint_pages: 10_000,
             projector_dirty_streams_max: 10_000,
+            verify_streams_per_page: 1_000,
         }
     }
 }

@@ -3,13 +3,15 @@
 
 use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
-use crate::domain::projection::{Projections, StreamAggregates, TABLES, ops};
-use crate::store::{
-    GENESIS_HASH, ProjectionSnapshot, Store, StoreError, StoredEvent, canonical_bytes, event_hash,
-};
+use crate::domain::projection::{Projections, StreamAggregates, ops};
+use crate::store::snapshot::Snapshot;
+use crate::store::{GENESIS_HASH, Store, StoreError, StoredEvent, canonical_bytes, event_hash};
 
 /// Events read per page while folding.
 const PAGE_EVENTS: i64 = 5_000;
+/// Streams read and folded per page where no configuration says otherwise (the default of
+/// `store.verify_streams_per_page`): what `verify` holds in memory at once.
+pub const STREAMS_PER_PAGE: usize = 1_000;
 /// Problems listed at most per report (the count is always exact).
 const PROBLEMS_LISTED_MAX: usize = 100;
 
@@ -83,74 +85,151 @@ impl VerifyReport {
     }
 }
 
-/// Reads every stream, checks its chain and lines, and folds it. `progress` is told the
-/// number of events read so far.
+/// Reads every stream, `streams_per_page` at a time, checks its chain and lines, and folds
+/// it. `progress` is told the number of events read so far. The fold is held in memory
+/// whole (what `rebuild` writes).
 pub async fn fold_ledger(
     store: &Store,
     report: &mut VerifyReport,
+    streams_per_page: usize,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<Projections, StoreError> {
-    fold_checked(store, report, None, None, progress).await
-}
-
-/// [`fold_ledger`], and each stream's chain recomputed from the events' contents alone
-/// must pass through its head in `anchors` (src/anchor.rs). With `at`, the fold is the one
-/// that snapshot must hold: each stream's events up to its head there, their aggregate
-/// changes up to its checkpoint there. Every event is checked either way.
-async fn fold_checked(
-    store: &Store,
-    report: &mut VerifyReport,
-    anchors: Option<&Heads>,
-    at: Option<&ProjectionSnapshot>,
-    progress: &(dyn Fn(i64) + Sync),
-) -> Result<Projections, StoreError> {
+    let mut snapshot = store.snapshot().await?;
+    let mut walk = Walk::new(None, Fold::Whole, streams_per_page);
     let mut projections = Projections::default();
-    let streams = store.streams().await?;
-    report.streams = streams.len();
-    if let Some(anchors) = anchors {
-        report_gone_streams(report, anchors, &streams);
-    }
-    for stream in streams {
-        let anchor = anchors.and_then(|a| a.get(&stream));
-        fold_stream(
-            store,
-            report,
-            &mut projections,
-            &stream,
-            anchor,
-            at,
-            progress,
-        )
-        .await?;
+    while let Some(page) = walk.next_page(&mut snapshot, report, progress).await? {
+        // Every projection row belongs to one stream: the pages' rows never meet.
+        for (table, rows) in page.tables {
+            projections.tables.entry(table).or_default().extend(rows);
+        }
     }
     Ok(projections)
 }
 
-/// Reports every anchored stream the ledger no longer has (`anchor_truncated`).
-fn report_gone_streams(report: &mut VerifyReport, anchors: &Heads, streams: &[String]) {
-    report.anchored_streams = Some(anchors.len());
-    let present: std::collections::BTreeSet<&String> = streams.iter().collect();
-    for (stream, (seq, _)) in anchors {
-        if !present.contains(stream) {
-            report.push(Problem {
-                stream: stream.clone(),
-                seq: Some(*seq),
-                kind: "anchor_truncated",
-                detail: format!("the stream is gone; it was anchored at seq {seq}"),
-            });
+/// What a [`Walk`] folds of each stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fold {
+    /// Every event, whole.
+    Whole,
+    /// What the snapshot's tables must hold: every event's state, and its aggregates up
+    /// to the stream's projector checkpoint.
+    AsStored,
+}
+
+/// The streams of a snapshot, read, checked and folded a page at a time; with anchors, each stream's chain recomputed from the events' contents alone must
+/// pass through its head in `anchors` (src/anchor.rs). Every event is checked either way.
+struct Walk<'a> {
+    anchors: Option<&'a Heads>,
+    fold: Fold,
+    streams_per_page: usize,
+    /// The last stream read.
+    after: String,
+    done: bool,
+    /// The anchored streams met so far.
+    anchored_seen: std::collections::HashSet<&'a str>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(anchors: Option<&'a Heads>, fold: Fold, streams_per_page: usize) -> Self {
+        Walk {
+            anchors,
+            fold,
+            streams_per_page: streams_per_page.max(1),
+            after: String::new(),
+            done: false,
+            anchored_seen: Default::default(),
+        }
+    }
+
+    /// The fold of the next page of streams; `None` after the last.
+    async fn next_page(
+        &mut self,
+        snapshot: &mut Snapshot,
+        report: &mut VerifyReport,
+        progress: &(dyn Fn(i64) + Sync),
+    ) -> Result<Option<Projections>, StoreError> {
+        if self.done {
+            return Ok(None);
+        }
+        let limit = i64::try_from(self.streams_per_page).unwrap_or(i64::MAX);
+        let page = snapshot.streams_after(&self.after, limit).await?;
+        self.done = page.len() < self.streams_per_page;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        self.after = last.stream.clone();
+        let mut projections = Projections::default();
+        for position in &page {
+            report.streams += 1;
+            if self.fold == Fold::AsStored && position.checkpoint > position.head {
+                report.push(checkpoint_ahead(
+                    &position.stream,
+                    position.checkpoint,
+                    position.head,
+                ));
+            }
+            let anchor = match self.anchors.and_then(|a| a.get_key_value(&position.stream)) {
+                Some((stream, head)) => {
+                    self.anchored_seen.insert(stream.as_str());
+                    Some(head)
+                }
+                None => None,
+            };
+            let folded_to = (self.fold == Fold::AsStored).then_some(position.checkpoint);
+            fold_stream(
+                snapshot,
+                report,
+                &mut projections,
+                &position.stream,
+                anchor,
+                folded_to,
+                progress,
+            )
+            .await?;
+        }
+        Ok(Some(projections))
+    }
+
+    /// Reports every anchored stream the ledger no longer has (`anchor_truncated`), once
+    /// every page was read.
+    fn report_gone_streams(&self, report: &mut VerifyReport) {
+        let Some(anchors) = self.anchors else {
+            return;
+        };
+        report.anchored_streams = Some(anchors.len());
+        for (stream, (seq, _)) in anchors {
+            if !self.anchored_seen.contains(stream.as_str()) {
+                report.push(Problem {
+                    stream: stream.clone(),
+                    seq: Some(*seq),
+                    kind: "anchor_truncated",
+                    detail: format!("the stream is gone; it was anchored at seq {seq}"),
+                });
+            }
         }
     }
 }
 
-/// Reads one stream page by page, checks each event, and folds it into `projections`
-/// (all of it, or what the snapshot `at` must hold of it).
+fn checkpoint_ahead(stream: &str, checkpoint: i64, head: i64) -> Problem {
+    Problem {
+        stream: stream.to_owned(),
+        seq: Some(checkpoint),
+        kind: "checkpoint_ahead",
+        detail: format!(
+            "the aggregates claim events up to seq {checkpoint}; the stream ends at seq {head}"
+        ),
+    }
+}
+
+/// Reads one stream page by page, checks each event, and folds it into `projections`:
+/// all of it, or with `folded_to` its aggregates only up to that seq.
 async fn fold_stream(
-    store: &Store,
+    snapshot: &mut Snapshot,
     report: &mut VerifyReport,
     projections: &mut Projections,
     stream: &str,
     anchor: Option<&(i64, Vec<u8>)>,
-    at: Option<&ProjectionSnapshot>,
+    folded_to: Option<i64>,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<(), StoreError> {
     let mut expected_seq = 1;
@@ -160,7 +239,7 @@ async fn fold_stream(
     let mut last_seq = 0;
     let mut aggregates = StreamAggregates::default();
     loop {
-        let page = store
+        let page = snapshot
             .stream_events(stream, expected_seq - 1, PAGE_EVENTS)
             .await?;
         if page.is_empty() {
@@ -178,7 +257,7 @@ async fn fold_stream(
                 anchor,
             );
             last_seq = e.seq;
-            check_and_fold(report, projections, &mut aggregates, stream, e, at);
+            check_and_fold(report, projections, &mut aggregates, stream, e, folded_to);
             expected_seq = e.seq + 1;
             prev_hash = e.hash.clone();
         }
@@ -260,14 +339,14 @@ fn check_chain(
 }
 
 /// Checks an event's lines (balanced, the ones its payload posts) and folds its payload:
-/// all of it without `at`, else only what the snapshot `at` holds of this stream.
+/// all of it without `folded_to`, else its aggregates only up to that seq.
 fn check_and_fold(
     report: &mut VerifyReport,
     projections: &mut Projections,
     aggregates: &mut StreamAggregates,
     stream: &str,
     e: &StoredEvent,
-    at: Option<&ProjectionSnapshot>,
+    folded_to: Option<i64>,
 ) {
     let problem = |kind: &'static str, detail: String| Problem {
         stream: stream.to_owned(),
@@ -292,21 +371,16 @@ fn check_and_fold(
                     "stored lines differ from the lines the event posts".into(),
                 ));
             }
-            match at {
-                None => {
-                    projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body);
-                    aggregates.apply(e.recorded_at_ms, &body);
-                }
-                Some(at) if e.seq <= at.heads.get(stream).copied().unwrap_or(0) => {
-                    aggregates.apply(e.recorded_at_ms, &body);
-                    let folded_to = at.checkpoints.get(stream).copied().unwrap_or(0);
+            aggregates.apply(e.recorded_at_ms, &body);
+            match folded_to {
+                None => projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body),
+                Some(folded_to) => {
                     for op in ops(&e.stream, e.seq, e.recorded_at_ms, &body) {
                         if e.seq <= folded_to || !op.is_aggregate() {
                             projections.apply(&op);
                         }
                     }
                 }
-                Some(_) => {}
             }
         }
         Err(err) => report.push(problem("invalid_payload", err.message)),
@@ -318,14 +392,16 @@ pub async fn verify(
     store: &Store,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
-    verify_anchored(store, None, progress).await
+    verify_anchored(store, None, STREAMS_PER_PAGE, progress).await
 }
 
 /// Verifies the whole ledger, and with `anchors` that every chain passes through its
-/// anchored head (`settle verify --anchors FILE`).
+/// anchored head (`settle verify --anchors FILE`), holding `streams_per_page` streams'
+/// fold in memory at a time.
 pub async fn verify_anchored(
     store: &Store,
     anchors: Option<&Heads>,
+    streams_per_page: usize,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
     // The aggregates the projector has not folded yet are folded first: what is compared
@@ -342,68 +418,45 @@ pub async fn verify_anchored(
         }),
         Err(e) => return Err(e),
     }
-    // Writers may go on meanwhile: the stored side is one snapshot, and the fold is the
-    // one that snapshot must hold.
-    let snapshot = store.projection_snapshot().await?;
-    for (stream, checkpoint) in &snapshot.checkpoints {
-        let head = snapshot.heads.get(stream).copied().unwrap_or(0);
-        if *checkpoint > head {
-            report.push(Problem {
-                stream: stream.clone(),
-                seq: Some(*checkpoint),
-                kind: "checkpoint_ahead",
-                detail: format!(
-                    "the aggregates claim events up to seq {checkpoint}; the stream ends at seq {head}"
-                ),
-            });
+    // Writers may go on meanwhile: the events, the checkpoints and the tables are read in
+    // one snapshot, and the fold compared is the one that snapshot must hold. The fold goes
+    // into the snapshot's copies of the tables a page of streams at a time, so memory holds
+    // one page, whatever the size of the ledger.
+    let mut snapshot = store.snapshot().await?;
+    let mut walk = Walk::new(anchors, Fold::AsStored, streams_per_page);
+    while let Some(page) = walk.next_page(&mut snapshot, &mut report, progress).await? {
+        snapshot.record_fold(&page).await?;
+    }
+    walk.report_gone_streams(&mut report);
+    for (stream, checkpoint) in snapshot.checkpoints_without_events().await? {
+        if checkpoint > 0 {
+            report.push(checkpoint_ahead(&stream, checkpoint, 0));
         }
     }
-    let fresh = fold_checked(store, &mut report, anchors, Some(&snapshot), progress).await?;
-    for spec in TABLES {
-        let stored = &snapshot.tables[spec.name];
-        let empty = Default::default();
-        let folded = fresh.tables.get(spec.name).unwrap_or(&empty);
-        if stored == folded {
-            continue;
-        }
-        let mut differing = 0;
-        let mut example = None;
-        for (k, v) in folded {
-            if stored.get(k) != Some(v) {
-                differing += 1;
-                example.get_or_insert_with(|| {
-                    format!("key {k:?}: folded {v:?}, stored {:?}", stored.get(k))
-                });
-            }
-        }
-        for k in stored.keys() {
-            if !folded.contains_key(k) {
-                differing += 1;
-                example.get_or_insert_with(|| format!("key {k:?}: stored but not in the fold"));
-            }
-        }
+    for difference in snapshot.differences().await? {
         report.push(Problem {
             stream: "*".into(),
             seq: None,
             kind: "projection_mismatch",
             detail: format!(
-                "{}: {differing} rows differ from a fresh fold; e.g. {}",
-                spec.name,
-                example.unwrap_or_default()
+                "{}: {} rows differ from a fresh fold; e.g. {}",
+                difference.table, difference.rows, difference.example
             ),
         });
     }
     Ok(report)
 }
 
-/// Rebuilds every projection from the events alone.
+/// Rebuilds every projection from the events alone, reading `streams_per_page` streams at
+/// a time (the fold itself is held whole until it replaces the tables).
 pub async fn rebuild(
     store: &Store,
+    streams_per_page: usize,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
     let count_before = store.event_count().await?;
-    let fresh = fold_ledger(store, &mut report, progress).await?;
+    let fresh = fold_ledger(store, &mut report, streams_per_page, progress).await?;
     store.replace_projections(&fresh, count_before).await?;
     Ok(report)
 }

@@ -428,6 +428,7 @@ async fn phase(args: &Args, phase: &str) {
             );
         }
         "bank" => bank_phase(args).await,
+        "verify" => verify_phase(args).await,
         other => panic!("unknown phase {other}"),
     }
 }
@@ -668,6 +669,28 @@ async fn bank_phase(args: &Args) {
     );
 }
 
+/// `settle verify` of the whole ledger the phases before left: chains, lines, and the
+/// projections against a fresh fold, read `store.verify_streams_per_page` streams at a
+/// time; then, for its peak memory's sake, the number of streams and events it read.
+async fn verify_phase(args: &Args) {
+    let (ledger, _) = open(args, RUN_AT).await;
+    let t = Instant::now();
+    let report = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .expect("verify");
+    let seconds = t.elapsed().as_secs_f64();
+    assert!(report.ok(), "{:?}", report.problems);
+    println!(
+        "{{\"phase\":\"verify\",\"db\":\"{}\",\"providers\":{},\"streams\":{},\"events\":{},\"seconds\":{seconds:.2},\"events_per_second\":{:.0},\"vmhwm_kib\":{}}}",
+        args.db,
+        args.providers,
+        report.streams,
+        report.events,
+        report.events as f64 / seconds,
+        peak::vmhwm_kib()
+    );
+}
+
 fn main() {
     // `SETTLE_BENCH_LOG=sqlx=debug`: every statement with its time, on stderr.
     if let Ok(filter) = std::env::var("SETTLE_BENCH_LOG") {
@@ -696,6 +719,7 @@ fn main() {
     if args.rail == "ach" {
         phases.push("bank");
     }
+    phases.push("verify");
     for p in phases {
         let status = std::process::Command::new(&exe)
             .args(&own)

@@ -381,9 +381,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             approvals::approvals_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
                 .await?
         }
-        Cmd::Verify { anchors } => verify_cmd(&ledger, &cli, anchors.as_ref(), &mut stdout).await?,
+        Cmd::Verify { anchors } => {
+            let per_page = config.store.verify_streams_per_page;
+            verify_cmd(&ledger, &cli, anchors.as_ref(), per_page, &mut stdout).await?
+        }
         Cmd::Anchor { file } => anchor_cmd(&ledger, &cli, file.as_ref(), &mut stdout).await?,
-        Cmd::Rebuild => rebuild_cmd(&ledger, cli.format, &mut stdout).await?,
+        Cmd::Rebuild => {
+            let per_page = config.store.verify_streams_per_page;
+            rebuild_cmd(&ledger, cli.format, per_page, &mut stdout).await?
+        }
         Cmd::Run(cmd) => {
             runs::run_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
         }
@@ -448,6 +454,7 @@ async fn verify_cmd(
     ledger: &Ledger,
     cli: &Cli,
     anchors: Option<&std::path::PathBuf>,
+    streams_per_page: usize,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let anchors = match anchors {
@@ -465,7 +472,10 @@ async fn verify_cmd(
     let total = ledger.store.event_count().await?;
     let bar = counter_bar("verify", total);
     let mut report =
-        crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), &|n| tick(&bar, n)).await?;
+        crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), streams_per_page, &|n| {
+            tick(&bar, n)
+        })
+        .await?;
     finish(bar);
     report
         .check_clock(
@@ -515,10 +525,16 @@ async fn anchor_cmd(
 }
 
 /// `settle rebuild`: rewrites the projections from the events; exit code 1 on a problem.
-async fn rebuild_cmd(ledger: &Ledger, format: Format, out: &mut impl Write) -> anyhow::Result<i32> {
+async fn rebuild_cmd(
+    ledger: &Ledger,
+    format: Format,
+    streams_per_page: usize,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
     let total = ledger.store.event_count().await?;
     let bar = counter_bar("rebuild", total);
-    let report = crate::verify::rebuild(&ledger.store, &|n| tick(&bar, n)).await?;
+    let report =
+        crate::verify::rebuild(&ledger.store, streams_per_page, &|n| tick(&bar, n)).await?;
     finish(bar);
     print_report(&report, format, out)?;
     Ok(if report.ok() { 0 } else { 1 })

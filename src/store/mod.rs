@@ -16,6 +16,7 @@ pub mod providers;
 pub mod rails;
 pub mod read;
 pub mod runs;
+pub mod snapshot;
 pub mod tokens;
 pub mod usage;
 
@@ -273,6 +274,27 @@ pub(crate) const STREAMS_SKIP_SCAN: &str = "WITH RECURSIVE s(stream) AS ( \
     SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream) FROM s WHERE s.stream IS NOT NULL)";
 
 pub(crate) const EVENT_COLUMNS: &str = "stream, seq, event_type, version, idem_key, content_hash, actor, recorded_at_ms, payload, lines, prev_hash, hash";
+
+/// Up to `limit` events of `stream` after seq `after`, in order, read by `on` (the pool, or
+/// a snapshot's transaction).
+pub(crate) async fn events_after<'e, E: Executor<'e, Database = Any>>(
+    on: E,
+    stream: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+    ))
+    .bind(stream)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(on)
+    .await?;
+    rows.iter()
+        .map(|r| StoredEvent::from_row(r).map_err(StoreError::from))
+        .collect()
+}
 
 impl StoredEvent {
     pub(crate) fn from_row(row: &sqlx::any::AnyRow) -> Result<StoredEvent, sqlx::Error> {
@@ -599,17 +621,7 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        ))
-        .bind(stream)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| StoredEvent::from_row(r).map_err(StoreError::from))
-            .collect()
+        events_after(&self.pool, stream, after, limit).await
     }
 
     /// The ledger's clock mode (`ledger_settings.clock`); `None` until fixed.
@@ -694,43 +706,6 @@ impl Store {
         project::load_table(&mut conn, table).await
     }
 
-    /// Every projection table, each stream's head and each stream's projector checkpoint,
-    /// read in one snapshot (a repeatable-read, read-only transaction on PostgreSQL; one
-    /// read transaction on SQLite's WAL). Against it `verify` compares a fresh fold of each
-    /// stream's events up to that head, with the aggregates folded up to that checkpoint:
-    /// bookings and folds that commit while `verify` reads cannot make a correct ledger
-    /// look wrong.
-    pub async fn projection_snapshot(&self) -> Result<ProjectionSnapshot, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if self.dialect == Dialect::Postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let mut snapshot = ProjectionSnapshot::default();
-        for (sql, into) in [
-            (
-                "SELECT stream, MAX(seq) FROM events GROUP BY stream",
-                &mut snapshot.heads,
-            ),
-            (
-                "SELECT stream, seq FROM projection_checkpoints",
-                &mut snapshot.checkpoints,
-            ),
-        ] {
-            for row in sqlx::query(sql).fetch_all(&mut *tx).await? {
-                into.insert(row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?);
-            }
-        }
-        for spec in crate::domain::projection::TABLES {
-            snapshot
-                .tables
-                .insert(spec.name, project::load_table(&mut tx, spec).await?);
-        }
-        tx.rollback().await?;
-        Ok(snapshot)
-    }
-
     /// Replaces all projections with `projections` (folded from `events_folded` events) in
     /// one transaction that shuts writers out; refuses if the ledger grew meanwhile.
     pub async fn replace_projections(
@@ -766,20 +741,6 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
-}
-
-/// The projections as one snapshot saw them (see [`Store::projection_snapshot`]).
-#[derive(Debug, Default)]
-pub struct ProjectionSnapshot {
-    /// Stream → the seq of its last event.
-    pub heads: BTreeMap<String, i64>,
-    /// Stream → the seq up to which the aggregates hold its events.
-    pub checkpoints: BTreeMap<String, i64>,
-    /// Table → key → values.
-    pub tables: BTreeMap<
-        &'static str,
-        BTreeMap<Vec<crate::domain::projection::Val>, Vec<crate::domain::projection::Val>>,
-    >,
 }
 
 /// A database transaction on a connection of its own, begun and committed explicitly.

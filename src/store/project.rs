@@ -37,7 +37,7 @@ fn json_cell(i: usize, column: &str) -> String {
     }
 }
 
-fn columns(spec: &TableSpec) -> Vec<&'static str> {
+pub(super) fn columns(spec: &TableSpec) -> Vec<&'static str> {
     spec.key.iter().chain(spec.vals.iter()).copied().collect()
 }
 
@@ -47,6 +47,18 @@ fn columns(spec: &TableSpec) -> Vec<&'static str> {
 /// and the conflict rule and is prepared once per connection.
 async fn insert_rows(
     conn: &mut AnyConnection,
+    spec: &TableSpec,
+    rows: &[(&Vec<Val>, &Vec<Val>)],
+    conflict: Conflict<'_>,
+) -> Result<(), sqlx::Error> {
+    insert_rows_into(conn, spec.name, spec, rows, conflict).await
+}
+
+/// [`insert_rows`] into the table `into`, which has `spec`'s columns (the table itself, or
+/// the copy `verify` fills with its fold).
+async fn insert_rows_into(
+    conn: &mut AnyConnection,
+    into: &str,
     spec: &TableSpec,
     rows: &[(&Vec<Val>, &Vec<Val>)],
     conflict: Conflict<'_>,
@@ -61,7 +73,7 @@ async fn insert_rows(
     // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
     let mut sql = format!(
         "INSERT INTO {} ({}) SELECT {} FROM {} WHERE true",
-        spec.name,
+        into,
         cols.join(","),
         select.join(", "),
         dialect.json_rows(1, ROWS_PER_STATEMENT_MAX)
@@ -342,19 +354,42 @@ pub async fn load_table(
     let rows = sqlx::query(&sql).fetch_all(&mut *conn).await?;
     let mut out = BTreeMap::new();
     for row in rows {
-        let mut cells = Vec::with_capacity(cols.len());
-        for (i, c) in cols.iter().enumerate() {
-            let v = if is_int_column(c) {
-                row.try_get::<Option<i64>, _>(i)?.map(Val::Int)
-            } else {
-                row.try_get::<Option<String>, _>(i)?.map(Val::Text)
-            };
-            cells.push(v.unwrap_or(Val::Null));
-        }
+        let mut cells = row_vals(&row, &cols)?;
         let vals = cells.split_off(spec.key.len());
         out.insert(cells, vals);
     }
     Ok(out)
+}
+
+/// The cells of a row read as `SELECT cols…`, typed by the columns' names.
+pub(super) fn row_vals(row: &sqlx::any::AnyRow, cols: &[&str]) -> Result<Vec<Val>, sqlx::Error> {
+    let mut cells = Vec::with_capacity(cols.len());
+    for (i, c) in cols.iter().enumerate() {
+        let v = if is_int_column(c) {
+            row.try_get::<Option<i64>, _>(i)?.map(Val::Int)
+        } else {
+            row.try_get::<Option<String>, _>(i)?.map(Val::Text)
+        };
+        cells.push(v.unwrap_or(Val::Null));
+    }
+    Ok(cells)
+}
+
+/// Writes every row of `projections` into copies of the projection tables named
+/// `{prefix}{table}` (see [`super::snapshot`]).
+pub(super) async fn insert_copies(
+    conn: &mut AnyConnection,
+    prefix: &str,
+    projections: &Projections,
+) -> Result<(), sqlx::Error> {
+    for spec in TABLES {
+        let rows: Vec<(&Vec<Val>, &Vec<Val>)> = projections.rows(spec.name).collect();
+        if !rows.is_empty() {
+            let into = format!("{prefix}{}", spec.name);
+            insert_rows_into(conn, &into, spec, &rows, Conflict::Fail).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes every projection row and writes `projections` instead.

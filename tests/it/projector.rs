@@ -591,3 +591,91 @@ async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
         .collect();
     assert_eq!(kinds, vec![("checkpoint_ahead", "provider:f0", Some(11))]);
 }
+
+/// `verify` reads the ledger a page of streams at a time and compares the fold in SQL, so
+/// its memory is one page: a difference on any page is still found, in either direction (a
+/// row the fold has and the table lacks or holds otherwise, a row only the table has), and
+/// `rebuild` read the same way mends them all.
+#[tokio::test]
+async fn verify_reads_a_page_of_streams_at_a_time_and_finds_a_difference_on_any_page() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 7).await;
+    ledger
+        .ingest_usage(
+            &metering_mix(7, 0, 3),
+            &SenderScope::Metering,
+            &Actor::system("metering"),
+        )
+        .await
+        .unwrap();
+    let store = &ledger.store;
+    assert_eq!(
+        settle::config::StoreConfig::default().verify_streams_per_page,
+        settle::verify::STREAMS_PER_PAGE
+    );
+    // provider:f0 … provider:f6: pages of 3, 3 and 1 streams.
+    let per_page = 3;
+    let verify = || settle::verify::verify_anchored(store, None, per_page, &|_| {});
+    let honest = verify().await.unwrap();
+    assert!(honest.ok(), "{:?}", honest.problems);
+    assert_eq!(honest.streams, 7);
+    assert_eq!(
+        scalar(store, "SELECT COUNT(DISTINCT stream) FROM events").await,
+        7
+    );
+    assert_eq!(
+        honest.events,
+        scalar(store, "SELECT COUNT(*) FROM events").await
+    );
+
+    // Behind the engine's back, one on each page: a GPU's row gone (f2), a payable row no
+    // event made (f5), a balance altered (f6).
+    for sql in [
+        "UPDATE account_balances SET balance_micro_usdc = balance_micro_usdc + 1 \
+         WHERE owner = 'provider:f6' AND account = 'provider:f6:payable'",
+        "DELETE FROM gpus WHERE gpu_id = 'f2-g'",
+        "INSERT INTO payable_recorded (provider_id, day, amount_micro_usdc) VALUES ('f5', 3, 7)",
+    ] {
+        sqlx::query(sql).execute(store.pool()).await.unwrap();
+    }
+    let report = verify().await.unwrap();
+    let mut found: Vec<String> = report
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.kind, p.detail))
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(
+        found[0].starts_with("projection_mismatch: account_balances: 1 rows differ")
+            && found[0].contains("provider:f6:payable"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1].starts_with("projection_mismatch: gpus: 1 rows differ")
+            && found[1].contains("f2-g")
+            && found[1].ends_with("stored None"),
+        "{}",
+        found[1]
+    );
+    assert!(
+        found[2].starts_with("projection_mismatch: payable_recorded: 1 rows differ")
+            && found[2].ends_with("stored but not in the fold"),
+        "{}",
+        found[2]
+    );
+
+    let rebuilt = settle::verify::rebuild(store, per_page, &|_| {})
+        .await
+        .unwrap();
+    assert!(rebuilt.ok(), "{:?}", rebuilt.problems);
+    assert_eq!(rebuilt.streams, 7);
+    let mended = verify().await.unwrap();
+    assert!(mended.ok(), "{:?}", mended.problems);
+    assert_eq!(
+        scalar(store, "SELECT COUNT(*) FROM payable_recorded WHERE day = 3").await,
+        0
+    );
+}

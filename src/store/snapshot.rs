@@ -1,0 +1,258 @@
+//! One consistent view of the ledger for `verify` and `rebuild`, read a page at a time.
+//!
+//! A [`Snapshot`] is one read transaction (repeatable read on PostgreSQL; one read
+//! transaction on SQLite's WAL): the streams, their events, their projector checkpoints and
+//! the projection tables all as of one instant, however long the reading takes and whatever
+//! commits meanwhile. The streams are read in name order a page at a time, and what a caller
+//! folds from them goes into copies of the projection tables inside the same transaction
+//! (temporary tables, gone with it), where SQL compares them with the tables: a check of the
+//! whole ledger holds one page of streams in memory, not the ledger.
+
+use sqlx::{Any, Row, Transaction};
+
+use crate::domain::projection::{Projections, TABLES, TableSpec, Val};
+
+use super::project::{columns, insert_copies, row_vals};
+use super::{Dialect, Store, StoreError, StoredEvent};
+
+/// The prefix of the copies of the projection tables that hold a fold.
+const FOLD_PREFIX: &str = "verify_fold_";
+
+/// A stream as the snapshot sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamPosition {
+    pub stream: String,
+    /// The seq of its last event.
+    pub head: i64,
+    /// The seq up to which the aggregates hold its events (0 without a checkpoint).
+    pub checkpoint: i64,
+}
+
+/// How the projection table `table` differs from the fold written with
+/// [`Snapshot::record_fold`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableDifference {
+    pub table: &'static str,
+    /// Rows of the fold the table does not hold as folded, plus rows of the table whose key
+    /// the fold does not have.
+    pub rows: i64,
+    /// One of them, described.
+    pub example: String,
+}
+
+/// See the module documentation. Dropping it rolls the transaction back.
+pub struct Snapshot {
+    tx: Transaction<'static, Any>,
+    dialect: Dialect,
+    copies_created: bool,
+}
+
+impl Store {
+    /// Opens a [`Snapshot`] of the ledger.
+    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.dialect == Dialect::Postgres {
+            // Not read-only: the fold is written to temporary tables.
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
+        // SQLite's read transaction takes its snapshot at its first read: now.
+        sqlx::query("SELECT COUNT(*) FROM projection_checkpoints WHERE stream = ''")
+            .fetch_one(&mut *tx)
+            .await?;
+        Ok(Snapshot {
+            tx,
+            dialect: self.dialect,
+            copies_created: false,
+        })
+    }
+}
+
+impl Snapshot {
+    /// Up to `limit` streams named after `after` (all of them from `""`), in name order:
+    /// one primary-key probe per stream for its name, one for its head.
+    pub async fn streams_after(
+        &mut self,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<StreamPosition>, StoreError> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE s(stream, n) AS ( \
+               SELECT (SELECT MIN(stream) FROM events WHERE stream > $1), 1 \
+               UNION ALL \
+               SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream), s.n + 1 \
+               FROM s WHERE s.stream IS NOT NULL AND s.n < $2) \
+             SELECT s.stream, (SELECT MAX(h.seq) FROM events AS h WHERE h.stream = s.stream), \
+               COALESCE(c.seq, 0) \
+             FROM s LEFT JOIN projection_checkpoints AS c ON c.stream = s.stream \
+             WHERE s.stream IS NOT NULL ORDER BY s.stream",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StreamPosition {
+                    stream: r.try_get(0)?,
+                    head: r.try_get(1)?,
+                    checkpoint: r.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The checkpoints of streams that have no event, with the seq they claim.
+    pub async fn checkpoints_without_events(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
+             WHERE NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream) ORDER BY c.stream",
+        )
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
+    }
+
+    /// Up to `limit` events of `stream` after seq `after`, in order.
+    pub async fn stream_events(
+        &mut self,
+        stream: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        super::events_after(&mut *self.tx, stream, after, limit).await
+    }
+
+    /// Adds the rows of `fold` to the fold compared by [`Snapshot::differences`]. Each call
+    /// brings the rows of other streams: every projection row belongs to one stream.
+    pub async fn record_fold(&mut self, fold: &Projections) -> Result<(), StoreError> {
+        if !self.copies_created {
+            for spec in TABLES {
+                let copy = format!("{FOLD_PREFIX}{}", spec.name);
+                sqlx::query(&format!(
+                    "CREATE TEMPORARY TABLE {copy} AS SELECT {} FROM {} WHERE 1 = 0",
+                    columns(spec).join(", "),
+                    spec.name
+                ))
+                .execute(&mut *self.tx)
+                .await?;
+                sqlx::query(&format!(
+                    "CREATE INDEX {copy}_key ON {copy} ({})",
+                    spec.key.join(", ")
+                ))
+                .execute(&mut *self.tx)
+                .await?;
+            }
+            self.copies_created = true;
+        }
+        insert_copies(&mut self.tx, FOLD_PREFIX, fold).await?;
+        Ok(())
+    }
+
+    /// How each projection table differs from the fold recorded, one entry per table that
+    /// differs.
+    pub async fn differences(&mut self) -> Result<Vec<TableDifference>, StoreError> {
+        if !self.copies_created {
+            self.record_fold(&Projections::default()).await?;
+        }
+        let mut out = Vec::new();
+        for spec in TABLES {
+            if let Some(d) = self.table_difference(spec).await? {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn table_difference(
+        &mut self,
+        spec: &'static TableSpec,
+    ) -> Result<Option<TableDifference>, StoreError> {
+        let cols = columns(spec);
+        let list = cols.join(", ");
+        let (table, copy) = (spec.name, format!("{FOLD_PREFIX}{}", spec.name));
+        let folded_not_stored =
+            format!("SELECT {list} FROM {copy} EXCEPT SELECT {list} FROM {table}");
+        let same_key = spec
+            .key
+            .iter()
+            .map(|k| format!("f.{k} = t.{k}"))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let stored_not_folded = format!(
+            "FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {copy} AS f WHERE {same_key})"
+        );
+        let changed: i64 = sqlx::query(&format!("SELECT COUNT(*) FROM ({folded_not_stored}) AS d"))
+            .fetch_one(&mut *self.tx)
+            .await?
+            .try_get(0)?;
+        let extra: i64 = sqlx::query(&format!("SELECT COUNT(*) {stored_not_folded}"))
+            .fetch_one(&mut *self.tx)
+            .await?
+            .try_get(0)?;
+        if changed + extra == 0 {
+            return Ok(None);
+        }
+        let example = if changed > 0 {
+            let row = sqlx::query(&format!("{folded_not_stored} LIMIT 1"))
+                .fetch_one(&mut *self.tx)
+                .await?;
+            let mut key = row_vals(&row, &cols)?;
+            let folded = key.split_off(spec.key.len());
+            let stored = self.stored_row(spec, &key).await?;
+            format!("key {key:?}: folded {folded:?}, stored {stored:?}")
+        } else {
+            let keys = spec
+                .key
+                .iter()
+                .map(|k| format!("t.{k}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let row = sqlx::query(&format!("SELECT {keys} {stored_not_folded} LIMIT 1"))
+                .fetch_one(&mut *self.tx)
+                .await?;
+            let key = row_vals(&row, spec.key)?;
+            format!("key {key:?}: stored but not in the fold")
+        };
+        Ok(Some(TableDifference {
+            table,
+            rows: changed + extra,
+            example,
+        }))
+    }
+
+    /// The values the table holds under `key`, if any.
+    async fn stored_row(
+        &mut self,
+        spec: &'static TableSpec,
+        key: &[Val],
+    ) -> Result<Option<Vec<Val>>, StoreError> {
+        let filter = spec
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{k} = {}", self.dialect.placeholders(i, 1)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let sql = format!(
+            "SELECT {} FROM {} WHERE {filter}",
+            spec.vals.join(", "),
+            spec.name
+        );
+        let mut query = sqlx::query(&sql);
+        for v in key {
+            query = match v {
+                Val::Int(i) => query.bind(*i),
+                Val::Text(t) => query.bind(t.clone()),
+                Val::Null => query.bind(None::<String>),
+            };
+        }
+        match query.fetch_optional(&mut *self.tx).await? {
+            Some(row) => Ok(Some(row_vals(&row, spec.vals)?)),
+            None => Ok(None),
+        }
+    }
+}
