@@ -562,7 +562,7 @@ async fn verify_while_bookings_commit_finds_only_what_was_altered() {
 }
 
 /// A checkpoint beyond its stream's head would make the projector skip the events booked
-/// up to it: `verify` names it.
+/// up to it, or a checkpoint of a stream without events: `verify` names it.
 #[tokio::test]
 async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
     let db = TestDb::new().await;
@@ -590,6 +590,25 @@ async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
         .map(|p| (p.kind, p.stream.as_str(), p.seq))
         .collect();
     assert_eq!(kinds, vec![("checkpoint_ahead", "provider:f0", Some(11))]);
+
+    // A checkpoint of a stream that has no event at all is ahead of it too.
+    sqlx::query("INSERT INTO projection_checkpoints (stream, seq) VALUES ('provider:ghost', 4)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
+    let kinds: Vec<(&str, &str, Option<i64>)> = report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.stream.as_str(), p.seq))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("checkpoint_ahead", "provider:f0", Some(11)),
+            ("checkpoint_ahead", "provider:ghost", Some(4))
+        ]
+    );
 }
 
 /// `verify` reads the ledger a page of streams at a time and compares the fold in SQL, so
