@@ -9,9 +9,6 @@ use crate::store::{GENESIS_HASH, Store, StoreError, StoredEvent, canonical_bytes
 
 /// Events read per page while folding.
 const PAGE_EVENTS: i64 = 5_000;
-/// Streams read and folded per page where no configuration says otherwise (the default of
-/// `store.verify_streams_per_page`): what `verify` holds in memory at once.
-pub const STREAMS_PER_PAGE: usize = 1_000;
 /// Problems listed at most per report (the count is always exact).
 const PROBLEMS_LISTED_MAX: usize = 100;
 
@@ -392,7 +389,8 @@ pub async fn verify(
     store: &Store,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
-    verify_anchored(store, None, STREAMS_PER_PAGE, progress).await
+    let per_page = crate::config::StoreConfig::default().verify_streams_per_page;
+    verify_anchored(store, None, per_page, progress).await
 }
 
 /// Verifies the whole ledger, and with `anchors` that every chain passes through its
@@ -429,9 +427,7 @@ pub async fn verify_anchored(
     }
     walk.report_gone_streams(&mut report);
     for (stream, checkpoint) in snapshot.checkpoints_without_events().await? {
-        if checkpoint > 0 {
-            report.push(checkpoint_ahead(&stream, checkpoint, 0));
-        }
+        report.push(checkpoint_ahead(&stream, checkpoint, 0));
     }
     for difference in snapshot.differences().await? {
         report.push(Problem {

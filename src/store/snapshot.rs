@@ -57,10 +57,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        // SQLite's read transaction takes its snapshot at its first read: now.
-        sqlx::query("SELECT COUNT(*) FROM projection_checkpoints WHERE stream = ''")
-            .fetch_one(&mut *tx)
-            .await?;
+        // Both databases take the snapshot at the transaction's first read.
         Ok(Snapshot {
             tx,
             dialect: self.dialect,
@@ -103,11 +100,11 @@ impl Snapshot {
             .collect()
     }
 
-    /// The checkpoints of streams that have no event, with the seq they claim.
+    /// The checkpoints beyond 0 of streams that have no event, with the seq they claim.
     pub async fn checkpoints_without_events(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
         let rows = sqlx::query(
             "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
-             WHERE NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream) ORDER BY c.stream",
+             WHERE c.seq > 0 AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream) ORDER BY c.stream",
         )
         .fetch_all(&mut *self.tx)
         .await?;
@@ -129,35 +126,40 @@ impl Snapshot {
     /// Adds the rows of `fold` to the fold compared by [`Snapshot::differences`]. Each call
     /// brings the rows of other streams: every projection row belongs to one stream.
     pub async fn record_fold(&mut self, fold: &Projections) -> Result<(), StoreError> {
-        if !self.copies_created {
-            for spec in TABLES {
-                let copy = format!("{FOLD_PREFIX}{}", spec.name);
-                sqlx::query(&format!(
-                    "CREATE TEMPORARY TABLE {copy} AS SELECT {} FROM {} WHERE 1 = 0",
-                    columns(spec).join(", "),
-                    spec.name
-                ))
-                .execute(&mut *self.tx)
-                .await?;
-                sqlx::query(&format!(
-                    "CREATE INDEX {copy}_key ON {copy} ({})",
-                    spec.key.join(", ")
-                ))
-                .execute(&mut *self.tx)
-                .await?;
-            }
-            self.copies_created = true;
-        }
+        self.create_copies().await?;
         insert_copies(&mut self.tx, FOLD_PREFIX, fold).await?;
+        Ok(())
+    }
+
+    /// Creates the empty copies of the projection tables, once, indexed by their keys.
+    async fn create_copies(&mut self) -> Result<(), StoreError> {
+        if self.copies_created {
+            return Ok(());
+        }
+        for spec in TABLES {
+            let copy = format!("{FOLD_PREFIX}{}", spec.name);
+            sqlx::query(&format!(
+                "CREATE TEMPORARY TABLE {copy} AS SELECT {} FROM {} WHERE 1 = 0",
+                columns(spec).join(", "),
+                spec.name
+            ))
+            .execute(&mut *self.tx)
+            .await?;
+            sqlx::query(&format!(
+                "CREATE INDEX {copy}_key ON {copy} ({})",
+                spec.key.join(", ")
+            ))
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        self.copies_created = true;
         Ok(())
     }
 
     /// How each projection table differs from the fold recorded, one entry per table that
     /// differs.
     pub async fn differences(&mut self) -> Result<Vec<TableDifference>, StoreError> {
-        if !self.copies_created {
-            self.record_fold(&Projections::default()).await?;
-        }
+        self.create_copies().await?;
         let mut out = Vec::new();
         for spec in TABLES {
             if let Some(d) = self.table_difference(spec).await? {

@@ -212,9 +212,13 @@ async fn rebuild_of_100k_events_equals_the_live_projections() {
     for spec in TABLES {
         live.insert(spec.name, ledger.store.load_projection(spec).await.unwrap());
     }
-    let report = settle::verify::rebuild(&ledger.store, settle::verify::STREAMS_PER_PAGE, &|_| {})
-        .await
-        .unwrap();
+    let report = settle::verify::rebuild(
+        &ledger.store,
+        settle::config::StoreConfig::default().verify_streams_per_page,
+        &|_| {},
+    )
+    .await
+    .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.events, events);
     for spec in TABLES {

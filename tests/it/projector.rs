@@ -561,6 +561,15 @@ async fn verify_while_bookings_commit_finds_only_what_was_altered() {
     );
 }
 
+/// Each problem of a report as (kind, stream, seq).
+fn problem_places(report: &settle::verify::VerifyReport) -> Vec<(&str, &str, Option<i64>)> {
+    report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.stream.as_str(), p.seq))
+        .collect()
+}
+
 /// A checkpoint beyond its stream's head would make the projector skip the events booked
 /// up to it, or a checkpoint of a stream without events: `verify` names it.
 #[tokio::test]
@@ -584,11 +593,7 @@ async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
         .await
         .unwrap();
     let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
-    let kinds: Vec<(&str, &str, Option<i64>)> = report
-        .problems
-        .iter()
-        .map(|p| (p.kind, p.stream.as_str(), p.seq))
-        .collect();
+    let kinds = problem_places(&report);
     assert_eq!(kinds, vec![("checkpoint_ahead", "provider:f0", Some(11))]);
 
     // A checkpoint of a stream that has no event at all is ahead of it too.
@@ -597,11 +602,7 @@ async fn a_checkpoint_ahead_of_its_stream_is_a_problem() {
         .await
         .unwrap();
     let report = settle::verify::verify(&store, &|_| {}).await.unwrap();
-    let kinds: Vec<(&str, &str, Option<i64>)> = report
-        .problems
-        .iter()
-        .map(|p| (p.kind, p.stream.as_str(), p.seq))
-        .collect();
+    let kinds = problem_places(&report);
     assert_eq!(
         kinds,
         vec![
@@ -629,10 +630,6 @@ async fn verify_reads_a_page_of_streams_at_a_time_and_finds_a_difference_on_any_
         .await
         .unwrap();
     let store = &ledger.store;
-    assert_eq!(
-        settle::config::StoreConfig::default().verify_streams_per_page,
-        settle::verify::STREAMS_PER_PAGE
-    );
     // provider:f0 … provider:f6: pages of 3, 3 and 1 streams.
     let per_page = 3;
     let verify = || settle::verify::verify_anchored(store, None, per_page, &|_| {});
