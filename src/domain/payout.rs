@@ -44,6 +44,15 @@ pub enum PayoutStatus {
     Returned,
 }
 
+/// A stored status's text (`sqlx`'s `try_from` decodes a column through it).
+impl TryFrom<String> for PayoutStatus {
+    type Error = DomainError;
+
+    fn try_from(text: String) -> Result<PayoutStatus, DomainError> {
+        PayoutStatus::parse(&text)
+    }
+}
+
 impl PayoutStatus {
     pub const ALL: [PayoutStatus; 7] = [
         PayoutStatus::Created,

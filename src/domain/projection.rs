@@ -64,11 +64,26 @@ impl From<Option<i64>> for Val {
     }
 }
 
-/// A projection table: its key columns and value columns, in SQL column order.
+/// A projection table: its key columns and value columns, in SQL column order, and which
+/// of them hold integers (`BIGINT` in the schema; every other column is `TEXT`). A test
+/// checks these declarations against the migrated schema of both databases.
 pub struct TableSpec {
     pub name: &'static str,
     pub key: &'static [&'static str],
     pub vals: &'static [&'static str],
+    pub ints: &'static [&'static str],
+}
+
+impl TableSpec {
+    /// Whether `column` holds integers (micro-USDC, cents, milliseconds, days, counts).
+    pub fn is_int(&self, column: &str) -> bool {
+        self.ints.contains(&column)
+    }
+
+    /// The key columns, then the value columns: the SQL column order.
+    pub fn columns(&self) -> impl Iterator<Item = &'static str> {
+        self.key.iter().chain(self.vals.iter()).copied()
+    }
 }
 
 /// Every projection table. Column names double as the SQL schema's.
@@ -77,12 +92,20 @@ pub const TABLES: &[TableSpec] = &[
         name: "account_balances",
         key: &["owner", "account"],
         vals: &["balance_micro_usdc"],
+        ints: &["balance_micro_usdc"],
     },
     TableSpec {
         name: "earnings_daily",
         key: &["provider_id", "gpu_id", "day"],
         vals: &[
             "model",
+            "gross_micro_usdc",
+            "fee_micro_usdc",
+            "net_micro_usdc",
+            "duration_ms",
+        ],
+        ints: &[
+            "day",
             "gross_micro_usdc",
             "fee_micro_usdc",
             "net_micro_usdc",
@@ -101,11 +124,19 @@ pub const TABLES: &[TableSpec] = &[
             "fee_micro_usdc",
             "net_micro_usdc",
         ],
+        ints: &[
+            "started_at_ms",
+            "ended_at_ms",
+            "gross_micro_usdc",
+            "fee_micro_usdc",
+            "net_micro_usdc",
+        ],
     },
     TableSpec {
         name: "payable_recorded",
         key: &["provider_id", "day"],
         vals: &["amount_micro_usdc"],
+        ints: &["day", "amount_micro_usdc"],
     },
     TableSpec {
         name: "providers",
@@ -121,6 +152,7 @@ pub const TABLES: &[TableSpec] = &[
             "method_invalid",
             "registered_at_ms",
         ],
+        ints: &["method_set_at_ms", "method_invalid", "registered_at_ms"],
     },
     TableSpec {
         name: "provider_tiers",
@@ -128,21 +160,25 @@ pub const TABLES: &[TableSpec] = &[
         // booked in the same millisecond all stay in the history, in booking order.
         key: &["provider_id", "from_ms", "seq"],
         vals: &["tier"],
+        ints: &["from_ms", "seq"],
     },
     TableSpec {
         name: "gpus",
         key: &["gpu_id"],
         vals: &["provider_id", "model", "registered_at_ms"],
+        ints: &["registered_at_ms"],
     },
     TableSpec {
         name: "rates",
         key: &["provider_id", "model", "effective_from_ms"],
         vals: &["rate_usdc_per_hour"],
+        ints: &["effective_from_ms"],
     },
     TableSpec {
         name: "fee_schedules",
         key: &["tier", "effective_from_ms"],
         vals: &["fee_bps"],
+        ints: &["effective_from_ms", "fee_bps"],
     },
     TableSpec {
         name: "payouts",
@@ -164,6 +200,12 @@ pub const TABLES: &[TableSpec] = &[
             "created_at_ms",
             "updated_at_ms",
         ],
+        ints: &[
+            "amount_micro_usdc",
+            "amount_eur_cents",
+            "created_at_ms",
+            "updated_at_ms",
+        ],
     },
     TableSpec {
         name: "run_decisions",
@@ -175,16 +217,19 @@ pub const TABLES: &[TableSpec] = &[
             "payout_id",
             "decided_at_ms",
         ],
+        ints: &["available_micro_usdc", "amount_micro_usdc", "decided_at_ms"],
     },
     TableSpec {
         name: "payout_runs",
         key: &["run_kind", "run_key"],
         vals: &["cutoff_ms", "candidates", "totals", "completed_at_ms"],
+        ints: &["cutoff_ms", "candidates", "completed_at_ms"],
     },
     TableSpec {
         name: "fx_rates",
         key: &["recorded_at_ms"],
         vals: &["eur_per_usd"],
+        ints: &["recorded_at_ms"],
     },
     TableSpec {
         name: "bank_batches",
@@ -200,6 +245,7 @@ pub const TABLES: &[TableSpec] = &[
             "generated_at_ms",
             "updated_at_ms",
         ],
+        ints: &["total_cents", "generated_at_ms", "updated_at_ms"],
     },
     TableSpec {
         name: "solana_attempts",
@@ -217,18 +263,26 @@ pub const TABLES: &[TableSpec] = &[
             "signed_at_ms",
             "resolved_at_ms",
         ],
+        ints: &[
+            "last_valid_block_height",
+            "slot",
+            "signed_at_ms",
+            "resolved_at_ms",
+        ],
     },
     // Which batch holds a payout: a bank generation's look-up of the payouts in no batch.
     TableSpec {
         name: "bank_batch_payouts",
         key: &["payout_id"],
         vals: &["batch_id"],
+        ints: &[],
     },
     // Which attempts name a payout: the per-payout look-up of a signed attempt's checks.
     TableSpec {
         name: "solana_attempt_payouts",
         key: &["payout_id", "attempt_id"],
         vals: &["signed_at_ms"],
+        ints: &["signed_at_ms"],
     },
     TableSpec {
         name: "approvals",
@@ -246,6 +300,7 @@ pub const TABLES: &[TableSpec] = &[
             "decided_at_ms",
             "reason",
         ],
+        ints: &["amount_micro_usdc", "requested_at_ms", "decided_at_ms"],
     },
 ];
 

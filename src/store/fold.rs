@@ -20,9 +20,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use sqlx::{AnyConnection, Row};
+use sqlx::AnyConnection;
 
-use super::{Dialect, STREAMS_SKIP_SCAN, Store, StoreError, classify, json_rows_param, project};
+use super::{
+    Dialect, STREAMS_SKIP_SCAN, Store, StoreError, StreamSeq, classify, json_rows_param, project,
+};
 use crate::domain::event::EventBody;
 use crate::domain::projection::ops;
 
@@ -90,21 +92,24 @@ pub(crate) async fn fold_streams(
              ORDER BY e.stream, e.seq LIMIT $2"
         ),
     };
-    let rows = sqlx::query(&sql)
+    let rows: Vec<FoldedEvent> = sqlx::query_as(&sql)
         .bind(json_rows_param(&after))
         .bind(events_max)
         .fetch_all(&mut *conn)
         .await
         .map_err(classify)?;
+    let event_count = rows.len();
     let mut adds = Vec::new();
     let mut folded_to: BTreeMap<String, i64> = BTreeMap::new();
-    for r in &rows {
-        let stream: String = r.try_get(0)?;
-        let seq: i64 = r.try_get(1)?;
-        let event_type: String = r.try_get(2)?;
-        let version: i64 = r.try_get(3)?;
-        let recorded_at_ms: i64 = r.try_get(4)?;
-        let payload: String = r.try_get(5)?;
+    for FoldedEvent {
+        stream,
+        seq,
+        event_type,
+        version,
+        recorded_at_ms,
+        payload,
+    } in rows
+    {
         let body = EventBody::from_json(&event_type, version as u32, &payload).map_err(|e| {
             StoreError::Corrupt(format!(
                 "event {stream}#{seq} does not decode for folding: {}",
@@ -122,9 +127,20 @@ pub(crate) async fn fold_streams(
 
     move_checkpoints(conn, &from, &checkpoints, &folded_to).await?;
     Ok(Folded {
-        events: rows.len() as u64,
-        more: rows.len() as i64 >= events_max,
+        events: event_count as u64,
+        more: event_count as i64 >= events_max,
     })
+}
+
+/// What folding reads of an event.
+#[derive(sqlx::FromRow)]
+struct FoldedEvent {
+    stream: String,
+    seq: i64,
+    event_type: String,
+    version: i64,
+    recorded_at_ms: i64,
+    payload: String,
 }
 
 /// The checkpoints of `streams` that have one; with `lock`, their rows locked in name
@@ -145,16 +161,12 @@ async fn read_checkpoints(
             ""
         }
     );
-    let mut checkpoints = BTreeMap::new();
-    for r in sqlx::query(&sql)
+    let rows: Vec<StreamSeq> = sqlx::query_as(&sql)
         .bind(json_rows_param(&names))
         .fetch_all(&mut *conn)
         .await
-        .map_err(classify)?
-    {
-        checkpoints.insert(r.try_get(0)?, r.try_get(1)?);
-    }
-    Ok(checkpoints)
+        .map_err(classify)?;
+    Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
 }
 
 /// [`fold_streams`] for streams whose heads (`(stream, seq)`) the caller read after taking
@@ -308,13 +320,10 @@ impl Store {
              < COALESCE((SELECT e.seq FROM events AS e WHERE e.stream = j.value ->> 0 ORDER BY e.seq DESC LIMIT 1), 0)",
             self.dialect.json_rows(1, streams.len())
         );
-        let behind: Vec<String> = sqlx::query(&sql)
+        let behind: Vec<String> = sqlx::query_scalar(&sql)
             .bind(json_rows_param(&names))
             .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>(0))
-            .collect::<Result<_, _>>()?;
+            .await?;
         self.fold_all_of(&behind).await
     }
 
@@ -323,7 +332,7 @@ impl Store {
     pub async fn catch_up_all(&self) -> Result<u64, StoreError> {
         // One probe per stream through the primary key (a skip scan), like
         // `max_recorded_at_ms`: no scan of the events.
-        let rows = sqlx::query(
+        let behind: Vec<String> = sqlx::query_scalar(
             &format!("{STREAMS_SKIP_SCAN} \
              SELECT s.stream FROM s WHERE s.stream IS NOT NULL AND \
              COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = s.stream), 0) \
@@ -331,10 +340,6 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let behind: Vec<String> = rows
-            .iter()
-            .map(|r| r.try_get::<String, _>(0))
-            .collect::<Result<_, _>>()?;
         self.fold_all_of(&behind).await
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool};
 
 use super::{StoreError, WriteTx, json_rows_param};
 
@@ -14,25 +14,24 @@ pub async fn stored_hash(
     key: &str,
     stream: Option<&str>,
 ) -> Result<Option<Option<Vec<u8>>>, StoreError> {
-    let row = match stream {
+    let hash: Option<Option<Vec<u8>>> = match stream {
         Some(s) => {
-            sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2")
-                .bind(key)
-                .bind(s)
-                .fetch_optional(&mut *conn)
-                .await?
+            sqlx::query_scalar(
+                "SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2",
+            )
+            .bind(key)
+            .bind(s)
+            .fetch_optional(&mut *conn)
+            .await?
         }
         None => {
-            sqlx::query("SELECT content_hash FROM events WHERE idem_key = $1")
+            sqlx::query_scalar("SELECT content_hash FROM events WHERE idem_key = $1")
                 .bind(key)
                 .fetch_optional(&mut *conn)
                 .await?
         }
     };
-    Ok(match row {
-        Some(r) => Some(r.try_get::<Option<Vec<u8>>, _>(0)?),
-        None => None,
-    })
+    Ok(hash)
 }
 
 /// The `(stream, payload)` of every event booked under `key`, on whichever stream.
@@ -40,13 +39,26 @@ pub async fn payloads_by_key(
     pool: &AnyPool,
     key: &str,
 ) -> Result<Vec<(String, String)>, StoreError> {
-    let rows = sqlx::query("SELECT stream, payload FROM events WHERE idem_key = $1")
-        .bind(key)
-        .fetch_all(pool)
-        .await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
+    let rows: Vec<StreamPayload> =
+        sqlx::query_as("SELECT stream, payload FROM events WHERE idem_key = $1")
+            .bind(key)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|r| (r.stream, r.payload)).collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct StreamPayload {
+    stream: String,
+    payload: String,
+}
+
+/// An event's idempotency key on its stream, and its content hash.
+#[derive(sqlx::FromRow)]
+struct BookedKey {
+    stream: String,
+    idem_key: String,
+    content_hash: Option<Vec<u8>>,
 }
 
 /// Of the `(idempotency key, stream)` pairs, the ones booked already, keyed `(stream, key)`,
@@ -60,13 +72,12 @@ pub async fn booked_keys(
     let sql = format!(
         "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
     );
-    let mut booked = HashMap::new();
-    for r in sqlx::query(&sql)
+    let rows: Vec<BookedKey> = sqlx::query_as(&sql)
         .bind(json_rows_param(keys))
         .fetch_all(tx.conn())
-        .await?
-    {
-        booked.insert((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?);
-    }
-    Ok(booked)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ((r.stream, r.idem_key), r.content_hash))
+        .collect())
 }

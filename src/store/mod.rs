@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Executor, Row};
+use sqlx::{Any, AnyConnection, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::domain::event::{EventBody, lines_to_json};
@@ -249,8 +249,8 @@ impl NewEvent {
     }
 }
 
-/// An event as stored.
-#[derive(Clone, Debug)]
+/// An event as stored (the columns of [`EVENT_COLUMNS`], read by name).
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct StoredEvent {
     pub stream: String,
     pub seq: i64,
@@ -283,36 +283,45 @@ pub(crate) async fn events_after<'e, E: Executor<'e, Database = Any>>(
     after: i64,
     limit: i64,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let rows = sqlx::query(&format!(
+    Ok(sqlx::query_as(&format!(
         "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
     ))
     .bind(stream)
     .bind(after)
     .bind(limit)
     .fetch_all(on)
-    .await?;
-    rows.iter()
-        .map(|r| StoredEvent::from_row(r).map_err(StoreError::from))
-        .collect()
+    .await?)
 }
 
-impl StoredEvent {
-    pub(crate) fn from_row(row: &sqlx::any::AnyRow) -> Result<StoredEvent, sqlx::Error> {
-        Ok(StoredEvent {
-            stream: row.try_get(0)?,
-            seq: row.try_get(1)?,
-            event_type: row.try_get(2)?,
-            version: row.try_get(3)?,
-            idem_key: row.try_get(4)?,
-            content_hash: row.try_get(5)?,
-            actor: row.try_get(6)?,
-            recorded_at_ms: row.try_get(7)?,
-            payload: row.try_get(8)?,
-            lines: row.try_get(9)?,
-            prev_hash: row.try_get(10)?,
-            hash: row.try_get(11)?,
-        })
-    }
+/// A stream's head as a writer reads it: its last event's position, hash and booking time.
+#[derive(sqlx::FromRow)]
+struct Head {
+    seq: i64,
+    hash: Vec<u8>,
+    recorded_at_ms: i64,
+}
+
+/// [`Head`] with its stream's name.
+#[derive(sqlx::FromRow)]
+struct NamedHead {
+    stream: String,
+    #[sqlx(flatten)]
+    head: Head,
+}
+
+/// An event's place and booking time.
+#[derive(sqlx::FromRow)]
+struct BookedAt {
+    stream: String,
+    seq: i64,
+    recorded_at_ms: i64,
+}
+
+/// A stream and a position in it (a head, a checkpoint).
+#[derive(sqlx::FromRow)]
+pub(crate) struct StreamSeq {
+    pub stream: String,
+    pub seq: i64,
 }
 
 impl Store {
@@ -450,7 +459,7 @@ impl Store {
             .await
             .map_err(classify)?;
         }
-        let head = sqlx::query(
+        let head: Option<Head> = sqlx::query_as(
             "SELECT seq, hash, recorded_at_ms FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1",
         )
         .bind(stream)
@@ -458,11 +467,7 @@ impl Store {
         .await
         .map_err(classify)?;
         let (seq, hash, recorded_at_ms) = match head {
-            Some(row) => (
-                row.try_get::<i64, _>(0)?,
-                row.try_get::<Vec<u8>, _>(1)?,
-                row.try_get::<i64, _>(2)?,
-            ),
+            Some(h) => (h.seq, h.hash, h.recorded_at_ms),
             None => (0, GENESIS_HASH.to_vec(), i64::MIN),
         };
         Ok(WriteTx {
@@ -508,7 +513,7 @@ impl Store {
                 // writers of overlapping stream sets cannot deadlock.
                 fold::lock_streams(&mut tx, self.dialect, &names).await?;
                 format!(
-                    "SELECT j.value ->> 0, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
+                    "SELECT j.value ->> 0 AS stream, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
                      (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
                     self.dialect.json_rows(1, names.len())
                 )
@@ -523,16 +528,13 @@ impl Store {
             .iter()
             .map(|s| (s.to_string(), (0, GENESIS_HASH.to_vec(), i64::MIN)))
             .collect();
-        for row in sqlx::query(&heads_sql)
+        let found: Vec<NamedHead> = sqlx::query_as(&heads_sql)
             .bind(&rows)
             .fetch_all(&mut *tx)
             .await
-            .map_err(classify)?
-        {
-            heads.insert(
-                row.try_get::<String, _>(0)?,
-                (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
-            );
+            .map_err(classify)?;
+        for NamedHead { stream, head } in found {
+            heads.insert(stream, (head.seq, head.hash, head.recorded_at_ms));
         }
         let first = names[0].to_owned();
         let (seq, hash, recorded_at_ms) = heads.remove(&first).expect("a head per stream");
@@ -557,45 +559,39 @@ impl Store {
     /// last events, found stream by stream through the primary key (a skip scan: one index
     /// probe per stream, no index on `recorded_at`).
     pub async fn max_recorded_at_ms(&self) -> Result<Option<i64>, StoreError> {
-        let row = sqlx::query(
+        Ok(sqlx::query_scalar(
             &format!("{STREAMS_SKIP_SCAN} \
              SELECT MAX((SELECT h.recorded_at_ms FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)) \
              FROM s WHERE s.stream IS NOT NULL"),
         )
             .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get::<Option<i64>, _>(0)?)
+            .await?)
     }
 
     /// All streams, in name order.
     pub async fn streams(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT DISTINCT stream FROM events ORDER BY stream")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| r.try_get::<String, _>(0).map_err(StoreError::from))
-            .collect()
+        Ok(
+            sqlx::query_scalar("SELECT DISTINCT stream FROM events ORDER BY stream")
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     /// The head `(seq, hash)` of every stream, as stored, in one statement (one snapshot).
     pub async fn stream_heads(
         &self,
     ) -> Result<std::collections::BTreeMap<String, (i64, Vec<u8>)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT e.stream, e.seq, e.hash FROM events e \
+        let rows: Vec<NamedHead> = sqlx::query_as(
+            "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM events e \
              JOIN (SELECT stream, MAX(seq) AS seq FROM events GROUP BY stream) m \
              ON m.stream = e.stream AND m.seq = e.seq",
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut heads = std::collections::BTreeMap::new();
-        for r in &rows {
-            heads.insert(
-                r.try_get::<String, _>(0)?,
-                (r.try_get::<i64, _>(1)?, r.try_get::<Vec<u8>, _>(2)?),
-            );
-        }
-        Ok(heads)
+        Ok(rows
+            .into_iter()
+            .map(|NamedHead { stream, head }| (stream, (head.seq, head.hash)))
+            .collect())
     }
 
     /// The database answers (readiness).
@@ -607,11 +603,11 @@ impl Store {
     /// The `seq` of a stream's last event (0 for a stream without events): one probe of the
     /// primary key.
     pub async fn stream_head(&self, stream: &str) -> Result<i64, StoreError> {
-        let row = sqlx::query("SELECT MAX(seq) FROM events WHERE stream = $1")
+        let head: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE stream = $1")
             .bind(stream)
             .fetch_one(&self.pool)
             .await?;
-        Ok(row.try_get::<Option<i64>, _>(0)?.unwrap_or(0))
+        Ok(head.unwrap_or(0))
     }
 
     /// Events of one stream with `seq > after`, in order, at most `limit`.
@@ -626,17 +622,14 @@ impl Store {
 
     /// The ledger's clock mode (`ledger_settings.clock`); `None` until fixed.
     pub async fn clock_mode(&self) -> Result<Option<ClockMode>, StoreError> {
-        let row = sqlx::query("SELECT value FROM ledger_settings WHERE name = 'clock'")
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(match row {
-            Some(r) => Some(
-                ClockMode::parse(&r.try_get::<String, _>(0)?).ok_or_else(|| {
-                    StoreError::Corrupt(
-                        "ledger_settings.clock is neither real nor simulated".into(),
-                    )
-                })?,
-            ),
+        let value: Option<String> =
+            sqlx::query_scalar("SELECT value FROM ledger_settings WHERE name = 'clock'")
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(match value {
+            Some(value) => Some(ClockMode::parse(&value).ok_or_else(|| {
+                StoreError::Corrupt("ledger_settings.clock is neither real nor simulated".into())
+            })?),
             None => None,
         })
     }
@@ -664,31 +657,30 @@ impl Store {
         after_ms: i64,
         listed_max: i64,
     ) -> Result<(i64, Vec<(String, i64, i64)>), StoreError> {
-        let count: i64 = sqlx::query("SELECT COUNT(*) FROM events WHERE recorded_at_ms > $1")
-            .bind(after_ms)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
-        let rows = sqlx::query(
+        let count: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE recorded_at_ms > $1")
+                .bind(after_ms)
+                .fetch_one(&self.pool)
+                .await?;
+        let rows: Vec<BookedAt> = sqlx::query_as(
             "SELECT stream, seq, recorded_at_ms FROM events WHERE recorded_at_ms > $1 ORDER BY stream, seq LIMIT $2",
         )
         .bind(after_ms)
         .bind(listed_max)
         .fetch_all(&self.pool)
         .await?;
-        let mut listed = Vec::with_capacity(rows.len());
-        for r in rows {
-            listed.push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
-        }
+        let listed = rows
+            .into_iter()
+            .map(|r| (r.stream, r.seq, r.recorded_at_ms))
+            .collect();
         Ok((count, listed))
     }
 
     /// Total number of events.
     pub async fn event_count(&self) -> Result<i64, StoreError> {
-        let row = sqlx::query("SELECT COUNT(*) FROM events")
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM events")
             .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get::<i64, _>(0)?)
+            .await?)
     }
 
     /// Reads every row of a projection table into memory (for `verify`).
@@ -719,10 +711,9 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        let count: i64 = sqlx::query("SELECT COUNT(*) FROM events")
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
             .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
+            .await?;
         if count != events_folded {
             return Err(StoreError::Conflict(format!(
                 "the ledger grew from {events_folded} to {count} events during the rebuild; run it again"

@@ -1,6 +1,6 @@
 //! The `payouts` projection as typed rows.
 
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool};
 
 use std::collections::HashMap;
 
@@ -25,39 +25,68 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow(e.to_string())
 }
 
-pub(super) fn payout_from_row(r: &sqlx::any::AnyRow) -> Result<PayoutRecord, StoreError> {
-    let method: String = r.try_get(8)?;
-    Ok(PayoutRecord {
-        payout_id: r.try_get(0)?,
-        provider_id: r.try_get(1)?,
-        run_kind: r.try_get(2)?,
-        run_key: r.try_get(3)?,
-        rail: Rail::parse(&r.try_get::<String, _>(4)?).map_err(corrupt)?,
-        amount_micro_usdc: r.try_get(5)?,
-        amount_eur_cents: r.try_get(6)?,
-        eur_per_usd: r.try_get(7)?,
-        method: serde_json::from_str(&method).map_err(corrupt)?,
-        status: PayoutStatus::parse(&r.try_get::<String, _>(9)?).map_err(corrupt)?,
-        hold_reason: r.try_get(10)?,
-        failure_reason: r.try_get(11)?,
-        reference: r.try_get(12)?,
-        end_to_end_id: r.try_get(13)?,
-        created_at_ms: r.try_get(14)?,
-        updated_at_ms: r.try_get(15)?,
-    })
+/// A `payouts` row as stored ([`PAYOUT_COLUMNS`], read by name).
+#[derive(sqlx::FromRow)]
+pub(super) struct PayoutRow {
+    payout_id: String,
+    provider_id: String,
+    run_kind: String,
+    run_key: String,
+    rail: String,
+    amount_micro_usdc: i64,
+    amount_eur_cents: Option<i64>,
+    eur_per_usd: Option<String>,
+    method: String,
+    status: String,
+    hold_reason: Option<String>,
+    failure_reason: Option<String>,
+    reference: Option<String>,
+    end_to_end_id: Option<String>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+impl TryFrom<PayoutRow> for PayoutRecord {
+    type Error = StoreError;
+
+    fn try_from(r: PayoutRow) -> Result<PayoutRecord, StoreError> {
+        Ok(PayoutRecord {
+            rail: Rail::parse(&r.rail).map_err(corrupt)?,
+            method: serde_json::from_str(&r.method).map_err(corrupt)?,
+            status: PayoutStatus::parse(&r.status).map_err(corrupt)?,
+            payout_id: r.payout_id,
+            provider_id: r.provider_id,
+            run_kind: r.run_kind,
+            run_key: r.run_key,
+            amount_micro_usdc: r.amount_micro_usdc,
+            amount_eur_cents: r.amount_eur_cents,
+            eur_per_usd: r.eur_per_usd,
+            hold_reason: r.hold_reason,
+            failure_reason: r.failure_reason,
+            reference: r.reference,
+            end_to_end_id: r.end_to_end_id,
+            created_at_ms: r.created_at_ms,
+            updated_at_ms: r.updated_at_ms,
+        })
+    }
+}
+
+/// Payout rows as records.
+pub(super) fn records(rows: Vec<PayoutRow>) -> Result<Vec<PayoutRecord>, StoreError> {
+    rows.into_iter().map(PayoutRecord::try_from).collect()
 }
 
 pub async fn load(
     conn: &mut AnyConnection,
     payout_id: &str,
 ) -> Result<Option<PayoutRecord>, StoreError> {
-    let row = sqlx::query(&format!(
+    let row: Option<PayoutRow> = sqlx::query_as(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1"
     ))
     .bind(payout_id)
     .fetch_optional(&mut *conn)
     .await?;
-    row.as_ref().map(payout_from_row).transpose()
+    row.map(PayoutRecord::try_from).transpose()
 }
 
 /// The payouts of `payout_ids` that exist, by id: one statement for all of them.
@@ -75,12 +104,11 @@ pub async fn load_many(
         payout_columns_of("p"),
         Dialect::of(conn).json_rows(1, payout_ids.len())
     );
-    for r in sqlx::query(&sql)
+    let rows: Vec<PayoutRow> = sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let payout = payout_from_row(&r)?;
+        .await?;
+    for payout in records(rows)? {
         out.insert(payout.payout_id.clone(), payout);
     }
     Ok(out)
@@ -97,11 +125,11 @@ pub async fn provider_payouts(
     pool: &AnyPool,
     provider_id: &str,
 ) -> Result<Vec<PayoutRecord>, StoreError> {
-    let rows = sqlx::query(&format!(
+    let rows: Vec<PayoutRow> = sqlx::query_as(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE provider_id = $1 ORDER BY created_at_ms, payout_id"
     ))
     .bind(provider_id)
     .fetch_all(pool)
     .await?;
-    rows.iter().map(payout_from_row).collect()
+    records(rows)
 }

@@ -11,26 +11,10 @@ use super::{Dialect, StoreError};
 /// Rows per statement: each statement carries its rows as one JSON parameter.
 const ROWS_PER_STATEMENT_MAX: usize = 10_000;
 
-/// Whether a projection column holds integers (by the naming convention of the schema).
-pub fn is_int_column(name: &str) -> bool {
-    name.ends_with("_ms")
-        || name.ends_with("_micro_usdc")
-        || name.ends_with("_cents")
-        || matches!(
-            name,
-            "day"
-                | "seq"
-                | "candidates"
-                | "fee_bps"
-                | "method_invalid"
-                | "last_valid_block_height"
-                | "slot"
-        )
-}
-
-/// Field `i` of a JSON row `j` (see [`Dialect::json_rows`]) as the SQL value of `column`.
-fn json_cell(i: usize, column: &str) -> String {
-    if is_int_column(column) {
+/// Field `i` of a JSON row `j` (see [`Dialect::json_rows`]) as the SQL value of `column` of
+/// `spec`, typed by the table's declaration.
+fn json_cell(i: usize, spec: &TableSpec, column: &str) -> String {
+    if spec.is_int(column) {
         format!("CAST(j.value ->> {i} AS BIGINT)")
     } else {
         format!("j.value ->> {i}")
@@ -38,7 +22,7 @@ fn json_cell(i: usize, column: &str) -> String {
 }
 
 pub(super) fn columns(spec: &TableSpec) -> Vec<&'static str> {
-    spec.key.iter().chain(spec.vals.iter()).copied().collect()
+    spec.columns().collect()
 }
 
 /// Inserts rows; with `upsert`, an existing key gets the new values (or, with `add`, the
@@ -68,7 +52,7 @@ async fn insert_rows_into(
     let select: Vec<String> = cols
         .iter()
         .enumerate()
-        .map(|(i, c)| json_cell(i, c))
+        .map(|(i, c)| json_cell(i, spec, c))
         .collect();
     // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
     let mut sql = format!(
@@ -299,13 +283,19 @@ async fn patch_rows(
     let assignments: Vec<String> = columns
         .iter()
         .enumerate()
-        .map(|(n, i)| format!("{} = {}", spec.vals[*i], json_cell(n, spec.vals[*i])))
+        .map(|(n, i)| format!("{} = {}", spec.vals[*i], json_cell(n, spec, spec.vals[*i])))
         .collect();
     let conditions: Vec<String> = spec
         .key
         .iter()
         .enumerate()
-        .map(|(n, k)| format!("{}.{k} = {}", spec.name, json_cell(columns.len() + n, k)))
+        .map(|(n, k)| {
+            format!(
+                "{}.{k} = {}",
+                spec.name,
+                json_cell(columns.len() + n, spec, k)
+            )
+        })
         .collect();
     let sql = format!(
         "UPDATE {} SET {} FROM {} WHERE {}",
@@ -354,21 +344,26 @@ pub async fn load_table(
     let rows = sqlx::query(&sql).fetch_all(&mut *conn).await?;
     let mut out = BTreeMap::new();
     for row in rows {
-        let mut cells = row_vals(&row, &cols)?;
+        let mut cells = row_vals(&row, spec, &cols)?;
         let vals = cells.split_off(spec.key.len());
         out.insert(cells, vals);
     }
     Ok(out)
 }
 
-/// The cells of a row read as `SELECT cols…`, typed by the columns' names.
-pub(super) fn row_vals(row: &sqlx::any::AnyRow, cols: &[&str]) -> Result<Vec<Val>, sqlx::Error> {
+/// The cells `cols` of a row of `spec` (read by column name), typed by the table's
+/// declaration.
+pub(super) fn row_vals(
+    row: &sqlx::any::AnyRow,
+    spec: &TableSpec,
+    cols: &[&str],
+) -> Result<Vec<Val>, sqlx::Error> {
     let mut cells = Vec::with_capacity(cols.len());
-    for (i, c) in cols.iter().enumerate() {
-        let v = if is_int_column(c) {
-            row.try_get::<Option<i64>, _>(i)?.map(Val::Int)
+    for c in cols {
+        let v = if spec.is_int(c) {
+            row.try_get::<Option<i64>, _>(*c)?.map(Val::Int)
         } else {
-            row.try_get::<Option<String>, _>(i)?.map(Val::Text)
+            row.try_get::<Option<String>, _>(*c)?.map(Val::Text)
         };
         cells.push(v.unwrap_or(Val::Null));
     }
@@ -443,7 +438,7 @@ mod tests {
             .iter()
             .map(|c| match *c {
                 "status" => Val::Text(status.into()),
-                c if is_int_column(c) => Val::Int(7),
+                c if spec.is_int(c) => Val::Int(7),
                 "reference" | "hold_reason" | "failure_reason" | "end_to_end_id" => Val::Null,
                 c => Val::Text(format!("{c}-{id}")),
             })

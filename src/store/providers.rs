@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{AnyConnection, Row};
+use sqlx::AnyConnection;
 
 use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
@@ -13,24 +13,45 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 
 pub use crate::domain::provider::ProviderRecord;
 
-fn provider_from_row(r: &sqlx::any::AnyRow) -> Result<ProviderRecord, StoreError> {
-    let method: Option<String> = r.try_get(6)?;
-    let payout_method = method
-        .map(|m| serde_json::from_str::<PayoutMethod>(&m))
-        .transpose()
-        .map_err(corrupt)?;
-    Ok(ProviderRecord {
-        provider_id: r.try_get(0)?,
-        name: r.try_get(1)?,
-        email: r.try_get(2)?,
-        tier: Tier::parse(&r.try_get::<String, _>(3)?).map_err(corrupt)?,
-        schedule: Schedule::parse(&r.try_get::<String, _>(4)?).map_err(corrupt)?,
-        status: ProviderStatus::parse(&r.try_get::<String, _>(5)?).map_err(corrupt)?,
-        payout_method,
-        method_set_at_ms: r.try_get(7)?,
-        method_invalid: r.try_get::<i64, _>(8)? != 0,
-        registered_at_ms: r.try_get(9)?,
-    })
+/// The provider columns [`ProviderRow`] reads.
+const PROVIDER_COLUMNS: &str = "provider_id, name, email, tier, schedule, status, payout_method, method_set_at_ms, method_invalid, registered_at_ms";
+
+/// A `providers` row as stored (read by name).
+#[derive(sqlx::FromRow)]
+struct ProviderRow {
+    provider_id: String,
+    name: String,
+    email: String,
+    tier: String,
+    schedule: String,
+    status: String,
+    payout_method: Option<String>,
+    method_set_at_ms: Option<i64>,
+    method_invalid: i64,
+    registered_at_ms: i64,
+}
+
+impl TryFrom<ProviderRow> for ProviderRecord {
+    type Error = StoreError;
+
+    fn try_from(r: ProviderRow) -> Result<ProviderRecord, StoreError> {
+        Ok(ProviderRecord {
+            tier: Tier::parse(&r.tier).map_err(corrupt)?,
+            schedule: Schedule::parse(&r.schedule).map_err(corrupt)?,
+            status: ProviderStatus::parse(&r.status).map_err(corrupt)?,
+            payout_method: r
+                .payout_method
+                .map(|m| serde_json::from_str::<PayoutMethod>(&m))
+                .transpose()
+                .map_err(corrupt)?,
+            provider_id: r.provider_id,
+            name: r.name,
+            email: r.email,
+            method_set_at_ms: r.method_set_at_ms,
+            method_invalid: r.method_invalid != 0,
+            registered_at_ms: r.registered_at_ms,
+        })
+    }
 }
 
 /// The registered providers among `provider_ids`, by id: one statement for a whole batch
@@ -45,16 +66,20 @@ pub async fn load_providers(
     }
     let rows: Vec<(&str,)> = provider_ids.iter().map(|p| (*p,)).collect();
     let sql = format!(
-        "SELECT p.provider_id, p.name, p.email, p.tier, p.schedule, p.status, p.payout_method, p.method_set_at_ms, p.method_invalid, p.registered_at_ms \
-         FROM {} JOIN providers AS p ON p.provider_id = j.value ->> 0",
+        "SELECT {} FROM {} JOIN providers AS p ON p.provider_id = j.value ->> 0",
+        PROVIDER_COLUMNS
+            .split(", ")
+            .map(|c| format!("p.{c}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         Dialect::of(conn).json_rows(1, provider_ids.len())
     );
-    for r in sqlx::query(&sql)
+    let rows: Vec<ProviderRow> = sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let provider = provider_from_row(&r)?;
+        .await?;
+    for row in rows {
+        let provider = ProviderRecord::try_from(row)?;
         out.insert(provider.provider_id.clone(), provider);
     }
     Ok(out)
@@ -65,13 +90,13 @@ pub async fn load_provider(
     conn: &mut AnyConnection,
     provider_id: &str,
 ) -> Result<Option<ProviderRecord>, StoreError> {
-    let row = sqlx::query(
-        "SELECT provider_id, name, email, tier, schedule, status, payout_method, method_set_at_ms, method_invalid, registered_at_ms FROM providers WHERE provider_id = $1",
-    )
+    let row: Option<ProviderRow> = sqlx::query_as(&format!(
+        "SELECT {PROVIDER_COLUMNS} FROM providers WHERE provider_id = $1"
+    ))
     .bind(provider_id)
     .fetch_optional(&mut *conn)
     .await?;
-    row.map(|r| provider_from_row(&r)).transpose()
+    row.map(ProviderRecord::try_from).transpose()
 }
 
 /// The rate text a provider's price book has for `model` from exactly `effective_from_ms`.
@@ -81,15 +106,14 @@ pub async fn rate_from(
     model: &str,
     effective_from_ms: i64,
 ) -> Result<Option<String>, StoreError> {
-    let row = sqlx::query(
+    Ok(sqlx::query_scalar(
         "SELECT rate_usdc_per_hour FROM rates WHERE provider_id = $1 AND model = $2 AND effective_from_ms = $3",
     )
     .bind(provider_id)
     .bind(model)
     .bind(effective_from_ms)
     .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|r| r.try_get(0)).transpose()?)
+    .await?)
 }
 
 /// The fee (bps) a tier's schedule has from exactly `effective_from_ms`.
@@ -98,11 +122,11 @@ pub async fn fee_from(
     tier: Tier,
     effective_from_ms: i64,
 ) -> Result<Option<i64>, StoreError> {
-    let row =
-        sqlx::query("SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms = $2")
-            .bind(tier.as_str())
-            .bind(effective_from_ms)
-            .fetch_optional(&mut *conn)
-            .await?;
-    Ok(row.map(|r| r.try_get(0)).transpose()?)
+    Ok(sqlx::query_scalar(
+        "SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms = $2",
+    )
+    .bind(tier.as_str())
+    .bind(effective_from_ms)
+    .fetch_optional(&mut *conn)
+    .await?)
 }

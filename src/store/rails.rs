@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool};
 
 use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::batch::BatchStatus;
@@ -39,33 +39,56 @@ pub struct BankBatch {
 
 const BATCH_COLUMNS: &str = "batch_id, rail, file_name, sha256, payout_ids, total_cents, currency, status, generated_at_ms, updated_at_ms";
 
-fn batch_from_row(r: &sqlx::any::AnyRow) -> Result<BankBatch, StoreError> {
-    let ids: String = r.try_get(4)?;
-    Ok(BankBatch {
-        batch_id: r.try_get(0)?,
-        rail: Rail::parse(&r.try_get::<String, _>(1)?).map_err(corrupt)?,
-        file_name: r.try_get(2)?,
-        sha256: r.try_get(3)?,
-        payout_ids: serde_json::from_str(&ids).map_err(corrupt)?,
-        total_cents: r.try_get(5)?,
-        currency: r.try_get(6)?,
-        status: BatchStatus::parse(&r.try_get::<String, _>(7)?).map_err(corrupt)?,
-        generated_at_ms: r.try_get(8)?,
-        updated_at_ms: r.try_get(9)?,
-    })
+/// A `bank_batches` row as stored ([`BATCH_COLUMNS`], read by name).
+#[derive(sqlx::FromRow)]
+struct BatchRow {
+    batch_id: String,
+    rail: String,
+    file_name: String,
+    sha256: String,
+    payout_ids: String,
+    total_cents: i64,
+    currency: String,
+    status: String,
+    generated_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+impl TryFrom<BatchRow> for BankBatch {
+    type Error = StoreError;
+
+    fn try_from(r: BatchRow) -> Result<BankBatch, StoreError> {
+        Ok(BankBatch {
+            rail: Rail::parse(&r.rail).map_err(corrupt)?,
+            payout_ids: serde_json::from_str(&r.payout_ids).map_err(corrupt)?,
+            status: BatchStatus::parse(&r.status).map_err(corrupt)?,
+            batch_id: r.batch_id,
+            file_name: r.file_name,
+            sha256: r.sha256,
+            total_cents: r.total_cents,
+            currency: r.currency,
+            generated_at_ms: r.generated_at_ms,
+            updated_at_ms: r.updated_at_ms,
+        })
+    }
+}
+
+/// Batch rows as batches, oldest first.
+fn batches_oldest_first(rows: Vec<BatchRow>) -> Result<Vec<BankBatch>, StoreError> {
+    let mut out = rows
+        .into_iter()
+        .map(BankBatch::try_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    out.sort_by(|a, b| (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id)));
+    Ok(out)
 }
 
 /// Every bank batch, oldest first.
 pub async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, StoreError> {
-    let rows = sqlx::query(&format!("SELECT {BATCH_COLUMNS} FROM bank_batches"))
+    let rows: Vec<BatchRow> = sqlx::query_as(&format!("SELECT {BATCH_COLUMNS} FROM bank_batches"))
         .fetch_all(&mut *conn)
         .await?;
-    let mut out = rows
-        .iter()
-        .map(batch_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    oldest_first(&mut out);
-    Ok(out)
+    batches_oldest_first(rows)
 }
 
 /// One bank batch.
@@ -73,13 +96,13 @@ pub async fn load_batch(
     conn: &mut AnyConnection,
     batch_id: &str,
 ) -> Result<Option<BankBatch>, StoreError> {
-    let row = sqlx::query(&format!(
+    let row: Option<BatchRow> = sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id = $1"
     ))
     .bind(batch_id)
     .fetch_optional(&mut *conn)
     .await?;
-    row.as_ref().map(batch_from_row).transpose()
+    row.map(BankBatch::try_from).transpose()
 }
 
 /// Every bank batch, oldest first.
@@ -98,7 +121,7 @@ pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, 
 /// `created` (found through `bank_batch_payouts` and the index of payouts by status), oldest
 /// first.
 pub async fn unfinished_batches(pool: &AnyPool) -> Result<Vec<BankBatch>, StoreError> {
-    let rows = sqlx::query(&format!(
+    let rows: Vec<BatchRow> = sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id IN (\
          SELECT bp.batch_id FROM payouts AS p JOIN bank_batch_payouts AS bp ON bp.payout_id = p.payout_id \
          WHERE p.status = '{}' AND p.rail IN ('sepa', 'ach'))",
@@ -106,16 +129,7 @@ pub async fn unfinished_batches(pool: &AnyPool) -> Result<Vec<BankBatch>, StoreE
     ))
     .fetch_all(pool)
     .await?;
-    let mut out = rows
-        .iter()
-        .map(batch_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    oldest_first(&mut out);
-    Ok(out)
-}
-
-fn oldest_first(batches: &mut [BankBatch]) {
-    batches.sort_by(|a, b| (a.generated_at_ms, &a.batch_id).cmp(&(b.generated_at_ms, &b.batch_id)));
+    batches_oldest_first(rows)
 }
 
 /// One page of the `created` payouts of `rail` in no bank batch yet: at most `limit`, with
@@ -134,7 +148,7 @@ pub async fn unbatched_created(
         Dialect::Sqlite => "",
     };
     let columns = super::payouts::payout_columns_of("p");
-    let rows = sqlx::query(&format!(
+    let rows: Vec<super::payouts::PayoutRow> = sqlx::query_as(&format!(
         "SELECT {columns} FROM payouts AS p WHERE p.status = '{}' AND p.rail = $1 \
          AND p.payout_id{bytes} > $2 \
          AND NOT EXISTS (SELECT 1 FROM bank_batch_payouts AS bp WHERE bp.payout_id = p.payout_id) \
@@ -146,7 +160,7 @@ pub async fn unbatched_created(
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(super::payouts::payout_from_row).collect()
+    super::payouts::records(rows)
 }
 
 /// Whether any of `payout_ids` is in a bank batch already.
@@ -172,14 +186,13 @@ pub async fn any_batched(
 /// How many ACH batches were generated on UTC day `day` (days since the epoch).
 pub async fn ach_batches_on_day(conn: &mut AnyConnection, day: i64) -> Result<usize, StoreError> {
     let start = day * crate::domain::time::MS_PER_DAY;
-    let row = sqlx::query(
+    let count: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM bank_batches WHERE rail = 'ach' AND generated_at_ms >= $1 AND generated_at_ms < $2",
     )
     .bind(start)
     .bind(start + crate::domain::time::MS_PER_DAY)
     .fetch_one(&mut *conn)
     .await?;
-    let count: i64 = row.try_get(0)?;
     usize::try_from(count).map_err(corrupt)
 }
 
@@ -188,13 +201,13 @@ pub async fn provider_method(
     pool: &AnyPool,
     provider_id: &str,
 ) -> Result<Option<PayoutMethod>, StoreError> {
-    let row = sqlx::query("SELECT payout_method FROM providers WHERE provider_id = $1")
-        .bind(provider_id)
-        .fetch_optional(pool)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    let text: Option<String> = row.try_get(0)?;
-    text.map(|t| serde_json::from_str(&t))
+    let text: Option<Option<String>> =
+        sqlx::query_scalar("SELECT payout_method FROM providers WHERE provider_id = $1")
+            .bind(provider_id)
+            .fetch_optional(pool)
+            .await?;
+    text.flatten()
+        .map(|t| serde_json::from_str(&t))
         .transpose()
         .map_err(corrupt)
 }
@@ -259,25 +272,42 @@ impl AttemptRow {
 
 const ATTEMPT_COLUMNS: &str = "attempt_id, payout_ids, signature, blockhash, last_valid_block_height, tx_base64, transfers, outcome, slot, reason, signed_at_ms, resolved_at_ms";
 
-fn attempt_from_row(r: &sqlx::any::AnyRow) -> Result<AttemptRow, StoreError> {
-    let payout_ids: String = r.try_get(1)?;
-    let transfers: String = r.try_get(6)?;
-    let lvbh: i64 = r.try_get(4)?;
-    let outcome: Option<String> = r.try_get(7)?;
-    Ok(AttemptRow {
-        attempt_id: r.try_get(0)?,
-        payout_ids: serde_json::from_str(&payout_ids).map_err(corrupt)?,
-        signature: r.try_get(2)?,
-        blockhash: r.try_get(3)?,
-        last_valid_block_height: u64::try_from(lvbh).map_err(corrupt)?,
-        tx_base64: r.try_get(5)?,
-        transfers: serde_json::from_str(&transfers).map_err(corrupt)?,
-        outcome: outcome.as_deref().map(AttemptEnd::parse).transpose()?,
-        slot: r.try_get(8)?,
-        reason: r.try_get(9)?,
-        signed_at_ms: r.try_get(10)?,
-        resolved_at_ms: r.try_get(11)?,
-    })
+/// A `solana_attempts` row as stored ([`ATTEMPT_COLUMNS`], read by name).
+#[derive(sqlx::FromRow)]
+struct StoredAttempt {
+    attempt_id: String,
+    payout_ids: String,
+    signature: String,
+    blockhash: String,
+    last_valid_block_height: i64,
+    tx_base64: String,
+    transfers: String,
+    outcome: Option<String>,
+    slot: Option<i64>,
+    reason: Option<String>,
+    signed_at_ms: i64,
+    resolved_at_ms: Option<i64>,
+}
+
+impl TryFrom<StoredAttempt> for AttemptRow {
+    type Error = StoreError;
+
+    fn try_from(r: StoredAttempt) -> Result<AttemptRow, StoreError> {
+        Ok(AttemptRow {
+            payout_ids: serde_json::from_str(&r.payout_ids).map_err(corrupt)?,
+            last_valid_block_height: u64::try_from(r.last_valid_block_height).map_err(corrupt)?,
+            transfers: serde_json::from_str(&r.transfers).map_err(corrupt)?,
+            outcome: r.outcome.as_deref().map(AttemptEnd::parse).transpose()?,
+            attempt_id: r.attempt_id,
+            signature: r.signature,
+            blockhash: r.blockhash,
+            tx_base64: r.tx_base64,
+            slot: r.slot,
+            reason: r.reason,
+            signed_at_ms: r.signed_at_ms,
+            resolved_at_ms: r.resolved_at_ms,
+        })
+    }
 }
 
 /// Which attempts [`attempts`] lists.
@@ -307,13 +337,13 @@ impl Attempts {
 
 /// The attempts of a kind, oldest first.
 pub async fn attempts(pool: &AnyPool, which: Attempts) -> Result<Vec<AttemptRow>, StoreError> {
-    let rows = sqlx::query(&format!(
+    let rows: Vec<StoredAttempt> = sqlx::query_as(&format!(
         "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE {} ORDER BY signed_at_ms, attempt_id",
         which.condition()
     ))
     .fetch_all(pool)
     .await?;
-    rows.iter().map(attempt_from_row).collect()
+    rows.into_iter().map(AttemptRow::try_from).collect()
 }
 
 /// One attempt by id.
@@ -321,13 +351,13 @@ pub async fn attempt_by_id(
     conn: &mut AnyConnection,
     attempt_id: &str,
 ) -> Result<Option<AttemptRow>, StoreError> {
-    let row = sqlx::query(&format!(
+    let row: Option<StoredAttempt> = sqlx::query_as(&format!(
         "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE attempt_id = $1"
     ))
     .bind(attempt_id)
     .fetch_optional(&mut *conn)
     .await?;
-    row.as_ref().map(attempt_from_row).transpose()
+    row.map(AttemptRow::try_from).transpose()
 }
 
 /// The open lookup-table maintenance attempts (no payouts, no outcome yet), as (attempt id,
@@ -335,14 +365,29 @@ pub async fn attempt_by_id(
 pub async fn open_maintenance(
     conn: &mut AnyConnection,
 ) -> Result<Vec<(String, String)>, StoreError> {
-    let rows = sqlx::query(
+    let rows: Vec<OpenMaintenance> = sqlx::query_as(
         "SELECT attempt_id, tx_base64 FROM solana_attempts WHERE outcome IS NULL AND payout_ids = '[]' ORDER BY attempt_id",
     )
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get::<String, _>(0)?, r.try_get::<String, _>(1)?)))
-        .collect()
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.attempt_id, r.tx_base64))
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct OpenMaintenance {
+    attempt_id: String,
+    tx_base64: String,
+}
+
+/// An attempt that holds a payout.
+#[derive(sqlx::FromRow)]
+struct Claim {
+    payout_id: String,
+    attempt_id: String,
+    outcome: Option<String>,
 }
 
 /// The attempts that hold a payout, open or landed/failed, as (attempt id, outcome).
@@ -365,18 +410,15 @@ pub async fn claims(conn: &mut AnyConnection, payout_ids: &[&str]) -> Result<Cla
         Dialect::of(conn).json_rows(1, payout_ids.len()),
         Attempts::Holding.condition()
     );
-    for r in sqlx::query(&sql)
+    let claims: Vec<Claim> = sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let payout_id: String = r.try_get(0)?;
-        let attempt_id: String = r.try_get(1)?;
-        let outcome: Option<String> = r.try_get(2)?;
-        let outcome = outcome.as_deref().map(AttemptEnd::parse).transpose()?;
-        out.entry(payout_id)
+        .await?;
+    for c in claims {
+        let outcome = c.outcome.as_deref().map(AttemptEnd::parse).transpose()?;
+        out.entry(c.payout_id)
             .or_default()
-            .push((attempt_id, outcome));
+            .push((c.attempt_id, outcome));
     }
     Ok(out)
 }
@@ -400,16 +442,32 @@ impl PayoutFacts {
     pub fn wallet(&self) -> Option<String> {
         method_wallet(&self.method)
     }
+}
 
-    fn from_row(r: &sqlx::any::AnyRow) -> Result<PayoutFacts, StoreError> {
+/// A payout's facts as stored ([`FACTS_COLUMNS`], read by name).
+#[derive(sqlx::FromRow)]
+struct FactsRow {
+    payout_id: String,
+    provider_id: String,
+    rail: String,
+    status: String,
+    amount_micro_usdc: i64,
+    method: String,
+    reference: Option<String>,
+}
+
+impl TryFrom<FactsRow> for PayoutFacts {
+    type Error = StoreError;
+
+    fn try_from(r: FactsRow) -> Result<PayoutFacts, StoreError> {
         Ok(PayoutFacts {
-            payout_id: r.try_get(0)?,
-            provider_id: r.try_get(1)?,
-            rail: r.try_get(2)?,
-            status: PayoutStatus::parse(&r.try_get::<String, _>(3)?).map_err(corrupt)?,
-            amount_micro_usdc: r.try_get(4)?,
-            method: r.try_get(5)?,
-            reference: r.try_get(6)?,
+            status: PayoutStatus::parse(&r.status).map_err(corrupt)?,
+            payout_id: r.payout_id,
+            provider_id: r.provider_id,
+            rail: r.rail,
+            amount_micro_usdc: r.amount_micro_usdc,
+            method: r.method,
+            reference: r.reference,
         })
     }
 }
@@ -422,7 +480,7 @@ pub fn method_wallet(method_json: &str) -> Option<String> {
     }
 }
 
-/// The columns [`PayoutFacts::from_row`] reads, in order.
+/// The columns [`FactsRow`] reads.
 const FACTS_COLUMNS: &str =
     "payout_id, provider_id, rail, status, amount_micro_usdc, method, reference";
 
@@ -438,12 +496,12 @@ pub async fn payout_facts(
             "SELECT {FACTS_COLUMNS} FROM payouts WHERE payout_id IN ({})",
             placeholders.join(",")
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = sqlx::query_as::<_, FactsRow>(&sql);
         for id in chunk {
             query = query.bind(id);
         }
         for r in query.fetch_all(&mut *conn).await? {
-            let facts = PayoutFacts::from_row(&r)?;
+            let facts = PayoutFacts::try_from(r)?;
             out.insert(facts.payout_id.clone(), facts);
         }
     }
@@ -455,11 +513,11 @@ pub async fn solana_payouts(
     pool: &AnyPool,
     status: fn(PayoutStatus) -> bool,
 ) -> Result<Vec<PayoutFacts>, StoreError> {
-    let rows = sqlx::query(&format!(
+    let rows: Vec<FactsRow> = sqlx::query_as(&format!(
         "SELECT {FACTS_COLUMNS} FROM payouts WHERE rail = 'solana' AND status IN ({}) ORDER BY created_at_ms, payout_id",
         PayoutStatus::sql_list(status)
     ))
     .fetch_all(pool)
     .await?;
-    rows.iter().map(PayoutFacts::from_row).collect()
+    rows.into_iter().map(PayoutFacts::try_from).collect()
 }

@@ -1,7 +1,7 @@
 //! Read queries over the projections, shared by the CLI, the HTTP API and the jobs.
 //! Reads never scan the ledger.
 
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
 
 use super::{Store, StoreError};
 
@@ -32,19 +32,17 @@ pub async fn balances(
     };
     let pool = store.pool();
     let ids: Vec<String> = match provider_id {
-        Some(p) => sqlx::query("SELECT provider_id FROM providers WHERE provider_id = $1")
-            .bind(p)
-            .fetch_all(pool)
-            .await?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?,
-        None => sqlx::query("SELECT provider_id FROM providers ORDER BY provider_id")
-            .fetch_all(pool)
-            .await?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?,
+        Some(p) => {
+            sqlx::query_scalar("SELECT provider_id FROM providers WHERE provider_id = $1")
+                .bind(p)
+                .fetch_all(pool)
+                .await?
+        }
+        None => {
+            sqlx::query_scalar("SELECT provider_id FROM providers ORDER BY provider_id")
+                .fetch_all(pool)
+                .await?
+        }
     };
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
@@ -61,8 +59,8 @@ pub async fn provider_balances(store: &Store, provider_id: &str) -> Result<Balan
 }
 
 async fn folded_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, sqlx::Error> {
-    let rows =
-        sqlx::query("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
+    let rows: Vec<AccountBalance> =
+        sqlx::query_as("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
             .bind(provider_stream(provider_id))
             .fetch_all(pool)
             .await?;
@@ -75,9 +73,11 @@ async fn folded_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, 
         accounts::held(provider_id),
         accounts::in_transit(provider_id),
     );
-    for r in rows {
-        let account: String = r.try_get(0)?;
-        let balance: i64 = r.try_get(1)?;
+    for AccountBalance {
+        account,
+        balance_micro_usdc: balance,
+    } in rows
+    {
         if account == payable {
             b.payable_micro_usdc = balance;
         } else if account == held {
@@ -91,25 +91,38 @@ async fn folded_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, 
     Ok(b)
 }
 
+#[derive(sqlx::FromRow)]
+struct AccountBalance {
+    account: String,
+    balance_micro_usdc: i64,
+}
+
+/// The payouts of one status and rail: how many, how much.
+#[derive(sqlx::FromRow)]
+struct PayoutTotal {
+    status: String,
+    rail: String,
+    count: i64,
+    amount_micro_usdc: i64,
+}
+
 /// The figures of the projections the metrics show at scrape time.
 pub async fn ledger_figures(pool: &AnyPool) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
-    let payouts = sqlx::query("SELECT status, rail, COUNT(*), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM payouts GROUP BY status, rail")
+    let payouts = sqlx::query_as::<_, PayoutTotal>("SELECT status, rail, COUNT(*) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM payouts GROUP BY status, rail")
         .fetch_all(pool)
         .await?
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
-        .collect::<Result<_, sqlx::Error>>()?;
-    let latest_recorded_at_ms = sqlx::query("SELECT MAX(recorded_at_ms) FROM events")
+        .into_iter()
+        .map(|t| (t.status, t.rail, t.count, t.amount_micro_usdc))
+        .collect();
+    let latest_recorded_at_ms = sqlx::query_scalar("SELECT MAX(recorded_at_ms) FROM events")
         .fetch_one(pool)
-        .await?
-        .try_get(0)?;
-    let oldest_created_payout_ms = sqlx::query(&format!(
+        .await?;
+    let oldest_created_payout_ms = sqlx::query_scalar(&format!(
         "SELECT MIN(updated_at_ms) FROM payouts WHERE status = '{}'",
         PayoutStatus::Created
     ))
     .fetch_one(pool)
-    .await?
-    .try_get(0)?;
+    .await?;
     Ok(crate::metrics::LedgerFigures {
         payouts,
         latest_recorded_at_ms,
@@ -128,8 +141,9 @@ pub async fn provider_exists(pool: &AnyPool, provider_id: &str) -> Result<bool, 
     )
 }
 
-/// Gross, fee, net and usage time of a set of usage segments (voids already netted).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Gross, fee, net and usage time of a set of usage segments (voids already netted); read
+/// from the columns of [`SUMS`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct EarningsTotals {
     pub gross_micro_usdc: i64,
     pub fee_micro_usdc: i64,
@@ -158,15 +172,6 @@ impl EarningsTotals {
             crate::domain::money::MS_PER_HOUR,
         );
         crate::domain::money::format_micro_usdc(micro_hours as i64)
-    }
-
-    fn from_row(row: &sqlx::any::AnyRow, first: usize) -> Result<EarningsTotals, sqlx::Error> {
-        Ok(EarningsTotals {
-            gross_micro_usdc: row.try_get(first)?,
-            fee_micro_usdc: row.try_get(first + 1)?,
-            net_micro_usdc: row.try_get(first + 2)?,
-            duration_ms: row.try_get(first + 3)?,
-        })
     }
 }
 
@@ -258,7 +263,37 @@ enum BaseKey {
     Model(String),
 }
 
-const SUMS: &str = "CAST(COALESCE(SUM(gross_micro_usdc), 0) AS BIGINT), CAST(COALESCE(SUM(fee_micro_usdc), 0) AS BIGINT), CAST(COALESCE(SUM(net_micro_usdc), 0) AS BIGINT)";
+/// The money sums of [`EarningsTotals`], named as its fields (the query adds `duration_ms`).
+const SUMS: &str = "CAST(COALESCE(SUM(gross_micro_usdc), 0) AS BIGINT) AS gross_micro_usdc, CAST(COALESCE(SUM(fee_micro_usdc), 0) AS BIGINT) AS fee_micro_usdc, CAST(COALESCE(SUM(net_micro_usdc), 0) AS BIGINT) AS net_micro_usdc";
+
+/// A group of [`aggregate`]: its key columns (those of its base; a partial day's sums have
+/// none) and its totals.
+#[derive(sqlx::FromRow)]
+struct AggregateRow {
+    #[sqlx(default)]
+    day: Option<i64>,
+    #[sqlx(default)]
+    gpu_id: Option<String>,
+    #[sqlx(default)]
+    model: Option<String>,
+    #[sqlx(flatten)]
+    totals: EarningsTotals,
+}
+
+impl AggregateRow {
+    /// The group's key under `base`; `day` for a row without a day column.
+    fn key(&mut self, base: Base, day: i64) -> Result<BaseKey, sqlx::Error> {
+        let missing = |c: &str| sqlx::Error::ColumnNotFound(c.to_owned());
+        Ok(match base {
+            Base::Day => BaseKey::Day(self.day.unwrap_or(day)),
+            Base::Gpu => BaseKey::Gpu(
+                self.gpu_id.take().ok_or_else(|| missing("gpu_id"))?,
+                self.model.take().ok_or_else(|| missing("model"))?,
+            ),
+            Base::Model => BaseKey::Model(self.model.take().ok_or_else(|| missing("model"))?),
+        })
+    }
+}
 
 fn ceil_to_day(ms: i64) -> i64 {
     let day = crate::domain::time::day_number(ms);
@@ -318,21 +353,17 @@ async fn aggregate(
         Base::Model => "model",
     };
     if let Some((day_from, day_to)) = days {
-        let rows = sqlx::query(&format!(
-            "SELECT {group_cols}, {SUMS}, CAST(COALESCE(SUM(duration_ms), 0) AS BIGINT) FROM earnings_daily WHERE provider_id = $1 AND day >= $2 AND day < $3 GROUP BY {group_cols}"
+        let rows: Vec<AggregateRow> = sqlx::query_as(&format!(
+            "SELECT {group_cols}, {SUMS}, CAST(COALESCE(SUM(duration_ms), 0) AS BIGINT) AS duration_ms FROM earnings_daily WHERE provider_id = $1 AND day >= $2 AND day < $3 GROUP BY {group_cols}"
         ))
         .bind(provider_id)
         .bind(day_from)
         .bind(day_to)
         .fetch_all(pool)
         .await?;
-        for r in rows {
-            let (key, first) = match base {
-                Base::Day => (BaseKey::Day(r.try_get(0)?), 1),
-                Base::Gpu => (BaseKey::Gpu(r.try_get(0)?, r.try_get(1)?), 2),
-                Base::Model => (BaseKey::Model(r.try_get(0)?), 1),
-            };
-            merge(key, EarningsTotals::from_row(&r, first)?);
+        for mut r in rows {
+            let key = r.key(base, day_from)?;
+            merge(key, r.totals);
         }
     }
     for (start, end) in partials {
@@ -342,21 +373,17 @@ async fn aggregate(
             Base::Gpu => ("gpu_id, model, ", " GROUP BY gpu_id, model".to_owned()),
             Base::Model => ("model, ", " GROUP BY model".to_owned()),
         };
-        let rows = sqlx::query(&format!(
-            "SELECT {cols}{SUMS}, CAST(COALESCE(SUM(ended_at_ms - started_at_ms), 0) AS BIGINT) FROM usage_segments WHERE gpu_id IN (SELECT gpu_id FROM gpus WHERE provider_id = $1) AND provider_id = $1 AND started_at_ms >= $2 AND started_at_ms < $3{group}"
+        let rows: Vec<AggregateRow> = sqlx::query_as(&format!(
+            "SELECT {cols}{SUMS}, CAST(COALESCE(SUM(ended_at_ms - started_at_ms), 0) AS BIGINT) AS duration_ms FROM usage_segments WHERE gpu_id IN (SELECT gpu_id FROM gpus WHERE provider_id = $1) AND provider_id = $1 AND started_at_ms >= $2 AND started_at_ms < $3{group}"
         ))
         .bind(provider_id)
         .bind(start)
         .bind(end)
         .fetch_all(pool)
         .await?;
-        for r in rows {
-            let (key, first) = match base {
-                Base::Day => (BaseKey::Day(day_number(start)), 0),
-                Base::Gpu => (BaseKey::Gpu(r.try_get(0)?, r.try_get(1)?), 2),
-                Base::Model => (BaseKey::Model(r.try_get(0)?), 1),
-            };
-            merge(key, EarningsTotals::from_row(&r, first)?);
+        for mut r in rows {
+            let key = r.key(base, day_number(start))?;
+            merge(key, r.totals);
         }
     }
     Ok(out)
@@ -473,24 +500,16 @@ pub async fn period_totals(
     let month_to_ms = next_month_start_ms(now_ms);
     let (w0, w1) = (week_from_ms / MS_PER_DAY, week_to_ms / MS_PER_DAY);
     let (m0, m1) = (month_from_ms / MS_PER_DAY, month_to_ms / MS_PER_DAY);
-    let sum = |col: &str, lo: &str, hi: &str| {
+    let sum = |period: &str, col: &str, lo: &str, hi: &str| {
         format!(
-            "CAST(COALESCE(SUM(CASE WHEN day >= {lo} AND day < {hi} THEN {col} ELSE 0 END), 0) AS BIGINT)"
+            "CAST(COALESCE(SUM(CASE WHEN day >= {lo} AND day < {hi} THEN {col} ELSE 0 END), 0) AS BIGINT) AS {period}_{col}"
         )
     };
-    let cols: Vec<String> = [("$2", "$3"), ("$4", "$5")]
+    let cols: Vec<String> = [("week", "$2", "$3"), ("month", "$4", "$5")]
         .iter()
-        .flat_map(|(lo, hi)| {
-            [
-                "gross_micro_usdc",
-                "fee_micro_usdc",
-                "net_micro_usdc",
-                "duration_ms",
-            ]
-            .map(|c| sum(c, lo, hi))
-        })
+        .flat_map(|(period, lo, hi)| TOTALS_COLUMNS.map(|c| sum(period, c, lo, hi)))
         .collect();
-    let row = sqlx::query(&format!(
+    let row: PeriodsRow = sqlx::query_as(&format!(
         "SELECT {} FROM earnings_daily WHERE provider_id = $1 AND day >= $6 AND day < $7",
         cols.join(", ")
     ))
@@ -506,11 +525,53 @@ pub async fn period_totals(
     Ok(PeriodTotals {
         week_from_ms,
         week_to_ms,
-        week: EarningsTotals::from_row(&row, 0)?,
+        week: row.week(),
         month_from_ms,
         month_to_ms,
-        month: EarningsTotals::from_row(&row, 4)?,
+        month: row.month(),
     })
+}
+
+/// The columns of [`EarningsTotals`].
+const TOTALS_COLUMNS: [&str; 4] = [
+    "gross_micro_usdc",
+    "fee_micro_usdc",
+    "net_micro_usdc",
+    "duration_ms",
+];
+
+/// Week-to-date and month-to-date totals as one row: each column of [`TOTALS_COLUMNS`]
+/// prefixed by its period.
+#[derive(sqlx::FromRow)]
+struct PeriodsRow {
+    week_gross_micro_usdc: i64,
+    week_fee_micro_usdc: i64,
+    week_net_micro_usdc: i64,
+    week_duration_ms: i64,
+    month_gross_micro_usdc: i64,
+    month_fee_micro_usdc: i64,
+    month_net_micro_usdc: i64,
+    month_duration_ms: i64,
+}
+
+impl PeriodsRow {
+    fn week(&self) -> EarningsTotals {
+        EarningsTotals {
+            gross_micro_usdc: self.week_gross_micro_usdc,
+            fee_micro_usdc: self.week_fee_micro_usdc,
+            net_micro_usdc: self.week_net_micro_usdc,
+            duration_ms: self.week_duration_ms,
+        }
+    }
+
+    fn month(&self) -> EarningsTotals {
+        EarningsTotals {
+            gross_micro_usdc: self.month_gross_micro_usdc,
+            fee_micro_usdc: self.month_fee_micro_usdc,
+            net_micro_usdc: self.month_net_micro_usdc,
+            duration_ms: self.month_duration_ms,
+        }
+    }
 }
 
 /// A provider's GPU with its lifetime and current-period earnings.
@@ -536,23 +597,20 @@ pub async fn provider_gpus(
     store.catch_up(&[&provider_stream(provider_id)]).await?;
     let pool = store.pool();
     use crate::domain::time::{MS_PER_DAY, month_start_ms, week_start_ms};
-    let sum = |col: &str, since: &str| {
+    let sum = |period: &str, col: &str, since: &str| {
         format!(
-            "CAST(COALESCE(SUM(CASE WHEN e.day >= {since} THEN e.{col} ELSE 0 END), 0) AS BIGINT)"
+            "CAST(COALESCE(SUM(CASE WHEN e.day >= {since} THEN e.{col} ELSE 0 END), 0) AS BIGINT) AS {period}_{col}"
         )
     };
     let mut cols = Vec::new();
-    for since in ["-9223372036854775807", "$2", "$3"] {
-        for c in [
-            "gross_micro_usdc",
-            "fee_micro_usdc",
-            "net_micro_usdc",
-            "duration_ms",
-        ] {
-            cols.push(sum(c, since));
-        }
+    for (period, since) in [
+        ("lifetime", "-9223372036854775807"),
+        ("week", "$2"),
+        ("month", "$3"),
+    ] {
+        cols.extend(TOTALS_COLUMNS.map(|c| sum(period, c, since)));
     }
-    let rows = sqlx::query(&format!(
+    let rows: Vec<GpuRow> = sqlx::query_as(&format!(
         "SELECT g.gpu_id, g.model, g.registered_at_ms, {} FROM gpus g LEFT JOIN earnings_daily e ON e.provider_id = g.provider_id AND e.gpu_id = g.gpu_id WHERE g.provider_id = $1 AND g.gpu_id > $4 GROUP BY g.gpu_id, g.model, g.registered_at_ms ORDER BY g.gpu_id LIMIT $5",
         cols.join(", ")
     ))
@@ -563,18 +621,37 @@ pub async fn provider_gpus(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(GpuEarnings {
-                gpu_id: r.try_get(0)?,
-                model: r.try_get(1)?,
-                registered_at_ms: r.try_get(2)?,
-                lifetime: EarningsTotals::from_row(r, 3)?,
-                week: EarningsTotals::from_row(r, 7)?,
-                month: EarningsTotals::from_row(r, 11)?,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|r| GpuEarnings {
+            lifetime: EarningsTotals {
+                gross_micro_usdc: r.lifetime_gross_micro_usdc,
+                fee_micro_usdc: r.lifetime_fee_micro_usdc,
+                net_micro_usdc: r.lifetime_net_micro_usdc,
+                duration_ms: r.lifetime_duration_ms,
+            },
+            week: r.periods.week(),
+            month: r.periods.month(),
+            gpu_id: r.gpu_id,
+            model: r.model,
+            registered_at_ms: r.registered_at_ms,
         })
-        .collect()
+        .collect())
+}
+
+/// A GPU with its lifetime and period totals, each column of [`TOTALS_COLUMNS`] prefixed
+/// by its period.
+#[derive(sqlx::FromRow)]
+struct GpuRow {
+    gpu_id: String,
+    model: String,
+    registered_at_ms: i64,
+    lifetime_gross_micro_usdc: i64,
+    lifetime_fee_micro_usdc: i64,
+    lifetime_net_micro_usdc: i64,
+    lifetime_duration_ms: i64,
+    #[sqlx(flatten)]
+    periods: PeriodsRow,
 }
 
 /// Which payouts to list.
@@ -621,8 +698,8 @@ impl PayoutFilter {
     }
 }
 
-/// A payout as the dashboard shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A payout as the dashboard shows it (a `payouts` row without the method, read by name).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct PayoutRow {
     pub payout_id: String,
     pub provider_id: String,
@@ -632,6 +709,7 @@ pub struct PayoutRow {
     pub amount_micro_usdc: i64,
     pub amount_eur_cents: Option<i64>,
     pub eur_per_usd: Option<String>,
+    #[sqlx(try_from = "String")]
     pub status: PayoutStatus,
     pub hold_reason: Option<String>,
     pub failure_reason: Option<String>,
@@ -661,41 +739,17 @@ pub async fn payouts(
     );
     // Without a position: every payout (no `created_at_ms` reaches i64::MAX).
     let (after_ms, after_id) = after.unwrap_or((i64::MAX, ""));
-    let mut q = sqlx::query(&sql)
+    let q = sqlx::query_as::<_, PayoutRow>(&sql)
         .bind(provider_id.unwrap_or(""))
         .bind(after_ms)
         .bind(after_id)
         .bind(limit);
-    for s in &statuses {
-        q = q.bind(s.as_str());
-    }
-    let rows = q.fetch_all(pool).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(PayoutRow {
-                payout_id: r.try_get(0)?,
-                provider_id: r.try_get(1)?,
-                run_kind: r.try_get(2)?,
-                run_key: r.try_get(3)?,
-                rail: r.try_get(4)?,
-                amount_micro_usdc: r.try_get(5)?,
-                amount_eur_cents: r.try_get(6)?,
-                eur_per_usd: r.try_get(7)?,
-                status: PayoutStatus::parse(&r.try_get::<String, _>(8)?)
-                    .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-                hold_reason: r.try_get(9)?,
-                failure_reason: r.try_get(10)?,
-                reference: r.try_get(11)?,
-                end_to_end_id: r.try_get(12)?,
-                created_at_ms: r.try_get(13)?,
-                updated_at_ms: r.try_get(14)?,
-            })
-        })
-        .collect()
+    let q = statuses.iter().fold(q, |q, s| q.bind(s.as_str()));
+    q.fetch_all(pool).await
 }
 
-/// A dual-control request as the `approvals` projection holds it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// A dual-control request as the `approvals` projection holds it (read by name).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct ApprovalRow {
     pub approval_id: String,
     pub kind: String,
@@ -715,37 +769,17 @@ pub struct ApprovalRow {
 
 const APPROVAL_COLUMNS: &str = "approval_id, kind, command, summary, provider_id, amount_micro_usdc, requested_by, requested_at_ms, status, decided_by, decided_at_ms, reason";
 
-fn approval_row(r: &sqlx::any::AnyRow) -> Result<ApprovalRow, sqlx::Error> {
-    Ok(ApprovalRow {
-        approval_id: r.try_get(0)?,
-        kind: r.try_get(1)?,
-        command: r.try_get(2)?,
-        summary: r.try_get(3)?,
-        provider_id: r.try_get(4)?,
-        amount_micro_usdc: r.try_get(5)?,
-        requested_by: r.try_get(6)?,
-        requested_at_ms: r.try_get(7)?,
-        status: r.try_get(8)?,
-        decided_by: r.try_get(9)?,
-        decided_at_ms: r.try_get(10)?,
-        reason: r.try_get(11)?,
-    })
-}
-
 /// One request by id.
 pub async fn approval(
     conn: impl sqlx::Executor<'_, Database = sqlx::Any>,
     approval_id: &str,
 ) -> Result<Option<ApprovalRow>, sqlx::Error> {
-    sqlx::query(&format!(
+    sqlx::query_as(&format!(
         "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = $1"
     ))
     .bind(approval_id)
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(approval_row)
-    .transpose()
+    .await
 }
 
 /// Requests, oldest first, of one status or all, at most `limit`.
@@ -754,24 +788,23 @@ pub async fn approvals(
     status: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ApprovalRow>, sqlx::Error> {
-    let rows = match status {
+    match status {
         Some(s) => {
-            sqlx::query(&format!(
+            sqlx::query_as(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = $1 ORDER BY requested_at_ms, approval_id LIMIT $2"
             ))
             .bind(s)
             .bind(limit)
             .fetch_all(pool)
-            .await?
+            .await
         }
         None => {
-            sqlx::query(&format!(
+            sqlx::query_as(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals ORDER BY requested_at_ms, approval_id LIMIT $1"
             ))
             .bind(limit)
             .fetch_all(pool)
-            .await?
+            .await
         }
-    };
-    rows.iter().map(approval_row).collect()
+    }
 }

@@ -6,14 +6,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::TryStreamExt;
 use serde::Serialize;
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyConnection, AnyPool};
 
 use super::{Dialect, StoreError, json_rows_param};
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
 
 /// The three figures of SPEC §5 a candidate's decision reads, for one provider.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct CandidateFigures {
     /// The balance of the payable account (whenever recorded).
     pub payable_balance_micro_usdc: i64,
@@ -41,28 +41,28 @@ pub async fn candidate_figures(
         .map(|p| (*p, provider_stream(p), accounts::payable(p)))
         .collect();
     let sql = format!(
-        "SELECT j.value ->> 0, \
-         COALESCE((SELECT b.balance_micro_usdc FROM account_balances AS b WHERE b.owner = j.value ->> 1 AND b.account = j.value ->> 2), 0), \
-         CAST(COALESCE((SELECT SUM(r.amount_micro_usdc) FROM payable_recorded AS r WHERE r.provider_id = j.value ->> 0 AND r.day < $2), 0) AS BIGINT), \
-         CAST(COALESCE((SELECT SUM(p.amount_micro_usdc) FROM payouts AS p WHERE p.provider_id = j.value ->> 0 AND p.status NOT IN ({})), 0) AS BIGINT) \
+        "SELECT j.value ->> 0 AS provider_id, \
+         COALESCE((SELECT b.balance_micro_usdc FROM account_balances AS b WHERE b.owner = j.value ->> 1 AND b.account = j.value ->> 2), 0) AS payable_balance_micro_usdc, \
+         CAST(COALESCE((SELECT SUM(r.amount_micro_usdc) FROM payable_recorded AS r WHERE r.provider_id = j.value ->> 0 AND r.day < $2), 0) AS BIGINT) AS recorded_before_micro_usdc, \
+         CAST(COALESCE((SELECT SUM(p.amount_micro_usdc) FROM payouts AS p WHERE p.provider_id = j.value ->> 0 AND p.status NOT IN ({})), 0) AS BIGINT) AS payouts_not_undone_micro_usdc \
          FROM {}",
         PayoutStatus::sql_list(PayoutStatus::is_undone),
         Dialect::of(conn).json_rows(1, provider_ids.len())
     );
-    for r in sqlx::query(&sql)
+    let found: Vec<ProviderFigures> = sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .bind(day)
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let figures = CandidateFigures {
-            payable_balance_micro_usdc: r.try_get(1)?,
-            recorded_before_micro_usdc: r.try_get(2)?,
-            payouts_not_undone_micro_usdc: r.try_get(3)?,
-        };
-        out.insert(r.try_get(0)?, figures);
-    }
+        .await?;
+    out.extend(found.into_iter().map(|f| (f.provider_id, f.figures)));
     Ok(out)
+}
+
+#[derive(sqlx::FromRow)]
+struct ProviderFigures {
+    provider_id: String,
+    #[sqlx(flatten)]
+    figures: CandidateFigures,
 }
 
 /// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd text)`.
@@ -70,13 +70,19 @@ pub async fn latest_fx_rate(
     conn: &mut AnyConnection,
     now_ms: i64,
 ) -> Result<Option<(i64, String)>, StoreError> {
-    let row = sqlx::query(
+    let row: Option<FxRow> = sqlx::query_as(
         "SELECT recorded_at_ms, eur_per_usd FROM fx_rates WHERE recorded_at_ms <= $1 ORDER BY recorded_at_ms DESC LIMIT 1",
     )
     .bind(now_ms)
     .fetch_optional(&mut *conn)
     .await?;
-    row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
+    Ok(row.map(|r| (r.recorded_at_ms, r.eur_per_usd)))
+}
+
+#[derive(sqlx::FromRow)]
+struct FxRow {
+    recorded_at_ms: i64,
+    eur_per_usd: String,
 }
 
 /// The greatest key of a completed run of `kind`.
@@ -107,20 +113,17 @@ pub async fn completed_at(
     kind: &str,
     key: &str,
 ) -> Result<Option<i64>, StoreError> {
-    let row =
-        sqlx::query("SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2")
-            .bind(kind)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-    Ok(match row {
-        Some(r) => Some(r.try_get(0)?),
-        None => None,
-    })
+    Ok(sqlx::query_scalar(
+        "SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2",
+    )
+    .bind(kind)
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
-/// One candidate of a run and its decision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// One candidate of a run and its decision (a `run_decisions` row, read by name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RunCandidate {
     pub provider_id: String,
     pub decision: String,
@@ -138,23 +141,14 @@ pub async fn decisions(
     key: &str,
 ) -> Result<Vec<RunCandidate>, StoreError> {
     let mut candidates = Vec::new();
-    let mut rows = sqlx::query_as::<_, (String, String, i64, i64, Option<String>, i64)>(
+    let mut rows = sqlx::query_as::<_, RunCandidate>(
         "SELECT provider_id, decision, available_micro_usdc, amount_micro_usdc, payout_id, decided_at_ms FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
     )
     .bind(kind)
     .bind(key)
     .fetch(&mut *conn);
-    while let Some((provider_id, decision, available, amount, payout_id, decided_at_ms)) =
-        rows.try_next().await?
-    {
-        candidates.push(RunCandidate {
-            provider_id,
-            decision,
-            available_micro_usdc: available,
-            amount_micro_usdc: amount,
-            payout_id,
-            decided_at_ms,
-        });
+    while let Some(candidate) = rows.try_next().await? {
+        candidates.push(candidate);
     }
     Ok(candidates)
 }
@@ -166,15 +160,14 @@ pub async fn decision_of(
     key: &str,
     provider_id: &str,
 ) -> Result<Option<String>, StoreError> {
-    let row = sqlx::query(
+    Ok(sqlx::query_scalar(
         "SELECT decision FROM run_decisions WHERE run_kind = $1 AND run_key = $2 AND provider_id = $3",
     )
     .bind(kind)
     .bind(key)
     .bind(provider_id)
     .fetch_optional(&mut *conn)
-    .await?;
-    row.map(|r| r.try_get(0)).transpose().map_err(Into::into)
+    .await?)
 }
 
 /// Per decision of a run: `(decision, count, sum of amounts)`.
@@ -183,16 +176,24 @@ pub async fn decision_totals(
     kind: &str,
     key: &str,
 ) -> Result<Vec<(String, i64, i64)>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT decision, CAST(COUNT(*) AS BIGINT), CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) FROM run_decisions WHERE run_kind = $1 AND run_key = $2 GROUP BY decision",
+    let rows: Vec<DecisionTotal> = sqlx::query_as(
+        "SELECT decision, CAST(COUNT(*) AS BIGINT) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM run_decisions WHERE run_kind = $1 AND run_key = $2 GROUP BY decision",
     )
     .bind(kind)
     .bind(key)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
-        .collect()
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.decision, r.count, r.amount_micro_usdc))
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct DecisionTotal {
+    decision: String,
+    count: i64,
+    amount_micro_usdc: i64,
 }
 
 /// The providers a run may pay, in provider id order (byte order, the same on every
@@ -237,24 +238,34 @@ pub struct RunSummary {
 
 /// Every completed run, newest first (at most `limit`).
 pub async fn completed_runs(pool: &AnyPool, limit: i64) -> Result<Vec<RunSummary>, StoreError> {
-    let rows = sqlx::query(
+    let rows: Vec<RunRow> = sqlx::query_as(
         "SELECT run_kind, run_key, cutoff_ms, candidates, totals, completed_at_ms FROM payout_runs ORDER BY cutoff_ms DESC, run_kind DESC LIMIT $1",
     )
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    rows.iter()
+    rows.into_iter()
         .map(|r| {
-            let totals: String = r.try_get(4)?;
             Ok(RunSummary {
-                run_kind: r.try_get(0)?,
-                run_key: r.try_get(1)?,
-                cutoff_ms: r.try_get(2)?,
-                candidates: r.try_get(3)?,
-                totals: serde_json::from_str(&totals)
+                totals: serde_json::from_str(&r.totals)
                     .map_err(|e| StoreError::CorruptRow(format!("payout_runs.totals: {e}")))?,
-                completed_at_ms: r.try_get(5)?,
+                run_kind: r.run_kind,
+                run_key: r.run_key,
+                cutoff_ms: r.cutoff_ms,
+                candidates: r.candidates,
+                completed_at_ms: r.completed_at_ms,
             })
         })
         .collect()
+}
+
+/// A completed `payout_runs` row as stored.
+#[derive(sqlx::FromRow)]
+struct RunRow {
+    run_kind: String,
+    run_key: String,
+    cutoff_ms: i64,
+    candidates: i64,
+    totals: String,
+    completed_at_ms: i64,
 }

@@ -8,18 +8,18 @@
 //! (temporary tables, gone with it), where SQL compares them with the tables: a check of the
 //! whole ledger holds one page of streams in memory, not the ledger.
 
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 use crate::domain::projection::{Projections, TABLES, TableSpec, Val};
 
 use super::project::{columns, insert_copies, row_vals};
-use super::{Dialect, Store, StoreError, StoredEvent};
+use super::{Dialect, Store, StoreError, StoredEvent, StreamSeq};
 
 /// The prefix of the copies of the projection tables that hold a fold.
 const FOLD_PREFIX: &str = "verify_fold_";
 
 /// A stream as the snapshot sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct StreamPosition {
     pub stream: String,
     /// The seq of its last event.
@@ -74,43 +74,32 @@ impl Snapshot {
         after: &str,
         limit: i64,
     ) -> Result<Vec<StreamPosition>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "WITH RECURSIVE s(stream, n) AS ( \
                SELECT (SELECT MIN(stream) FROM events WHERE stream > $1), 1 \
                UNION ALL \
                SELECT (SELECT MIN(e.stream) FROM events AS e WHERE e.stream > s.stream), s.n + 1 \
                FROM s WHERE s.stream IS NOT NULL AND s.n < $2) \
-             SELECT s.stream, (SELECT MAX(h.seq) FROM events AS h WHERE h.stream = s.stream), \
-               COALESCE(c.seq, 0) \
+             SELECT s.stream, (SELECT MAX(h.seq) FROM events AS h WHERE h.stream = s.stream) AS head, \
+               COALESCE(c.seq, 0) AS checkpoint \
              FROM s LEFT JOIN projection_checkpoints AS c ON c.stream = s.stream \
              WHERE s.stream IS NOT NULL ORDER BY s.stream",
         )
         .bind(after)
         .bind(limit)
         .fetch_all(&mut *self.tx)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StreamPosition {
-                    stream: r.try_get(0)?,
-                    head: r.try_get(1)?,
-                    checkpoint: r.try_get(2)?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     /// The checkpoints beyond 0 of streams that have no event, with the seq they claim.
     pub async fn checkpoints_without_events(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows = sqlx::query(
+        let rows: Vec<StreamSeq> = sqlx::query_as(
             "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
              WHERE c.seq > 0 AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream) ORDER BY c.stream",
         )
         .fetch_all(&mut *self.tx)
         .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect()
+        Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
     }
 
     /// Up to `limit` events of `stream` after seq `after`, in order.
@@ -187,14 +176,13 @@ impl Snapshot {
         let stored_not_folded = format!(
             "FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {copy} AS f WHERE {same_key})"
         );
-        let changed: i64 = sqlx::query(&format!("SELECT COUNT(*) FROM ({folded_not_stored}) AS d"))
+        let changed: i64 =
+            sqlx::query_scalar(&format!("SELECT COUNT(*) FROM ({folded_not_stored}) AS d"))
+                .fetch_one(&mut *self.tx)
+                .await?;
+        let extra: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) {stored_not_folded}"))
             .fetch_one(&mut *self.tx)
-            .await?
-            .try_get(0)?;
-        let extra: i64 = sqlx::query(&format!("SELECT COUNT(*) {stored_not_folded}"))
-            .fetch_one(&mut *self.tx)
-            .await?
-            .try_get(0)?;
+            .await?;
         if changed + extra == 0 {
             return Ok(None);
         }
@@ -202,7 +190,7 @@ impl Snapshot {
             let row = sqlx::query(&format!("{folded_not_stored} LIMIT 1"))
                 .fetch_one(&mut *self.tx)
                 .await?;
-            let mut key = row_vals(&row, &cols)?;
+            let mut key = row_vals(&row, spec, &cols)?;
             let folded = key.split_off(spec.key.len());
             let stored = self.stored_row(spec, &key).await?;
             format!("key {key:?}: folded {folded:?}, stored {stored:?}")
@@ -216,7 +204,7 @@ impl Snapshot {
             let row = sqlx::query(&format!("SELECT {keys} {stored_not_folded} LIMIT 1"))
                 .fetch_one(&mut *self.tx)
                 .await?;
-            let key = row_vals(&row, spec.key)?;
+            let key = row_vals(&row, spec, spec.key)?;
             format!("key {key:?}: stored but not in the fold")
         };
         Ok(Some(TableDifference {
@@ -253,7 +241,7 @@ impl Snapshot {
             };
         }
         match query.fetch_optional(&mut *self.tx).await? {
-            Some(row) => Ok(Some(row_vals(&row, spec.vals)?)),
+            Some(row) => Ok(Some(row_vals(&row, spec, spec.vals)?)),
             None => Ok(None),
         }
     }

@@ -1,19 +1,19 @@
 //! API tokens as stored: hashed secrets, never the secrets (`auth` creates and checks them).
 //! Rows are plain columns here; `auth` reads the scope.
 
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
 
 use super::{Dialect, TxConn};
 
 /// A token's columns; a token of before migration 0004 has no stored name and reads as its
 /// id.
-const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id), t.created_by, r.revoked_by";
+const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id) AS name, t.created_by, r.revoked_by";
 
 /// The live token holding a name at an instant: not revoked, not expired.
 const LIVE_NAME_SQL: &str = "SELECT t.token_id FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE COALESCE(t.name, t.token_id) = $1 AND r.token_id IS NULL AND (t.expires_at_ms IS NULL OR t.expires_at_ms > $2)";
 
-/// A token row with its revocation, if any.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A token row with its revocation, if any ([`TOKEN_COLUMNS`], read by name).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredToken {
     pub token_id: String,
     pub scope: String,
@@ -27,19 +27,12 @@ pub struct StoredToken {
     pub revoked_by: Option<String>,
 }
 
-fn token_from_row(row: &sqlx::any::AnyRow) -> Result<StoredToken, sqlx::Error> {
-    Ok(StoredToken {
-        token_id: row.try_get(0)?,
-        scope: row.try_get(1)?,
-        provider_id: row.try_get(2)?,
-        label: row.try_get(3)?,
-        created_at_ms: row.try_get(4)?,
-        expires_at_ms: row.try_get(5)?,
-        revoked_at_ms: row.try_get(6)?,
-        name: row.try_get(7)?,
-        created_by: row.try_get(8)?,
-        revoked_by: row.try_get(9)?,
-    })
+/// A token with its stored secret hash.
+#[derive(sqlx::FromRow)]
+struct TokenWithHash {
+    #[sqlx(flatten)]
+    token: StoredToken,
+    token_hash: Vec<u8>,
 }
 
 /// A token to insert.
@@ -71,13 +64,13 @@ pub async fn insert_named(
             .execute(&mut *tx)
             .await?;
     }
-    if let Some(row) = sqlx::query(LIVE_NAME_SQL)
+    if let Some(holder) = sqlx::query_scalar(LIVE_NAME_SQL)
         .bind(token.name)
         .bind(token.created_at_ms)
         .fetch_optional(&mut *tx)
         .await?
     {
-        return Ok(Err(row.try_get(0)?));
+        return Ok(Err(holder));
     }
     sqlx::query(
         "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -126,12 +119,11 @@ pub async fn revoke(
 
 /// Every token, oldest first.
 pub async fn list(pool: &AnyPool) -> Result<Vec<StoredToken>, sqlx::Error> {
-    let rows = sqlx::query(&format!(
+    sqlx::query_as(&format!(
         "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
     ))
     .fetch_all(pool)
-    .await?;
-    rows.iter().map(token_from_row).collect()
+    .await
 }
 
 /// One token with its stored secret hash.
@@ -139,12 +131,11 @@ pub async fn with_hash(
     pool: &AnyPool,
     token_id: &str,
 ) -> Result<Option<(StoredToken, Vec<u8>)>, sqlx::Error> {
-    let row = sqlx::query(&format!(
+    let row: Option<TokenWithHash> = sqlx::query_as(&format!(
         "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
     ))
     .bind(token_id)
     .fetch_optional(pool)
     .await?;
-    row.map(|r| Ok((token_from_row(&r)?, r.try_get(10)?)))
-        .transpose()
+    Ok(row.map(|r| (r.token, r.token_hash)))
 }

@@ -5,8 +5,6 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
-
 use super::{Dialect, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
 use crate::domain::money::{FeeBps, Rate};
@@ -33,19 +31,35 @@ pub async fn gpu_owners(
         "SELECT g.gpu_id, g.provider_id, g.model FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
     );
     let rows: Vec<(&str,)> = gpu_ids.iter().map(|g| (*g,)).collect();
-    let mut gpus = HashMap::new();
-    for r in sqlx::query(&sql)
+    let found: Vec<GpuRow> = sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(tx.conn())
-        .await?
-    {
-        let owner = GpuOwner {
-            provider_id: r.try_get(1)?,
-            model: r.try_get(2)?,
-        };
-        gpus.insert(r.try_get(0)?, owner);
-    }
-    Ok(gpus)
+        .await?;
+    Ok(found
+        .into_iter()
+        .map(|g| {
+            let owner = GpuOwner {
+                provider_id: g.provider_id,
+                model: g.model,
+            };
+            (g.gpu_id, owner)
+        })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct GpuRow {
+    gpu_id: String,
+    provider_id: String,
+    model: String,
+}
+
+/// The booked segment a probe overlaps.
+#[derive(sqlx::FromRow)]
+struct Overlap {
+    probe: i64,
+    started_at_ms: i64,
+    ended_at_ms: i64,
 }
 
 /// A usage interval to test against the booked segments of its GPU.
@@ -83,7 +97,7 @@ pub async fn overlapping_segments(
     let sql = match dialect {
         // One backward index step per probe, its row read in the same step.
         Dialect::Postgres => format!(
-            "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
+            "SELECT CAST(j.value ->> 0 AS BIGINT) AS probe, s.started_at_ms, s.ended_at_ms FROM {from} \
              CROSS JOIN LATERAL (SELECT p.started_at_ms, p.ended_at_ms FROM usage_segments AS p \
              WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
              ORDER BY p.started_at_ms DESC LIMIT 1) AS s \
@@ -91,7 +105,7 @@ pub async fn overlapping_segments(
         ),
         // SQLite has no LATERAL: the step finds the start, a primary-key probe its row.
         Dialect::Sqlite => format!(
-            "SELECT CAST(j.value ->> 0 AS BIGINT), s.started_at_ms, s.ended_at_ms FROM {from} \
+            "SELECT CAST(j.value ->> 0 AS BIGINT) AS probe, s.started_at_ms, s.ended_at_ms FROM {from} \
              JOIN usage_segments AS s ON s.gpu_id = j.value ->> 1 \
              AND s.started_at_ms = (SELECT p.started_at_ms FROM usage_segments AS p \
              WHERE p.gpu_id = j.value ->> 1 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
@@ -99,16 +113,15 @@ pub async fn overlapping_segments(
              WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
         ),
     };
-    for r in sqlx::query(&sql)
+    let found: Vec<Overlap> = sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(tx.conn())
-        .await?
-    {
-        let index: i64 = r.try_get(0)?;
-        let index = usize::try_from(index).map_err(corrupt)?;
+        .await?;
+    for o in found {
+        let index = usize::try_from(o.probe).map_err(corrupt)?;
         overlaps
             .entry(index)
-            .or_insert((r.try_get(1)?, r.try_get(2)?));
+            .or_insert((o.started_at_ms, o.ended_at_ms));
     }
     Ok(overlaps)
 }
@@ -116,15 +129,39 @@ pub async fn overlapping_segments(
 /// The platform's fee schedules.
 pub async fn fee_book(tx: &mut WriteTx) -> Result<FeeBook, StoreError> {
     let mut fees = FeeBook::default();
-    let rows = sqlx::query("SELECT tier, effective_from_ms, fee_bps FROM fee_schedules")
-        .fetch_all(tx.conn())
-        .await?;
+    let rows: Vec<FeeRow> =
+        sqlx::query_as("SELECT tier, effective_from_ms, fee_bps FROM fee_schedules")
+            .fetch_all(tx.conn())
+            .await?;
     for r in rows {
-        let tier = Tier::parse(&r.try_get::<String, _>(0)?).map_err(corrupt)?;
-        let fee = FeeBps::new(r.try_get(2)?).map_err(corrupt)?;
-        fees.set(tier, r.try_get(1)?, fee);
+        let tier = Tier::parse(&r.tier).map_err(corrupt)?;
+        let fee = FeeBps::new(r.fee_bps).map_err(corrupt)?;
+        fees.set(tier, r.effective_from_ms, fee);
     }
     Ok(fees)
+}
+
+#[derive(sqlx::FromRow)]
+struct FeeRow {
+    tier: String,
+    effective_from_ms: i64,
+    fee_bps: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct TierRow {
+    provider_id: String,
+    from_ms: i64,
+    seq: i64,
+    tier: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct RateRow {
+    provider_id: String,
+    model: String,
+    effective_from_ms: i64,
+    rate_usdc_per_hour: String,
 }
 
 /// What pricing a provider's usage needs: its tier history and its price book.
@@ -148,22 +185,27 @@ pub async fn pricing_contexts(
     let sql = format!(
         "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
     );
-    for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
-        let provider: String = r.try_get(0)?;
-        if let Some(c) = out.get_mut(&provider) {
-            let tier = Tier::parse(&r.try_get::<String, _>(3)?).map_err(corrupt)?;
-            c.tiers.set(r.try_get(1)?, r.try_get(2)?, tier);
+    let tiers: Vec<TierRow> = sqlx::query_as(&sql)
+        .bind(&rows)
+        .fetch_all(tx.conn())
+        .await?;
+    for t in tiers {
+        if let Some(c) = out.get_mut(&t.provider_id) {
+            let tier = Tier::parse(&t.tier).map_err(corrupt)?;
+            c.tiers.set(t.from_ms, t.seq, tier);
         }
     }
     let sql = format!(
         "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0"
     );
-    for r in sqlx::query(&sql).bind(&rows).fetch_all(tx.conn()).await? {
-        let provider: String = r.try_get(0)?;
-        if let Some(c) = out.get_mut(&provider) {
-            let rate = Rate::parse(&r.try_get::<String, _>(3)?).map_err(corrupt)?;
-            c.prices
-                .set(&r.try_get::<String, _>(1)?, r.try_get(2)?, rate);
+    let rates: Vec<RateRow> = sqlx::query_as(&sql)
+        .bind(&rows)
+        .fetch_all(tx.conn())
+        .await?;
+    for r in rates {
+        if let Some(c) = out.get_mut(&r.provider_id) {
+            let rate = Rate::parse(&r.rate_usdc_per_hour).map_err(corrupt)?;
+            c.prices.set(&r.model, r.effective_from_ms, rate);
         }
     }
     Ok(out)

@@ -294,3 +294,39 @@ fn every_sql_statement_lives_in_the_store() {
         found.join("\n")
     );
 }
+
+/// The store reads rows by column name into typed structs (`sqlx::FromRow`,
+/// `query_scalar` for one column), never by position: a column added to or moved in a
+/// `SELECT` cannot shift what the code reads. A `try_get` names its column (a string, or
+/// in `project::row_vals` the table's declared column), and no row is a positional tuple.
+#[test]
+fn the_store_reads_columns_by_name() {
+    let mut found = Vec::new();
+    for file in sources("src") {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let place = || format!("{}:{}: {}", file.display(), n + 1, line.trim());
+            let mut rest = line;
+            while let Some(at) = rest.find("try_get") {
+                rest = &rest[at + "try_get".len()..];
+                // Past a turbofish (it holds no parenthesis) to the argument.
+                let Some(open) = rest.find('(') else { break };
+                let argument = rest[open + 1..].trim_start();
+                let by_name = argument.starts_with('"')
+                    || (file.ends_with("store/project.rs") && argument.starts_with("*c)"));
+                if !by_name {
+                    found.push(place());
+                }
+            }
+            let tuple_type = line.contains("<(") || line.contains(": (");
+            if line.contains("query_as") && tuple_type {
+                found.push(place());
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "rows read by position:\n{}",
+        found.join("\n")
+    );
+}

@@ -238,6 +238,44 @@ async fn rebuild_of_100k_events_equals_the_live_projections() {
     assert!(!live["usage_segments"].is_empty());
 }
 
+/// Every projection table's declaration (`TableSpec`: its columns in order, and which hold
+/// integers) is the migrated schema's, on both databases: the store writes and reads each
+/// cell by that declaration, so a column declared with the wrong type or order would be
+/// stored or read as something else.
+#[tokio::test]
+async fn projection_tables_declare_the_schemas_columns_and_types() {
+    let db = TestDb::new().await;
+    let store = db.store().await;
+    let sql = if db.is_postgres() {
+        "SELECT CAST(column_name AS TEXT) AS name, LOWER(data_type) AS type \
+         FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 \
+         ORDER BY ordinal_position"
+    } else {
+        "SELECT name, LOWER(type) AS type FROM pragma_table_info($1) ORDER BY cid"
+    };
+    for spec in TABLES {
+        let schema: Vec<(String, String)> = sqlx::query_as(sql)
+            .bind(spec.name)
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        let declared: Vec<(String, String)> = spec
+            .columns()
+            .map(|c| {
+                let ty = if spec.is_int(c) { "bigint" } else { "text" };
+                (c.to_owned(), ty.to_owned())
+            })
+            .collect();
+        assert_eq!(declared, schema, "table {}", spec.name);
+        assert!(
+            spec.ints.iter().all(|c| spec.columns().any(|x| x == *c)),
+            "{}: an integer column that is not a column: {:?}",
+            spec.name,
+            spec.ints
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_writers_leave_gapless_valid_chains() {
     let db = TestDb::new().await;
