@@ -4,10 +4,11 @@
 use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
 use crate::domain::projection::{Projections, StreamAggregates, ops};
-use crate::store::snapshot::Snapshot;
+use crate::store::snapshot::{Snapshot, StreamPosition};
 use crate::store::{GENESIS_HASH, Store, StoreError, StoredEvent, canonical_bytes, event_hash};
 
-/// Events read per page while folding.
+/// Events read per statement while folding (a page of streams takes as many statements as
+/// its events need).
 const PAGE_EVENTS: i64 = 5_000;
 /// Problems listed at most per report (the count is always exact).
 const PROBLEMS_LISTED_MAX: usize = 100;
@@ -154,37 +155,83 @@ impl<'a> Walk<'a> {
         let Some(last) = page.last() else {
             return Ok(None);
         };
-        self.after = last.stream.clone();
+        let page_after = std::mem::replace(&mut self.after, last.stream.clone());
         let mut projections = Projections::default();
-        for position in &page {
-            report.streams += 1;
-            if self.fold == Fold::AsStored && position.checkpoint > position.head {
-                report.push(checkpoint_ahead(
-                    &position.stream,
-                    position.checkpoint,
-                    position.head,
-                ));
-            }
-            let anchor = match self.anchors.and_then(|a| a.get_key_value(&position.stream)) {
-                Some((stream, head)) => {
-                    self.anchored_seen.insert(stream.as_str());
-                    Some(head)
+        // The page's events in one range of the primary key, a statement per
+        // `PAGE_EVENTS`; each stream checked and folded as its events go by.
+        let mut positions = page.iter();
+        let mut current: Option<StreamCheck> = None;
+        let mut cursor = (page_after, i64::MAX);
+        loop {
+            let events = snapshot
+                .events_between((&cursor.0, cursor.1), &last.stream, PAGE_EVENTS)
+                .await?;
+            let Some(tail) = events.last() else { break };
+            cursor = (tail.stream.clone(), tail.seq);
+            for e in &events {
+                if current.as_ref().is_none_or(|c| c.stream != e.stream) {
+                    if let Some(done) = current.take() {
+                        done.finish(report, &projections);
+                    }
+                    // Up to the event's stream: a stream of the page without events
+                    // (none, in one snapshot) is checked as empty.
+                    loop {
+                        let Some(position) = positions.next() else {
+                            return Err(StoreError::Corrupt(format!(
+                                "event {}#{} lies outside the page of streams read with it",
+                                e.stream, e.seq
+                            )));
+                        };
+                        let check = self.start(position, report);
+                        if position.stream == e.stream {
+                            current = Some(check);
+                            break;
+                        }
+                        check.finish(report, &projections);
+                    }
                 }
-                None => None,
-            };
-            let folded_to = (self.fold == Fold::AsStored).then_some(position.checkpoint);
-            fold_stream(
-                snapshot,
-                report,
-                &mut projections,
-                &position.stream,
-                anchor,
-                folded_to,
-                progress,
-            )
-            .await?;
+                if let Some(check) = current.as_mut() {
+                    check.feed(report, &mut projections, e);
+                }
+            }
+            progress(report.events);
+        }
+        if let Some(done) = current.take() {
+            done.finish(report, &projections);
+        }
+        for position in positions {
+            self.start(position, report).finish(report, &projections);
         }
         Ok(Some(projections))
+    }
+
+    /// Begins the check of one stream of the page: counted, its checkpoint against its
+    /// head, its anchor looked up.
+    fn start<'p>(
+        &mut self,
+        position: &'p StreamPosition,
+        report: &mut VerifyReport,
+    ) -> StreamCheck<'p>
+    where
+        'a: 'p,
+    {
+        report.streams += 1;
+        if self.fold == Fold::AsStored && position.checkpoint > position.head {
+            report.push(checkpoint_ahead(
+                &position.stream,
+                position.checkpoint,
+                position.head,
+            ));
+        }
+        let anchor = match self.anchors.and_then(|a| a.get_key_value(&position.stream)) {
+            Some((stream, head)) => {
+                self.anchored_seen.insert(stream.as_str());
+                Some(head)
+            }
+            None => None,
+        };
+        let folded_to = (self.fold == Fold::AsStored).then_some(position.checkpoint);
+        StreamCheck::new(&position.stream, anchor, folded_to)
     }
 
     /// Reports every anchored stream the ledger no longer has (`anchor_truncated`), once
@@ -218,70 +265,85 @@ fn checkpoint_ahead(stream: &str, checkpoint: i64, head: i64) -> Problem {
     }
 }
 
-/// Reads one stream page by page, checks each event, and folds it into `projections`:
-/// all of it, or with `folded_to` its aggregates only up to that seq.
-async fn fold_stream(
-    snapshot: &mut Snapshot,
-    report: &mut VerifyReport,
-    projections: &mut Projections,
-    stream: &str,
-    anchor: Option<&(i64, Vec<u8>)>,
+/// One stream being checked and folded as its events go by, in sequence order: into
+/// `projections` all of it, or with `folded_to` its aggregates only up to that seq.
+struct StreamCheck<'a> {
+    stream: &'a str,
+    anchor: Option<&'a (i64, Vec<u8>)>,
     folded_to: Option<i64>,
-    progress: &(dyn Fn(i64) + Sync),
-) -> Result<(), StoreError> {
-    let mut expected_seq = 1;
-    let mut prev_hash = GENESIS_HASH.to_vec();
-    // The chain as the contents alone give it, whatever the stored hashes say.
-    let mut recomputed = GENESIS_HASH;
-    let mut last_seq = 0;
-    let mut aggregates = StreamAggregates::default();
-    loop {
-        let page = snapshot
-            .stream_events(stream, expected_seq - 1, PAGE_EVENTS)
-            .await?;
-        if page.is_empty() {
-            break;
+    expected_seq: i64,
+    prev_hash: Vec<u8>,
+    /// The chain as the contents alone give it, whatever the stored hashes say.
+    recomputed: [u8; 32],
+    last_seq: i64,
+    aggregates: StreamAggregates,
+}
+
+impl<'a> StreamCheck<'a> {
+    fn new(stream: &'a str, anchor: Option<&'a (i64, Vec<u8>)>, folded_to: Option<i64>) -> Self {
+        StreamCheck {
+            stream,
+            anchor,
+            folded_to,
+            expected_seq: 1,
+            prev_hash: GENESIS_HASH.to_vec(),
+            recomputed: GENESIS_HASH,
+            last_seq: 0,
+            aggregates: StreamAggregates::default(),
         }
-        for e in &page {
-            report.events += 1;
-            check_chain(
-                report,
-                stream,
-                e,
-                expected_seq,
-                &prev_hash,
-                &mut recomputed,
-                anchor,
-            );
-            last_seq = e.seq;
-            check_and_fold(report, projections, &mut aggregates, stream, e, folded_to);
-            expected_seq = e.seq + 1;
-            prev_hash = e.hash.clone();
+    }
+
+    /// Checks the stream's next event and folds it.
+    fn feed(&mut self, report: &mut VerifyReport, projections: &mut Projections, e: &StoredEvent) {
+        report.events += 1;
+        check_chain(
+            report,
+            self.stream,
+            e,
+            self.expected_seq,
+            &self.prev_hash,
+            &mut self.recomputed,
+            self.anchor,
+        );
+        self.last_seq = e.seq;
+        check_and_fold(
+            report,
+            projections,
+            &mut self.aggregates,
+            self.stream,
+            e,
+            self.folded_to,
+        );
+        self.expected_seq = e.seq + 1;
+        self.prev_hash.clone_from(&e.hash);
+    }
+
+    /// After the stream's last event: its typed aggregates against the fold, and its end
+    /// against its anchor.
+    fn finish(self, report: &mut VerifyReport, projections: &Projections) {
+        // The typed aggregates the commands decide on agree with the read models.
+        for detail in self.aggregates.mismatches(projections) {
+            report.push(Problem {
+                stream: self.stream.to_owned(),
+                seq: None,
+                kind: "aggregate_mismatch",
+                detail,
+            });
         }
-        progress(report.events);
+        if let Some((anchored_seq, _)) = self.anchor
+            && self.last_seq < *anchored_seq
+        {
+            report.push(Problem {
+                stream: self.stream.to_owned(),
+                seq: Some(*anchored_seq),
+                kind: "anchor_truncated",
+                detail: format!(
+                    "the stream ends at seq {}; it was anchored at seq {anchored_seq}",
+                    self.last_seq
+                ),
+            });
+        }
     }
-    // The typed aggregates the commands decide on agree with the read models.
-    for detail in aggregates.mismatches(projections) {
-        report.push(Problem {
-            stream: stream.to_owned(),
-            seq: None,
-            kind: "aggregate_mismatch",
-            detail,
-        });
-    }
-    if let Some((anchored_seq, _)) = anchor
-        && last_seq < *anchored_seq
-    {
-        report.push(Problem {
-            stream: stream.to_owned(),
-            seq: Some(*anchored_seq),
-            kind: "anchor_truncated",
-            detail: format!(
-                "the stream ends at seq {last_seq}; it was anchored at seq {anchored_seq}"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Checks an event's place in its chain: its seq, its link to the previous event, the

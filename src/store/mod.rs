@@ -275,24 +275,6 @@ pub(crate) const STREAMS_SKIP_SCAN: &str = "WITH RECURSIVE s(stream) AS ( \
 
 pub(crate) const EVENT_COLUMNS: &str = "stream, seq, event_type, version, idem_key, content_hash, actor, recorded_at_ms, payload, lines, prev_hash, hash";
 
-/// Up to `limit` events of `stream` after seq `after`, in order, read by `on` (the pool, or
-/// a snapshot's transaction).
-pub(crate) async fn events_after<'e, E: Executor<'e, Database = Any>>(
-    on: E,
-    stream: &str,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<StoredEvent>, StoreError> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-    ))
-    .bind(stream)
-    .bind(after)
-    .bind(limit)
-    .fetch_all(on)
-    .await?)
-}
-
 /// A stream's head as a writer reads it: its last event's position, hash and booking time.
 #[derive(sqlx::FromRow)]
 struct Head {
@@ -617,7 +599,14 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        events_after(&self.pool, stream, after, limit).await
+        Ok(sqlx::query_as(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        ))
+        .bind(stream)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// The ledger's clock mode (`ledger_settings.clock`); `None` until fixed.

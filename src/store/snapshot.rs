@@ -13,7 +13,7 @@ use sqlx::{Any, Transaction};
 use crate::domain::projection::{Projections, TABLES, TableSpec, Val};
 
 use super::project::{columns, insert_copies, row_vals};
-use super::{Dialect, Store, StoreError, StoredEvent, StreamSeq};
+use super::{Dialect, EVENT_COLUMNS, Store, StoreError, StoredEvent, StreamSeq};
 
 /// The prefix of the copies of the projection tables that hold a fold.
 const FOLD_PREFIX: &str = "verify_fold_";
@@ -102,14 +102,27 @@ impl Snapshot {
         Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
     }
 
-    /// Up to `limit` events of `stream` after seq `after`, in order.
-    pub async fn stream_events(
+    /// Up to `limit` events of the streams named after `after.0` up to and including
+    /// `through`, past position `after` (`(stream, seq)`; `(name, i64::MAX)` skips the
+    /// stream `name` whole), in stream and sequence order: one statement reads a page of
+    /// streams' events, one range of the primary key.
+    pub async fn events_between(
         &mut self,
-        stream: &str,
-        after: i64,
+        after: (&str, i64),
+        through: &str,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        super::events_after(&mut *self.tx, stream, after, limit).await
+        Ok(sqlx::query_as(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE stream >= $1 AND (stream > $1 OR seq > $2) AND stream <= $3 \
+             ORDER BY stream, seq LIMIT $4"
+        ))
+        .bind(after.0)
+        .bind(after.1)
+        .bind(through)
+        .bind(limit)
+        .fetch_all(&mut *self.tx)
+        .await?)
     }
 
     /// Adds the rows of `fold` to the fold compared by [`Snapshot::differences`]. Each call
