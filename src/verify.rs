@@ -83,27 +83,6 @@ impl VerifyReport {
     }
 }
 
-/// Reads every stream, `streams_per_page` at a time, checks its chain and lines, and folds
-/// it. `progress` is told the number of events read so far. The fold is held in memory
-/// whole (what `rebuild` writes).
-pub async fn fold_ledger(
-    store: &Store,
-    report: &mut VerifyReport,
-    streams_per_page: usize,
-    progress: &(dyn Fn(i64) + Sync),
-) -> Result<Projections, StoreError> {
-    let mut snapshot = store.snapshot().await?;
-    let mut walk = Walk::new(None, Fold::Whole, streams_per_page);
-    let mut projections = Projections::default();
-    while let Some(page) = walk.next_page(&mut snapshot, report, progress).await? {
-        // Every projection row belongs to one stream: the pages' rows never meet.
-        for (table, rows) in page.tables {
-            projections.tables.entry(table).or_default().extend(rows);
-        }
-    }
-    Ok(projections)
-}
-
 /// What a [`Walk`] folds of each stream.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Fold {
@@ -505,16 +484,23 @@ pub async fn verify_anchored(
     Ok(report)
 }
 
-/// Rebuilds every projection from the events alone, reading `streams_per_page` streams at
-/// a time (the fold itself is held whole until it replaces the tables).
+/// Rebuilds every projection from the events alone: one snapshot read `streams_per_page`
+/// streams at a time (chains and lines checked as `verify` does), each page's fold written
+/// into the snapshot's temporary copies of the tables, which then replace the tables in one
+/// short write transaction ([`Snapshot::replace_tables`]). Memory holds one page, not the
+/// fold; writers wait for the copy only. Refuses, changing nothing, if events were booked
+/// meanwhile.
 pub async fn rebuild(
     store: &Store,
     streams_per_page: usize,
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
-    let count_before = store.event_count().await?;
-    let fresh = fold_ledger(store, &mut report, streams_per_page, progress).await?;
-    store.replace_projections(&fresh, count_before).await?;
+    let mut snapshot = store.snapshot().await?;
+    let mut walk = Walk::new(None, Fold::Whole, streams_per_page);
+    while let Some(page) = walk.next_page(&mut snapshot, &mut report, progress).await? {
+        snapshot.record_fold(&page).await?;
+    }
+    snapshot.replace_tables(report.events).await?;
     Ok(report)
 }

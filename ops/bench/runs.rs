@@ -429,6 +429,7 @@ async fn phase(args: &Args, phase: &str) {
         }
         "bank" => bank_phase(args).await,
         "verify" => verify_phase(args).await,
+        "rebuild" => rebuild_phase(args).await,
         other => panic!("unknown phase {other}"),
     }
 }
@@ -700,6 +701,47 @@ async fn verify_phase(args: &Args) {
         report.streams,
         report.events,
         report.events as f64 / seconds,
+    );
+}
+
+/// `settle rebuild` of the whole ledger the phases before left (on request only:
+/// `--phase rebuild`): every stream read, checked and folded a page at a time into the
+/// snapshot's copies of the tables, which then replace the tables; its seconds and peak
+/// memory. Then, in the same process, the raw limit of that work: every event read once
+/// with a plain `SELECT`, and every projection table copied once by
+/// `CREATE TEMPORARY TABLE … AS SELECT *` (`raw_seconds`).
+async fn rebuild_phase(args: &Args) {
+    let (ledger, _) = open(args, RUN_AT).await;
+    let per_page = settle::config::StoreConfig::default().verify_streams_per_page;
+    let t = Instant::now();
+    let report = settle::verify::rebuild(&ledger.store, per_page, &|_| {})
+        .await
+        .expect("rebuild");
+    let seconds = t.elapsed().as_secs_f64();
+    let vmhwm = peak::vmhwm_kib();
+    assert!(report.ok(), "{:?}", report.problems);
+    let t = Instant::now();
+    let pool = ledger.store.pool();
+    let raw_rows = read_rows(pool, "SELECT * FROM events").await;
+    let mut conn = pool.acquire().await.expect("connection");
+    for spec in settle::domain::projection::TABLES {
+        let copy = format!("raw_copy_{}", spec.name);
+        sqlx::query(&format!(
+            "CREATE TEMPORARY TABLE {copy} AS SELECT * FROM {}",
+            spec.name
+        ))
+        .execute(&mut *conn)
+        .await
+        .expect("copy a table");
+        sqlx::query(&format!("DROP TABLE {copy}"))
+            .execute(&mut *conn)
+            .await
+            .expect("drop the copy");
+    }
+    let raw_seconds = t.elapsed().as_secs_f64();
+    println!(
+        "{{\"phase\":\"rebuild\",\"db\":\"{}\",\"providers\":{},\"streams\":{},\"events\":{},\"seconds\":{seconds:.2},\"vmhwm_kib\":{vmhwm},\"raw_events_read\":{raw_rows},\"raw_seconds\":{raw_seconds:.2}}}",
+        args.db, args.providers, report.streams, report.events,
     );
 }
 

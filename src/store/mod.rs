@@ -686,41 +686,6 @@ impl Store {
         let mut conn = self.pool.acquire().await?;
         project::load_table(&mut conn, table).await
     }
-
-    /// Replaces all projections with `projections` (folded from `events_folded` events) in
-    /// one transaction that shuts writers out; refuses if the ledger grew meanwhile.
-    pub async fn replace_projections(
-        &self,
-        projections: &crate::domain::projection::Projections,
-        events_folded: i64,
-    ) -> Result<(), StoreError> {
-        let (_guard, mut tx) = self.write_tx().await?;
-        if self.dialect == Dialect::Postgres {
-            sqlx::query("LOCK TABLE events IN SHARE MODE")
-                .execute(&mut *tx)
-                .await?;
-        }
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
-            .fetch_one(&mut *tx)
-            .await?;
-        if count != events_folded {
-            return Err(StoreError::Conflict(format!(
-                "the ledger grew from {events_folded} to {count} events during the rebuild; run it again"
-            )));
-        }
-        project::replace_all(&mut tx, projections).await?;
-        // The fresh fold covers every event: every stream is folded to its head.
-        sqlx::query("DELETE FROM projection_checkpoints")
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO projection_checkpoints (stream, seq) SELECT stream, MAX(seq) FROM events GROUP BY stream",
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
 }
 
 /// A database transaction on a connection of its own, begun and committed explicitly.
@@ -738,12 +703,17 @@ impl TxConn {
     /// `BEGIN IMMEDIATE` on SQLite (the write lock up front: a read-then-write transaction
     /// never fails to upgrade against a writer in another process), `BEGIN` on PostgreSQL.
     pub async fn begin(pool: &AnyPool, dialect: Dialect) -> Result<TxConn, sqlx::Error> {
-        let mut tx = TxConn {
-            conn: Some(pool.acquire().await?),
-        };
         let begin = match dialect {
             Dialect::Sqlite => "BEGIN IMMEDIATE",
             Dialect::Postgres => "BEGIN",
+        };
+        TxConn::begin_with(pool, begin).await
+    }
+
+    /// A transaction begun by the statement `begin` on a connection of `pool`.
+    pub(crate) async fn begin_with(pool: &AnyPool, begin: &str) -> Result<TxConn, sqlx::Error> {
+        let mut tx = TxConn {
+            conn: Some(pool.acquire().await?),
         };
         tx.execute(begin).await?;
         Ok(tx)

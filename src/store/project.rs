@@ -387,21 +387,6 @@ pub(super) async fn insert_copies(
     Ok(())
 }
 
-/// Deletes every projection row and writes `projections` instead.
-pub async fn replace_all(
-    conn: &mut AnyConnection,
-    projections: &Projections,
-) -> Result<(), StoreError> {
-    for spec in TABLES {
-        sqlx::query(&format!("DELETE FROM {}", spec.name))
-            .execute(&mut *conn)
-            .await?;
-        let rows: Vec<(&Vec<Val>, &Vec<Val>)> = projections.rows(spec.name).collect();
-        insert_rows(conn, spec, &rows, Conflict::Fail).await?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,15 +5,18 @@
 //! the projection tables all as of one instant, however long the reading takes and whatever
 //! commits meanwhile. The streams are read in name order a page at a time, and what a caller
 //! folds from them goes into copies of the projection tables inside the same transaction
-//! (temporary tables, gone with it), where SQL compares them with the tables: a check of the
-//! whole ledger holds one page of streams in memory, not the ledger.
+//! (temporary tables, gone with it), where SQL compares them with the tables (`verify`) or
+//! replaces the tables with them (`rebuild`): either holds one page of streams in memory,
+//! not the ledger.
 
-use sqlx::{Any, Transaction};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
 
 use crate::domain::projection::{Projections, TABLES, TableSpec, Val};
 
 use super::project::{columns, insert_copies, row_vals};
-use super::{Dialect, EVENT_COLUMNS, Store, StoreError, StoredEvent, StreamSeq};
+use super::{Dialect, EVENT_COLUMNS, Store, StoreError, StoredEvent, StreamSeq, TxConn};
 
 /// The prefix of the copies of the projection tables that hold a fold.
 const FOLD_PREFIX: &str = "verify_fold_";
@@ -40,28 +43,31 @@ pub struct TableDifference {
     pub example: String,
 }
 
-/// See the module documentation. Dropping it rolls the transaction back.
+/// See the module documentation. Dropping it closes its connection: the transaction rolls
+/// back and the copies are gone.
 pub struct Snapshot {
-    tx: Transaction<'static, Any>,
+    tx: TxConn,
     dialect: Dialect,
     copies_created: bool,
+    /// The store's SQLite writer lock, for [`Snapshot::replace_tables`].
+    sqlite_writer: Arc<Mutex<()>>,
 }
 
 impl Store {
     /// Opens a [`Snapshot`] of the ledger.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if self.dialect == Dialect::Postgres {
-            // Not read-only: the fold is written to temporary tables.
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                .execute(&mut *tx)
-                .await?;
-        }
-        // Both databases take the snapshot at the transaction's first read.
+        // Not read-only: the fold is written to temporary tables. Both databases take the
+        // snapshot at the transaction's first read.
+        let begin = match self.dialect {
+            Dialect::Sqlite => "BEGIN",
+            Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        };
+        let tx = TxConn::begin_with(&self.pool, begin).await?;
         Ok(Snapshot {
             tx,
             dialect: self.dialect,
             copies_created: false,
+            sqlite_writer: self.sqlite_writer.clone(),
         })
     }
 }
@@ -155,6 +161,69 @@ impl Snapshot {
             .await?;
         }
         self.copies_created = true;
+        Ok(())
+    }
+
+    /// `rebuild`'s swap: replaces every projection table with the fold recorded (which
+    /// must be the whole fold of the `events_folded` events this snapshot holds) and moves
+    /// every stream's checkpoint to its head, in one write transaction on this connection
+    /// that shuts writers out (SQLite's write lock; `LOCK TABLE events IN SHARE MODE` on
+    /// PostgreSQL) for the copy only, not the fold. Refuses with a conflict, changing
+    /// nothing, if events were booked since the snapshot was taken.
+    pub async fn replace_tables(mut self, events_folded: i64) -> Result<(), StoreError> {
+        self.create_copies().await?;
+        // The read transaction ends; the copies live on with the connection.
+        sqlx::query("COMMIT").execute(&mut *self.tx).await?;
+        let _writer = match self.dialect {
+            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            Dialect::Postgres => None,
+        };
+        let begin = match self.dialect {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        };
+        sqlx::query(begin).execute(&mut *self.tx).await?;
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("LOCK TABLE events IN SHARE MODE")
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        // The events are append-only: the same count means the same events.
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
+            .fetch_one(&mut *self.tx)
+            .await?;
+        if count != events_folded {
+            return Err(StoreError::Conflict(format!(
+                "the ledger grew from {events_folded} to {count} events during the rebuild; run it again"
+            )));
+        }
+        for spec in TABLES {
+            let copy = format!("{FOLD_PREFIX}{}", spec.name);
+            let list = columns(spec).join(", ");
+            sqlx::query(&format!("DELETE FROM {}", spec.name))
+                .execute(&mut *self.tx)
+                .await?;
+            sqlx::query(&format!(
+                "INSERT INTO {} ({list}) SELECT {list} FROM {copy}",
+                spec.name
+            ))
+            .execute(&mut *self.tx)
+            .await?;
+            // The connection goes back to the pool: without the copies.
+            sqlx::query(&format!("DROP TABLE {copy}"))
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        // The fresh fold covers every event: every stream is folded to its head.
+        sqlx::query("DELETE FROM projection_checkpoints")
+            .execute(&mut *self.tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO projection_checkpoints (stream, seq) SELECT stream, MAX(seq) FROM events GROUP BY stream",
+        )
+        .execute(&mut *self.tx)
+        .await?;
+        self.tx.commit().await?;
         Ok(())
     }
 
