@@ -118,6 +118,21 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// Opens a snapshot and walks all of it, writing each page's fold into the snapshot's
+    /// copies of the tables; returns the snapshot for the comparison or the swap.
+    async fn fold_into_copies(
+        &mut self,
+        store: &Store,
+        report: &mut VerifyReport,
+        progress: &(dyn Fn(i64) + Sync),
+    ) -> Result<Snapshot, StoreError> {
+        let mut snapshot = store.snapshot().await?;
+        while let Some(page) = self.next_page(&mut snapshot, report, progress).await? {
+            snapshot.record_fold(&page).await?;
+        }
+        Ok(snapshot)
+    }
+
     /// The fold of the next page of streams; `None` after the last.
     async fn next_page(
         &mut self,
@@ -461,11 +476,8 @@ pub async fn verify_anchored(
     // one snapshot, and the fold compared is the one that snapshot must hold. The fold goes
     // into the snapshot's copies of the tables a page of streams at a time, so memory holds
     // one page, whatever the size of the ledger.
-    let mut snapshot = store.snapshot().await?;
     let mut walk = Walk::new(anchors, Fold::AsStored, streams_per_page);
-    while let Some(page) = walk.next_page(&mut snapshot, &mut report, progress).await? {
-        snapshot.record_fold(&page).await?;
-    }
+    let mut snapshot = walk.fold_into_copies(store, &mut report, progress).await?;
     walk.report_gone_streams(&mut report);
     for (stream, checkpoint) in snapshot.checkpoints_without_events().await? {
         report.push(checkpoint_ahead(&stream, checkpoint, 0));
@@ -496,11 +508,9 @@ pub async fn rebuild(
     progress: &(dyn Fn(i64) + Sync),
 ) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
-    let mut snapshot = store.snapshot().await?;
-    let mut walk = Walk::new(None, Fold::Whole, streams_per_page);
-    while let Some(page) = walk.next_page(&mut snapshot, &mut report, progress).await? {
-        snapshot.record_fold(&page).await?;
-    }
+    let snapshot = Walk::new(None, Fold::Whole, streams_per_page)
+        .fold_into_copies(store, &mut report, progress)
+        .await?;
     snapshot.replace_tables(report.events).await?;
     Ok(report)
 }

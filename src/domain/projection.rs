@@ -84,6 +84,11 @@ impl TableSpec {
     pub fn columns(&self) -> impl Iterator<Item = &'static str> {
         self.key.iter().chain(self.vals.iter()).copied()
     }
+
+    /// [`TableSpec::columns`] as an SQL list (`a, b, c`).
+    pub fn column_list(&self) -> String {
+        self.columns().collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// Every projection table. Column names double as the SQL schema's.

@@ -100,6 +100,16 @@ impl Dialect {
         }
     }
 
+    /// The statement that begins a write transaction: `BEGIN IMMEDIATE` on SQLite (the write
+    /// lock up front: a read-then-write transaction never fails to upgrade against a writer
+    /// in another process), `BEGIN` on PostgreSQL.
+    pub fn begin_write(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        }
+    }
+
     /// SQL turning hex text into bytes.
     pub fn bytes_from_hex(self, expr: &str) -> String {
         match self {
@@ -291,6 +301,14 @@ struct NamedHead {
     head: Head,
 }
 
+/// A stream's head and its hash.
+#[derive(sqlx::FromRow)]
+struct HashedHead {
+    #[sqlx(flatten)]
+    at: StreamSeq,
+    hash: Vec<u8>,
+}
+
 /// An event's place and booking time.
 #[derive(sqlx::FromRow)]
 struct BookedAt {
@@ -406,10 +424,7 @@ impl Store {
     /// process's writer held (returned: it is released when dropped, after the
     /// transaction ends).
     async fn write_tx(&self) -> Result<(Option<OwnedMutexGuard<()>>, TxConn), StoreError> {
-        let guard = match self.dialect {
-            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
+        let guard = writer_lock(&self.sqlite_writer, self.dialect).await;
         let tx = TxConn::begin(&self.pool, self.dialect)
             .await
             .map_err(classify)?;
@@ -563,8 +578,8 @@ impl Store {
     pub async fn stream_heads(
         &self,
     ) -> Result<std::collections::BTreeMap<String, (i64, Vec<u8>)>, StoreError> {
-        let rows: Vec<NamedHead> = sqlx::query_as(
-            "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM events e \
+        let rows: Vec<HashedHead> = sqlx::query_as(
+            "SELECT e.stream, e.seq, e.hash FROM events e \
              JOIN (SELECT stream, MAX(seq) AS seq FROM events GROUP BY stream) m \
              ON m.stream = e.stream AND m.seq = e.seq",
         )
@@ -572,7 +587,7 @@ impl Store {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|NamedHead { stream, head }| (stream, (head.seq, head.hash)))
+            .map(|h| (h.at.stream, (h.at.seq, h.hash)))
             .collect())
     }
 
@@ -688,6 +703,18 @@ impl Store {
     }
 }
 
+/// The process's SQLite writer lock, taken (SQLite has one writer; a writer of this process
+/// waits here rather than on the database's busy timeout); nothing on PostgreSQL.
+pub(crate) async fn writer_lock(
+    lock: &Arc<Mutex<()>>,
+    dialect: Dialect,
+) -> Option<OwnedMutexGuard<()>> {
+    match dialect {
+        Dialect::Sqlite => Some(lock.clone().lock_owned().await),
+        Dialect::Postgres => None,
+    }
+}
+
 /// A database transaction on a connection of its own, begun and committed explicitly.
 ///
 /// Unless it committed, its connection is closed (which rolls the transaction back) instead of
@@ -700,14 +727,9 @@ pub struct TxConn {
 }
 
 impl TxConn {
-    /// `BEGIN IMMEDIATE` on SQLite (the write lock up front: a read-then-write transaction
-    /// never fails to upgrade against a writer in another process), `BEGIN` on PostgreSQL.
+    /// A write transaction ([`Dialect::begin_write`]).
     pub async fn begin(pool: &AnyPool, dialect: Dialect) -> Result<TxConn, sqlx::Error> {
-        let begin = match dialect {
-            Dialect::Sqlite => "BEGIN IMMEDIATE",
-            Dialect::Postgres => "BEGIN",
-        };
-        TxConn::begin_with(pool, begin).await
+        TxConn::begin_with(pool, dialect.begin_write()).await
     }
 
     /// A transaction begun by the statement `begin` on a connection of `pool`.

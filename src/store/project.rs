@@ -21,10 +21,6 @@ fn json_cell(i: usize, spec: &TableSpec, column: &str) -> String {
     }
 }
 
-pub(super) fn columns(spec: &TableSpec) -> Vec<&'static str> {
-    spec.columns().collect()
-}
-
 /// Inserts rows; with `upsert`, an existing key gets the new values (or, with `add`, the
 /// sum of the old and new values in the `add` columns). The rows travel as one JSON
 /// parameter (see [`Dialect::json_rows`]), so the statement text depends only on the table
@@ -47,7 +43,7 @@ async fn insert_rows_into(
     rows: &[(&Vec<Val>, &Vec<Val>)],
     conflict: Conflict<'_>,
 ) -> Result<(), sqlx::Error> {
-    let cols = columns(spec);
+    let cols: Vec<&str> = spec.columns().collect();
     let dialect = Dialect::of(conn);
     let select: Vec<String> = cols
         .iter()
@@ -339,8 +335,8 @@ pub async fn load_table(
     conn: &mut AnyConnection,
     spec: &'static TableSpec,
 ) -> Result<BTreeMap<Vec<Val>, Vec<Val>>, StoreError> {
-    let cols = columns(spec);
-    let sql = format!("SELECT {} FROM {}", cols.join(","), spec.name);
+    let cols: Vec<&str> = spec.columns().collect();
+    let sql = format!("SELECT {} FROM {}", spec.column_list(), spec.name);
     let rows = sqlx::query(&sql).fetch_all(&mut *conn).await?;
     let mut out = BTreeMap::new();
     for row in rows {

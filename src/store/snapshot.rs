@@ -15,8 +15,10 @@ use tokio::sync::Mutex;
 
 use crate::domain::projection::{Projections, TABLES, TableSpec, Val};
 
-use super::project::{columns, insert_copies, row_vals};
-use super::{Dialect, EVENT_COLUMNS, Store, StoreError, StoredEvent, StreamSeq, TxConn};
+use super::project::{insert_copies, row_vals};
+use super::{
+    Dialect, EVENT_COLUMNS, Store, StoreError, StoredEvent, StreamSeq, TxConn, writer_lock,
+};
 
 /// The prefix of the copies of the projection tables that hold a fold.
 const FOLD_PREFIX: &str = "verify_fold_";
@@ -148,7 +150,7 @@ impl Snapshot {
             let copy = format!("{FOLD_PREFIX}{}", spec.name);
             sqlx::query(&format!(
                 "CREATE TEMPORARY TABLE {copy} AS SELECT {} FROM {} WHERE 1 = 0",
-                columns(spec).join(", "),
+                spec.column_list(),
                 spec.name
             ))
             .execute(&mut *self.tx)
@@ -174,15 +176,10 @@ impl Snapshot {
         self.create_copies().await?;
         // The read transaction ends; the copies live on with the connection.
         sqlx::query("COMMIT").execute(&mut *self.tx).await?;
-        let _writer = match self.dialect {
-            Dialect::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
-        let begin = match self.dialect {
-            Dialect::Sqlite => "BEGIN IMMEDIATE",
-            Dialect::Postgres => "BEGIN",
-        };
-        sqlx::query(begin).execute(&mut *self.tx).await?;
+        let _writer = writer_lock(&self.sqlite_writer, self.dialect).await;
+        sqlx::query(self.dialect.begin_write())
+            .execute(&mut *self.tx)
+            .await?;
         if self.dialect == Dialect::Postgres {
             sqlx::query("LOCK TABLE events IN SHARE MODE")
                 .execute(&mut *self.tx)
@@ -199,7 +196,7 @@ impl Snapshot {
         }
         for spec in TABLES {
             let copy = format!("{FOLD_PREFIX}{}", spec.name);
-            let list = columns(spec).join(", ");
+            let list = spec.column_list();
             sqlx::query(&format!("DELETE FROM {}", spec.name))
                 .execute(&mut *self.tx)
                 .await?;
@@ -244,8 +241,8 @@ impl Snapshot {
         &mut self,
         spec: &'static TableSpec,
     ) -> Result<Option<TableDifference>, StoreError> {
-        let cols = columns(spec);
-        let list = cols.join(", ");
+        let cols: Vec<&str> = spec.columns().collect();
+        let list = spec.column_list();
         let (table, copy) = (spec.name, format!("{FOLD_PREFIX}{}", spec.name));
         let folded_not_stored =
             format!("SELECT {list} FROM {copy} EXCEPT SELECT {list} FROM {table}");
