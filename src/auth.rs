@@ -17,7 +17,6 @@
 use std::fmt;
 
 use sha2::{Digest, Sha256};
-use sqlx::AnyPool;
 use subtle::ConstantTimeEq;
 
 use crate::config::AuthConfig;
@@ -25,6 +24,7 @@ use crate::domain::DomainError;
 use crate::domain::ids::ProviderId;
 use crate::domain::time::MS_PER_DAY;
 use crate::ledger::{Actor, Applied};
+use crate::store::Store;
 use crate::store::tokens;
 
 /// The prefix of every token (lets secret scanners recognise a leaked token).
@@ -318,7 +318,7 @@ pub enum TokenError {
 /// others take none. The name must be free among live tokens (checked and inserted under one
 /// write lock, so two creations cannot both take it).
 pub async fn create_token(
-    pool: &AnyPool,
+    store: &Store,
     new: &NewToken,
     policy: &AuthConfig,
     now_ms: i64,
@@ -343,7 +343,7 @@ pub async fn create_token(
         _ => {}
     }
     if let Some(p) = &new.provider_id
-        && !crate::store::read::provider_exists(pool, p.as_str()).await?
+        && !crate::store::read::provider_exists(store, p.as_str()).await?
     {
         return Err(DomainError::new("unknown_provider", format!("no provider {p}")).into());
     }
@@ -364,7 +364,7 @@ pub async fn create_token(
         name: &new.name,
         created_by: &new.created_by.0,
     };
-    if let Err(holder) = tokens::insert_named(pool, &insert).await? {
+    if let Err(holder) = tokens::insert_named(store, &insert).await? {
         return Err(DomainError::new(
             "token_name_taken",
             format!(
@@ -396,17 +396,17 @@ pub async fn create_token(
 /// `--now` ahead of the clock cannot date it in the future), and [`verify`] refuses a
 /// revoked token whatever that date.
 pub async fn revoke_token(
-    pool: &AnyPool,
+    store: &Store,
     token_id: &str,
     revoked_by: &Actor,
     now_ms: i64,
 ) -> Result<Applied, TokenError> {
     let revoked_at_ms = now_ms.min(real_now_ms());
-    if !tokens::exists(pool, token_id).await? {
+    if !tokens::exists(store, token_id).await? {
         return Err(DomainError::new("unknown_token", format!("no token {token_id}")).into());
     }
     Ok(
-        if tokens::revoke(pool, token_id, revoked_at_ms, &revoked_by.0).await? {
+        if tokens::revoke(store, token_id, revoked_at_ms, &revoked_by.0).await? {
             Applied::Accepted
         } else {
             Applied::Duplicate
@@ -430,8 +430,8 @@ fn token_info(row: tokens::StoredToken) -> Result<TokenInfo, sqlx::Error> {
 }
 
 /// Every token, oldest first (without secrets or hashes).
-pub async fn list_tokens(pool: &AnyPool) -> Result<Vec<TokenInfo>, sqlx::Error> {
-    tokens::list(pool)
+pub async fn list_tokens(store: &Store) -> Result<Vec<TokenInfo>, sqlx::Error> {
+    tokens::list(store)
         .await?
         .into_iter()
         .map(token_info)
@@ -440,9 +440,9 @@ pub async fn list_tokens(pool: &AnyPool) -> Result<Vec<TokenInfo>, sqlx::Error> 
 
 /// Verifies a bearer token at `now_ms`: known id, matching secret (constant time), never
 /// revoked (a revocation counts whatever its date), not expired at `now_ms`.
-pub async fn verify(pool: &AnyPool, token: &str, now_ms: i64) -> Result<Principal, AuthError> {
+pub async fn verify(store: &Store, token: &str, now_ms: i64) -> Result<Principal, AuthError> {
     let (token_id, secret) = split_token(token).ok_or(AuthError::Malformed)?;
-    let row = tokens::with_hash(pool, token_id).await?;
+    let row = tokens::with_hash(store, token_id).await?;
     let presented = secret_hash(secret);
     let Some((row, stored)) = row else {
         // Same work as a known id, so timing tells nothing about which ids exist.

@@ -212,7 +212,7 @@ async fn fx_request(
     eur_per_usd: rust_decimal::Decimal,
 ) -> Result<Option<NewRequest>, LedgerError> {
     let latest = {
-        let mut conn = ledger.store.pool().acquire().await?;
+        let mut conn = ledger.store.acquire().await?;
         crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?
     };
     let Err(why) =
@@ -269,7 +269,7 @@ pub async fn submit_release(
     actor: &Actor,
 ) -> Result<Submitted, LedgerError> {
     if enforced(ledger, config).await? {
-        let payout = crate::ledger::payouts::payout(ledger.store.pool(), payout_id).await?;
+        let payout = crate::ledger::payouts::payout(&ledger.store, payout_id).await?;
         if let Some(p) = payout
             && p.status == crate::domain::payout::PayoutStatus::Held
             && p.amount_micro_usdc >= config.release_approval_micro_usdc

@@ -434,8 +434,8 @@ async fn earnings_per_gpu(
 
 /// Every payout of the ledger (up to 1000), as the report lists them.
 async fn payout_rows(ledger: &Ledger) -> anyhow::Result<Vec<Value>> {
-    let pool = ledger.store.pool();
-    Ok(crate::store::read::payouts(pool, None, PayoutFilter::All, None, 1000)
+    let store = &ledger.store;
+    Ok(crate::store::read::payouts(store, None, PayoutFilter::All, None, 1000)
         .await?
         .into_iter()
         .map(|p| json!({
@@ -477,7 +477,7 @@ async fn bank_file_rows(
 ) -> anyhow::Result<Vec<Value>> {
     let mut rows = Vec::new();
     for b in &generated.batches {
-        let batch = crate::rails::bank::known_batch(ledger.store.pool(), &b.batch.batch_id).await?;
+        let batch = crate::rails::bank::known_batch(&ledger.store, &b.batch.batch_id).await?;
         rows.push(json!({
             "rail": b.batch.rail.as_str(), "batch_id": b.batch.batch_id, "path": b.path.display().to_string(), "sha256": b.batch.sha256,
             "currency": b.batch.currency, "total": format_cents(b.batch.total_cents), "payouts": batch.payout_ids,
@@ -489,7 +489,7 @@ async fn bank_file_rows(
 /// Creates a provider token of `prv_atlas` (valid 7 days) to sign in to the dashboard with.
 async fn dashboard_token(ledger: &Ledger) -> anyhow::Result<String> {
     Ok(crate::auth::create_token(
-        ledger.store.pool(),
+        &ledger.store,
         &crate::auth::NewToken {
             scope: crate::auth::Scope::Provider,
             provider_id: Some(crate::domain::ids::ProviderId::parse("prv_atlas")?),

@@ -398,7 +398,7 @@ async fn main() {
     );
 
     let admin = create_token(
-        store.pool(),
+        &store,
         &NewToken {
             scope: Scope::Admin,
             provider_id: None,
@@ -415,7 +415,7 @@ async fn main() {
     .token;
     let target = pid(0);
     let provider_token = create_token(
-        store.pool(),
+        &store,
         &NewToken {
             scope: Scope::Provider,
             provider_id: Some(ProviderId::parse(&target).unwrap()),

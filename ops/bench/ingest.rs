@@ -486,7 +486,7 @@ fn tally<'a>(statuses: impl Iterator<Item = &'a str>) -> (usize, usize) {
 /// batch once answered.
 async fn book_through_http(args: &Args, w: &Workload, ledger: &Ledger) -> Sent {
     let token = settle::auth::create_token(
-        ledger.store.pool(),
+        &ledger.store,
         &settle::auth::NewToken {
             scope: settle::auth::Scope::Metering,
             provider_id: None,

@@ -117,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let now = chrono::Utc::now().timestamp_millis();
     let token = create_token(
-        store.pool(),
+        &store,
         &NewToken {
             scope: Scope::Metering,
             provider_id: None,
@@ -132,7 +132,7 @@ async fn main() -> anyhow::Result<()> {
     .await?
     .token;
     let admin = create_token(
-        store.pool(),
+        &store,
         &NewToken {
             scope: Scope::Admin,
             provider_id: None,

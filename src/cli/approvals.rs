@@ -64,9 +64,8 @@ pub async fn approvals_cmd(
                     return Ok(EXIT_REJECTED);
                 }
             };
-            for row in
-                crate::store::read::approvals(ledger.store.pool(), filter, config.control.list_max)
-                    .await?
+            for row in crate::store::read::approvals(&ledger.store, filter, config.control.list_max)
+                .await?
             {
                 shown.push((row, String::new()));
             }

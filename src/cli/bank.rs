@@ -135,11 +135,11 @@ pub async fn bank_cmd(
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let config = load_config(config_path, args.outbox.as_deref())?;
-    let pool = ledger.store.pool();
+    let store = &ledger.store;
     match &args.cmd {
         BankCmd::Generate => generate(ledger, &config, format, out).await,
         BankCmd::List => {
-            let all = bank::batches(pool).await?;
+            let all = bank::batches(store).await?;
             let refs: Vec<&BankBatch> = all.iter().collect();
             write!(out, "{}", batch_rows(&refs).render(format))?;
             Ok(0)
@@ -233,12 +233,12 @@ async fn show(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let pool = ledger.store.pool();
-    let Some(b) = bank::batch(pool, batch_id).await? else {
+    let store = &ledger.store;
+    let Some(b) = bank::batch(store, batch_id).await? else {
         eprintln!("rejected: unknown_bank_batch: no bank batch {batch_id}");
         return Ok(EXIT_REJECTED);
     };
-    let payouts = match bank::batch_payouts(pool, &b).await {
+    let payouts = match bank::batch_payouts(store, &b).await {
         Ok(p) => p,
         Err(e) => return rejected(e),
     };

@@ -17,6 +17,7 @@ use crate::domain::time::format_ms;
 use crate::ledger::Ledger;
 use crate::report::output::{Format, Rows};
 use crate::report::{earnings_rows, parse_range, payout_rows};
+use crate::store::Store;
 use crate::store::read::{self, EarningsBy, PayoutFilter, PayoutRow};
 
 /// `settle earnings`
@@ -81,9 +82,9 @@ pub async fn earnings(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let pool = ledger.store.pool();
+    let store = &ledger.store;
     let provider = ProviderId::parse(&args.provider)?;
-    if !read::provider_exists(pool, provider.as_str()).await? {
+    if !read::provider_exists(store, provider.as_str()).await? {
         bail!("no provider {provider}");
     }
     let by = EarningsBy::parse(&args.group_by)?;
@@ -117,11 +118,11 @@ pub async fn payouts(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let pool = ledger.store.pool();
+    let store = &ledger.store;
     let filter = PayoutFilter::parse(&args.status)?;
     if let Some(p) = &args.provider {
         let p = ProviderId::parse(p)?;
-        if !read::provider_exists(pool, p.as_str()).await? {
+        if !read::provider_exists(store, p.as_str()).await? {
             bail!("no provider {p}");
         }
     }
@@ -129,7 +130,7 @@ pub async fn payouts(
     loop {
         let after = all.last().map(|p| (p.created_at_ms, p.payout_id.clone()));
         let page = read::payouts(
-            pool,
+            store,
             args.provider.as_deref(),
             filter,
             after.as_ref().map(|(ms, id)| (*ms, id.as_str())),
@@ -183,7 +184,7 @@ pub async fn token(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let pool = ledger.store.pool();
+    let store = &ledger.store;
     let now_ms = ledger.now_ms();
     match command {
         TokenCmd::Create {
@@ -202,12 +203,12 @@ pub async fn token(
                 expires_in_days: *expires_in_days,
                 created_by: super::cli_actor(),
             };
-            let created = auth::create_token(pool, &new, &policy, now_ms).await?;
+            let created = auth::create_token(store, &new, &policy, now_ms).await?;
             print_created(&created, format, out)?;
             Ok(0)
         }
         TokenCmd::Revoke { token_id } => {
-            let applied = auth::revoke_token(pool, token_id, &super::cli_actor(), now_ms).await?;
+            let applied = auth::revoke_token(store, token_id, &super::cli_actor(), now_ms).await?;
             match format {
                 Format::Json => writeln!(
                     out,
@@ -218,7 +219,7 @@ pub async fn token(
             }
             Ok(0)
         }
-        TokenCmd::List => list_tokens(pool, now_ms, format, out).await,
+        TokenCmd::List => list_tokens(store, now_ms, format, out).await,
     }
 }
 
@@ -266,12 +267,12 @@ fn print_created(
 
 /// `settle token list`: every token with its status at `now_ms`, never its secret.
 async fn list_tokens(
-    pool: &sqlx::AnyPool,
+    store: &Store,
     now_ms: i64,
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let tokens = auth::list_tokens(pool).await?;
+    let tokens = auth::list_tokens(store).await?;
     let mut rows = Rows::new(vec![
         "token_id",
         "name",

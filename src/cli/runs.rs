@@ -103,7 +103,7 @@ pub async fn run_cmd(
             LedgerError::Rejected(crate::domain::DomainError::new(e.code(), e.to_string()))
         }),
         RunCmd::List { limit } => {
-            let list = runs::completed_runs(ledger.store.pool(), *limit).await?;
+            let list = runs::completed_runs(&ledger.store, *limit).await?;
             let mut rows = Rows::new(vec![
                 "run_kind",
                 "run_key",
@@ -138,7 +138,7 @@ pub async fn run_cmd(
         Err(e) => return rejected(e),
     };
     let report = match cmd {
-        RunCmd::Show { .. } => match runs::run_report(ledger.store.pool(), &calendar, key).await {
+        RunCmd::Show { .. } => match runs::run_report(&ledger.store, &calendar, key).await {
             Ok(Some(r)) => r,
             Ok(None) => {
                 eprintln!("rejected: unknown_run: no {key} run on the ledger");
@@ -284,7 +284,7 @@ pub async fn payout_cmd(
         Ok(status) => status,
         Err(e) => return rejected(e),
     };
-    let Some(p) = crate::ledger::payouts::payout(ledger.store.pool(), payout_id).await? else {
+    let Some(p) = crate::ledger::payouts::payout(&ledger.store, payout_id).await? else {
         eprintln!("rejected: unknown_payout: no payout {payout_id}");
         return Ok(EXIT_REJECTED);
     };

@@ -46,7 +46,7 @@ pub async fn shutdown_signal() {
 
 async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
     let mut text = crate::metrics::global().render();
-    match crate::store::read::ledger_figures(ledger.store.pool()).await {
+    match crate::store::read::ledger_figures(&ledger.store).await {
         Ok(figures) => text.push_str(&crate::metrics::ledger_gauges(&figures, ledger.now_ms())),
         Err(e) => tracing::warn!(error = %e, "metrics: cannot read the projections"),
     }

@@ -276,8 +276,7 @@ pub async fn list_approvals(
         }
     };
     let rows =
-        crate::store::read::approvals(state.ledger.store.pool(), filter, state.control.list_max)
-            .await?;
+        crate::store::read::approvals(&state.ledger.store, filter, state.control.list_max).await?;
     Ok(Json(ApprovalList {
         approvals: rows.into_iter().map(ApprovalView::of).collect(),
     }))
@@ -555,7 +554,7 @@ pub async fn run_report(
     let run = settle_calendar::RunKey::parse(&kind, &key)
         .map_err(|e| domain(crate::domain::DomainError::new(e.code(), e.to_string())))?;
     let Some(r) =
-        crate::ledger::runs::run_report(state.ledger.store.pool(), &state.calendar, run).await?
+        crate::ledger::runs::run_report(&state.ledger.store, &state.calendar, run).await?
     else {
         return Err(Problem::new(
             axum::http::StatusCode::NOT_FOUND,

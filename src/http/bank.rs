@@ -150,7 +150,7 @@ pub async fn list_batches(
 ) -> Result<Json<BatchPage>, Problem> {
     auth.require(&[Scope::Admin])?;
     let page = Page::parse(&state, q.limit, q.cursor.as_deref(), "bank_batches")?;
-    let all: Vec<(String, BankBatch)> = bank::batches(state.ledger.store.pool())
+    let all: Vec<(String, BankBatch)> = bank::batches(&state.ledger.store)
         .await?
         .into_iter()
         .map(|b| (format!("{:020}|{}", b.generated_at_ms, b.batch_id), b))
@@ -212,7 +212,7 @@ pub async fn generate(
     // The answer lists each batch's payouts: read back one batch at a time.
     let mut batches = Vec::with_capacity(report.batches.len());
     for o in report.batches {
-        let batch = bank::known_batch(state.ledger.store.pool(), &o.batch.batch_id).await?;
+        let batch = bank::known_batch(&state.ledger.store, &o.batch.batch_id).await?;
         batches.push(GeneratedView {
             batch: view(&batch),
             new: o.new,
@@ -273,11 +273,11 @@ pub async fn show_batch(
     Path(id): Path<String>,
 ) -> Result<Json<BatchDetail>, Problem> {
     auth.require(&[Scope::Admin])?;
-    let pool = state.ledger.store.pool();
-    let Some(b) = bank::batch(pool, &id).await? else {
+    let store = &state.ledger.store;
+    let Some(b) = bank::batch(store, &id).await? else {
         return Err(unknown(&id));
     };
-    let payouts = bank::batch_payouts(pool, &b).await?;
+    let payouts = bank::batch_payouts(store, &b).await?;
     Ok(Json(BatchDetail {
         batch: view(&b),
         payouts: payouts

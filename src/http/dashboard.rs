@@ -603,7 +603,7 @@ pub async fn payouts(
         .map(parse_payout_position)
         .transpose()?;
     let mut rows = read::payouts(
-        state.ledger.store.pool(),
+        &state.ledger.store,
         Some(&id),
         filter,
         after,
@@ -651,7 +651,7 @@ pub async fn payouts_csv(
         .map_err(|e| Problem::bad_request(e.code, e.message))?;
     auth.read_provider(&state, &id).await?;
     let rows = read::payouts(
-        state.ledger.store.pool(),
+        &state.ledger.store,
         Some(&id),
         filter,
         None,

@@ -153,7 +153,7 @@ async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Auth, Probl
     {
         let token = request_token(parts)?;
         let now_ms = state.ledger.now_ms();
-        match auth::verify(state.ledger.store.pool(), &token, now_ms).await {
+        match auth::verify(&state.ledger.store, &token, now_ms).await {
             Ok(principal) => {
                 tracing::Span::current().record("token_id", principal.token_id.as_str());
                 Ok(Auth(principal))
@@ -198,7 +198,7 @@ impl Auth {
         if !self.0.may_read_provider(provider_id) {
             return Err(not_found());
         }
-        if !crate::store::read::provider_exists(state.ledger.store.pool(), provider_id).await? {
+        if !crate::store::read::provider_exists(&state.ledger.store, provider_id).await? {
             return Err(not_found());
         }
         Ok(())

@@ -34,8 +34,7 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         check_text(reason, "reason", self.config.text_len_max)?;
         let mut originals =
-            crate::store::keys::payloads_by_key(self.store.pool(), &format!("usage:{event_id}"))
-                .await?;
+            crate::store::keys::payloads_by_key(&self.store, &format!("usage:{event_id}")).await?;
         if let Some(p) = provider_id {
             let stream = provider_stream(p.as_str());
             originals.retain(|(s, _)| *s == stream);

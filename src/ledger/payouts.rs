@@ -9,8 +9,6 @@
 
 use std::collections::HashSet;
 
-use sqlx::AnyPool;
-
 use super::corrections::check_text;
 use super::{
     Actor, Applied, Idem, Ledger, LedgerError, book_decided, duplicate_or_conflict, reject,
@@ -24,29 +22,29 @@ pub const REFERENCE_LEN_MAX: usize = 128;
 pub const END_TO_END_ID_LEN_MAX: usize = 35;
 
 pub use crate::domain::payout::PayoutRecord;
-use crate::store::WriteTx;
 use crate::store::payouts::load_many;
+use crate::store::{Store, WriteTx};
 
 /// Reads one payout.
-pub async fn payout(pool: &AnyPool, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
-    Ok(crate::store::payouts::payout(pool, payout_id).await?)
+pub async fn payout(store: &Store, payout_id: &str) -> Result<Option<PayoutRecord>, LedgerError> {
+    Ok(crate::store::payouts::payout(store, payout_id).await?)
 }
 
 /// The payouts of `payout_ids` that exist, by id, in one statement.
 pub async fn payouts(
-    pool: &AnyPool,
+    store: &Store,
     payout_ids: &[&str],
 ) -> Result<std::collections::HashMap<String, PayoutRecord>, LedgerError> {
-    let mut conn = pool.acquire().await?;
+    let mut conn = store.acquire().await?;
     Ok(load_many(&mut conn, payout_ids).await?)
 }
 
 /// The payouts of a provider, oldest first.
 pub async fn provider_payouts(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: &str,
 ) -> Result<Vec<PayoutRecord>, LedgerError> {
-    Ok(crate::store::payouts::provider_payouts(pool, provider_id).await?)
+    Ok(crate::store::payouts::provider_payouts(store, provider_id).await?)
 }
 
 fn unknown(payout_id: &str) -> Result<Applied, LedgerError> {
@@ -146,7 +144,7 @@ impl Ledger {
             );
         }
         // A payout's provider never changes: its stream can be named before the locks.
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = self.store.acquire().await?;
         let mut streams: Vec<String> = load_many(&mut conn, &ids)
             .await?
             .values()
@@ -189,7 +187,7 @@ impl Ledger {
     ) -> Result<Applied, LedgerError> {
         let now = self.now_ms();
         let stale_ms = config.fx_stale_hours * super::runs::MS_PER_HOUR;
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = self.store.acquire().await?;
         let fresh_fx = super::runs::latest_fx_rate(&mut conn, now)
             .await?
             .filter(|(at, _)| now - at <= stale_ms)

@@ -227,7 +227,7 @@ impl Ledger {
             tx.append(NewEvent::keyed(body.clone(), &actor.0, now, &key, &hash));
             Ok(())
         })?;
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = self.store.acquire().await?;
         match rows::attempt_by_id(&mut conn, &attempt_id).await? {
             Some(row) => Ok(row),
             None => reject("unknown_attempt", format!("no attempt {attempt_id}")),

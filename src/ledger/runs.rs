@@ -23,7 +23,6 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use settle_calendar::{Calendar, CalendarError, RunKey};
 use sha2::{Digest, Sha256};
-use sqlx::{AnyConnection, AnyPool};
 
 use super::registry::ProviderRecord;
 use super::{Actor, Ledger, LedgerError, content_hash, find_idem, reject};
@@ -154,7 +153,7 @@ fn is_candidate(run: &RunKey, provider: &ProviderRecord) -> bool {
 
 /// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd)`.
 pub async fn latest_fx_rate(
-    conn: &mut AnyConnection,
+    conn: &mut crate::store::Conn,
     now_ms: i64,
 ) -> Result<Option<(i64, Decimal)>, LedgerError> {
     let Some((recorded_at_ms, text)) = rows::latest_fx_rate(conn, now_ms).await? else {
@@ -182,7 +181,7 @@ pub async fn catch_up_start_ms(
     store: &Store,
     calendar: &Calendar,
 ) -> Result<Option<i64>, LedgerError> {
-    let mut conn = store.pool().acquire().await?;
+    let mut conn = store.acquire().await?;
     let mut latest: Option<NaiveDate> = None;
     for kind in ["weekly", "monthly"] {
         if let Some(key) = rows::latest_run_key(&mut conn, kind).await? {
@@ -198,18 +197,21 @@ pub async fn catch_up_start_ms(
     Ok(first.map(|ms| ms - ms.rem_euclid(crate::domain::time::MS_PER_DAY)))
 }
 
-async fn run_completed(conn: &mut AnyConnection, run: &RunKey) -> Result<Option<i64>, LedgerError> {
+async fn run_completed(
+    conn: &mut crate::store::Conn,
+    run: &RunKey,
+) -> Result<Option<i64>, LedgerError> {
     Ok(rows::completed_at(conn, run.kind(), &run.key_string()).await?)
 }
 
 /// Reads a run from the projections (`run_decisions`, `payout_runs`); `None` when no
 /// candidate of it was decided yet.
 pub async fn run_report(
-    pool: &AnyPool,
+    store: &Store,
     calendar: &Calendar,
     run: RunKey,
 ) -> Result<Option<RunReport>, LedgerError> {
-    let mut conn = pool.acquire().await?;
+    let mut conn = store.acquire().await?;
     let cutoff_ms = cutoff_ms(&run)?;
     let run_date = run.run_date(calendar).map_err(calendar_error)?;
     let mut candidates = rows::decisions(&mut conn, run.kind(), &run.key_string()).await?;
@@ -247,8 +249,8 @@ pub async fn run_report(
 }
 
 /// Every completed run, newest first (at most `limit`).
-pub async fn completed_runs(pool: &AnyPool, limit: i64) -> Result<Vec<RunSummary>, LedgerError> {
-    Ok(rows::completed_runs(pool, limit).await?)
+pub async fn completed_runs(store: &Store, limit: i64) -> Result<Vec<RunSummary>, LedgerError> {
+    Ok(rows::completed_runs(store, limit).await?)
 }
 
 /// The facts `decide` needs about a provider, from its registry row and its figures:
@@ -269,7 +271,7 @@ fn facts_of(provider: &ProviderRecord, figures: CandidateFigures) -> Candidate {
 
 /// The facts `decide` needs about one provider, read on `conn`.
 async fn candidate_facts(
-    conn: &mut AnyConnection,
+    conn: &mut crate::store::Conn,
     provider: &ProviderRecord,
     cutoff_ms: i64,
 ) -> Result<Candidate, LedgerError> {
@@ -317,7 +319,7 @@ pub async fn projected_next_payout(
     store
         .catch_up(&[&crate::domain::event::provider_stream(provider_id)])
         .await?;
-    let mut conn = store.pool().acquire().await?;
+    let mut conn = store.acquire().await?;
     let Some(provider) = crate::store::providers::load_provider(&mut conn, provider_id).await?
     else {
         return Ok(None);
@@ -396,7 +398,7 @@ impl Ledger {
             );
         }
         {
-            let mut conn = self.store.pool().acquire().await?;
+            let mut conn = self.store.acquire().await?;
             if run_completed(&mut conn, &run).await?.is_some() {
                 drop(conn);
                 return self.report_of(calendar, run).await;
@@ -465,7 +467,7 @@ impl Ledger {
     }
 
     async fn report_of(&self, calendar: &Calendar, run: RunKey) -> Result<RunReport, LedgerError> {
-        match run_report(self.store.pool(), calendar, run).await? {
+        match run_report(&self.store, calendar, run).await? {
             Some(r) => Ok(r),
             None => reject("unknown_run", format!("no {run} run on the ledger")),
         }
@@ -474,12 +476,12 @@ impl Ledger {
     /// The run's candidates, in provider id order (byte order, the same on every database).
     async fn candidate_ids(&self, run: &RunKey) -> Result<Vec<String>, LedgerError> {
         let weekly = matches!(run, RunKey::Weekly { .. });
-        Ok(rows::candidate_ids(self.store.pool(), weekly).await?)
+        Ok(rows::candidate_ids(&self.store, weekly).await?)
     }
 
     /// The providers already decided in the run.
     async fn decided_ids(&self, run: &RunKey) -> Result<HashSet<String>, LedgerError> {
-        Ok(rows::decided_ids(self.store.pool(), run.kind(), &run.key_string()).await?)
+        Ok(rows::decided_ids(&self.store, run.kind(), &run.key_string()).await?)
     }
 
     /// Decides the candidates `chunk` (provider ids) in one transaction over their

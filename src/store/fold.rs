@@ -20,10 +20,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use sqlx::AnyConnection;
-
 use super::{
-    Dialect, STREAMS_SKIP_SCAN, Store, StoreError, StreamSeq, classify, json_rows_param, project,
+    Conn, Dialect, STREAMS_SKIP_SCAN, Store, StoreError, StreamSeq, classify, json_rows_param,
+    project,
 };
 use crate::domain::event::EventBody;
 use crate::domain::projection::ops;
@@ -51,7 +50,7 @@ pub struct Folded {
 /// streams makes one of the two fail with [`StoreError::Conflict`] (the checkpoint moved):
 /// the caller retries. On SQLite the caller holds the writer, so folds never meet.
 pub(crate) async fn fold_streams(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     dialect: Dialect,
     streams: &[&str],
     events_max: i64,
@@ -146,7 +145,7 @@ struct FoldedEvent {
 /// The checkpoints of `streams` that have one; with `lock`, their rows locked in name
 /// order until the transaction ends (PostgreSQL).
 async fn read_checkpoints(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     dialect: Dialect,
     streams: &[&str],
     lock: bool,
@@ -175,7 +174,7 @@ async fn read_checkpoints(
 /// projector has folded already). A head may count events the caller appended and has not
 /// committed: that stream is folded as far as the ledger goes, as [`fold_streams`] would.
 pub(crate) async fn fold_behind(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     dialect: Dialect,
     heads: &[(&str, i64)],
 ) -> Result<Folded, StoreError> {
@@ -197,7 +196,7 @@ pub(crate) async fn fold_behind(
 /// for a stream never folded) to the last event folded (`folded_to`), or fails with
 /// [`StoreError::Conflict`] when a concurrent fold moved or created one first.
 async fn move_checkpoints(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     from: &str,
     checkpoints: &BTreeMap<String, i64>,
     folded_to: &BTreeMap<String, i64>,
@@ -428,7 +427,7 @@ impl Store {
 /// Takes the PostgreSQL write locks of `streams`, in the order given (every writer passes
 /// them in name order, so writers of overlapping sets cannot deadlock).
 pub(crate) async fn lock_streams(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     dialect: Dialect,
     streams: &[&str],
 ) -> Result<(), StoreError> {

@@ -3,14 +3,12 @@
 
 use std::collections::HashMap;
 
-use sqlx::{AnyConnection, AnyPool};
-
-use super::{StoreError, WriteTx, json_rows_param};
+use super::{Conn, Store, StoreError, WriteTx, json_rows_param};
 
 /// The content hash stored with `key` (`Some(None)`: booked without one), on `stream` or,
 /// without it, on any stream; `None` when the key is unused.
 pub async fn stored_hash(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     key: &str,
     stream: Option<&str>,
 ) -> Result<Option<Option<Vec<u8>>>, StoreError> {
@@ -36,9 +34,10 @@ pub async fn stored_hash(
 
 /// The `(stream, payload)` of every event booked under `key`, on whichever stream.
 pub async fn payloads_by_key(
-    pool: &AnyPool,
+    store: &Store,
     key: &str,
 ) -> Result<Vec<(String, String)>, StoreError> {
+    let pool = store.pool();
     let rows: Vec<StreamPayload> =
         sqlx::query_as("SELECT stream, payload FROM events WHERE idem_key = $1")
             .bind(key)

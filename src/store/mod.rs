@@ -214,6 +214,15 @@ fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
+/// A connection of the store, as the use cases above it hold one: they pass it to the store's
+/// functions and never run SQL on it themselves (`architecture::only_the_store_names_the_database_driver`).
+/// The driver behind it is the store's choice alone.
+pub type Conn = AnyConnection;
+
+/// A connection taken from the store's pool ([`Store::acquire`]); it dereferences to [`Conn`]
+/// and goes back to the pool when dropped.
+pub type PooledConn = PoolConnection<Any>;
+
 /// Connection settings with named limits: the `[store]` section of the configuration.
 pub use crate::config::StoreConfig as StoreOptions;
 
@@ -408,8 +417,17 @@ impl Store {
         Ok(())
     }
 
+    /// The pool, for the store's own modules, and for tests and benchmarks that inspect or
+    /// tamper with the tables directly. The program above the store never calls it: it uses
+    /// the store's functions, with [`Store::acquire`] when several reads share a connection.
+    #[doc(hidden)]
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// A connection of the pool, for several of the store's reads on one connection.
+    pub async fn acquire(&self) -> Result<PooledConn, sqlx::Error> {
+        self.pool.acquire().await
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -823,7 +841,7 @@ impl WriteTx {
     }
 
     /// The connection, for the reads a command needs inside its transaction.
-    pub fn conn(&mut self) -> &mut AnyConnection {
+    pub fn conn(&mut self) -> &mut Conn {
         &mut self.tx
     }
 

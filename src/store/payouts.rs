@@ -1,10 +1,8 @@
 //! The `payouts` projection as typed rows.
 
-use sqlx::{AnyConnection, AnyPool};
-
 use std::collections::HashMap;
 
-use super::{Dialect, StoreError, json_rows_param};
+use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::event::Rail;
 use crate::domain::payout::PayoutStatus;
 
@@ -76,10 +74,7 @@ pub(super) fn records(rows: Vec<PayoutRow>) -> Result<Vec<PayoutRecord>, StoreEr
     rows.into_iter().map(PayoutRecord::try_from).collect()
 }
 
-pub async fn load(
-    conn: &mut AnyConnection,
-    payout_id: &str,
-) -> Result<Option<PayoutRecord>, StoreError> {
+pub async fn load(conn: &mut Conn, payout_id: &str) -> Result<Option<PayoutRecord>, StoreError> {
     let row: Option<PayoutRow> = sqlx::query_as(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1"
     ))
@@ -91,7 +86,7 @@ pub async fn load(
 
 /// The payouts of `payout_ids` that exist, by id: one statement for all of them.
 pub async fn load_many(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     payout_ids: &[&str],
 ) -> Result<HashMap<String, PayoutRecord>, StoreError> {
     let mut out = HashMap::with_capacity(payout_ids.len());
@@ -115,16 +110,18 @@ pub async fn load_many(
 }
 
 /// Reads one payout.
-pub async fn payout(pool: &AnyPool, payout_id: &str) -> Result<Option<PayoutRecord>, StoreError> {
+pub async fn payout(store: &Store, payout_id: &str) -> Result<Option<PayoutRecord>, StoreError> {
+    let pool = store.pool();
     let mut conn = pool.acquire().await?;
     load(&mut conn, payout_id).await
 }
 
 /// The payouts of a provider, oldest first.
 pub async fn provider_payouts(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: &str,
 ) -> Result<Vec<PayoutRecord>, StoreError> {
+    let pool = store.pool();
     let rows: Vec<PayoutRow> = sqlx::query_as(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE provider_id = $1 ORDER BY created_at_ms, payout_id"
     ))

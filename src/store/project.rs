@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{AnyConnection, Row};
+use sqlx::Row;
 
 use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, table};
 
-use super::{Dialect, StoreError};
+use super::{Conn, Dialect, StoreError};
 
 /// Rows per statement: each statement carries its rows as one JSON parameter.
 const ROWS_PER_STATEMENT_MAX: usize = 10_000;
@@ -26,7 +26,7 @@ fn json_cell(i: usize, spec: &TableSpec, column: &str) -> String {
 /// parameter (see [`Dialect::json_rows`]), so the statement text depends only on the table
 /// and the conflict rule and is prepared once per connection.
 async fn insert_rows(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     spec: &TableSpec,
     rows: &[(&Vec<Val>, &Vec<Val>)],
     conflict: Conflict<'_>,
@@ -37,7 +37,7 @@ async fn insert_rows(
 /// [`insert_rows`] into the table `into`, which has `spec`'s columns (the table itself, or
 /// the copy `verify` fills with its fold).
 async fn insert_rows_into(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     into: &str,
     spec: &TableSpec,
     rows: &[(&Vec<Val>, &Vec<Val>)],
@@ -133,7 +133,7 @@ impl<'a> PendingPuts<'a> {
     }
 
     /// Writes the pending puts of table `t` (before a patch or removal reads its rows).
-    async fn flush(&mut self, conn: &mut AnyConnection, t: &str) -> Result<(), sqlx::Error> {
+    async fn flush(&mut self, conn: &mut Conn, t: &str) -> Result<(), sqlx::Error> {
         if let Some(pending) = self.tables.remove(t) {
             insert_rows(conn, table(t), &pending.rows, Conflict::Replace).await?;
         }
@@ -141,7 +141,7 @@ impl<'a> PendingPuts<'a> {
     }
 
     /// Writes every pending put, one multi-row statement per table.
-    async fn flush_all(&mut self, conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
+    async fn flush_all(&mut self, conn: &mut Conn) -> Result<(), sqlx::Error> {
         for (t, pending) in std::mem::take(&mut self.tables) {
             insert_rows(conn, table(t), &pending.rows, Conflict::Replace).await?;
         }
@@ -158,7 +158,7 @@ impl<'a> PendingPuts<'a> {
 /// commute. A command that appends many events (a payout run's chunk:
 /// `payout_run.decided` and `payout.created` alternate) writes two statements, not one per
 /// event.
-pub async fn apply_ops(conn: &mut AnyConnection, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
+pub async fn apply_ops(conn: &mut Conn, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
     let mut adds: BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>> = BTreeMap::new();
     let mut puts = PendingPuts::default();
     let mut patches = PendingPatches::default();
@@ -251,11 +251,7 @@ impl<'a> PendingPatches<'a> {
     }
 
     /// Writes the pending patches of table `t` (`None`: of any table).
-    async fn flush(
-        &mut self,
-        conn: &mut AnyConnection,
-        t: Option<&str>,
-    ) -> Result<(), sqlx::Error> {
+    async fn flush(&mut self, conn: &mut Conn, t: Option<&str>) -> Result<(), sqlx::Error> {
         if self.rows.is_empty() || t.is_some_and(|t| t != self.table) {
             return Ok(());
         }
@@ -270,7 +266,7 @@ impl<'a> PendingPatches<'a> {
 /// One `UPDATE` of the value columns `columns` of the rows `rows` (each its key and the
 /// values it sets, in `columns` order) of table `t`, the rows as one JSON parameter.
 async fn patch_rows(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     t: &str,
     columns: &[usize],
     rows: &[PatchRow<'_>],
@@ -313,7 +309,7 @@ async fn patch_rows(
 
 /// Writes the summed adds, one multi-row upsert per table.
 async fn add_rows(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     adds: &BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>>,
 ) -> Result<(), sqlx::Error> {
     for (name, rows) in adds {
@@ -332,7 +328,7 @@ async fn add_rows(
 
 /// Loads a whole projection table, keyed like [`Projections`].
 pub async fn load_table(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     spec: &'static TableSpec,
 ) -> Result<BTreeMap<Vec<Val>, Vec<Val>>, StoreError> {
     let cols: Vec<&str> = spec.columns().collect();
@@ -369,7 +365,7 @@ pub(super) fn row_vals(
 /// Writes every row of `projections` into copies of the projection tables named
 /// `{prefix}{table}` (see [`super::snapshot`]).
 pub(super) async fn insert_copies(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     prefix: &str,
     projections: &Projections,
 ) -> Result<(), sqlx::Error> {

@@ -2,9 +2,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::AnyConnection;
-
-use super::{Dialect, StoreError, json_rows_param};
+use super::{Conn, Dialect, StoreError, json_rows_param};
 use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -57,7 +55,7 @@ impl TryFrom<ProviderRow> for ProviderRecord {
 /// The registered providers among `provider_ids`, by id: one statement for a whole batch
 /// (a payout run decides its candidates many per transaction).
 pub async fn load_providers(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     provider_ids: &[&str],
 ) -> Result<HashMap<String, ProviderRecord>, StoreError> {
     let mut out = HashMap::with_capacity(provider_ids.len());
@@ -87,7 +85,7 @@ pub async fn load_providers(
 
 /// One provider (inside a write transaction, or on any connection).
 pub async fn load_provider(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     provider_id: &str,
 ) -> Result<Option<ProviderRecord>, StoreError> {
     let row: Option<ProviderRow> = sqlx::query_as(&format!(
@@ -101,7 +99,7 @@ pub async fn load_provider(
 
 /// The rate text a provider's price book has for `model` from exactly `effective_from_ms`.
 pub async fn rate_from(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     provider_id: &str,
     model: &str,
     effective_from_ms: i64,
@@ -118,7 +116,7 @@ pub async fn rate_from(
 
 /// The fee (bps) a tier's schedule has from exactly `effective_from_ms`.
 pub async fn fee_from(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     tier: Tier,
     effective_from_ms: i64,
 ) -> Result<Option<i64>, StoreError> {

@@ -4,9 +4,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{AnyConnection, AnyPool};
-
-use super::{Dialect, StoreError, json_rows_param};
+use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::batch::BatchStatus;
 use crate::domain::event::{PayoutMethod, Rail};
 use crate::domain::payout::PayoutStatus;
@@ -84,7 +82,7 @@ fn batches_oldest_first(rows: Vec<BatchRow>) -> Result<Vec<BankBatch>, StoreErro
 }
 
 /// Every bank batch, oldest first.
-pub async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, StoreError> {
+pub async fn load_batches(conn: &mut Conn) -> Result<Vec<BankBatch>, StoreError> {
     let rows: Vec<BatchRow> = sqlx::query_as(&format!("SELECT {BATCH_COLUMNS} FROM bank_batches"))
         .fetch_all(&mut *conn)
         .await?;
@@ -92,10 +90,7 @@ pub async fn load_batches(conn: &mut AnyConnection) -> Result<Vec<BankBatch>, St
 }
 
 /// One bank batch.
-pub async fn load_batch(
-    conn: &mut AnyConnection,
-    batch_id: &str,
-) -> Result<Option<BankBatch>, StoreError> {
+pub async fn load_batch(conn: &mut Conn, batch_id: &str) -> Result<Option<BankBatch>, StoreError> {
     let row: Option<BatchRow> = sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id = $1"
     ))
@@ -106,13 +101,15 @@ pub async fn load_batch(
 }
 
 /// Every bank batch, oldest first.
-pub async fn batches(pool: &AnyPool) -> Result<Vec<BankBatch>, StoreError> {
+pub async fn batches(store: &Store) -> Result<Vec<BankBatch>, StoreError> {
+    let pool = store.pool();
     let mut conn = pool.acquire().await?;
     load_batches(&mut conn).await
 }
 
 /// One bank batch.
-pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, StoreError> {
+pub async fn batch(store: &Store, batch_id: &str) -> Result<Option<BankBatch>, StoreError> {
+    let pool = store.pool();
     let mut conn = pool.acquire().await?;
     load_batch(&mut conn, batch_id).await
 }
@@ -120,7 +117,8 @@ pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, 
 /// The bank batches that may not have been handed off yet: one of their payouts is still
 /// `created` (found through `bank_batch_payouts` and the index of payouts by status), oldest
 /// first.
-pub async fn unfinished_batches(pool: &AnyPool) -> Result<Vec<BankBatch>, StoreError> {
+pub async fn unfinished_batches(store: &Store) -> Result<Vec<BankBatch>, StoreError> {
+    let pool = store.pool();
     let rows: Vec<BatchRow> = sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id IN (\
          SELECT bp.batch_id FROM payouts AS p JOIN bank_batch_payouts AS bp ON bp.payout_id = p.payout_id \
@@ -137,11 +135,12 @@ pub async fn unfinished_batches(pool: &AnyPool) -> Result<Vec<BankBatch>, StoreE
 /// from a collation). A keyset read through `payouts_by_status_and_id`, so a generation
 /// holds one page and one batch in memory, whatever the number of payouts.
 pub async fn unbatched_created(
-    pool: &AnyPool,
+    store: &Store,
     rail: Rail,
     after: &str,
     limit: usize,
 ) -> Result<Vec<super::payouts::PayoutRecord>, StoreError> {
+    let pool = store.pool();
     let mut conn = pool.acquire().await?;
     let bytes = match Dialect::of(&conn) {
         Dialect::Postgres => " COLLATE \"C\"",
@@ -164,10 +163,7 @@ pub async fn unbatched_created(
 }
 
 /// Whether any of `payout_ids` is in a bank batch already.
-pub async fn any_batched(
-    conn: &mut AnyConnection,
-    payout_ids: &[&str],
-) -> Result<bool, StoreError> {
+pub async fn any_batched(conn: &mut Conn, payout_ids: &[&str]) -> Result<bool, StoreError> {
     if payout_ids.is_empty() {
         return Ok(false);
     }
@@ -184,7 +180,7 @@ pub async fn any_batched(
 }
 
 /// How many ACH batches were generated on UTC day `day` (days since the epoch).
-pub async fn ach_batches_on_day(conn: &mut AnyConnection, day: i64) -> Result<usize, StoreError> {
+pub async fn ach_batches_on_day(conn: &mut Conn, day: i64) -> Result<usize, StoreError> {
     let start = day * crate::domain::time::MS_PER_DAY;
     let count: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM bank_batches WHERE rail = 'ach' AND generated_at_ms >= $1 AND generated_at_ms < $2",
@@ -198,9 +194,10 @@ pub async fn ach_batches_on_day(conn: &mut AnyConnection, day: i64) -> Result<us
 
 /// The payout method a provider has now (`None`: no provider, or none set).
 pub async fn provider_method(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: &str,
 ) -> Result<Option<PayoutMethod>, StoreError> {
+    let pool = store.pool();
     let text: Option<Option<String>> =
         sqlx::query_scalar("SELECT payout_method FROM providers WHERE provider_id = $1")
             .bind(provider_id)
@@ -336,7 +333,8 @@ impl Attempts {
 }
 
 /// The attempts of a kind, oldest first.
-pub async fn attempts(pool: &AnyPool, which: Attempts) -> Result<Vec<AttemptRow>, StoreError> {
+pub async fn attempts(store: &Store, which: Attempts) -> Result<Vec<AttemptRow>, StoreError> {
+    let pool = store.pool();
     let rows: Vec<StoredAttempt> = sqlx::query_as(&format!(
         "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE {} ORDER BY signed_at_ms, attempt_id",
         which.condition()
@@ -348,7 +346,7 @@ pub async fn attempts(pool: &AnyPool, which: Attempts) -> Result<Vec<AttemptRow>
 
 /// One attempt by id.
 pub async fn attempt_by_id(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     attempt_id: &str,
 ) -> Result<Option<AttemptRow>, StoreError> {
     let row: Option<StoredAttempt> = sqlx::query_as(&format!(
@@ -362,9 +360,7 @@ pub async fn attempt_by_id(
 
 /// The open lookup-table maintenance attempts (no payouts, no outcome yet), as (attempt id,
 /// signed transaction in base64).
-pub async fn open_maintenance(
-    conn: &mut AnyConnection,
-) -> Result<Vec<(String, String)>, StoreError> {
+pub async fn open_maintenance(conn: &mut Conn) -> Result<Vec<(String, String)>, StoreError> {
     let rows: Vec<OpenMaintenance> = sqlx::query_as(
         "SELECT attempt_id, tx_base64 FROM solana_attempts WHERE outcome IS NULL AND payout_ids = '[]' ORDER BY attempt_id",
     )
@@ -396,7 +392,7 @@ pub type Claims = HashMap<String, Vec<(String, Option<AttemptEnd>)>>;
 /// For each of `payout_ids`: the attempts that hold it and are open or landed/failed (a
 /// payout in none of them may be signed; expired attempts never land). One statement,
 /// through the per-payout index `solana_attempt_payouts`.
-pub async fn claims(conn: &mut AnyConnection, payout_ids: &[&str]) -> Result<Claims, StoreError> {
+pub async fn claims(conn: &mut Conn, payout_ids: &[&str]) -> Result<Claims, StoreError> {
     let mut out: Claims = HashMap::new();
     if payout_ids.is_empty() {
         return Ok(out);
@@ -486,7 +482,7 @@ const FACTS_COLUMNS: &str =
 
 /// The facts of the payouts named, by id (unknown ids are absent).
 pub async fn payout_facts(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     payout_ids: &[String],
 ) -> Result<HashMap<String, PayoutFacts>, StoreError> {
     let mut out = HashMap::new();
@@ -510,9 +506,10 @@ pub async fn payout_facts(
 
 /// The Solana payouts in a set of statuses, oldest first.
 pub async fn solana_payouts(
-    pool: &AnyPool,
+    store: &Store,
     status: fn(PayoutStatus) -> bool,
 ) -> Result<Vec<PayoutFacts>, StoreError> {
+    let pool = store.pool();
     let rows: Vec<FactsRow> = sqlx::query_as(&format!(
         "SELECT {FACTS_COLUMNS} FROM payouts WHERE rail = 'solana' AND status IN ({}) ORDER BY created_at_ms, payout_id",
         PayoutStatus::sql_list(status)

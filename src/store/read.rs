@@ -107,7 +107,8 @@ struct PayoutTotal {
 }
 
 /// The figures of the projections the metrics show at scrape time.
-pub async fn ledger_figures(pool: &AnyPool) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
+pub async fn ledger_figures(store: &Store) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
+    let pool = store.pool();
     let payouts = sqlx::query_as::<_, PayoutTotal>("SELECT status, rail, COUNT(*) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM payouts GROUP BY status, rail")
         .fetch_all(pool)
         .await?
@@ -131,7 +132,8 @@ pub async fn ledger_figures(pool: &AnyPool) -> Result<crate::metrics::LedgerFigu
 }
 
 /// Whether a provider is registered.
-pub async fn provider_exists(pool: &AnyPool, provider_id: &str) -> Result<bool, sqlx::Error> {
+pub async fn provider_exists(store: &Store, provider_id: &str) -> Result<bool, sqlx::Error> {
+    let pool = store.pool();
     Ok(
         sqlx::query("SELECT 1 FROM providers WHERE provider_id = $1")
             .bind(provider_id)
@@ -723,12 +725,13 @@ pub struct PayoutRow {
 /// Payouts, newest first (`created_at`, then id, both descending), after the keyset
 /// position `after` (exclusive), at most `limit`; of one provider or of all.
 pub async fn payouts(
-    pool: &AnyPool,
+    store: &Store,
     provider_id: Option<&str>,
     filter: PayoutFilter,
     after: Option<(i64, &str)>,
     limit: i64,
 ) -> Result<Vec<PayoutRow>, sqlx::Error> {
+    let pool = store.pool();
     let statuses = filter.statuses();
     let status_list = (0..statuses.len())
         .map(|i| format!("${}", i + 5))
@@ -771,7 +774,7 @@ const APPROVAL_COLUMNS: &str = "approval_id, kind, command, summary, provider_id
 
 /// One request by id.
 pub async fn approval(
-    conn: impl sqlx::Executor<'_, Database = sqlx::Any>,
+    conn: &mut super::Conn,
     approval_id: &str,
 ) -> Result<Option<ApprovalRow>, sqlx::Error> {
     sqlx::query_as(&format!(
@@ -784,10 +787,11 @@ pub async fn approval(
 
 /// Requests, oldest first, of one status or all, at most `limit`.
 pub async fn approvals(
-    pool: &AnyPool,
+    store: &Store,
     status: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ApprovalRow>, sqlx::Error> {
+    let pool = store.pool();
     match status {
         Some(s) => {
             sqlx::query_as(&format!(

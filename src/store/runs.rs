@@ -6,9 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::TryStreamExt;
 use serde::Serialize;
-use sqlx::{AnyConnection, AnyPool};
 
-use super::{Dialect, StoreError, json_rows_param};
+use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
 
@@ -28,7 +27,7 @@ pub struct CandidateFigures {
 /// primary-key range (`account_balances`, `payable_recorded`) or index range
 /// (`payouts_by_provider`) per provider.
 pub async fn candidate_figures(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     provider_ids: &[&str],
     day: i64,
 ) -> Result<HashMap<String, CandidateFigures>, StoreError> {
@@ -67,7 +66,7 @@ struct ProviderFigures {
 
 /// The latest FX rate recorded at or before `now_ms`: `(recorded_at_ms, eur_per_usd text)`.
 pub async fn latest_fx_rate(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     now_ms: i64,
 ) -> Result<Option<(i64, String)>, StoreError> {
     let row: Option<FxRow> = sqlx::query_as(
@@ -86,10 +85,7 @@ struct FxRow {
 }
 
 /// The greatest key of a completed run of `kind`.
-pub async fn latest_run_key(
-    conn: &mut AnyConnection,
-    kind: &str,
-) -> Result<Option<String>, StoreError> {
+pub async fn latest_run_key(conn: &mut Conn, kind: &str) -> Result<Option<String>, StoreError> {
     Ok(
         sqlx::query_scalar("SELECT MAX(run_key) FROM payout_runs WHERE run_kind = $1")
             .bind(kind)
@@ -99,7 +95,7 @@ pub async fn latest_run_key(
 }
 
 /// When the first provider registered.
-pub async fn first_registration_ms(conn: &mut AnyConnection) -> Result<Option<i64>, StoreError> {
+pub async fn first_registration_ms(conn: &mut Conn) -> Result<Option<i64>, StoreError> {
     Ok(
         sqlx::query_scalar("SELECT MIN(registered_at_ms) FROM providers")
             .fetch_one(&mut *conn)
@@ -109,7 +105,7 @@ pub async fn first_registration_ms(conn: &mut AnyConnection) -> Result<Option<i6
 
 /// When a run completed, if it did.
 pub async fn completed_at(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     kind: &str,
     key: &str,
 ) -> Result<Option<i64>, StoreError> {
@@ -136,7 +132,7 @@ pub struct RunCandidate {
 /// The decided candidates of a run, in no order. Streamed, not fetched whole: a run of
 /// 100,000 candidates holds only its rows once.
 pub async fn decisions(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     kind: &str,
     key: &str,
 ) -> Result<Vec<RunCandidate>, StoreError> {
@@ -155,7 +151,7 @@ pub async fn decisions(
 
 /// A provider's decision in a run, if decided.
 pub async fn decision_of(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     kind: &str,
     key: &str,
     provider_id: &str,
@@ -172,7 +168,7 @@ pub async fn decision_of(
 
 /// Per decision of a run: `(decision, count, sum of amounts)`.
 pub async fn decision_totals(
-    conn: &mut AnyConnection,
+    conn: &mut Conn,
     kind: &str,
     key: &str,
 ) -> Result<Vec<(String, i64, i64)>, StoreError> {
@@ -198,7 +194,8 @@ struct DecisionTotal {
 
 /// The providers a run may pay, in provider id order (byte order, the same on every
 /// database): every provider not suspended, on the weekly schedule only for a weekly run.
-pub async fn candidate_ids(pool: &AnyPool, weekly: bool) -> Result<Vec<String>, StoreError> {
+pub async fn candidate_ids(store: &Store, weekly: bool) -> Result<Vec<String>, StoreError> {
+    let pool = store.pool();
     let sql = if weekly {
         "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
     } else {
@@ -211,10 +208,11 @@ pub async fn candidate_ids(pool: &AnyPool, weekly: bool) -> Result<Vec<String>, 
 
 /// The providers already decided in a run.
 pub async fn decided_ids(
-    pool: &AnyPool,
+    store: &Store,
     kind: &str,
     key: &str,
 ) -> Result<HashSet<String>, StoreError> {
+    let pool = store.pool();
     Ok(sqlx::query_scalar(
         "SELECT provider_id FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
     )
@@ -237,7 +235,8 @@ pub struct RunSummary {
 }
 
 /// Every completed run, newest first (at most `limit`).
-pub async fn completed_runs(pool: &AnyPool, limit: i64) -> Result<Vec<RunSummary>, StoreError> {
+pub async fn completed_runs(store: &Store, limit: i64) -> Result<Vec<RunSummary>, StoreError> {
+    let pool = store.pool();
     let rows: Vec<RunRow> = sqlx::query_as(
         "SELECT run_kind, run_key, cutoff_ms, candidates, totals, completed_at_ms FROM payout_runs ORDER BY cutoff_ms DESC, run_kind DESC LIMIT $1",
     )

@@ -1,9 +1,7 @@
 //! API tokens as stored: hashed secrets, never the secrets (`auth` creates and checks them).
 //! Rows are plain columns here; `auth` reads the scope.
 
-use sqlx::AnyPool;
-
-use super::{Dialect, TxConn};
+use super::{Dialect, Store, TxConn};
 
 /// A token's columns; a token of before migration 0004 has no stored name and reads as its
 /// id.
@@ -54,9 +52,10 @@ pub struct TokenInsert<'a> {
 /// `BEGIN IMMEDIATE`; an advisory lock on PostgreSQL), so two creations cannot both take
 /// a name.
 pub async fn insert_named(
-    pool: &AnyPool,
+    store: &Store,
     token: &TokenInsert<'_>,
 ) -> Result<Result<(), String>, sqlx::Error> {
+    let pool = store.pool();
     let dialect = Dialect::of(&*pool.acquire().await?);
     let mut tx = TxConn::begin(pool, dialect).await?;
     if dialect == Dialect::Postgres {
@@ -91,7 +90,8 @@ pub async fn insert_named(
 }
 
 /// Whether a token id was ever issued.
-pub async fn exists(pool: &AnyPool, token_id: &str) -> Result<bool, sqlx::Error> {
+pub async fn exists(store: &Store, token_id: &str) -> Result<bool, sqlx::Error> {
+    let pool = store.pool();
     Ok(sqlx::query("SELECT 1 FROM api_tokens WHERE token_id = $1")
         .bind(token_id)
         .fetch_optional(pool)
@@ -101,11 +101,12 @@ pub async fn exists(pool: &AnyPool, token_id: &str) -> Result<bool, sqlx::Error>
 
 /// Records a token's revocation; `false` when it was revoked already (the first stands).
 pub async fn revoke(
-    pool: &AnyPool,
+    store: &Store,
     token_id: &str,
     revoked_at_ms: i64,
     revoked_by: &str,
 ) -> Result<bool, sqlx::Error> {
+    let pool = store.pool();
     let inserted = sqlx::query(
         "INSERT INTO api_token_revocations (token_id, revoked_at_ms, revoked_by) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
     )
@@ -118,7 +119,8 @@ pub async fn revoke(
 }
 
 /// Every token, oldest first.
-pub async fn list(pool: &AnyPool) -> Result<Vec<StoredToken>, sqlx::Error> {
+pub async fn list(store: &Store) -> Result<Vec<StoredToken>, sqlx::Error> {
+    let pool = store.pool();
     sqlx::query_as(&format!(
         "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
     ))
@@ -128,9 +130,10 @@ pub async fn list(pool: &AnyPool) -> Result<Vec<StoredToken>, sqlx::Error> {
 
 /// One token with its stored secret hash.
 pub async fn with_hash(
-    pool: &AnyPool,
+    store: &Store,
     token_id: &str,
 ) -> Result<Option<(StoredToken, Vec<u8>)>, sqlx::Error> {
+    let pool = store.pool();
     let row: Option<TokenWithHash> = sqlx::query_as(&format!(
         "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
     ))

@@ -295,6 +295,44 @@ fn every_sql_statement_lives_in_the_store() {
     );
 }
 
+/// Only the store names the database driver: the layers above hold a `store::Conn` or a
+/// `&Store` and hand it to the store's functions, never a sqlx pool, connection or driver
+/// type of their own, and never the store's pool. Which driver serves a dialect (sqlx `Any`,
+/// or a native one) is then the store's decision alone, changed without touching them.
+/// `sqlx::Error` may pass through: it names no driver.
+#[test]
+fn only_the_store_names_the_database_driver() {
+    let driver = [
+        "sqlx::any",
+        "sqlx::Any",
+        "AnyPool",
+        "AnyConnection",
+        "sqlx::Pool",
+        "sqlx::pool",
+        "PoolConnection",
+        "sqlx::Sqlite",
+        "sqlx::sqlite",
+        "sqlx::Postgres",
+        "sqlx::postgres",
+        "PgPool",
+        "SqlitePool",
+        "use sqlx::{",
+        ".pool()",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found: Vec<String> = naming("src", &driver)
+        .into_iter()
+        .filter(|place| {
+            !Path::new(place.split(':').next().unwrap()).starts_with(root.join("store"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the database driver named outside src/store:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The store reads rows by column name into typed structs (`sqlx::FromRow`,
 /// `query_scalar` for one column), never by position: a column added to or moved in a
 /// `SELECT` cannot shift what the code reads. A `try_get` names its column (a string, or

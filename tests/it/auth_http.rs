@@ -184,10 +184,9 @@ async fn expired_and_revoked_tokens_are_refused() {
 
     let (token, token_id) = app.token_with(Scope::Admin, None, None).await;
     assert_eq!(app.get(Some(&token), path).await.status(), 200);
-    let pool = app.ledger.store.pool();
     assert_eq!(
         revoke_token(
-            pool,
+            &app.ledger.store,
             &token_id,
             &Actor::operator("test"),
             app.ledger.now_ms()
@@ -198,7 +197,7 @@ async fn expired_and_revoked_tokens_are_refused() {
     );
     assert_eq!(
         revoke_token(
-            pool,
+            &app.ledger.store,
             &token_id,
             &Actor::operator("test"),
             app.ledger.now_ms()
@@ -208,7 +207,7 @@ async fn expired_and_revoked_tokens_are_refused() {
         Applied::Duplicate
     );
     match revoke_token(
-        pool,
+        &app.ledger.store,
         "tok_nope",
         &Actor::operator("test"),
         app.ledger.now_ms(),
@@ -502,9 +501,14 @@ async fn a_revocation_dated_ahead_is_effective_at_once() {
     let real_ms = chrono::Utc::now().timestamp_millis();
     let week_ahead = real_ms + 7 * MS_PER_DAY;
     assert_eq!(
-        revoke_token(pool, &token_id, &Actor::operator("ops"), week_ahead)
-            .await
-            .unwrap(),
+        revoke_token(
+            &app.ledger.store,
+            &token_id,
+            &Actor::operator("ops"),
+            week_ahead
+        )
+        .await
+        .unwrap(),
         Applied::Accepted
     );
     let revoked_at: i64 =
@@ -521,7 +525,7 @@ async fn a_revocation_dated_ahead_is_effective_at_once() {
     // The server's clock (NOW) is before even the real clock: the token is refused anyway.
     assert_problem(app.get(Some(&token), path).await, 401, "token_revoked").await;
     assert!(matches!(
-        verify(pool, &token, i64::MIN / 2).await,
+        verify(&app.ledger.store, &token, i64::MIN / 2).await,
         Err(AuthError::Revoked)
     ));
 }
@@ -567,7 +571,7 @@ async fn tokens_of_before_0004_migrate_forward() {
         .unwrap();
 
     store.migrate().await.expect("0004 on");
-    let tokens = settle::auth::list_tokens(store.pool()).await.unwrap();
+    let tokens = settle::auth::list_tokens(&store).await.unwrap();
     assert_eq!(tokens.len(), 2);
     for t in &tokens {
         assert_eq!(t.name, t.token_id);
@@ -577,18 +581,13 @@ async fn tokens_of_before_0004_migrate_forward() {
     assert_eq!(r.revoked_by.as_deref(), Some("unknown"));
 
     // The old token still authenticates, named by its id; the revoked one stays revoked.
-    let p = verify(store.pool(), &format!("stl_{}.{}", old.0, old.1), now_ms)
+    let p = verify(&store, &format!("stl_{}.{}", old.0, old.1), now_ms)
         .await
         .expect("the old token is valid");
     assert_eq!(p.name, old.0);
     assert_eq!(p.actor().0, format!("token:{0}#{0}", old.0));
     assert!(matches!(
-        verify(
-            store.pool(),
-            &format!("stl_{}.{}", revoked.0, revoked.1),
-            now_ms
-        )
-        .await,
+        verify(&store, &format!("stl_{}.{}", revoked.0, revoked.1), now_ms).await,
         Err(AuthError::Revoked)
     ));
     // Its id-name is taken while it lives.
@@ -600,7 +599,7 @@ async fn tokens_of_before_0004_migrate_forward() {
         expires_in_days: None,
         created_by: Actor::operator("test"),
     };
-    match create_token(store.pool(), &new, &AuthConfig::default(), now_ms).await {
+    match create_token(&store, &new, &AuthConfig::default(), now_ms).await {
         Err(TokenError::Rejected(e)) => assert_eq!(e.code, "token_name_taken", "{e}"),
         other => panic!("{:?}", other.map(|c| c.info)),
     }

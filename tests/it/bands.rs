@@ -486,7 +486,7 @@ async fn serve(
 
 async fn token(ledger: &Ledger, scope: Scope) -> String {
     create_token(
-        ledger.store.pool(),
+        &ledger.store,
         &NewToken {
             scope,
             provider_id: None::<ProviderId>,

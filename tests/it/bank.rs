@@ -262,7 +262,7 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
         .await
         .unwrap();
     assert!(again.batches.is_empty(), "{:?}", again.batches);
-    assert_eq!(bank::batches(w.ledger.store.pool()).await.unwrap().len(), 2);
+    assert_eq!(bank::batches(&w.ledger.store).await.unwrap().len(), 2);
     std::fs::remove_file(&sepa.path).unwrap();
     let (_, regenerated) = bank::regenerate(
         &w.ledger,
@@ -513,7 +513,7 @@ async fn generation_is_idempotent_concurrent_safe_and_numbers_files_of_a_day() {
         2,
         "one new batch per rail across both generations"
     );
-    let all = bank::batches(w.ledger.store.pool()).await.unwrap();
+    let all = bank::batches(&w.ledger.store).await.unwrap();
     assert_eq!(all.len(), 2);
     let mut seen = BTreeSet::new();
     for batch in &all {
@@ -616,7 +616,7 @@ async fn a_crash_anywhere_in_generation_is_finished_by_the_next_run() {
         let (code, stdout, stderr) = common::run_cli(&w.db.url, &generate_args(&outbox));
         assert_eq!(code, 0, "{failpoint}: {stdout}{stderr}");
 
-        let all = bank::batches(w.ledger.store.pool()).await.unwrap();
+        let all = bank::batches(&w.ledger.store).await.unwrap();
         assert_eq!(
             all.len(),
             2,
@@ -838,7 +838,7 @@ async fn the_cli_generates_lists_shows_settles_returns_and_regenerates() {
     assert_eq!(code, 0, "{out}{err}");
     let original = bank::outbox_path(
         &w.bank,
-        &bank::batch(w.ledger.store.pool(), &sepa_id)
+        &bank::batch(&w.ledger.store, &sepa_id)
             .await
             .unwrap()
             .unwrap(),
@@ -1053,7 +1053,7 @@ async fn files_hold_at_most_batch_payouts_max_payouts_and_each_is_valid_on_its_o
     bank::generate_batches(&w.ledger, &config, &w.actor())
         .await
         .unwrap();
-    let all = bank::batches(w.ledger.store.pool()).await.unwrap();
+    let all = bank::batches(&w.ledger.store).await.unwrap();
     let mut seen = BTreeSet::new();
     let mut ach_modifiers = Vec::new();
     for rail in [Rail::Sepa, Rail::Ach] {
@@ -1117,7 +1117,7 @@ async fn batches_generated_before_0008_are_indexed_by_the_migration() {
     w.at("2026-12-01T00:05:00Z");
     w.monthly("2026-12").await;
     generation_crashed_at(&w, AFTER_GENERATED);
-    let before = bank::batches(w.ledger.store.pool()).await.unwrap();
+    let before = bank::batches(&w.ledger.store).await.unwrap();
     assert_eq!(
         before.len(),
         1,
@@ -1138,7 +1138,7 @@ async fn batches_generated_before_0008_are_indexed_by_the_migration() {
     bank::generate_batches(&w.ledger, &w.bank, &w.actor())
         .await
         .unwrap();
-    let all = bank::batches(w.ledger.store.pool()).await.unwrap();
+    let all = bank::batches(&w.ledger.store).await.unwrap();
     assert_eq!(all.len(), 2, "one batch per rail");
     assert!(
         all.iter().any(|b| b == &before[0]),

@@ -13,7 +13,7 @@ use settle::http::{AppState, Application};
 
 async fn token(w: &World, scope: Scope, provider: Option<&str>) -> String {
     create_token(
-        w.ledger.store.pool(),
+        &w.ledger.store,
         &NewToken {
             scope,
             provider_id: provider.map(|p| ProviderId::parse(p).unwrap()),
@@ -182,7 +182,7 @@ async fn the_admin_api_runs_the_batch_lifecycle() {
         sepa_sha
     );
     let bytes = resp.bytes().await.unwrap();
-    let b = settle::rails::bank::batch(w.ledger.store.pool(), &sepa_id)
+    let b = settle::rails::bank::batch(&w.ledger.store, &sepa_id)
         .await
         .unwrap()
         .unwrap();

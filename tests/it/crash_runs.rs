@@ -271,7 +271,7 @@ impl Crashed {
     }
 
     async fn report(&self, run: RunKey) -> Option<RunReport> {
-        runs::run_report(self.ledger.store.pool(), &Calendar::platform_default(), run)
+        runs::run_report(&self.ledger.store, &Calendar::platform_default(), run)
             .await
             .unwrap()
     }

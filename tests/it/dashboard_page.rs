@@ -216,7 +216,7 @@ async fn only_a_valid_provider_token_signs_in_and_only_from_this_site() {
     let cookie = format!("settle_session={token}");
     assert_eq!(page(&app, &cookie, "", "en").await.0, 200);
     settle::auth::revoke_token(
-        app.ledger.store.pool(),
+        &app.ledger.store,
         &token_id,
         &settle::ledger::Actor::operator("test"),
         app.ledger.now_ms(),

@@ -566,7 +566,7 @@ async fn on_the_shared_date_the_weekly_run_is_decided_first() {
     let monthly = w.monthly("2026-11").await;
     assert_eq!(monthly.run_date, "2026-11-02");
     let weekly = runs::run_report(
-        w.ledger.store.pool(),
+        &w.ledger.store,
         &w.calendar,
         runs::weekly_key("2026-11-02").unwrap(),
     )
@@ -626,7 +626,7 @@ async fn a_run_starts_at_its_cutoff_exactly_and_not_a_millisecond_before() {
     let monthly = w.monthly("2026-11").await;
     assert_eq!(decision(&monthly, "monthly_p"), "paid");
     let weekly = runs::run_report(
-        w.ledger.store.pool(),
+        &w.ledger.store,
         &w.calendar,
         runs::weekly_key("2026-11-02").unwrap(),
     )
@@ -702,9 +702,7 @@ async fn running_twice_gives_the_same_report_and_no_second_payout() {
     assert_eq!(first, second);
     assert_eq!(event_count(&w.ledger).await, events, "nothing booked twice");
     assert_eq!(first.payouts, 5);
-    let summaries = runs::completed_runs(w.ledger.store.pool(), 10)
-        .await
-        .unwrap();
+    let summaries = runs::completed_runs(&w.ledger.store, 10).await.unwrap();
     assert_eq!(summaries.len(), 1);
     assert_eq!(summaries[0].candidates, 5);
     assert_eq!(summaries[0].totals["paid"], (5, first.payouts_micro_usdc));

@@ -221,7 +221,7 @@ async fn the_loop_catches_up_on_start_and_stops_on_shutdown() {
     let key = settle::ledger::runs::weekly_key("2026-11-23").unwrap();
     let mut done = false;
     for _ in 0..600 {
-        if let Some(r) = settle::ledger::runs::run_report(w.ledger.store.pool(), &w.calendar, key)
+        if let Some(r) = settle::ledger::runs::run_report(&w.ledger.store, &w.calendar, key)
             .await
             .unwrap()
             && r.completed

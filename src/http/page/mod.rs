@@ -98,7 +98,7 @@ async fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<Option<Strin
     let Some(token) = session_token(headers) else {
         return Ok(None);
     };
-    match auth::verify(state.ledger.store.pool(), &token, state.ledger.now_ms()).await {
+    match auth::verify(&state.ledger.store, &token, state.ledger.now_ms()).await {
         Ok(p) if p.scope == Scope::Provider => Ok(p.provider_id),
         Ok(_) | Err(_) => Err("invalid_token"),
     }
@@ -277,7 +277,7 @@ async fn panel_view(
         async {
             Ok::<_, Problem>(
                 read::payouts(
-                    store.pool(),
+                    store,
                     Some(provider_id),
                     PayoutFilter::Pending,
                     None,
@@ -289,7 +289,7 @@ async fn panel_view(
         async {
             Ok::<_, Problem>(
                 read::payouts(
-                    store.pool(),
+                    store,
                     Some(provider_id),
                     PayoutFilter::History,
                     None,
@@ -403,7 +403,7 @@ async fn login(
         );
     }
     let token = form.token.trim();
-    match auth::verify(state.ledger.store.pool(), token, state.ledger.now_ms()).await {
+    match auth::verify(&state.ledger.store, token, state.ledger.now_ms()).await {
         Ok(p) if p.scope == Scope::Provider && p.provider_id.is_some() => {
             tracing::info!(token_id = %p.token_id, "dashboard sign-in");
             let mut response = see_other("/dashboard");

@@ -35,7 +35,6 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, NaiveDateTime};
 use settle_bank::{BankRail, ReturnReason, file_sha256_hex};
-use sqlx::AnyPool;
 
 use crate::config::BankConfig;
 use crate::domain::DomainError;
@@ -46,6 +45,7 @@ use crate::failpoint::failpoint;
 use crate::ledger::payouts::{self, PayoutRecord};
 use crate::ledger::rails::BatchSlot;
 use crate::ledger::{Actor, Applied, Ledger, LedgerError};
+use crate::store::Store;
 pub use crate::store::rails::BankBatch;
 use crate::store::rails::{self as rows};
 pub use files::{BankFile, Originator};
@@ -109,18 +109,18 @@ fn rejected<T>(code: &'static str, message: impl Into<String>) -> Result<T, Bank
 }
 
 /// Every bank batch, oldest first.
-pub async fn batches(pool: &AnyPool) -> Result<Vec<BankBatch>, LedgerError> {
-    Ok(rows::batches(pool).await?)
+pub async fn batches(store: &Store) -> Result<Vec<BankBatch>, LedgerError> {
+    Ok(rows::batches(store).await?)
 }
 
 /// One bank batch.
-pub async fn batch(pool: &AnyPool, batch_id: &str) -> Result<Option<BankBatch>, LedgerError> {
-    Ok(rows::batch(pool, batch_id).await?)
+pub async fn batch(store: &Store, batch_id: &str) -> Result<Option<BankBatch>, LedgerError> {
+    Ok(rows::batch(store, batch_id).await?)
 }
 
 /// One bank batch, or `unknown_bank_batch`.
-pub async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, BankError> {
-    match batch(pool, batch_id).await? {
+pub async fn known_batch(store: &Store, batch_id: &str) -> Result<BankBatch, BankError> {
+    match batch(store, batch_id).await? {
         Some(b) => Ok(b),
         None => rejected("unknown_bank_batch", format!("no bank batch {batch_id}")),
     }
@@ -130,11 +130,11 @@ pub async fn known_batch(pool: &AnyPool, batch_id: &str) -> Result<BankBatch, Ba
 const PAYOUTS_PER_READ: usize = 1_000;
 
 /// The payouts of a batch, in file order.
-pub async fn batch_payouts(pool: &AnyPool, b: &BankBatch) -> Result<Vec<PayoutRecord>, BankError> {
+pub async fn batch_payouts(store: &Store, b: &BankBatch) -> Result<Vec<PayoutRecord>, BankError> {
     let mut out = Vec::with_capacity(b.payout_ids.len());
     for chunk in b.payout_ids.chunks(PAYOUTS_PER_READ) {
         let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        let mut found = payouts::payouts(pool, &ids).await?;
+        let mut found = payouts::payouts(store, &ids).await?;
         for id in chunk {
             match found.remove(id) {
                 Some(p) => out.push(p),
@@ -162,17 +162,17 @@ pub async fn regenerate(
     originator: &Originator,
     batch_id: &str,
 ) -> Result<(BankBatch, BankFile), BankError> {
-    let b = known_batch(ledger.store.pool(), batch_id).await?;
-    let file = rebuild(ledger.store.pool(), originator, &b).await?;
+    let b = known_batch(&ledger.store, batch_id).await?;
+    let file = rebuild(&ledger.store, originator, &b).await?;
     Ok((b, file))
 }
 
 async fn rebuild(
-    pool: &AnyPool,
+    store: &Store,
     originator: &Originator,
     b: &BankBatch,
 ) -> Result<BankFile, BankError> {
-    let payouts = batch_payouts(pool, b).await?;
+    let payouts = batch_payouts(store, b).await?;
     let modifier = match b.rail {
         Rail::Ach => match files::modifier_of(&b.file_name) {
             Some(m) => m,
@@ -281,7 +281,7 @@ pub async fn ensure_file(
         }
         tracing::warn!(batch_id = %b.batch_id, path = %path.display(), "bank file differs from the ledger; rewriting it");
     }
-    let file = rebuild(ledger.store.pool(), originator, b).await?;
+    let file = rebuild(&ledger.store, originator, b).await?;
     write_atomic(&path, file.contents.as_bytes())?;
     Ok(path)
 }
@@ -378,7 +378,7 @@ async fn submit_batch_payouts(
 ) -> Result<(usize, Vec<String>), BankError> {
     let mut problems = Vec::new();
     let mut created: Vec<PayoutRecord> = Vec::new();
-    for p in batch_payouts(ledger.store.pool(), b).await? {
+    for p in batch_payouts(&ledger.store, b).await? {
         match p.status {
             PayoutStatus::Created => created.push(p),
             PayoutStatus::Submitted | PayoutStatus::Settled | PayoutStatus::Returned => {}
@@ -439,14 +439,14 @@ pub async fn generate_batches(
     actor: &Actor,
 ) -> Result<GenerateReport, BankError> {
     let originator = Originator::parse(config)?;
-    let pool = ledger.store.pool();
+    let store = &ledger.store;
     let mut report = GenerateReport::default();
     let mut finished: HashSet<String> = HashSet::new();
 
     for _round in 0..GENERATE_ROUNDS_MAX {
         // 1. Finish what an earlier (crashed or concurrent) generation left: the batches
         //    with a payout still `created` (handed off ones are never written again here).
-        let unfinished = rows::unfinished_batches(pool)
+        let unfinished = rows::unfinished_batches(store)
             .await
             .map_err(LedgerError::from)?;
         for b in unfinished {
@@ -509,7 +509,7 @@ async fn choose_bankable(
     let mut failed_any = false;
     let mut after = String::new();
     while chosen.len() < config.batch_payouts_max {
-        let page = rows::unbatched_created(ledger.store.pool(), rail, &after, PAYOUTS_PER_READ)
+        let page = rows::unbatched_created(&ledger.store, rail, &after, PAYOUTS_PER_READ)
             .await
             .map_err(LedgerError::from)?;
         let last_page = page.len() < PAYOUTS_PER_READ;
@@ -580,7 +580,7 @@ async fn generate_one(
         return Ok(None);
     }
     failpoint(failpoints::AFTER_GENERATED);
-    let b = known_batch(ledger.store.pool(), &batch_id).await?;
+    let b = known_batch(&ledger.store, &batch_id).await?;
     tracing::info!(batch_id = %b.batch_id, rail = rail.as_str(), payouts = b.payout_ids.len(), total_cents = b.total_cents, "bank batch generated");
     // The bytes just built are the batch's when their SHA-256 is the one recorded; the
     // payouts were `created` when chosen (one that moved since is reported by its submit).
@@ -621,14 +621,14 @@ pub async fn mark_submitted(
     batch_id: &str,
     actor: &Actor,
 ) -> Result<LifecycleOutcome, BankError> {
-    let pool = ledger.store.pool();
-    let b = known_batch(pool, batch_id).await?;
+    let store = &ledger.store;
+    let b = known_batch(store, batch_id).await?;
     let (submitted, problems) = submit_batch_payouts(ledger, &b, actor).await?;
     let applied = ledger
         .change_bank_batch_status(batch_id, BatchStatus::Submitted, actor)
         .await?;
     Ok(LifecycleOutcome {
-        batch: known_batch(pool, batch_id).await?,
+        batch: known_batch(store, batch_id).await?,
         status_change: applied.as_str(),
         payouts_changed: submitted,
         problems,
@@ -643,8 +643,8 @@ pub async fn mark_settled(
     batch_id: &str,
     actor: &Actor,
 ) -> Result<LifecycleOutcome, BankError> {
-    let pool = ledger.store.pool();
-    let b = known_batch(pool, batch_id).await?;
+    let store = &ledger.store;
+    let b = known_batch(store, batch_id).await?;
     if b.status == BatchStatus::Generated {
         return rejected(
             "invalid_batch_state",
@@ -658,7 +658,7 @@ pub async fn mark_settled(
     let mut settled = 0;
     let mut problems = Vec::new();
     let mut to_settle: Vec<String> = Vec::new();
-    for p in batch_payouts(pool, &b).await? {
+    for p in batch_payouts(store, &b).await? {
         match p.status {
             PayoutStatus::Created | PayoutStatus::Submitted => to_settle.push(p.payout_id),
             PayoutStatus::Settled | PayoutStatus::Returned => {}
@@ -675,7 +675,7 @@ pub async fn mark_settled(
         settled += tally(chunk.iter().copied(), answers, &mut problems)?;
     }
     Ok(LifecycleOutcome {
-        batch: known_batch(pool, batch_id).await?,
+        batch: known_batch(store, batch_id).await?,
         status_change: applied.as_str(),
         payouts_changed: settled,
         problems,
@@ -699,7 +699,7 @@ pub struct ReturnOutcome {
 /// The bank batch that payout `p` (`payout_id`), returned with `reason`, went in: the
 /// code must be of the payout's rail, and the payout in a bank file.
 async fn returned_batch(
-    pool: &AnyPool,
+    store: &Store,
     payout_id: &str,
     p: &PayoutRecord,
     reason: &ReturnReason,
@@ -720,7 +720,7 @@ async fn returned_batch(
         );
     }
     match &p.reference {
-        Some(r) if batch(pool, r).await?.is_some() => Ok(r.clone()),
+        Some(r) if batch(store, r).await?.is_some() => Ok(r.clone()),
         _ => rejected(
             "invalid_payout_state",
             format!(
@@ -745,11 +745,11 @@ pub async fn return_payout(
 ) -> Result<ReturnOutcome, BankError> {
     let reason =
         ReturnReason::parse(code).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
-    let pool = ledger.store.pool();
-    let Some(p) = payouts::payout(pool, payout_id).await? else {
+    let store = &ledger.store;
+    let Some(p) = payouts::payout(store, payout_id).await? else {
         return rejected("unknown_payout", format!("no payout {payout_id}"));
     };
-    let batch_id = returned_batch(pool, payout_id, &p, &reason).await?;
+    let batch_id = returned_batch(store, payout_id, &p, &reason).await?;
     let mut outcome = ReturnOutcome {
         payout_id: p.payout_id.clone(),
         provider_id: p.provider_id.clone(),
@@ -788,7 +788,7 @@ pub async fn return_payout(
             );
         }
     }
-    let current_method = rows::provider_method(pool, &p.provider_id)
+    let current_method = rows::provider_method(store, &p.provider_id)
         .await
         .map_err(LedgerError::from)?;
     // SPEC §6: every return marks the bank details invalid, whatever its reason code (a

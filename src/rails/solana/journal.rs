@@ -161,7 +161,6 @@ impl LedgerJournal {
         let mut conn = self
             .ledger
             .store
-            .pool()
             .acquire()
             .await
             .map_err(|e| JournalError(e.to_string()))?;
@@ -190,7 +189,7 @@ impl LedgerJournal {
 
     /// Every attempt, oldest first.
     pub async fn attempts(&self) -> Result<Vec<AttemptRow>, LedgerError> {
-        Ok(rows::attempts(self.ledger.store.pool(), Attempts::All).await?)
+        Ok(rows::attempts(&self.ledger.store, Attempts::All).await?)
     }
 
     /// Applies what a crash left half done: landed/failed attempts whose payouts are still
@@ -198,9 +197,9 @@ impl LedgerJournal {
     /// are marked `submitted`. Idempotent.
     pub async fn repair(&self) -> Result<RepairReport, LedgerError> {
         let mut report = RepairReport::default();
-        let pool = self.ledger.store.pool();
+        let store = &self.ledger.store;
         let unfinished: HashMap<String, PayoutFacts> =
-            rows::solana_payouts(pool, PayoutStatus::is_in_transit)
+            rows::solana_payouts(store, PayoutStatus::is_in_transit)
                 .await?
                 .into_iter()
                 .map(|p| (p.payout_id.clone(), p))
@@ -208,7 +207,7 @@ impl LedgerJournal {
         if unfinished.is_empty() {
             return Ok(report);
         }
-        let attempts = rows::attempts(pool, Attempts::Holding).await?;
+        let attempts = rows::attempts(store, Attempts::Holding).await?;
         for attempt in attempts {
             let pending: Vec<&String> = attempt
                 .payout_ids
@@ -389,7 +388,7 @@ impl Journal for LedgerJournal {
     }
 
     async fn open_attempts(&self) -> Result<Vec<SignedAttempt>, JournalError> {
-        rows::attempts(self.ledger.store.pool(), Attempts::Open)
+        rows::attempts(&self.ledger.store, Attempts::Open)
             .await
             .map_err(|e| journal_error(e.into()))?
             .iter()
@@ -412,7 +411,7 @@ impl Journal for LedgerJournal {
     }
 
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
-        let landed = rows::attempts(self.ledger.store.pool(), Attempts::LandedMaintenance)
+        let landed = rows::attempts(&self.ledger.store, Attempts::LandedMaintenance)
             .await
             .map_err(|e| journal_error(e.into()))?
             .iter()
@@ -440,14 +439,14 @@ impl Journal for LedgerJournal {
 /// (a `submitted` payout whose attempts all expired is paid again), with the attempts
 /// that hold them.
 pub(crate) async fn outbox(ledger: &Ledger) -> Result<Vec<PayoutFacts>, LedgerError> {
-    Ok(rows::solana_payouts(ledger.store.pool(), PayoutStatus::is_in_transit).await?)
+    Ok(rows::solana_payouts(&ledger.store, PayoutStatus::is_in_transit).await?)
 }
 
 /// Landed attempts by signature (for reconciliation).
 pub(crate) async fn landed_by_signature(
     ledger: &Ledger,
 ) -> Result<BTreeMap<String, AttemptRow>, LedgerError> {
-    Ok(rows::attempts(ledger.store.pool(), Attempts::Landed)
+    Ok(rows::attempts(&ledger.store, Attempts::Landed)
         .await?
         .into_iter()
         .map(|a| (a.signature.clone(), a))

@@ -430,7 +430,7 @@ impl SolanaRail {
         &self,
         ledger: &Ledger,
     ) -> Result<SolanaReconcileReport, SolanaRailError> {
-        let mut rows = crate::store::rails::solana_payouts(ledger.store.pool(), |s| {
+        let mut rows = crate::store::rails::solana_payouts(&ledger.store, |s| {
             s == crate::domain::payout::PayoutStatus::Settled
         })
         .await

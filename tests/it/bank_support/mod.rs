@@ -158,7 +158,7 @@ impl World {
     }
 
     pub async fn payout(&self, payout_id: &str) -> PayoutRecord {
-        settle::ledger::payouts::payout(self.ledger.store.pool(), payout_id)
+        settle::ledger::payouts::payout(&self.ledger.store, payout_id)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("no payout {payout_id}"))
@@ -166,7 +166,7 @@ impl World {
 
     /// The payouts a generated batch holds, in file order, as recorded on the ledger.
     pub async fn batch_payout_ids(&self, o: &settle::rails::bank::BatchOutcome) -> Vec<String> {
-        settle::rails::bank::batch(self.ledger.store.pool(), &o.batch.batch_id)
+        settle::rails::bank::batch(&self.ledger.store, &o.batch.batch_id)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("no batch {}", o.batch.batch_id))
@@ -174,7 +174,7 @@ impl World {
     }
 
     pub async fn payouts_of(&self, provider: &str) -> Vec<PayoutRecord> {
-        settle::ledger::payouts::provider_payouts(self.ledger.store.pool(), provider)
+        settle::ledger::payouts::provider_payouts(&self.ledger.store, provider)
             .await
             .unwrap()
     }

@@ -127,7 +127,7 @@ impl TestApp {
         static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NAMES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let created = create_token(
-            self.ledger.store.pool(),
+            &self.ledger.store,
             &NewToken {
                 scope,
                 provider_id: provider.map(|p| ProviderId::parse(p).unwrap()),

@@ -188,14 +188,14 @@ impl World {
     }
 
     pub async fn payout(&self, payout_id: &str) -> PayoutRecord {
-        settle::ledger::payouts::payout(self.ledger.store.pool(), payout_id)
+        settle::ledger::payouts::payout(&self.ledger.store, payout_id)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("no payout {payout_id}"))
     }
 
     pub async fn payouts_of(&self, provider: &str) -> Vec<PayoutRecord> {
-        settle::ledger::payouts::provider_payouts(self.ledger.store.pool(), provider)
+        settle::ledger::payouts::provider_payouts(&self.ledger.store, provider)
             .await
             .unwrap()
     }
@@ -316,7 +316,7 @@ pub async fn check_money(ledger: &Ledger) {
             total, *net,
             "{provider}: payable + held + in_transit + paid must equal net earnings + adjustments - voids"
         );
-        let payouts = settle::ledger::payouts::provider_payouts(pool, provider)
+        let payouts = settle::ledger::payouts::provider_payouts(store, provider)
             .await
             .unwrap();
         let in_state = |states: &[&str]| -> i64 {

@@ -186,7 +186,7 @@ impl World {
         for row in ids {
             let id: String = sqlx::Row::try_get(&row, 0).unwrap();
             out.push(
-                settle::ledger::payouts::payout(pool, &id)
+                settle::ledger::payouts::payout(&self.ledger.store, &id)
                     .await
                     .unwrap()
                     .unwrap(),
@@ -196,7 +196,7 @@ impl World {
     }
 
     pub async fn payouts_of(&self, provider: &str) -> Vec<PayoutRecord> {
-        settle::ledger::payouts::provider_payouts(self.ledger.store.pool(), provider)
+        settle::ledger::payouts::provider_payouts(&self.ledger.store, provider)
             .await
             .unwrap()
     }
