@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::on;
 use super::{
     Conn, Dialect, STREAMS_SKIP_SCAN, Store, StoreError, StreamSeq, classify, json_rows_param,
     project,
@@ -91,12 +92,12 @@ pub(crate) async fn fold_streams(
              ORDER BY e.stream, e.seq LIMIT $2"
         ),
     };
-    let rows: Vec<FoldedEvent> = sqlx::query_as(&sql)
+    let rows: Vec<FoldedEvent> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&after))
         .bind(events_max)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?;
+        .fetch_all(c)
+        .await)
+    .map_err(classify)?;
     let event_count = rows.len();
     let mut adds = Vec::new();
     let mut folded_to: BTreeMap<String, i64> = BTreeMap::new();
@@ -160,11 +161,11 @@ async fn read_checkpoints(
             ""
         }
     );
-    let rows: Vec<StreamSeq> = sqlx::query_as(&sql)
+    let rows: Vec<StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&names))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(classify)?;
+        .fetch_all(c)
+        .await)
+    .map_err(classify)?;
     Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
 }
 
@@ -210,16 +211,16 @@ async fn move_checkpoints(
             .iter()
             .map(|(s, old, to)| (*s, old.unwrap_or(0), *to))
             .collect();
-        let updated = sqlx::query(&format!(
+        let updated = on!(&mut *conn, |c| sqlx::query(&format!(
             "UPDATE projection_checkpoints SET seq = CAST(j.value ->> 2 AS BIGINT) FROM {from} \
              WHERE projection_checkpoints.stream = j.value ->> 0 \
              AND projection_checkpoints.seq = CAST(j.value ->> 1 AS BIGINT)"
         ))
         .bind(json_rows_param(&rows))
-        .execute(&mut *conn)
+        .execute(c)
         .await
-        .map_err(classify)?
-        .rows_affected();
+        .map(|r| r.rows_affected()))
+        .map_err(classify)?;
         if updated != rows.len() as u64 {
             return Err(StoreError::Conflict(format!(
                 "{} of {} projection checkpoints moved during the fold",
@@ -230,15 +231,14 @@ async fn move_checkpoints(
     }
     if !created.is_empty() {
         let rows: Vec<(&str, i64)> = created.iter().map(|(s, _, to)| (*s, *to)).collect();
-        let inserted = sqlx::query(&format!(
+        let inserted = on!(&mut *conn, |c| sqlx::query(&format!(
             "INSERT INTO projection_checkpoints (stream, seq) SELECT j.value ->> 0, CAST(j.value ->> 1 AS BIGINT) \
              FROM {from} WHERE true ON CONFLICT (stream) DO NOTHING"
         ))
         .bind(json_rows_param(&rows))
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?
-        .rows_affected();
+        .execute(c)
+        .await.map(|r| r.rows_affected()))
+        .map_err(classify)?;
         if inserted != rows.len() as u64 {
             return Err(StoreError::Conflict(
                 "a projection checkpoint was created during the fold".into(),
@@ -319,10 +319,10 @@ impl Store {
              < COALESCE((SELECT e.seq FROM events AS e WHERE e.stream = j.value ->> 0 ORDER BY e.seq DESC LIMIT 1), 0)",
             self.dialect.json_rows(1, streams.len())
         );
-        let behind: Vec<String> = sqlx::query_scalar(&sql)
+        let behind: Vec<String> = on!(&self.db, |c| sqlx::query_scalar(&sql)
             .bind(json_rows_param(&names))
-            .fetch_all(&self.pool)
-            .await?;
+            .fetch_all(c)
+            .await)?;
         self.fold_all_of(&behind).await
     }
 
@@ -331,14 +331,16 @@ impl Store {
     pub async fn catch_up_all(&self) -> Result<u64, StoreError> {
         // One probe per stream through the primary key (a skip scan), like
         // `max_recorded_at_ms`: no scan of the events.
-        let behind: Vec<String> = sqlx::query_scalar(
+        let behind: Vec<String> = on!(&self.db, |c| {
+            sqlx::query_scalar(
             &format!("{STREAMS_SKIP_SCAN} \
              SELECT s.stream FROM s WHERE s.stream IS NOT NULL AND \
              COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = s.stream), 0) \
              < (SELECT h.seq FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)"),
         )
-        .fetch_all(&self.pool)
-        .await?;
+        .fetch_all(c)
+        .await
+        })?;
         self.fold_all_of(&behind).await
     }
 
@@ -432,13 +434,14 @@ pub(crate) async fn lock_streams(
     streams: &[&str],
 ) -> Result<(), StoreError> {
     let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
-    sqlx::query(&format!(
+    on!(&mut *conn, |c| sqlx::query(&format!(
         "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(j.value ->> 0, 0))) FROM {}",
         dialect.json_rows(1, streams.len())
     ))
     .bind(json_rows_param(&names))
-    .fetch_one(&mut *conn)
+    .fetch_one(c)
     .await
+    .map(|_| ()))
     .map_err(classify)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::on;
 use super::{Conn, Store, StoreError, WriteTx, json_rows_param};
 
 /// The content hash stored with `key` (`Some(None)`: booked without one), on `stream` or,
@@ -13,21 +14,19 @@ pub async fn stored_hash(
     stream: Option<&str>,
 ) -> Result<Option<Option<Vec<u8>>>, StoreError> {
     let hash: Option<Option<Vec<u8>>> = match stream {
-        Some(s) => {
-            sqlx::query_scalar(
-                "SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2",
-            )
-            .bind(key)
-            .bind(s)
-            .fetch_optional(&mut *conn)
-            .await?
-        }
-        None => {
-            sqlx::query_scalar("SELECT content_hash FROM events WHERE idem_key = $1")
-                .bind(key)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
+        Some(s) => on!(&mut *conn, |c| sqlx::query_scalar(
+            "SELECT content_hash FROM events WHERE idem_key = $1 AND stream = $2",
+        )
+        .bind(key)
+        .bind(s)
+        .fetch_optional(c)
+        .await)?,
+        None => on!(&mut *conn, |c| sqlx::query_scalar(
+            "SELECT content_hash FROM events WHERE idem_key = $1"
+        )
+        .bind(key)
+        .fetch_optional(c)
+        .await)?,
     };
     Ok(hash)
 }
@@ -37,12 +36,13 @@ pub async fn payloads_by_key(
     store: &Store,
     key: &str,
 ) -> Result<Vec<(String, String)>, StoreError> {
-    let pool = store.pool();
-    let rows: Vec<StreamPayload> =
-        sqlx::query_as("SELECT stream, payload FROM events WHERE idem_key = $1")
-            .bind(key)
-            .fetch_all(pool)
-            .await?;
+    let pool = store.db();
+    let rows: Vec<StreamPayload> = on!(pool, |c| sqlx::query_as(
+        "SELECT stream, payload FROM events WHERE idem_key = $1"
+    )
+    .bind(key)
+    .fetch_all(c)
+    .await)?;
     Ok(rows.into_iter().map(|r| (r.stream, r.payload)).collect())
 }
 
@@ -71,10 +71,10 @@ pub async fn booked_keys(
     let sql = format!(
         "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
     );
-    let rows: Vec<BookedKey> = sqlx::query_as(&sql)
+    let rows: Vec<BookedKey> = on!(tx.conn(), |c| sqlx::query_as(&sql)
         .bind(json_rows_param(keys))
-        .fetch_all(tx.conn())
-        .await?;
+        .fetch_all(c)
+        .await)?;
     Ok(rows
         .into_iter()
         .map(|r| ((r.stream, r.idem_key), r.content_hash))

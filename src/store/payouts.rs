@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use super::on;
 use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::event::Rail;
 use crate::domain::payout::PayoutStatus;
@@ -75,12 +76,12 @@ pub(super) fn records(rows: Vec<PayoutRow>) -> Result<Vec<PayoutRecord>, StoreEr
 }
 
 pub async fn load(conn: &mut Conn, payout_id: &str) -> Result<Option<PayoutRecord>, StoreError> {
-    let row: Option<PayoutRow> = sqlx::query_as(&format!(
+    let row: Option<PayoutRow> = on!(&mut *conn, |c| sqlx::query_as(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE payout_id = $1"
     ))
     .bind(payout_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    .fetch_optional(c)
+    .await)?;
     row.map(PayoutRecord::try_from).transpose()
 }
 
@@ -99,10 +100,10 @@ pub async fn load_many(
         payout_columns_of("p"),
         Dialect::of(conn).json_rows(1, payout_ids.len())
     );
-    let rows: Vec<PayoutRow> = sqlx::query_as(&sql)
+    let rows: Vec<PayoutRow> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
-        .fetch_all(&mut *conn)
-        .await?;
+        .fetch_all(c)
+        .await)?;
     for payout in records(rows)? {
         out.insert(payout.payout_id.clone(), payout);
     }
@@ -111,7 +112,7 @@ pub async fn load_many(
 
 /// Reads one payout.
 pub async fn payout(store: &Store, payout_id: &str) -> Result<Option<PayoutRecord>, StoreError> {
-    let pool = store.pool();
+    let pool = store.db();
     let mut conn = pool.acquire().await?;
     load(&mut conn, payout_id).await
 }
@@ -121,12 +122,14 @@ pub async fn provider_payouts(
     store: &Store,
     provider_id: &str,
 ) -> Result<Vec<PayoutRecord>, StoreError> {
-    let pool = store.pool();
-    let rows: Vec<PayoutRow> = sqlx::query_as(&format!(
+    let pool = store.db();
+    let rows: Vec<PayoutRow> = on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT {PAYOUT_COLUMNS} FROM payouts WHERE provider_id = $1 ORDER BY created_at_ms, payout_id"
     ))
     .bind(provider_id)
-    .fetch_all(pool)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     records(rows)
 }

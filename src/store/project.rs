@@ -6,6 +6,7 @@ use sqlx::Row;
 
 use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, table};
 
+use super::on;
 use super::{Conn, Dialect, StoreError};
 
 /// Rows per statement: each statement carries its rows as one JSON parameter.
@@ -87,10 +88,11 @@ async fn insert_rows_into(
             .iter()
             .map(|(key, vals)| key.iter().chain(vals.iter()).collect())
             .collect();
-        sqlx::query(&sql)
+        on!(&mut *conn, |c| sqlx::query(&sql)
             .bind(super::json_rows_param(&cells))
-            .execute(&mut *conn)
-            .await?;
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
     }
     Ok(())
 }
@@ -204,11 +206,14 @@ pub async fn apply_ops(conn: &mut Conn, ops: &[ProjOp]) -> Result<(), sqlx::Erro
             ProjOp::RemoveSegments { gpu_id, event_id } => {
                 puts.flush(conn, "usage_segments").await?;
                 patches.flush(conn, Some("usage_segments")).await?;
-                sqlx::query("DELETE FROM usage_segments WHERE gpu_id = $1 AND event_id = $2")
-                    .bind(gpu_id)
-                    .bind(event_id)
-                    .execute(&mut *conn)
-                    .await?;
+                on!(&mut *conn, |c| sqlx::query(
+                    "DELETE FROM usage_segments WHERE gpu_id = $1 AND event_id = $2"
+                )
+                .bind(gpu_id)
+                .bind(event_id)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))?;
             }
         }
     }
@@ -300,10 +305,11 @@ async fn patch_rows(
         .iter()
         .map(|(key, set)| set.iter().map(|(_, v)| v).chain(key.iter()).collect())
         .collect();
-    sqlx::query(&sql)
+    on!(&mut *conn, |c| sqlx::query(&sql)
         .bind(super::json_rows_param(&cells))
-        .execute(&mut *conn)
-        .await?;
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
@@ -333,10 +339,12 @@ pub async fn load_table(
 ) -> Result<BTreeMap<Vec<Val>, Vec<Val>>, StoreError> {
     let cols: Vec<&str> = spec.columns().collect();
     let sql = format!("SELECT {} FROM {}", spec.column_list(), spec.name);
-    let rows = sqlx::query(&sql).fetch_all(&mut *conn).await?;
+    let rows = on!(&mut *conn, |c| sqlx::query(&sql)
+        .fetch_all(c)
+        .await
+        .and_then(|rows| rows_vals(&rows, spec, &cols)))?;
     let mut out = BTreeMap::new();
-    for row in rows {
-        let mut cells = row_vals(&row, spec, &cols)?;
+    for mut cells in rows {
         let vals = cells.split_off(spec.key.len());
         out.insert(cells, vals);
     }
@@ -345,11 +353,13 @@ pub async fn load_table(
 
 /// The cells `cols` of a row of `spec` (read by column name), typed by the table's
 /// declaration.
-pub(super) fn row_vals(
-    row: &sqlx::any::AnyRow,
-    spec: &TableSpec,
-    cols: &[&str],
-) -> Result<Vec<Val>, sqlx::Error> {
+pub(super) fn row_vals<R>(row: &R, spec: &TableSpec, cols: &[&str]) -> Result<Vec<Val>, sqlx::Error>
+where
+    R: Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     let mut cells = Vec::with_capacity(cols.len());
     for c in cols {
         let v = if spec.is_int(c) {
@@ -360,6 +370,21 @@ pub(super) fn row_vals(
         cells.push(v.unwrap_or(Val::Null));
     }
     Ok(cells)
+}
+
+/// [`row_vals`] of every row.
+pub(super) fn rows_vals<R>(
+    rows: &[R],
+    spec: &TableSpec,
+    cols: &[&str],
+) -> Result<Vec<Vec<Val>>, sqlx::Error>
+where
+    R: Row,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    rows.iter().map(|row| row_vals(row, spec, cols)).collect()
 }
 
 /// Writes every row of `projections` into copies of the projection tables named
@@ -388,11 +413,10 @@ mod tests {
     /// database of its own, returned as (admin url, name) for the caller to drop), else
     /// SQLite in `dir`.
     async fn fresh_store(dir: &std::path::Path) -> (Store, Option<(String, String)>) {
-        sqlx::any::install_default_drivers();
         let (url, drop) = match std::env::var("SETTLE_TEST_PG_URL") {
             Ok(admin_url) if !admin_url.is_empty() => {
                 let name = format!("settle_project_{}", rand::random::<u32>());
-                let admin = sqlx::AnyPool::connect(&admin_url).await.unwrap();
+                let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
                 sqlx::query(&format!("CREATE DATABASE {name}"))
                     .execute(&admin)
                     .await
@@ -477,13 +501,13 @@ mod tests {
         ];
         let dir = tempfile::tempdir().unwrap();
         let (store, pg_db) = fresh_store(dir.path()).await;
-        let mut conn = store.pool().acquire().await.unwrap();
+        let mut conn = store.acquire().await.unwrap();
         apply_ops(&mut conn, &ops).await.unwrap();
         let stored = load_table(&mut conn, table("payouts")).await.unwrap();
         drop(conn);
         store.close().await;
         if let Some((admin_url, name)) = pg_db {
-            let admin = sqlx::AnyPool::connect(&admin_url).await.unwrap();
+            let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
             sqlx::query(&format!("DROP DATABASE {name}"))
                 .execute(&admin)
                 .await

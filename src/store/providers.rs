@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use super::on;
 use super::{Conn, Dialect, StoreError, json_rows_param};
 use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
 
@@ -72,10 +73,10 @@ pub async fn load_providers(
             .join(", "),
         Dialect::of(conn).json_rows(1, provider_ids.len())
     );
-    let rows: Vec<ProviderRow> = sqlx::query_as(&sql)
+    let rows: Vec<ProviderRow> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
-        .fetch_all(&mut *conn)
-        .await?;
+        .fetch_all(c)
+        .await)?;
     for row in rows {
         let provider = ProviderRecord::try_from(row)?;
         out.insert(provider.provider_id.clone(), provider);
@@ -88,12 +89,12 @@ pub async fn load_provider(
     conn: &mut Conn,
     provider_id: &str,
 ) -> Result<Option<ProviderRecord>, StoreError> {
-    let row: Option<ProviderRow> = sqlx::query_as(&format!(
+    let row: Option<ProviderRow> = on!(&mut *conn, |c| sqlx::query_as(&format!(
         "SELECT {PROVIDER_COLUMNS} FROM providers WHERE provider_id = $1"
     ))
     .bind(provider_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    .fetch_optional(c)
+    .await)?;
     row.map(ProviderRecord::try_from).transpose()
 }
 
@@ -104,14 +105,16 @@ pub async fn rate_from(
     model: &str,
     effective_from_ms: i64,
 ) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(&mut *conn, |c| {
+        sqlx::query_scalar(
         "SELECT rate_usdc_per_hour FROM rates WHERE provider_id = $1 AND model = $2 AND effective_from_ms = $3",
     )
     .bind(provider_id)
     .bind(model)
     .bind(effective_from_ms)
-    .fetch_optional(&mut *conn)
-    .await?)
+    .fetch_optional(c)
+    .await
+    })?)
 }
 
 /// The fee (bps) a tier's schedule has from exactly `effective_from_ms`.
@@ -120,11 +123,11 @@ pub async fn fee_from(
     tier: Tier,
     effective_from_ms: i64,
 ) -> Result<Option<i64>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(&mut *conn, |c| sqlx::query_scalar(
         "SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms = $2",
     )
     .bind(tier.as_str())
     .bind(effective_from_ms)
-    .fetch_optional(&mut *conn)
-    .await?)
+    .fetch_optional(c)
+    .await)?)
 }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::on;
 use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::batch::BatchStatus;
 use crate::domain::event::{PayoutMethod, Rail};
@@ -83,33 +84,35 @@ fn batches_oldest_first(rows: Vec<BatchRow>) -> Result<Vec<BankBatch>, StoreErro
 
 /// Every bank batch, oldest first.
 pub async fn load_batches(conn: &mut Conn) -> Result<Vec<BankBatch>, StoreError> {
-    let rows: Vec<BatchRow> = sqlx::query_as(&format!("SELECT {BATCH_COLUMNS} FROM bank_batches"))
-        .fetch_all(&mut *conn)
-        .await?;
+    let rows: Vec<BatchRow> = on!(&mut *conn, |c| sqlx::query_as(&format!(
+        "SELECT {BATCH_COLUMNS} FROM bank_batches"
+    ))
+    .fetch_all(c)
+    .await)?;
     batches_oldest_first(rows)
 }
 
 /// One bank batch.
 pub async fn load_batch(conn: &mut Conn, batch_id: &str) -> Result<Option<BankBatch>, StoreError> {
-    let row: Option<BatchRow> = sqlx::query_as(&format!(
+    let row: Option<BatchRow> = on!(&mut *conn, |c| sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id = $1"
     ))
     .bind(batch_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    .fetch_optional(c)
+    .await)?;
     row.map(BankBatch::try_from).transpose()
 }
 
 /// Every bank batch, oldest first.
 pub async fn batches(store: &Store) -> Result<Vec<BankBatch>, StoreError> {
-    let pool = store.pool();
+    let pool = store.db();
     let mut conn = pool.acquire().await?;
     load_batches(&mut conn).await
 }
 
 /// One bank batch.
 pub async fn batch(store: &Store, batch_id: &str) -> Result<Option<BankBatch>, StoreError> {
-    let pool = store.pool();
+    let pool = store.db();
     let mut conn = pool.acquire().await?;
     load_batch(&mut conn, batch_id).await
 }
@@ -118,15 +121,17 @@ pub async fn batch(store: &Store, batch_id: &str) -> Result<Option<BankBatch>, S
 /// `created` (found through `bank_batch_payouts` and the index of payouts by status), oldest
 /// first.
 pub async fn unfinished_batches(store: &Store) -> Result<Vec<BankBatch>, StoreError> {
-    let pool = store.pool();
-    let rows: Vec<BatchRow> = sqlx::query_as(&format!(
+    let pool = store.db();
+    let rows: Vec<BatchRow> = on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id IN (\
          SELECT bp.batch_id FROM payouts AS p JOIN bank_batch_payouts AS bp ON bp.payout_id = p.payout_id \
          WHERE p.status = '{}' AND p.rail IN ('sepa', 'ach'))",
         PayoutStatus::Created
     ))
-    .fetch_all(pool)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     batches_oldest_first(rows)
 }
 
@@ -140,14 +145,14 @@ pub async fn unbatched_created(
     after: &str,
     limit: usize,
 ) -> Result<Vec<super::payouts::PayoutRecord>, StoreError> {
-    let pool = store.pool();
+    let pool = store.db();
     let mut conn = pool.acquire().await?;
     let bytes = match Dialect::of(&conn) {
         Dialect::Postgres => " COLLATE \"C\"",
         Dialect::Sqlite => "",
     };
     let columns = super::payouts::payout_columns_of("p");
-    let rows: Vec<super::payouts::PayoutRow> = sqlx::query_as(&format!(
+    let rows: Vec<super::payouts::PayoutRow> = on!(&mut conn, |c| sqlx::query_as(&format!(
         "SELECT {columns} FROM payouts AS p WHERE p.status = '{}' AND p.rail = $1 \
          AND p.payout_id{bytes} > $2 \
          AND NOT EXISTS (SELECT 1 FROM bank_batch_payouts AS bp WHERE bp.payout_id = p.payout_id) \
@@ -157,8 +162,8 @@ pub async fn unbatched_created(
     .bind(rail.as_str())
     .bind(after)
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(&mut *conn)
-    .await?;
+    .fetch_all(c)
+    .await)?;
     super::payouts::records(rows)
 }
 
@@ -172,23 +177,26 @@ pub async fn any_batched(conn: &mut Conn, payout_ids: &[&str]) -> Result<bool, S
         "SELECT 1 FROM {} JOIN bank_batch_payouts AS bp ON bp.payout_id = j.value ->> 0 LIMIT 1",
         Dialect::of(conn).json_rows(1, payout_ids.len())
     );
-    let found = sqlx::query(&sql)
+    let found = on!(&mut *conn, |c| sqlx::query(&sql)
         .bind(json_rows_param(&rows))
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(found.is_some())
+        .fetch_optional(c)
+        .await
+        .map(|row| row.is_some()))?;
+    Ok(found)
 }
 
 /// How many ACH batches were generated on UTC day `day` (days since the epoch).
 pub async fn ach_batches_on_day(conn: &mut Conn, day: i64) -> Result<usize, StoreError> {
     let start = day * crate::domain::time::MS_PER_DAY;
-    let count: i64 = sqlx::query_scalar(
+    let count: i64 = on!(&mut *conn, |c| {
+        sqlx::query_scalar(
         "SELECT COUNT(*) FROM bank_batches WHERE rail = 'ach' AND generated_at_ms >= $1 AND generated_at_ms < $2",
     )
     .bind(start)
     .bind(start + crate::domain::time::MS_PER_DAY)
-    .fetch_one(&mut *conn)
-    .await?;
+    .fetch_one(c)
+    .await
+    })?;
     usize::try_from(count).map_err(corrupt)
 }
 
@@ -197,12 +205,13 @@ pub async fn provider_method(
     store: &Store,
     provider_id: &str,
 ) -> Result<Option<PayoutMethod>, StoreError> {
-    let pool = store.pool();
-    let text: Option<Option<String>> =
-        sqlx::query_scalar("SELECT payout_method FROM providers WHERE provider_id = $1")
-            .bind(provider_id)
-            .fetch_optional(pool)
-            .await?;
+    let pool = store.db();
+    let text: Option<Option<String>> = on!(pool, |c| sqlx::query_scalar(
+        "SELECT payout_method FROM providers WHERE provider_id = $1"
+    )
+    .bind(provider_id)
+    .fetch_optional(c)
+    .await)?;
     text.flatten()
         .map(|t| serde_json::from_str(&t))
         .transpose()
@@ -334,13 +343,15 @@ impl Attempts {
 
 /// The attempts of a kind, oldest first.
 pub async fn attempts(store: &Store, which: Attempts) -> Result<Vec<AttemptRow>, StoreError> {
-    let pool = store.pool();
-    let rows: Vec<StoredAttempt> = sqlx::query_as(&format!(
+    let pool = store.db();
+    let rows: Vec<StoredAttempt> = on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE {} ORDER BY signed_at_ms, attempt_id",
         which.condition()
     ))
-    .fetch_all(pool)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     rows.into_iter().map(AttemptRow::try_from).collect()
 }
 
@@ -349,23 +360,25 @@ pub async fn attempt_by_id(
     conn: &mut Conn,
     attempt_id: &str,
 ) -> Result<Option<AttemptRow>, StoreError> {
-    let row: Option<StoredAttempt> = sqlx::query_as(&format!(
+    let row: Option<StoredAttempt> = on!(&mut *conn, |c| sqlx::query_as(&format!(
         "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE attempt_id = $1"
     ))
     .bind(attempt_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    .fetch_optional(c)
+    .await)?;
     row.map(AttemptRow::try_from).transpose()
 }
 
 /// The open lookup-table maintenance attempts (no payouts, no outcome yet), as (attempt id,
 /// signed transaction in base64).
 pub async fn open_maintenance(conn: &mut Conn) -> Result<Vec<(String, String)>, StoreError> {
-    let rows: Vec<OpenMaintenance> = sqlx::query_as(
+    let rows: Vec<OpenMaintenance> = on!(&mut *conn, |c| {
+        sqlx::query_as(
         "SELECT attempt_id, tx_base64 FROM solana_attempts WHERE outcome IS NULL AND payout_ids = '[]' ORDER BY attempt_id",
     )
-    .fetch_all(&mut *conn)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     Ok(rows
         .into_iter()
         .map(|r| (r.attempt_id, r.tx_base64))
@@ -406,10 +419,10 @@ pub async fn claims(conn: &mut Conn, payout_ids: &[&str]) -> Result<Claims, Stor
         Dialect::of(conn).json_rows(1, payout_ids.len()),
         Attempts::Holding.condition()
     );
-    let claims: Vec<Claim> = sqlx::query_as(&sql)
+    let claims: Vec<Claim> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
-        .fetch_all(&mut *conn)
-        .await?;
+        .fetch_all(c)
+        .await)?;
     for c in claims {
         let outcome = c.outcome.as_deref().map(AttemptEnd::parse).transpose()?;
         out.entry(c.payout_id)
@@ -492,11 +505,14 @@ pub async fn payout_facts(
             "SELECT {FACTS_COLUMNS} FROM payouts WHERE payout_id IN ({})",
             placeholders.join(",")
         );
-        let mut query = sqlx::query_as::<_, FactsRow>(&sql);
-        for id in chunk {
-            query = query.bind(id);
-        }
-        for r in query.fetch_all(&mut *conn).await? {
+        let rows: Vec<FactsRow> = on!(&mut *conn, |c| {
+            let mut query = sqlx::query_as(&sql);
+            for id in chunk {
+                query = query.bind(id);
+            }
+            query.fetch_all(c).await
+        })?;
+        for r in rows {
             let facts = PayoutFacts::try_from(r)?;
             out.insert(facts.payout_id.clone(), facts);
         }
@@ -509,12 +525,14 @@ pub async fn solana_payouts(
     store: &Store,
     status: fn(PayoutStatus) -> bool,
 ) -> Result<Vec<PayoutFacts>, StoreError> {
-    let pool = store.pool();
-    let rows: Vec<FactsRow> = sqlx::query_as(&format!(
+    let pool = store.db();
+    let rows: Vec<FactsRow> = on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT {FACTS_COLUMNS} FROM payouts WHERE rail = 'solana' AND status IN ({}) ORDER BY created_at_ms, payout_id",
         PayoutStatus::sql_list(status)
     ))
-    .fetch_all(pool)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     rows.into_iter().map(PayoutFacts::try_from).collect()
 }

@@ -1,9 +1,8 @@
 //! Read queries over the projections, shared by the CLI, the HTTP API and the jobs.
 //! Reads never scan the ledger.
 
-use sqlx::AnyPool;
-
-use super::{Store, StoreError};
+use super::on;
+use super::{Db, Store, StoreError};
 
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
@@ -30,19 +29,19 @@ pub async fn balances(
         Some(p) => store.catch_up(&[&provider_stream(p)]).await?,
         None => store.catch_up_all().await?,
     };
-    let pool = store.pool();
+    let pool = store.db();
     let ids: Vec<String> = match provider_id {
-        Some(p) => {
-            sqlx::query_scalar("SELECT provider_id FROM providers WHERE provider_id = $1")
-                .bind(p)
-                .fetch_all(pool)
-                .await?
-        }
-        None => {
-            sqlx::query_scalar("SELECT provider_id FROM providers ORDER BY provider_id")
-                .fetch_all(pool)
-                .await?
-        }
+        Some(p) => on!(pool, |c| sqlx::query_scalar(
+            "SELECT provider_id FROM providers WHERE provider_id = $1"
+        )
+        .bind(p)
+        .fetch_all(c)
+        .await)?,
+        None => on!(pool, |c| sqlx::query_scalar(
+            "SELECT provider_id FROM providers ORDER BY provider_id"
+        )
+        .fetch_all(c)
+        .await)?,
     };
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
@@ -55,15 +54,16 @@ pub async fn balances(
 /// stream's head first.
 pub async fn provider_balances(store: &Store, provider_id: &str) -> Result<Balances, StoreError> {
     store.catch_up(&[&provider_stream(provider_id)]).await?;
-    Ok(folded_balances(store.pool(), provider_id).await?)
+    Ok(folded_balances(store.db(), provider_id).await?)
 }
 
-async fn folded_balances(pool: &AnyPool, provider_id: &str) -> Result<Balances, sqlx::Error> {
-    let rows: Vec<AccountBalance> =
-        sqlx::query_as("SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1")
-            .bind(provider_stream(provider_id))
-            .fetch_all(pool)
-            .await?;
+async fn folded_balances(pool: &Db, provider_id: &str) -> Result<Balances, sqlx::Error> {
+    let rows: Vec<AccountBalance> = on!(pool, |c| sqlx::query_as(
+        "SELECT account, balance_micro_usdc FROM account_balances WHERE owner = $1"
+    )
+    .bind(provider_stream(provider_id))
+    .fetch_all(c)
+    .await)?;
     let mut b = Balances {
         provider_id: provider_id.to_owned(),
         ..Default::default()
@@ -108,22 +108,24 @@ struct PayoutTotal {
 
 /// The figures of the projections the metrics show at scrape time.
 pub async fn ledger_figures(store: &Store) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
-    let pool = store.pool();
-    let payouts = sqlx::query_as::<_, PayoutTotal>("SELECT status, rail, COUNT(*) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM payouts GROUP BY status, rail")
-        .fetch_all(pool)
-        .await?
+    let pool = store.db();
+    let payouts = on!(pool, |c| sqlx::query_as::<_, PayoutTotal>("SELECT status, rail, COUNT(*) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM payouts GROUP BY status, rail")
+        .fetch_all(c)
+        .await)?
         .into_iter()
         .map(|t| (t.status, t.rail, t.count, t.amount_micro_usdc))
         .collect();
-    let latest_recorded_at_ms = sqlx::query_scalar("SELECT MAX(recorded_at_ms) FROM events")
-        .fetch_one(pool)
-        .await?;
-    let oldest_created_payout_ms = sqlx::query_scalar(&format!(
+    let latest_recorded_at_ms = on!(pool, |c| sqlx::query_scalar(
+        "SELECT MAX(recorded_at_ms) FROM events"
+    )
+    .fetch_one(c)
+    .await)?;
+    let oldest_created_payout_ms = on!(pool, |c| sqlx::query_scalar(&format!(
         "SELECT MIN(updated_at_ms) FROM payouts WHERE status = '{}'",
         PayoutStatus::Created
     ))
-    .fetch_one(pool)
-    .await?;
+    .fetch_one(c)
+    .await)?;
     Ok(crate::metrics::LedgerFigures {
         payouts,
         latest_recorded_at_ms,
@@ -133,14 +135,14 @@ pub async fn ledger_figures(store: &Store) -> Result<crate::metrics::LedgerFigur
 
 /// Whether a provider is registered.
 pub async fn provider_exists(store: &Store, provider_id: &str) -> Result<bool, sqlx::Error> {
-    let pool = store.pool();
-    Ok(
-        sqlx::query("SELECT 1 FROM providers WHERE provider_id = $1")
-            .bind(provider_id)
-            .fetch_optional(pool)
-            .await?
-            .is_some(),
+    let pool = store.db();
+    Ok(on!(pool, |c| sqlx::query(
+        "SELECT 1 FROM providers WHERE provider_id = $1"
     )
+    .bind(provider_id)
+    .fetch_optional(c)
+    .await
+    .map(|row| row.is_some()))?)
 }
 
 /// Gross, fee, net and usage time of a set of usage segments (voids already netted); read
@@ -315,7 +317,7 @@ fn floor_to_day(ms: i64) -> i64 {
 /// days at either end from `usage_segments` (a segment never crosses midnight, and counts
 /// on the day it starts), read GPU by GPU through its primary key.
 async fn aggregate(
-    pool: &AnyPool,
+    pool: &Db,
     provider_id: &str,
     from_ms: i64,
     to_ms: i64,
@@ -355,14 +357,16 @@ async fn aggregate(
         Base::Model => "model",
     };
     if let Some((day_from, day_to)) = days {
-        let rows: Vec<AggregateRow> = sqlx::query_as(&format!(
+        let rows: Vec<AggregateRow> = on!(pool, |c| {
+            sqlx::query_as(&format!(
             "SELECT {group_cols}, {SUMS}, CAST(COALESCE(SUM(duration_ms), 0) AS BIGINT) AS duration_ms FROM earnings_daily WHERE provider_id = $1 AND day >= $2 AND day < $3 GROUP BY {group_cols}"
         ))
         .bind(provider_id)
         .bind(day_from)
         .bind(day_to)
-        .fetch_all(pool)
-        .await?;
+        .fetch_all(c)
+        .await
+        })?;
         for mut r in rows {
             let key = r.key(base, day_from)?;
             merge(key, r.totals);
@@ -375,14 +379,16 @@ async fn aggregate(
             Base::Gpu => ("gpu_id, model, ", " GROUP BY gpu_id, model".to_owned()),
             Base::Model => ("model, ", " GROUP BY model".to_owned()),
         };
-        let rows: Vec<AggregateRow> = sqlx::query_as(&format!(
+        let rows: Vec<AggregateRow> = on!(pool, |c| {
+            sqlx::query_as(&format!(
             "SELECT {cols}{SUMS}, CAST(COALESCE(SUM(ended_at_ms - started_at_ms), 0) AS BIGINT) AS duration_ms FROM usage_segments WHERE gpu_id IN (SELECT gpu_id FROM gpus WHERE provider_id = $1) AND provider_id = $1 AND started_at_ms >= $2 AND started_at_ms < $3{group}"
         ))
         .bind(provider_id)
         .bind(start)
         .bind(end)
-        .fetch_all(pool)
-        .await?;
+        .fetch_all(c)
+        .await
+        })?;
         for mut r in rows {
             let key = r.key(base, day_number(start))?;
             merge(key, r.totals);
@@ -402,7 +408,7 @@ pub async fn earnings(
     by: EarningsBy,
 ) -> Result<EarningsReport, StoreError> {
     store.catch_up(&[&provider_stream(provider_id)]).await?;
-    let pool = store.pool();
+    let pool = store.db();
     use crate::domain::time::{
         MS_PER_DAY, date_of_ms, day_date, month_start_ms, next_month_start_ms, week_start_ms,
     };
@@ -494,7 +500,7 @@ pub async fn period_totals(
     now_ms: i64,
 ) -> Result<PeriodTotals, StoreError> {
     store.catch_up(&[&provider_stream(provider_id)]).await?;
-    let pool = store.pool();
+    let pool = store.db();
     use crate::domain::time::{MS_PER_DAY, month_start_ms, next_month_start_ms, week_start_ms};
     let week_from_ms = week_start_ms(now_ms);
     let month_from_ms = month_start_ms(now_ms);
@@ -511,7 +517,7 @@ pub async fn period_totals(
         .iter()
         .flat_map(|(period, lo, hi)| TOTALS_COLUMNS.map(|c| sum(period, c, lo, hi)))
         .collect();
-    let row: PeriodsRow = sqlx::query_as(&format!(
+    let row: PeriodsRow = on!(pool, |c| sqlx::query_as(&format!(
         "SELECT {} FROM earnings_daily WHERE provider_id = $1 AND day >= $6 AND day < $7",
         cols.join(", ")
     ))
@@ -522,8 +528,8 @@ pub async fn period_totals(
     .bind(m1)
     .bind(w0.min(m0))
     .bind(w1.max(m1))
-    .fetch_one(pool)
-    .await?;
+    .fetch_one(c)
+    .await)?;
     Ok(PeriodTotals {
         week_from_ms,
         week_to_ms,
@@ -597,7 +603,7 @@ pub async fn provider_gpus(
     limit: i64,
 ) -> Result<Vec<GpuEarnings>, StoreError> {
     store.catch_up(&[&provider_stream(provider_id)]).await?;
-    let pool = store.pool();
+    let pool = store.db();
     use crate::domain::time::{MS_PER_DAY, month_start_ms, week_start_ms};
     let sum = |period: &str, col: &str, since: &str| {
         format!(
@@ -612,7 +618,8 @@ pub async fn provider_gpus(
     ] {
         cols.extend(TOTALS_COLUMNS.map(|c| sum(period, c, since)));
     }
-    let rows: Vec<GpuRow> = sqlx::query_as(&format!(
+    let rows: Vec<GpuRow> = on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT g.gpu_id, g.model, g.registered_at_ms, {} FROM gpus g LEFT JOIN earnings_daily e ON e.provider_id = g.provider_id AND e.gpu_id = g.gpu_id WHERE g.provider_id = $1 AND g.gpu_id > $4 GROUP BY g.gpu_id, g.model, g.registered_at_ms ORDER BY g.gpu_id LIMIT $5",
         cols.join(", ")
     ))
@@ -621,8 +628,9 @@ pub async fn provider_gpus(
     .bind(month_start_ms(now_ms) / MS_PER_DAY)
     .bind(after_gpu_id.unwrap_or(""))
     .bind(limit)
-    .fetch_all(pool)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     Ok(rows
         .into_iter()
         .map(|r| GpuEarnings {
@@ -731,7 +739,7 @@ pub async fn payouts(
     after: Option<(i64, &str)>,
     limit: i64,
 ) -> Result<Vec<PayoutRow>, sqlx::Error> {
-    let pool = store.pool();
+    let pool = store.db();
     let statuses = filter.statuses();
     let status_list = (0..statuses.len())
         .map(|i| format!("${}", i + 5))
@@ -742,13 +750,15 @@ pub async fn payouts(
     );
     // Without a position: every payout (no `created_at_ms` reaches i64::MAX).
     let (after_ms, after_id) = after.unwrap_or((i64::MAX, ""));
-    let q = sqlx::query_as::<_, PayoutRow>(&sql)
-        .bind(provider_id.unwrap_or(""))
-        .bind(after_ms)
-        .bind(after_id)
-        .bind(limit);
-    let q = statuses.iter().fold(q, |q, s| q.bind(s.as_str()));
-    q.fetch_all(pool).await
+    on!(pool, |c| {
+        let q = sqlx::query_as::<_, PayoutRow>(&sql)
+            .bind(provider_id.unwrap_or(""))
+            .bind(after_ms)
+            .bind(after_id)
+            .bind(limit);
+        let q = statuses.iter().fold(q, |q, s| q.bind(s.as_str()));
+        q.fetch_all(c).await
+    })
 }
 
 /// A dual-control request as the `approvals` projection holds it (read by name).
@@ -777,12 +787,12 @@ pub async fn approval(
     conn: &mut super::Conn,
     approval_id: &str,
 ) -> Result<Option<ApprovalRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
+    on!(conn, |c| sqlx::query_as(&format!(
         "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = $1"
     ))
     .bind(approval_id)
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(c)
+    .await)
 }
 
 /// Requests, oldest first, of one status or all, at most `limit`.
@@ -791,24 +801,28 @@ pub async fn approvals(
     status: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ApprovalRow>, sqlx::Error> {
-    let pool = store.pool();
+    let pool = store.db();
     match status {
         Some(s) => {
-            sqlx::query_as(&format!(
+            on!(pool, |c| {
+                sqlx::query_as(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = $1 ORDER BY requested_at_ms, approval_id LIMIT $2"
             ))
             .bind(s)
             .bind(limit)
-            .fetch_all(pool)
+            .fetch_all(c)
             .await
+            })
         }
         None => {
-            sqlx::query_as(&format!(
+            on!(pool, |c| {
+                sqlx::query_as(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals ORDER BY requested_at_ms, approval_id LIMIT $1"
             ))
             .bind(limit)
-            .fetch_all(pool)
+            .fetch_all(c)
             .await
+            })
         }
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use futures::TryStreamExt;
 use serde::Serialize;
 
+use super::on;
 use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
@@ -48,11 +49,11 @@ pub async fn candidate_figures(
         PayoutStatus::sql_list(PayoutStatus::is_undone),
         Dialect::of(conn).json_rows(1, provider_ids.len())
     );
-    let found: Vec<ProviderFigures> = sqlx::query_as(&sql)
+    let found: Vec<ProviderFigures> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .bind(day)
-        .fetch_all(&mut *conn)
-        .await?;
+        .fetch_all(c)
+        .await)?;
     out.extend(found.into_iter().map(|f| (f.provider_id, f.figures)));
     Ok(out)
 }
@@ -69,12 +70,14 @@ pub async fn latest_fx_rate(
     conn: &mut Conn,
     now_ms: i64,
 ) -> Result<Option<(i64, String)>, StoreError> {
-    let row: Option<FxRow> = sqlx::query_as(
+    let row: Option<FxRow> = on!(&mut *conn, |c| {
+        sqlx::query_as(
         "SELECT recorded_at_ms, eur_per_usd FROM fx_rates WHERE recorded_at_ms <= $1 ORDER BY recorded_at_ms DESC LIMIT 1",
     )
     .bind(now_ms)
-    .fetch_optional(&mut *conn)
-    .await?;
+    .fetch_optional(c)
+    .await
+    })?;
     Ok(row.map(|r| (r.recorded_at_ms, r.eur_per_usd)))
 }
 
@@ -86,21 +89,21 @@ struct FxRow {
 
 /// The greatest key of a completed run of `kind`.
 pub async fn latest_run_key(conn: &mut Conn, kind: &str) -> Result<Option<String>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT MAX(run_key) FROM payout_runs WHERE run_kind = $1")
-            .bind(kind)
-            .fetch_one(&mut *conn)
-            .await?,
+    Ok(on!(&mut *conn, |c| sqlx::query_scalar(
+        "SELECT MAX(run_key) FROM payout_runs WHERE run_kind = $1"
     )
+    .bind(kind)
+    .fetch_one(c)
+    .await)?)
 }
 
 /// When the first provider registered.
 pub async fn first_registration_ms(conn: &mut Conn) -> Result<Option<i64>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT MIN(registered_at_ms) FROM providers")
-            .fetch_one(&mut *conn)
-            .await?,
+    Ok(on!(&mut *conn, |c| sqlx::query_scalar(
+        "SELECT MIN(registered_at_ms) FROM providers"
     )
+    .fetch_one(c)
+    .await)?)
 }
 
 /// When a run completed, if it did.
@@ -109,13 +112,13 @@ pub async fn completed_at(
     kind: &str,
     key: &str,
 ) -> Result<Option<i64>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(&mut *conn, |c| sqlx::query_scalar(
         "SELECT completed_at_ms FROM payout_runs WHERE run_kind = $1 AND run_key = $2",
     )
     .bind(kind)
     .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?)
+    .fetch_optional(c)
+    .await)?)
 }
 
 /// One candidate of a run and its decision (a `run_decisions` row, read by name).
@@ -136,17 +139,16 @@ pub async fn decisions(
     kind: &str,
     key: &str,
 ) -> Result<Vec<RunCandidate>, StoreError> {
-    let mut candidates = Vec::new();
-    let mut rows = sqlx::query_as::<_, RunCandidate>(
+    Ok(on!(&mut *conn, |c| {
+        sqlx::query_as::<_, RunCandidate>(
         "SELECT provider_id, decision, available_micro_usdc, amount_micro_usdc, payout_id, decided_at_ms FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
     )
     .bind(kind)
     .bind(key)
-    .fetch(&mut *conn);
-    while let Some(candidate) = rows.try_next().await? {
-        candidates.push(candidate);
-    }
-    Ok(candidates)
+    .fetch(c)
+    .try_collect()
+    .await
+    })?)
 }
 
 /// A provider's decision in a run, if decided.
@@ -156,14 +158,16 @@ pub async fn decision_of(
     key: &str,
     provider_id: &str,
 ) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(&mut *conn, |c| {
+        sqlx::query_scalar(
         "SELECT decision FROM run_decisions WHERE run_kind = $1 AND run_key = $2 AND provider_id = $3",
     )
     .bind(kind)
     .bind(key)
     .bind(provider_id)
-    .fetch_optional(&mut *conn)
-    .await?)
+    .fetch_optional(c)
+    .await
+    })?)
 }
 
 /// Per decision of a run: `(decision, count, sum of amounts)`.
@@ -172,13 +176,15 @@ pub async fn decision_totals(
     kind: &str,
     key: &str,
 ) -> Result<Vec<(String, i64, i64)>, StoreError> {
-    let rows: Vec<DecisionTotal> = sqlx::query_as(
+    let rows: Vec<DecisionTotal> = on!(&mut *conn, |c| {
+        sqlx::query_as(
         "SELECT decision, CAST(COUNT(*) AS BIGINT) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM run_decisions WHERE run_kind = $1 AND run_key = $2 GROUP BY decision",
     )
     .bind(kind)
     .bind(key)
-    .fetch_all(&mut *conn)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     Ok(rows
         .into_iter()
         .map(|r| (r.decision, r.count, r.amount_micro_usdc))
@@ -195,13 +201,16 @@ struct DecisionTotal {
 /// The providers a run may pay, in provider id order (byte order, the same on every
 /// database): every provider not suspended, on the weekly schedule only for a weekly run.
 pub async fn candidate_ids(store: &Store, weekly: bool) -> Result<Vec<String>, StoreError> {
-    let pool = store.pool();
+    let pool = store.db();
     let sql = if weekly {
         "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
     } else {
         "SELECT provider_id FROM providers WHERE status <> 'suspended'"
     };
-    let mut ids: Vec<String> = sqlx::query_scalar(sql).fetch(pool).try_collect().await?;
+    let mut ids: Vec<String> = on!(pool, |c| sqlx::query_scalar(sql)
+        .fetch(c)
+        .try_collect()
+        .await)?;
     ids.sort_unstable();
     Ok(ids)
 }
@@ -212,15 +221,15 @@ pub async fn decided_ids(
     kind: &str,
     key: &str,
 ) -> Result<HashSet<String>, StoreError> {
-    let pool = store.pool();
-    Ok(sqlx::query_scalar(
+    let pool = store.db();
+    Ok(on!(pool, |c| sqlx::query_scalar(
         "SELECT provider_id FROM run_decisions WHERE run_kind = $1 AND run_key = $2",
     )
     .bind(kind)
     .bind(key)
-    .fetch(pool)
+    .fetch(c)
     .try_collect()
-    .await?)
+    .await)?)
 }
 
 /// A completed run's summary as `payout_run.completed` recorded it.
@@ -236,13 +245,15 @@ pub struct RunSummary {
 
 /// Every completed run, newest first (at most `limit`).
 pub async fn completed_runs(store: &Store, limit: i64) -> Result<Vec<RunSummary>, StoreError> {
-    let pool = store.pool();
-    let rows: Vec<RunRow> = sqlx::query_as(
+    let pool = store.db();
+    let rows: Vec<RunRow> = on!(pool, |c| {
+        sqlx::query_as(
         "SELECT run_kind, run_key, cutoff_ms, candidates, totals, completed_at_ms FROM payout_runs ORDER BY cutoff_ms DESC, run_kind DESC LIMIT $1",
     )
     .bind(limit)
-    .fetch_all(pool)
-    .await?;
+    .fetch_all(c)
+    .await
+    })?;
     rows.into_iter()
         .map(|r| {
             Ok(RunSummary {

@@ -15,6 +15,7 @@ use tokio::sync::Mutex;
 
 use crate::domain::projection::{Projections, TABLES, TableSpec, Val};
 
+use super::on;
 use super::project::{insert_copies, row_vals};
 use super::{
     Dialect, EVENT_COLUMNS, Store, StoreError, StoredEvent, StreamSeq, TxConn, writer_lock,
@@ -64,7 +65,7 @@ impl Store {
             Dialect::Sqlite => "BEGIN",
             Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ",
         };
-        let tx = TxConn::begin_with(&self.pool, begin).await?;
+        let tx = TxConn::begin_with(&self.db, begin).await?;
         Ok(Snapshot {
             tx,
             dialect: self.dialect,
@@ -82,7 +83,8 @@ impl Snapshot {
         after: &str,
         limit: i64,
     ) -> Result<Vec<StreamPosition>, StoreError> {
-        Ok(sqlx::query_as(
+        Ok(on!(&mut *self.tx, |c| {
+            sqlx::query_as(
             "WITH RECURSIVE s(stream, n) AS ( \
                SELECT (SELECT MIN(stream) FROM events WHERE stream > $1), 1 \
                UNION ALL \
@@ -95,18 +97,21 @@ impl Snapshot {
         )
         .bind(after)
         .bind(limit)
-        .fetch_all(&mut *self.tx)
-        .await?)
+        .fetch_all(c)
+        .await
+        })?)
     }
 
     /// The checkpoints beyond 0 of streams that have no event, with the seq they claim.
     pub async fn checkpoints_without_events(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows: Vec<StreamSeq> = sqlx::query_as(
+        let rows: Vec<StreamSeq> = on!(&mut *self.tx, |c| {
+            sqlx::query_as(
             "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
              WHERE c.seq > 0 AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream) ORDER BY c.stream",
         )
-        .fetch_all(&mut *self.tx)
-        .await?;
+        .fetch_all(c)
+        .await
+        })?;
         Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
     }
 
@@ -120,7 +125,7 @@ impl Snapshot {
         through: &str,
         limit: i64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        Ok(sqlx::query_as(&format!(
+        Ok(on!(&mut *self.tx, |c| sqlx::query_as(&format!(
             "SELECT {EVENT_COLUMNS} FROM events \
              WHERE stream >= $1 AND (stream > $1 OR seq > $2) AND stream <= $3 \
              ORDER BY stream, seq LIMIT $4"
@@ -129,8 +134,8 @@ impl Snapshot {
         .bind(after.1)
         .bind(through)
         .bind(limit)
-        .fetch_all(&mut *self.tx)
-        .await?)
+        .fetch_all(c)
+        .await)?)
     }
 
     /// Adds the rows of `fold` to the fold compared by [`Snapshot::differences`]. Each call
@@ -148,19 +153,21 @@ impl Snapshot {
         }
         for spec in TABLES {
             let copy = format!("{FOLD_PREFIX}{}", spec.name);
-            sqlx::query(&format!(
+            on!(&mut *self.tx, |c| sqlx::query(&format!(
                 "CREATE TEMPORARY TABLE {copy} AS SELECT {} FROM {} WHERE 1 = 0",
                 spec.column_list(),
                 spec.name
             ))
-            .execute(&mut *self.tx)
-            .await?;
-            sqlx::query(&format!(
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
+            on!(&mut *self.tx, |c| sqlx::query(&format!(
                 "CREATE INDEX {copy}_key ON {copy} ({})",
                 spec.key.join(", ")
             ))
-            .execute(&mut *self.tx)
-            .await?;
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
         }
         self.copies_created = true;
         Ok(())
@@ -175,20 +182,29 @@ impl Snapshot {
     pub async fn replace_tables(mut self, events_folded: i64) -> Result<(), StoreError> {
         self.create_copies().await?;
         // The read transaction ends; the copies live on with the connection.
-        sqlx::query("COMMIT").execute(&mut *self.tx).await?;
+        on!(&mut *self.tx, |c| sqlx::query("COMMIT")
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
         let _writer = writer_lock(&self.sqlite_writer, self.dialect).await;
-        sqlx::query(self.dialect.begin_write())
-            .execute(&mut *self.tx)
-            .await?;
+        on!(&mut *self.tx, |c| sqlx::query(self.dialect.begin_write())
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
         if self.dialect == Dialect::Postgres {
-            sqlx::query("LOCK TABLE events IN SHARE MODE")
-                .execute(&mut *self.tx)
-                .await?;
+            on!(&mut *self.tx, |c| sqlx::query(
+                "LOCK TABLE events IN SHARE MODE"
+            )
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
         }
         // The events are append-only: the same count means the same events.
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
-            .fetch_one(&mut *self.tx)
-            .await?;
+        let count: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events"
+        )
+        .fetch_one(c)
+        .await)?;
         if count != events_folded {
             return Err(StoreError::Conflict(format!(
                 "the ledger grew from {events_folded} to {count} events during the rebuild; run it again"
@@ -197,29 +213,42 @@ impl Snapshot {
         for spec in TABLES {
             let copy = format!("{FOLD_PREFIX}{}", spec.name);
             let list = spec.column_list();
-            sqlx::query(&format!("DELETE FROM {}", spec.name))
-                .execute(&mut *self.tx)
-                .await?;
-            sqlx::query(&format!(
+            on!(&mut *self.tx, |c| sqlx::query(&format!(
+                "DELETE FROM {}",
+                spec.name
+            ))
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
+            on!(&mut *self.tx, |c| sqlx::query(&format!(
                 "INSERT INTO {} ({list}) SELECT {list} FROM {copy}",
                 spec.name
             ))
-            .execute(&mut *self.tx)
-            .await?;
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
             // The connection goes back to the pool: without the copies.
-            sqlx::query(&format!("DROP TABLE {copy}"))
-                .execute(&mut *self.tx)
-                .await?;
+            on!(&mut *self.tx, |c| sqlx::query(&format!(
+                "DROP TABLE {copy}"
+            ))
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
         }
         // The fresh fold covers every event: every stream is folded to its head.
-        sqlx::query("DELETE FROM projection_checkpoints")
-            .execute(&mut *self.tx)
-            .await?;
-        sqlx::query(
+        on!(&mut *self.tx, |c| sqlx::query(
+            "DELETE FROM projection_checkpoints"
+        )
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
+        on!(&mut *self.tx, |c| {
+            sqlx::query(
             "INSERT INTO projection_checkpoints (stream, seq) SELECT stream, MAX(seq) FROM events GROUP BY stream",
         )
-        .execute(&mut *self.tx)
-        .await?;
+        .execute(c)
+        .await.map(|r| r.rows_affected())
+        })?;
         self.tx.commit().await?;
         Ok(())
     }
@@ -255,21 +284,26 @@ impl Snapshot {
         let stored_not_folded = format!(
             "FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {copy} AS f WHERE {same_key})"
         );
-        let changed: i64 =
-            sqlx::query_scalar(&format!("SELECT COUNT(*) FROM ({folded_not_stored}) AS d"))
-                .fetch_one(&mut *self.tx)
-                .await?;
-        let extra: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) {stored_not_folded}"))
-            .fetch_one(&mut *self.tx)
-            .await?;
+        let changed: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM ({folded_not_stored}) AS d"
+        ))
+        .fetch_one(c)
+        .await)?;
+        let extra: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) {stored_not_folded}"
+        ))
+        .fetch_one(c)
+        .await)?;
         if changed + extra == 0 {
             return Ok(None);
         }
         let example = if changed > 0 {
-            let row = sqlx::query(&format!("{folded_not_stored} LIMIT 1"))
-                .fetch_one(&mut *self.tx)
-                .await?;
-            let mut key = row_vals(&row, spec, &cols)?;
+            let mut key = on!(&mut *self.tx, |c| sqlx::query(&format!(
+                "{folded_not_stored} LIMIT 1"
+            ))
+            .fetch_one(c)
+            .await
+            .and_then(|row| row_vals(&row, spec, &cols)))?;
             let folded = key.split_off(spec.key.len());
             let stored = self.stored_row(spec, &key).await?;
             format!("key {key:?}: folded {folded:?}, stored {stored:?}")
@@ -280,10 +314,12 @@ impl Snapshot {
                 .map(|k| format!("t.{k}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let row = sqlx::query(&format!("SELECT {keys} {stored_not_folded} LIMIT 1"))
-                .fetch_one(&mut *self.tx)
-                .await?;
-            let key = row_vals(&row, spec, spec.key)?;
+            let key = on!(&mut *self.tx, |c| sqlx::query(&format!(
+                "SELECT {keys} {stored_not_folded} LIMIT 1"
+            ))
+            .fetch_one(c)
+            .await
+            .and_then(|row| row_vals(&row, spec, spec.key)))?;
             format!("key {key:?}: stored but not in the fold")
         };
         Ok(Some(TableDifference {
@@ -311,17 +347,19 @@ impl Snapshot {
             spec.vals.join(", "),
             spec.name
         );
-        let mut query = sqlx::query(&sql);
-        for v in key {
-            query = match v {
-                Val::Int(i) => query.bind(*i),
-                Val::Text(t) => query.bind(t.clone()),
-                Val::Null => query.bind(None::<String>),
-            };
-        }
-        match query.fetch_optional(&mut *self.tx).await? {
-            Some(row) => Ok(Some(row_vals(&row, spec, spec.vals)?)),
-            None => Ok(None),
-        }
+        Ok(on!(&mut *self.tx, |c| {
+            let mut query = sqlx::query(&sql);
+            for v in key {
+                query = match v {
+                    Val::Int(i) => query.bind(*i),
+                    Val::Text(t) => query.bind(t.clone()),
+                    Val::Null => query.bind(None::<String>),
+                };
+            }
+            match query.fetch_optional(c).await? {
+                Some(row) => row_vals(&row, spec, spec.vals).map(Some),
+                None => Ok(None),
+            }
+        })?)
     }
 }

@@ -1,6 +1,7 @@
 //! API tokens as stored: hashed secrets, never the secrets (`auth` creates and checks them).
 //! Rows are plain columns here; `auth` reads the scope.
 
+use super::on;
 use super::{Dialect, Store, TxConn};
 
 /// A token's columns; a token of before migration 0004 has no stored name and reads as its
@@ -55,23 +56,26 @@ pub async fn insert_named(
     store: &Store,
     token: &TokenInsert<'_>,
 ) -> Result<Result<(), String>, sqlx::Error> {
-    let pool = store.pool();
-    let dialect = Dialect::of(&*pool.acquire().await?);
+    let pool = store.db();
+    let dialect = store.dialect();
     let mut tx = TxConn::begin(pool, dialect).await?;
     if dialect == Dialect::Postgres {
-        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('api_tokens:names', 0))) AS l")
-            .execute(&mut *tx)
-            .await?;
+        on!(&mut *tx, |c| {
+            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('api_tokens:names', 0))) AS l")
+            .execute(c)
+            .await.map(|r| r.rows_affected())
+        })?;
     }
-    if let Some(holder) = sqlx::query_scalar(LIVE_NAME_SQL)
+    if let Some(holder) = on!(&mut *tx, |c| sqlx::query_scalar(LIVE_NAME_SQL)
         .bind(token.name)
         .bind(token.created_at_ms)
-        .fetch_optional(&mut *tx)
-        .await?
+        .fetch_optional(c)
+        .await)?
     {
         return Ok(Err(holder));
     }
-    sqlx::query(
+    on!(&mut *tx, |c| {
+        sqlx::query(
         "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(token.token_id)
@@ -83,20 +87,23 @@ pub async fn insert_named(
     .bind(token.expires_at_ms)
     .bind(token.name)
     .bind(token.created_by)
-    .execute(&mut *tx)
-    .await?;
+    .execute(c)
+    .await.map(|r| r.rows_affected())
+    })?;
     tx.commit().await?;
     Ok(Ok(()))
 }
 
 /// Whether a token id was ever issued.
 pub async fn exists(store: &Store, token_id: &str) -> Result<bool, sqlx::Error> {
-    let pool = store.pool();
-    Ok(sqlx::query("SELECT 1 FROM api_tokens WHERE token_id = $1")
-        .bind(token_id)
-        .fetch_optional(pool)
-        .await?
-        .is_some())
+    let pool = store.db();
+    Ok(on!(pool, |c| sqlx::query(
+        "SELECT 1 FROM api_tokens WHERE token_id = $1"
+    )
+    .bind(token_id)
+    .fetch_optional(c)
+    .await
+    .map(|row| row.is_some()))?)
 }
 
 /// Records a token's revocation; `false` when it was revoked already (the first stands).
@@ -106,26 +113,30 @@ pub async fn revoke(
     revoked_at_ms: i64,
     revoked_by: &str,
 ) -> Result<bool, sqlx::Error> {
-    let pool = store.pool();
-    let inserted = sqlx::query(
+    let pool = store.db();
+    let inserted = on!(pool, |c| {
+        sqlx::query(
         "INSERT INTO api_token_revocations (token_id, revoked_at_ms, revoked_by) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
     )
     .bind(token_id)
     .bind(revoked_at_ms)
     .bind(revoked_by)
-    .execute(pool)
-    .await?;
-    Ok(inserted.rows_affected() == 1)
+    .execute(c)
+    .await.map(|r| r.rows_affected())
+    })?;
+    Ok(inserted == 1)
 }
 
 /// Every token, oldest first.
 pub async fn list(store: &Store) -> Result<Vec<StoredToken>, sqlx::Error> {
-    let pool = store.pool();
-    sqlx::query_as(&format!(
+    let pool = store.db();
+    on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
     ))
-    .fetch_all(pool)
+    .fetch_all(c)
     .await
+    })
 }
 
 /// One token with its stored secret hash.
@@ -133,12 +144,14 @@ pub async fn with_hash(
     store: &Store,
     token_id: &str,
 ) -> Result<Option<(StoredToken, Vec<u8>)>, sqlx::Error> {
-    let pool = store.pool();
-    let row: Option<TokenWithHash> = sqlx::query_as(&format!(
+    let pool = store.db();
+    let row: Option<TokenWithHash> = on!(pool, |c| {
+        sqlx::query_as(&format!(
         "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
     ))
     .bind(token_id)
-    .fetch_optional(pool)
-    .await?;
+    .fetch_optional(c)
+    .await
+    })?;
     Ok(row.map(|r| (r.token, r.token_hash)))
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::on;
 use super::{Dialect, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
 use crate::domain::money::{FeeBps, Rate};
@@ -31,10 +32,10 @@ pub async fn gpu_owners(
         "SELECT g.gpu_id, g.provider_id, g.model FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
     );
     let rows: Vec<(&str,)> = gpu_ids.iter().map(|g| (*g,)).collect();
-    let found: Vec<GpuRow> = sqlx::query_as(&sql)
+    let found: Vec<GpuRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
-        .fetch_all(tx.conn())
-        .await?;
+        .fetch_all(c)
+        .await)?;
     Ok(found
         .into_iter()
         .map(|g| {
@@ -113,10 +114,10 @@ pub async fn overlapping_segments(
              WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)"
         ),
     };
-    let found: Vec<Overlap> = sqlx::query_as(&sql)
+    let found: Vec<Overlap> = on!(tx.conn(), |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
-        .fetch_all(tx.conn())
-        .await?;
+        .fetch_all(c)
+        .await)?;
     for o in found {
         let index = usize::try_from(o.probe).map_err(corrupt)?;
         overlaps
@@ -129,10 +130,11 @@ pub async fn overlapping_segments(
 /// The platform's fee schedules.
 pub async fn fee_book(tx: &mut WriteTx) -> Result<FeeBook, StoreError> {
     let mut fees = FeeBook::default();
-    let rows: Vec<FeeRow> =
-        sqlx::query_as("SELECT tier, effective_from_ms, fee_bps FROM fee_schedules")
-            .fetch_all(tx.conn())
-            .await?;
+    let rows: Vec<FeeRow> = on!(tx.conn(), |c| sqlx::query_as(
+        "SELECT tier, effective_from_ms, fee_bps FROM fee_schedules"
+    )
+    .fetch_all(c)
+    .await)?;
     for r in rows {
         let tier = Tier::parse(&r.tier).map_err(corrupt)?;
         let fee = FeeBps::new(r.fee_bps).map_err(corrupt)?;
@@ -185,10 +187,10 @@ pub async fn pricing_contexts(
     let sql = format!(
         "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
     );
-    let tiers: Vec<TierRow> = sqlx::query_as(&sql)
+    let tiers: Vec<TierRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
         .bind(&rows)
-        .fetch_all(tx.conn())
-        .await?;
+        .fetch_all(c)
+        .await)?;
     for t in tiers {
         if let Some(c) = out.get_mut(&t.provider_id) {
             let tier = Tier::parse(&t.tier).map_err(corrupt)?;
@@ -198,10 +200,10 @@ pub async fn pricing_contexts(
     let sql = format!(
         "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0"
     );
-    let rates: Vec<RateRow> = sqlx::query_as(&sql)
+    let rates: Vec<RateRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
         .bind(&rows)
-        .fetch_all(tx.conn())
-        .await?;
+        .fetch_all(c)
+        .await)?;
     for r in rates {
         if let Some(c) = out.get_mut(&r.provider_id) {
             let rate = Rate::parse(&r.rate_usdc_per_hour).map_err(corrupt)?;

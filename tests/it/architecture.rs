@@ -333,6 +333,32 @@ fn only_the_store_names_the_database_driver() {
     );
 }
 
+/// The store runs every statement on the native driver of its dialect (sqlx `Sqlite`,
+/// `Postgres`) through `on!`; sqlx's `Any` driver is there only for the pool that tests and
+/// benchmarks use to look at the tables from outside (`Store::pool`, in `store/mod.rs`), so
+/// no other module of the store names it or that pool.
+#[test]
+fn the_store_runs_on_the_native_drivers() {
+    let any = [
+        "sqlx::any",
+        "sqlx::Any",
+        "AnyPool",
+        "AnyConnection",
+        "AnyRow",
+        ".pool()",
+    ];
+    let store_mod = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/mod.rs");
+    let found: Vec<String> = naming("src/store", &any)
+        .into_iter()
+        .filter(|place| Path::new(place.split(':').next().unwrap()) != store_mod)
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the Any driver used by the store:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The store reads rows by column name into typed structs (`sqlx::FromRow`,
 /// `query_scalar` for one column), never by position: a column added to or moved in a
 /// `SELECT` cannot shift what the code reads. A `try_get` names its column (a string, or

@@ -413,13 +413,11 @@ async fn an_fx_rate_stays_in_its_band_and_near_the_rate_in_force() {
     assert_eq!(set("1.012", Some("fx-2")).await, "duplicate");
     assert_eq!(set("0.5", Some("fx-1")).await, "conflict");
     assert_eq!(set("0.92", None).await, "accepted", "within 10 % of 1.012");
-    let latest = settle::ledger::runs::latest_fx_rate(
-        &mut ledger.store.pool().acquire().await.unwrap(),
-        i64::MAX,
-    )
-    .await
-    .unwrap()
-    .map(|(_, r)| r.to_string());
+    let latest =
+        settle::ledger::runs::latest_fx_rate(&mut ledger.store.acquire().await.unwrap(), i64::MAX)
+            .await
+            .unwrap()
+            .map(|(_, r)| r.to_string());
     assert_eq!(latest.as_deref(), Some("0.92"));
 }
 
