@@ -333,13 +333,21 @@ fn percentiles(mut lat: Vec<Duration>) -> (f64, f64, f64) {
 // Phases
 
 async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
-    use sqlx::any::AnyPoolOptions;
-    let sqlite = db.pg.is_none();
-    let pool = AnyPoolOptions::new()
-        .max_connections(1)
-        .after_connect(move |conn, _| {
-            Box::pin(async move {
-                if sqlite {
+    use sqlx::postgres::PgPoolOptions;
+    use sqlx::sqlite::SqlitePoolOptions;
+    // The engine's native driver of each database (`Store::open`), one connection.
+    if db.pg.is_some() {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&db.url)
+            .await
+            .expect("open raw database");
+        raw_inserts(args, w, &pool).await
+    } else {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
                     // The engine's durability and cache settings (`Store::open`).
                     for pragma in [
                         "PRAGMA journal_mode = WAL",
@@ -349,21 +357,32 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
                     ] {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }
-                }
-                Ok(())
+                    Ok(())
+                })
             })
-        })
-        .connect(&if sqlite {
-            format!("{}?mode=rwc", db.url)
-        } else {
-            db.url.clone()
-        })
-        .await
-        .expect("open raw database");
+            .connect(&format!("{}?mode=rwc", db.url))
+            .await
+            .expect("open raw database");
+        raw_inserts(args, w, &pool).await
+    }
+}
+
+/// The raw phase on one driver: multi-row `INSERT … ON CONFLICT DO NOTHING`, a transaction
+/// per batch.
+async fn raw_inserts<D>(args: &Args, w: &Workload, pool: &sqlx::Pool<D>) -> serde_json::Value
+where
+    D: sqlx::Database,
+    for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+    for<'c> &'c sqlx::Pool<D>: sqlx::Executor<'c, Database = D>,
+    for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+    String: for<'q> sqlx::Encode<'q, D> + sqlx::Type<D>,
+    i64: for<'q> sqlx::Encode<'q, D> + for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
+    usize: sqlx::ColumnIndex<D::Row>,
+{
     sqlx::query(
         "CREATE TABLE raw_events (event_id TEXT PRIMARY KEY, net_micro_usdc BIGINT NOT NULL)",
     )
-    .execute(&pool)
+    .execute(pool)
     .await
     .unwrap();
     let mut sent = 0usize;
@@ -393,7 +412,7 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
     let secs = started.elapsed().as_secs_f64();
     let hwm = peak::vmhwm_kib();
     let booked: i64 = sqlx::query("SELECT COUNT(*) FROM raw_events")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .unwrap()
         .get(0);

@@ -8,6 +8,7 @@
 //! Invariant: the store knows no use case and no wire format. It appends events with their
 //! hash chain and applies projection ops in the same transaction; it never decides anything.
 
+mod append;
 mod chain;
 mod fold;
 pub mod keys;
@@ -1069,47 +1070,10 @@ impl WriteTx {
     /// race (another writer took the sequence number or an idempotency key) surfaces as
     /// [`StoreError::Conflict`]: retry the command from the start.
     pub async fn commit(mut self) -> Result<Vec<StoredEvent>, StoreError> {
-        const ROWS_PER_INSERT: usize = 5_000;
         if !self.pending.is_empty() {
-            // The rows travel as one JSON parameter: one statement text, prepared once per
-            // connection, whatever the number of events.
-            let d = self.dialect;
-            let sql = format!(
-                "INSERT INTO events ({EVENT_COLUMNS}) SELECT j.value ->> 0, CAST(j.value ->> 1 AS BIGINT), \
-                 j.value ->> 2, CAST(j.value ->> 3 AS BIGINT), j.value ->> 4, {}, j.value ->> 6, \
-                 CAST(j.value ->> 7 AS BIGINT), j.value ->> 8, j.value ->> 9, {}, {} FROM {}",
-                d.bytes_from_hex("j.value ->> 5"),
-                d.bytes_from_hex("j.value ->> 10"),
-                d.bytes_from_hex("j.value ->> 11"),
-                d.json_rows(1, ROWS_PER_INSERT)
-            );
-            for chunk in self.pending.chunks(ROWS_PER_INSERT) {
-                let rows: Vec<_> = chunk
-                    .iter()
-                    .map(|e| {
-                        (
-                            &e.stream,
-                            e.seq,
-                            &e.event_type,
-                            e.version,
-                            &e.idem_key,
-                            e.content_hash.as_ref().map(hex::encode),
-                            &e.actor,
-                            e.recorded_at_ms,
-                            &e.payload,
-                            &e.lines,
-                            hex::encode(&e.prev_hash),
-                            hex::encode(&e.hash),
-                        )
-                    })
-                    .collect();
-                on!(&mut *self.tx, |c| sqlx::query(&sql)
-                    .bind(json_rows_param(&rows))
-                    .execute(c)
-                    .await
-                    .map(|r| r.rows_affected()))
+            append::insert_events(&mut self.tx, &self.pending)
+                .await
                 .map_err(classify)?;
-            }
         }
         project::apply_ops(&mut self.tx, &self.ops)
             .await
