@@ -875,6 +875,15 @@ fn connect_any(url: &str, dialect: Dialect, options: &StoreOptions) -> Result<An
         .connect_lazy_with(any_connect))
 }
 
+/// Whether `sql`, a `SELECT` of one parameter `key`, finds a row.
+async fn row_exists(db: &Db, sql: &str, key: &str) -> Result<bool, sqlx::Error> {
+    on!(db, |c| sqlx::query(sql)
+        .bind(key)
+        .fetch_optional(c)
+        .await
+        .map(|row| row.is_some()))
+}
+
 /// The process's SQLite writer lock, taken (SQLite has one writer; a writer of this process
 /// waits here rather than on the database's busy timeout); nothing on PostgreSQL.
 pub(crate) async fn writer_lock(

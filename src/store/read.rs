@@ -135,14 +135,12 @@ pub async fn ledger_figures(store: &Store) -> Result<crate::metrics::LedgerFigur
 
 /// Whether a provider is registered.
 pub async fn provider_exists(store: &Store, provider_id: &str) -> Result<bool, sqlx::Error> {
-    let pool = store.db();
-    Ok(on!(pool, |c| sqlx::query(
-        "SELECT 1 FROM providers WHERE provider_id = $1"
+    super::row_exists(
+        store.db(),
+        "SELECT 1 FROM providers WHERE provider_id = $1",
+        provider_id,
     )
-    .bind(provider_id)
-    .fetch_optional(c)
     .await
-    .map(|row| row.is_some()))?)
 }
 
 /// Gross, fee, net and usage time of a set of usage segments (voids already netted); read

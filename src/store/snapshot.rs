@@ -213,27 +213,15 @@ impl Snapshot {
         for spec in TABLES {
             let copy = format!("{FOLD_PREFIX}{}", spec.name);
             let list = spec.column_list();
-            on!(&mut *self.tx, |c| sqlx::query(&format!(
-                "DELETE FROM {}",
-                spec.name
-            ))
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))?;
-            on!(&mut *self.tx, |c| sqlx::query(&format!(
-                "INSERT INTO {} ({list}) SELECT {list} FROM {copy}",
-                spec.name
-            ))
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))?;
+            self.tx.run(&format!("DELETE FROM {}", spec.name)).await?;
+            self.tx
+                .run(&format!(
+                    "INSERT INTO {} ({list}) SELECT {list} FROM {copy}",
+                    spec.name
+                ))
+                .await?;
             // The connection goes back to the pool: without the copies.
-            on!(&mut *self.tx, |c| sqlx::query(&format!(
-                "DROP TABLE {copy}"
-            ))
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))?;
+            self.tx.run(&format!("DROP TABLE {copy}")).await?;
         }
         // The fresh fold covers every event: every stream is folded to its head.
         on!(&mut *self.tx, |c| sqlx::query(

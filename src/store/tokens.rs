@@ -96,14 +96,12 @@ pub async fn insert_named(
 
 /// Whether a token id was ever issued.
 pub async fn exists(store: &Store, token_id: &str) -> Result<bool, sqlx::Error> {
-    let pool = store.db();
-    Ok(on!(pool, |c| sqlx::query(
-        "SELECT 1 FROM api_tokens WHERE token_id = $1"
+    super::row_exists(
+        store.db(),
+        "SELECT 1 FROM api_tokens WHERE token_id = $1",
+        token_id,
     )
-    .bind(token_id)
-    .fetch_optional(c)
     .await
-    .map(|row| row.is_some()))?)
 }
 
 /// Records a token's revocation; `false` when it was revoked already (the first stands).

@@ -319,17 +319,11 @@ fn only_the_store_names_the_database_driver() {
         "use sqlx::{",
         ".pool()",
     ];
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found: Vec<String> = naming("src", &driver)
-        .into_iter()
-        .filter(|place| {
-            !Path::new(place.split(':').next().unwrap()).starts_with(root.join("store"))
-        })
-        .collect();
-    assert!(
-        found.is_empty(),
-        "the database driver named outside src/store:\n{}",
-        found.join("\n")
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    assert_none_named(
+        "the database driver named outside src/store",
+        naming("src", &driver),
+        |file| file.starts_with(&store),
     );
 }
 
@@ -348,15 +342,20 @@ fn the_store_runs_on_the_native_drivers() {
         ".pool()",
     ];
     let store_mod = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/mod.rs");
-    let found: Vec<String> = naming("src/store", &any)
-        .into_iter()
-        .filter(|place| Path::new(place.split(':').next().unwrap()) != store_mod)
-        .collect();
-    assert!(
-        found.is_empty(),
-        "the Any driver used by the store:\n{}",
-        found.join("\n")
+    assert_none_named(
+        "the Any driver used by the store",
+        naming("src/store", &any),
+        |file| file == store_mod,
     );
+}
+
+/// Fails with `what` and the places of `found` ([`naming`]) in files not `allowed`.
+fn assert_none_named(what: &str, found: Vec<String>, allowed: impl Fn(&Path) -> bool) {
+    let found: Vec<String> = found
+        .into_iter()
+        .filter(|place| !allowed(Path::new(place.split(':').next().unwrap())))
+        .collect();
+    assert!(found.is_empty(), "{what}:\n{}", found.join("\n"));
 }
 
 /// The store reads rows by column name into typed structs (`sqlx::FromRow`,
