@@ -317,7 +317,7 @@ impl Store {
             "SELECT j.value ->> 0 FROM {} WHERE \
              COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = j.value ->> 0), 0) \
              < COALESCE((SELECT e.seq FROM events AS e WHERE e.stream = j.value ->> 0 ORDER BY e.seq DESC LIMIT 1), 0)",
-            self.dialect.json_rows(1, streams.len())
+            self.dialect().json_rows(1, streams.len())
         );
         let behind: Vec<String> = on!(&self.db, |c| sqlx::query_scalar(&sql)
             .bind(json_rows_param(&names))
@@ -419,7 +419,7 @@ impl Store {
     /// and retries (`tests/it/projector.rs` races them). On SQLite it takes the writer.
     async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        let folded = fold_streams(&mut tx, self.dialect, streams, FOLD_EVENTS_MAX).await?;
+        let folded = fold_streams(&mut tx, self.dialect(), streams, FOLD_EVENTS_MAX).await?;
         crate::failpoint::failpoint(FOLD_BEFORE_COMMIT);
         tx.commit().await.map_err(classify)?;
         Ok(folded)

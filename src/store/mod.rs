@@ -235,6 +235,13 @@ pub enum Conn {
 }
 
 impl Db {
+    fn dialect(&self) -> Dialect {
+        match self {
+            Db::Sqlite(_) => Dialect::Sqlite,
+            Db::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
     async fn acquire(&self) -> Result<Conn, sqlx::Error> {
         Ok(match self {
             Db::Sqlite(pool) => Conn::Sqlite(pool.acquire().await?),
@@ -309,7 +316,6 @@ pub struct Store {
     /// and benchmarks that inspect or tamper with the tables ([`Store::pool`]); the program
     /// never uses it.
     any: AnyPool,
-    dialect: Dialect,
     /// SQLite has one writer: writers of this process queue here instead of spinning on BUSY.
     sqlite_writer: Arc<Mutex<()>>,
     /// Streams booked on by this process whose aggregates wait for the projector.
@@ -435,7 +441,6 @@ impl Store {
         Ok(Store {
             db,
             any,
-            dialect,
             sqlite_writer: Arc::new(Mutex::new(())),
             dirty: Arc::new(std::sync::Mutex::new(fold::Dirty::new(
                 options.projector_dirty_streams_max,
@@ -472,7 +477,7 @@ impl Store {
     }
 
     pub fn dialect(&self) -> Dialect {
-        self.dialect
+        self.db.dialect()
     }
 
     pub async fn close(&self) {
@@ -487,10 +492,8 @@ impl Store {
     /// process's writer held (returned: it is released when dropped, after the
     /// transaction ends).
     async fn write_tx(&self) -> Result<(Option<OwnedMutexGuard<()>>, TxConn), StoreError> {
-        let guard = writer_lock(&self.sqlite_writer, self.dialect).await;
-        let tx = TxConn::begin(&self.db, self.dialect)
-            .await
-            .map_err(classify)?;
+        let guard = writer_lock(&self.sqlite_writer, self.dialect()).await;
+        let tx = TxConn::begin(&self.db).await.map_err(classify)?;
         Ok((guard, tx))
     }
 
@@ -509,7 +512,7 @@ impl Store {
 
     async fn begin_inner(&self, stream: &str, defer: bool) -> Result<WriteTx, StoreError> {
         let (guard, mut tx) = self.write_tx().await?;
-        if self.dialect == Dialect::Postgres {
+        if self.dialect() == Dialect::Postgres {
             // Serialise writers of one stream without blocking other streams.
             on!(&mut *tx, |c| sqlx::query(
                 "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l",
@@ -534,7 +537,7 @@ impl Store {
         Ok(WriteTx {
             tx,
             _writer: guard,
-            dialect: self.dialect,
+            dialect: self.dialect(),
             stream: stream.to_owned(),
             head_seq: seq,
             head_hash: hash,
@@ -568,21 +571,21 @@ impl Store {
         let (guard, mut tx) = self.write_tx().await?;
         let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
         let rows = json_rows_param(&rows);
-        let heads_sql = match self.dialect {
+        let heads_sql = match self.dialect() {
             Dialect::Postgres => {
                 // The array is unpacked in order: every writer locks in name order, so
                 // writers of overlapping stream sets cannot deadlock.
-                fold::lock_streams(&mut tx, self.dialect, &names).await?;
+                fold::lock_streams(&mut tx, self.dialect(), &names).await?;
                 format!(
                     "SELECT j.value ->> 0 AS stream, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
                      (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
-                    self.dialect.json_rows(1, names.len())
+                    self.dialect().json_rows(1, names.len())
                 )
             }
             Dialect::Sqlite => format!(
                 "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM {} JOIN events AS e \
                  ON e.stream = j.value ->> 0 AND e.seq = (SELECT MAX(x.seq) FROM events AS x WHERE x.stream = j.value ->> 0)",
-                self.dialect.json_rows(1, names.len())
+                self.dialect().json_rows(1, names.len())
             ),
         };
         let mut heads: BTreeMap<String, (i64, Vec<u8>, i64)> = names
@@ -602,7 +605,7 @@ impl Store {
         Ok(WriteTx {
             tx,
             _writer: guard,
-            dialect: self.dialect,
+            dialect: self.dialect(),
             stream: first,
             head_seq: seq,
             head_hash: hash,
@@ -909,8 +912,8 @@ pub struct TxConn {
 
 impl TxConn {
     /// A write transaction ([`Dialect::begin_write`]).
-    pub(crate) async fn begin(db: &Db, dialect: Dialect) -> Result<TxConn, sqlx::Error> {
-        TxConn::begin_with(db, dialect.begin_write()).await
+    pub(crate) async fn begin(db: &Db) -> Result<TxConn, sqlx::Error> {
+        TxConn::begin_with(db, db.dialect().begin_write()).await
     }
 
     /// A transaction begun by the statement `begin` on a connection of `db`.

@@ -61,14 +61,14 @@ impl Store {
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         // Not read-only: the fold is written to temporary tables. Both databases take the
         // snapshot at the transaction's first read.
-        let begin = match self.dialect {
+        let begin = match self.dialect() {
             Dialect::Sqlite => "BEGIN",
             Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ",
         };
         let tx = TxConn::begin_with(&self.db, begin).await?;
         Ok(Snapshot {
             tx,
-            dialect: self.dialect,
+            dialect: self.dialect(),
             copies_created: false,
             sqlite_writer: self.sqlite_writer.clone(),
         })
@@ -182,22 +182,11 @@ impl Snapshot {
     pub async fn replace_tables(mut self, events_folded: i64) -> Result<(), StoreError> {
         self.create_copies().await?;
         // The read transaction ends; the copies live on with the connection.
-        on!(&mut *self.tx, |c| sqlx::query("COMMIT")
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))?;
+        self.tx.run("COMMIT").await?;
         let _writer = writer_lock(&self.sqlite_writer, self.dialect).await;
-        on!(&mut *self.tx, |c| sqlx::query(self.dialect.begin_write())
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))?;
+        self.tx.run(self.dialect.begin_write()).await?;
         if self.dialect == Dialect::Postgres {
-            on!(&mut *self.tx, |c| sqlx::query(
-                "LOCK TABLE events IN SHARE MODE"
-            )
-            .execute(c)
-            .await
-            .map(|r| r.rows_affected()))?;
+            self.tx.run("LOCK TABLE events IN SHARE MODE").await?;
         }
         // The events are append-only: the same count means the same events.
         let count: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(

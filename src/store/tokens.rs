@@ -58,7 +58,7 @@ pub async fn insert_named(
 ) -> Result<Result<(), String>, sqlx::Error> {
     let pool = store.db();
     let dialect = store.dialect();
-    let mut tx = TxConn::begin(pool, dialect).await?;
+    let mut tx = TxConn::begin(pool).await?;
     if dialect == Dialect::Postgres {
         on!(&mut *tx, |c| {
             sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('api_tokens:names', 0))) AS l")
