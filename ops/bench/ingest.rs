@@ -396,7 +396,13 @@ where
             if i > 0 {
                 sql.push(',');
             }
-            sql.push_str(&format!("(${},${})", 2 * i + 1, 2 * i + 2));
+            // Anonymous parameters on SQLite: sqlx binds them in order, where it looks a
+            // numbered one up in SQLite's list of names (quadratic in their number).
+            if D::NAME == "SQLite" {
+                sql.push_str("(?,?)");
+            } else {
+                sql.push_str(&format!("(${},${})", 2 * i + 1, 2 * i + 2));
+            }
         }
         sql.push_str(" ON CONFLICT DO NOTHING");
         let mut tx = pool.begin().await.unwrap();

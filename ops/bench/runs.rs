@@ -38,6 +38,7 @@ use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
 use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
 use settle::ledger::runs::{RunConfig, weekly_key};
 use settle::ledger::{Actor, Ledger, ManualClock};
+use settle::store::Dialect;
 use settle::store::{Store, StoreOptions};
 use settle_calendar::Calendar;
 
@@ -473,8 +474,9 @@ struct RawTable {
     rows: Vec<RawRow>,
 }
 
-/// Rows of one bound `VALUES` statement: sqlx looks each parameter's name up in SQLite's
-/// list of them, so a statement of thousands of parameters spends its time there.
+/// Rows of one bound `VALUES` statement (on PostgreSQL numbered parameters; on SQLite
+/// anonymous ones, since sqlx looks a numbered parameter's name up in SQLite's list of them,
+/// and a statement of thousands of them spends its time there).
 const VALUES_ROWS_MAX: usize = 100;
 
 async fn raw_run(ledger: &Ledger, candidates_per_commit: usize) -> Raw {
@@ -550,16 +552,19 @@ async fn raw_insert(ledger: &Ledger, tables: &[RawTable], commits: usize, json: 
         Some(Cell::Int(_)) => format!("CAST(j.value ->> {i} AS BIGINT)"),
         _ => format!("j.value ->> {i}"),
     };
+    // SQLite gets anonymous `?` parameters, which sqlx binds in order (the engine's bulk
+    // writes, `store::values`); PostgreSQL numbered ones.
     let values = |rows: usize| {
         (0..rows)
-            .map(|r| {
-                format!(
+            .map(|r| match dialect {
+                Dialect::Sqlite => "(?,?,?,?)".to_owned(),
+                Dialect::Postgres => format!(
                     "(${},${},${},${})",
                     4 * r + 1,
                     4 * r + 2,
                     4 * r + 3,
                     4 * r + 4
-                )
+                ),
             })
             .collect::<Vec<_>>()
             .join(",")

@@ -1,11 +1,13 @@
-//! Writing appended events: binary `COPY` on PostgreSQL, one JSON parameter on SQLite.
+//! Writing appended events: binary `COPY` on PostgreSQL, multi-row `VALUES` on SQLite.
 
 use sqlx::postgres::PgConnection;
 
-use super::{Conn, Dialect, EVENT_COLUMNS, StoredEvent, json_rows_param};
+use sqlx::Arguments;
 
-/// Event rows per SQLite statement (its JSON parameter).
-const ROWS_PER_INSERT: usize = 5_000;
+use super::{Conn, EVENT_COLUMNS, StoredEvent, values};
+
+/// The number of columns in [`EVENT_COLUMNS`].
+const EVENT_COLUMN_COUNT: usize = 12;
 
 /// Inserts `events` (already chained) in the transaction on `conn`. A taken `(stream, seq)` or
 /// idempotency key fails the whole insert with a unique violation.
@@ -16,45 +18,26 @@ pub(super) async fn insert_events(
     match conn {
         Conn::Postgres(c) => copy_events(c, events).await,
         Conn::Sqlite(c) => {
-            // The rows travel as one JSON parameter: one statement text, prepared once per
-            // connection, whatever the number of events. (One prepared `INSERT` per row was
-            // measured 15 % slower: sqlx runs each statement on the connection's worker
-            // thread, a round trip between threads per row; `ops/bench/ingest.md` round 6.)
-            let d = Dialect::Sqlite;
-            let sql = format!(
-                "INSERT INTO events ({EVENT_COLUMNS}) SELECT j.value ->> 0, CAST(j.value ->> 1 AS BIGINT), \
-                 j.value ->> 2, CAST(j.value ->> 3 AS BIGINT), j.value ->> 4, {}, j.value ->> 6, \
-                 CAST(j.value ->> 7 AS BIGINT), j.value ->> 8, j.value ->> 9, {}, {} FROM {}",
-                d.bytes_from_hex("j.value ->> 5"),
-                d.bytes_from_hex("j.value ->> 10"),
-                d.bytes_from_hex("j.value ->> 11"),
-                d.json_rows(1, ROWS_PER_INSERT)
-            );
-            for chunk in events.chunks(ROWS_PER_INSERT) {
-                let rows: Vec<_> = chunk
-                    .iter()
-                    .map(|e| {
-                        (
-                            &e.stream,
-                            e.seq,
-                            &e.event_type,
-                            e.version,
-                            &e.idem_key,
-                            e.content_hash.as_ref().map(hex::encode),
-                            &e.actor,
-                            e.recorded_at_ms,
-                            &e.payload,
-                            &e.lines,
-                            hex::encode(&e.prev_hash),
-                            hex::encode(&e.hash),
-                        )
-                    })
-                    .collect();
-                sqlx::query(&sql)
-                    .bind(json_rows_param(&rows))
-                    .execute(&mut **c)
-                    .await?;
-            }
+            // Bound as the parameters of multi-row `VALUES` (`store::values`), blobs as blobs.
+            // Per row, a prepared `INSERT` was measured slower: sqlx runs each statement on the
+            // connection's worker thread, a round trip between threads per row
+            // (`ops/bench/ingest.md` round 6).
+            let head = format!("INSERT INTO events ({EVENT_COLUMNS})");
+            values::write(c, &head, "", EVENT_COLUMN_COUNT, events, |args, e| {
+                args.add(&e.stream)?;
+                args.add(e.seq)?;
+                args.add(&e.event_type)?;
+                args.add(e.version)?;
+                args.add(&e.idem_key)?;
+                args.add(&e.content_hash)?;
+                args.add(&e.actor)?;
+                args.add(e.recorded_at_ms)?;
+                args.add(&e.payload)?;
+                args.add(&e.lines)?;
+                args.add(&e.prev_hash)?;
+                args.add(&e.hash)
+            })
+            .await?;
             Ok(())
         }
     }
@@ -114,6 +97,11 @@ pub(super) fn copy_binary(events: &[StoredEvent]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sqlite_insert_binds_every_event_column() {
+        assert_eq!(EVENT_COLUMNS.split(',').count(), EVENT_COLUMN_COUNT);
+    }
 
     fn event(idem_key: Option<&str>) -> StoredEvent {
         StoredEvent {

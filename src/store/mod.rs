@@ -21,6 +21,7 @@ pub mod runs;
 pub mod snapshot;
 pub mod tokens;
 pub mod usage;
+mod values;
 
 pub use chain::{GENESIS_HASH, canonical_bytes, event_hash};
 pub use fold::{FOLD_BEFORE_COMMIT, FOLD_EVENTS_MAX, FOLD_STREAMS_MAX};

@@ -2,14 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::Row;
+use sqlx::{Arguments, Row};
 
 use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, table};
 
 use super::on;
 use super::{Conn, Dialect, StoreError};
 
-/// Rows per statement: each statement carries its rows as one JSON parameter.
+/// Rows per statement that carries its rows as one JSON parameter (PostgreSQL's inserts,
+/// the patches on either database).
 const ROWS_PER_STATEMENT_MAX: usize = 10_000;
 
 /// Field `i` of a JSON row `j` (see [`Dialect::json_rows`]) as the SQL value of `column` of
@@ -23,9 +24,10 @@ fn json_cell(i: usize, spec: &TableSpec, column: &str) -> String {
 }
 
 /// Inserts rows; with `upsert`, an existing key gets the new values (or, with `add`, the
-/// sum of the old and new values in the `add` columns). The rows travel as one JSON
-/// parameter (see [`Dialect::json_rows`]), so the statement text depends only on the table
-/// and the conflict rule and is prepared once per connection.
+/// sum of the old and new values in the `add` columns). On PostgreSQL the rows travel as one
+/// JSON parameter (see [`Dialect::json_rows`]), on SQLite as bound values (`store::values`);
+/// either way the statement texts depend only on the table and the conflict rule and are
+/// prepared once per connection.
 async fn insert_rows(
     conn: &mut Conn,
     spec: &TableSpec,
@@ -45,33 +47,19 @@ async fn insert_rows_into(
     conflict: Conflict<'_>,
 ) -> Result<(), sqlx::Error> {
     let cols: Vec<&str> = spec.columns().collect();
-    let dialect = Dialect::of(conn);
-    let select: Vec<String> = cols
-        .iter()
-        .enumerate()
-        .map(|(i, c)| json_cell(i, spec, c))
-        .collect();
-    // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
-    let mut sql = format!(
-        "INSERT INTO {} ({}) SELECT {} FROM {} WHERE true",
-        into,
-        cols.join(","),
-        select.join(", "),
-        dialect.json_rows(1, ROWS_PER_STATEMENT_MAX)
-    );
-    match conflict {
-        Conflict::Fail => {}
-        Conflict::Replace => sql.push_str(&format!(
-            " ON CONFLICT ({}) DO UPDATE SET {}",
+    let tail = match conflict {
+        Conflict::Fail => String::new(),
+        Conflict::Replace => format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
             spec.key.join(","),
             spec.vals
                 .iter()
                 .map(|c| format!("{c} = excluded.{c}"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        )),
-        Conflict::Add(add_cols) => sql.push_str(&format!(
-            " ON CONFLICT ({}) DO UPDATE SET {}",
+        ),
+        Conflict::Add(add_cols) => format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
             spec.key.join(","),
             add_cols
                 .iter()
@@ -81,8 +69,32 @@ async fn insert_rows_into(
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
-        )),
+        ),
+    };
+    let head = format!("INSERT INTO {} ({})", into, cols.join(","));
+    if let Conn::Sqlite(c) = conn {
+        // Bound values (`store::values`): no JSON to unpack per column.
+        super::values::write(c, &head, &tail, cols.len(), rows, |args, (key, vals)| {
+            key.iter().chain(vals.iter()).try_for_each(|v| match v {
+                Val::Null => args.add(None::<i64>),
+                Val::Int(i) => args.add(*i),
+                Val::Text(t) => args.add(t.as_str()),
+            })
+        })
+        .await?;
+        return Ok(());
     }
+    let select: Vec<String> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json_cell(i, spec, c))
+        .collect();
+    // `WHERE true`: SQLite reads `ON CONFLICT` after a bare `FROM` as a join constraint.
+    let sql = format!(
+        "{head} SELECT {} FROM {} WHERE true {tail}",
+        select.join(", "),
+        Dialect::of(conn).json_rows(1, ROWS_PER_STATEMENT_MAX)
+    );
     for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
         let cells: Vec<Vec<&Val>> = chunk
             .iter()

@@ -234,5 +234,12 @@ async fn the_loop_catches_up_on_start_and_stops_on_shutdown() {
     assert!(done, "the loop started the due run");
     stop.send(()).unwrap();
     let s = task.await.expect("the loop ends on shutdown");
-    assert!(s.last_checked().is_some());
+    // The shutdown may come between the run's completion and the end of its tick, which it
+    // then abandons (`Scheduler::run`), so `last_checked` may or may not be set; either way
+    // the stopped scheduler finds nothing left to do.
+    assert_eq!(
+        s.due().await.unwrap(),
+        Vec::new(),
+        "nothing due after the loop's tick"
+    );
 }
