@@ -63,8 +63,7 @@ pub(super) fn chunk_sizes(n: usize) -> Vec<usize> {
 }
 
 /// Writes `items`, `columns` values each, with `bind` adding one item's values (exactly
-/// `columns` of them, in column order) to the statement's arguments. Returns the rows
-/// affected.
+/// `columns` of them, in column order) to the statement's arguments.
 pub(super) async fn write<'a, T: Sync>(
     conn: &mut SqliteConnection,
     head: &str,
@@ -72,23 +71,26 @@ pub(super) async fn write<'a, T: Sync>(
     columns: usize,
     items: &'a [T],
     bind: impl Fn(&mut SqliteArguments<'a>, &'a T) -> Result<(), BoxDynError>,
-) -> Result<u64, sqlx::Error> {
-    let mut affected = 0;
+) -> Result<(), sqlx::Error> {
     let mut start = 0;
+    // The sizes never grow, so a text is built once per size, not once per chunk.
+    let mut sql = (0, String::new());
     for size in chunk_sizes(items.len()) {
-        let sql = statement(head, columns, size, tail);
+        if sql.0 != size {
+            sql = (size, statement(head, columns, size, tail));
+        }
         let mut args = SqliteArguments::default();
         args.reserve(size * columns, 0);
         for item in &items[start..start + size] {
             bind(&mut args, item).map_err(sqlx::Error::Encode)?;
         }
+        debug_assert_eq!(args.len(), size * columns, "{columns} values a row: {head}");
         start += size;
-        affected += sqlx::query_with::<Sqlite, _>(&sql, args)
+        sqlx::query_with::<Sqlite, _>(&sql.1, args)
             .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            .await?;
     }
-    Ok(affected)
+    Ok(())
 }
 
 #[cfg(test)]
