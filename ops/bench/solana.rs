@@ -99,7 +99,9 @@ async fn bench(args: Args) {
     let chain = dev::start_local_chain(
         &dir.path().join("chain"),
         total_usdc,
-        1_000 * dev::LAMPORTS_PER_SOL,
+        // The fees, and the rent of the token accounts the pass creates (2,039,280 lamports
+        // each, up to one per payout), with room to spare.
+        (1_000 + args.payouts as u64 / 200) * dev::LAMPORTS_PER_SOL,
     )
     .await
     .expect("local chain");
@@ -115,50 +117,67 @@ async fn bench(args: Args) {
         }
     );
 
-    // Setup (timed apart): providers, one usage event each, the weekly run.
+    // Setup (timed apart): providers, one usage event each, the weekly run. Built and
+    // booked a slice of providers at a time, so a run of a million keeps no command text
+    // in memory and prints its progress.
     let started = Instant::now();
     let day = parse_rfc3339_ms("2026-11-18T00:00:00Z").unwrap();
-    let mut usage = Vec::with_capacity(args.payouts);
-    let mut lines = Vec::with_capacity(2 * args.payouts);
-    for i in 0..args.payouts {
-        let id = format!("bp{i:06}");
-        let wallet = Keypair::new().pubkey();
-        if i * 100 < args.existing_atas_pct * args.payouts {
-            chain.chain.create_token_account(&chain.mint, &wallet);
+    const SLICE: usize = 10_000;
+    for first in (0..args.payouts).step_by(SLICE) {
+        let slice = first..(first + SLICE).min(args.payouts);
+        let mut usage = Vec::with_capacity(slice.len());
+        let mut lines = Vec::with_capacity(3 * slice.len());
+        for i in slice.clone() {
+            let id = format!("bp{i:06}");
+            let wallet = Keypair::new().pubkey();
+            if i * 100 < args.existing_atas_pct * args.payouts {
+                chain.chain.create_token_account(&chain.mint, &wallet);
+            }
+            lines.push(format!(
+                r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"{wallet}"}}}}"#
+            ));
+            lines.push(format!(
+                r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
+            ));
+            // The price book the usage rate is checked against (SPEC §2).
+            lines.push(format!(
+                r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}}"#
+            ));
+            let gross = 40_000_000 + (i as i64 % 1000) * 7_919;
+            usage.push(UsageInput {
+                event_id: Some(format!("{id}-u0")),
+                provider_id: Some(id.clone()),
+                gpu_id: Some(format!("{id}-g0")),
+                rental_id: None,
+                started_at: Some(format_ms(day)),
+                ended_at: Some(format_ms(day + gross)),
+                rate_usdc_per_hour: Some("3.6".into()),
+            });
         }
-        lines.push(format!(
-            r#"{{"type":"provider.register","provider_id":"{id}","name":"Provider {id}","email":"ops@{id}.test","tier":"community","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"{wallet}"}}}}"#
-        ));
-        lines.push(format!(
-            r#"{{"type":"gpu.register","gpu_id":"{id}-g0","provider_id":"{id}","model":"H100-80GB"}}"#
-        ));
-        // The price book the usage rate is checked against (SPEC §2).
-        lines.push(format!(
-            r#"{{"type":"rate.set","provider_id":"{id}","model":"H100-80GB","rate_usdc_per_hour":"3.6","effective_from":"2026-01-01T00:00:00Z"}}"#
-        ));
-        let gross = 40_000_000 + (i as i64 % 1000) * 7_919;
-        usage.push(UsageInput {
-            event_id: Some(format!("{id}-u0")),
-            provider_id: Some(id.clone()),
-            gpu_id: Some(format!("{id}-g0")),
-            rental_id: None,
-            started_at: Some(format_ms(day)),
-            ended_at: Some(format_ms(day + gross)),
-            rate_usdc_per_hour: Some("3.6".into()),
-        });
-    }
-    import(&ledger, &lines).await;
-    for chunk in usage.chunks(1000) {
-        ledger
-            .ingest_usage(chunk, &SenderScope::Admin, &Actor::operator("bench"))
-            .await
-            .expect("ingest");
+        import(&ledger, &lines).await;
+        for chunk in usage.chunks(1000) {
+            ledger
+                .ingest_usage(chunk, &SenderScope::Admin, &Actor::operator("bench"))
+                .await
+                .expect("ingest");
+        }
+        if slice.end % 100_000 == 0 && slice.end < args.payouts {
+            eprintln!(
+                "setup: {} providers in {:.1} s",
+                slice.end,
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     eprintln!(
         "setup: {} providers registered and their usage booked in {:.1} s",
         args.payouts,
         started.elapsed().as_secs_f64()
     );
+    // The weekly run's own peak: the high-water mark is reset after the setup, so it holds
+    // what the run needs on top of what is resident already (the local chain's accounts,
+    // SQLite's page caches).
+    let resident_before_run_kib = peak::reset_vmhwm();
     clock.set(parse_rfc3339_ms("2026-11-23T06:00:00Z").unwrap());
     let started = Instant::now();
     let run = ledger
@@ -172,6 +191,15 @@ async fn bench(args: Args) {
         .expect("weekly run");
     assert_eq!(run.payouts as usize, args.payouts);
     let decide_secs = started.elapsed().as_secs_f64();
+    let run_peak_kib = peak::vmhwm_kib();
+    // Printed as soon as the run is decided, so a pass stopped part-way still leaves it.
+    println!(
+        "weekly run: {} payouts decided in {decide_secs:.1} s; peak memory during the run {} MiB \
+         (resident before it: {} MiB)",
+        args.payouts,
+        run_peak_kib / 1024,
+        resident_before_run_kib / 1024
+    );
 
     // The measured part: one pass of the outbox worker.
     let mut config = chain.solana_config();
@@ -225,10 +253,12 @@ async fn bench(args: Args) {
     let rec = rail.reconcile(&ledger).await.expect("reconcile");
     let reconcile_secs = started.elapsed().as_secs_f64();
     assert!(rec.ok(), "{rec:?}");
+    let started = Instant::now();
     let verify = settle::verify::verify(&ledger.store, &|_| {})
         .await
         .expect("verify");
     assert!(verify.ok(), "{:?}", verify.problems);
+    let verify_secs = started.elapsed().as_secs_f64();
 
     let n = args.payouts as f64;
     let max = sizes.iter().max().copied().unwrap_or(0);
@@ -256,11 +286,7 @@ async fn bench(args: Args) {
         table_rent as f64 / n,
     );
     println!(
-        "weekly run: {} payouts decided in {decide_secs:.1} s",
-        args.payouts
-    );
-    println!(
-        "time to pay: {pay_secs:.1} s ({:.0} payouts/s) through RpcClient → local JSON-RPC, journaled on the ledger; reconcile {reconcile_secs:.1} s; verify clean",
+        "time to pay: {pay_secs:.1} s ({:.0} payouts/s) through RpcClient → local JSON-RPC, journaled on the ledger; reconcile {reconcile_secs:.1} s; verify clean in {verify_secs:.1} s",
         n / pay_secs
     );
     println!(

@@ -216,7 +216,10 @@ impl std::fmt::Debug for LocalChain {
     }
 }
 
-const AUTHORITY_LAMPORTS: u64 = 1_000_000_000_000;
+/// The local authority's SOL (100,000 of the million litesvm's airdrops draw from): it pays
+/// the rent of every token account [`LocalChain::create_token_account`] creates (2,039,280
+/// lamports each), so about 49 million of them; 1,000 SOL ran out after about 490,000.
+const AUTHORITY_LAMPORTS: u64 = 100_000 * 1_000_000_000;
 
 impl LocalChain {
     /// A chain with the default model (150-block blockhashes, finality after 2 blocks,
