@@ -193,12 +193,14 @@ async fn bench(args: Args) {
     let decide_secs = started.elapsed().as_secs_f64();
     let run_peak_kib = peak::vmhwm_kib();
     // Printed as soon as the run is decided, so a pass stopped part-way still leaves it.
+    let peak_of = match resident_before_run_kib {
+        0 => "the process so far (its high-water mark could not be reset)".to_owned(),
+        kib => format!("the run ({} MiB resident before it)", kib / 1024),
+    };
     println!(
-        "weekly run: {} payouts decided in {decide_secs:.1} s; peak memory during the run {} MiB \
-         (resident before it: {} MiB)",
+        "weekly run: {} payouts decided in {decide_secs:.1} s; peak memory of {peak_of}: {} MiB",
         args.payouts,
         run_peak_kib / 1024,
-        resident_before_run_kib / 1024
     );
 
     // The measured part: one pass of the outbox worker.
