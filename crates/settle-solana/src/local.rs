@@ -45,6 +45,7 @@ use solana_instruction::Instruction;
 use solana_message::Message;
 use solana_message::VersionedMessage;
 use solana_program_pack::Pack;
+use solana_sdk::{clock::Clock, sysvar::clock::ID as CLOCK_ID};
 use solana_sdk::{
     hash::{Hash, hashv},
     pubkey::Pubkey,
@@ -636,12 +637,37 @@ impl Inner {
         let height = self.height;
         self.blockhashes
             .retain(|_, last_valid| *last_valid + STATUS_CACHE_BLOCKS >= height);
-        self.svm.warp_to_slot(self.height);
+        self.store_clock(self.height);
         // The parent block becomes a recent slot (what a lookup table's creation names).
+        // Writing it also refreshes the runtime's sysvar cache, the clock stored above
+        // included (see `store_clock`).
         let mut recent = self.svm.get_sysvar::<SlotHashes>();
         recent.add(self.height - 1, parent);
         self.svm.set_sysvar(&recent);
         self.land_due_pending();
+    }
+
+    /// Stores the `Clock` sysvar's account with `slot`, leaving the runtime's sysvar cache
+    /// to the `SlotHashes` write that follows it in every block.
+    ///
+    /// litesvm 0.12.0 (the pinned version) copies its whole account map whenever the clock
+    /// is written through `set_sysvar` or `warp_to_slot` (fixed upstream by litesvm pull
+    /// request 391, in releases built on a later Solana set): 2 ms a block at 100,000
+    /// accounts, and at 1.5 million the copy took most of a million-payout pass
+    /// (`ops/bench/solana.md`, round 7). Its hook for every other sysvar re-reads all
+    /// sysvars from the stored accounts without copying them, so the cache sees this clock
+    /// once `SlotHashes` is written. The program cache keeps the slot of the chain's
+    /// first block: that slot only delays programs deployed later, and this chain deploys
+    /// none after its genesis.
+    fn store_clock(&mut self, slot: u64) {
+        let mut account = self
+            .svm
+            .get_account(&CLOCK_ID)
+            .expect("the clock sysvar exists from genesis");
+        let mut clock: Clock = bincode::deserialize(&account.data).expect("the clock's layout");
+        clock.slot = slot;
+        account.data = bincode::serialize(&clock).expect("a clock serializes");
+        self.svm.set_account_no_checks(CLOCK_ID, account.into());
     }
 
     fn tick(&mut self) {
@@ -1063,4 +1089,34 @@ pub(crate) fn token_deltas(
         });
     }
     deltas
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slot a program reads as the current one: the runtime's sysvar cache.
+    fn runtime_slot(chain: &LocalChain) -> u64 {
+        chain
+            .lock()
+            .svm
+            .accounts_db()
+            .sysvar_cache
+            .get_clock()
+            .expect("the runtime has a clock")
+            .slot
+    }
+
+    #[test]
+    fn programs_read_the_slot_of_the_current_block() {
+        let chain = LocalChain::new();
+        assert_eq!(runtime_slot(&chain), chain.height());
+        chain.advance(5);
+        let height = chain.height();
+        assert_eq!(runtime_slot(&chain), height);
+        assert_eq!(chain.lock().svm.get_sysvar::<Clock>().slot, height);
+        // The block before is a recent slot, as a lookup table's creation needs.
+        let recent = chain.lock().svm.get_sysvar::<SlotHashes>();
+        assert!(recent.get(&(height - 1)).is_some());
+    }
 }
