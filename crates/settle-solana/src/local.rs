@@ -637,37 +637,37 @@ impl Inner {
         let height = self.height;
         self.blockhashes
             .retain(|_, last_valid| *last_valid + STATUS_CACHE_BLOCKS >= height);
-        self.store_clock(self.height);
-        // The parent block becomes a recent slot (what a lookup table's creation names).
-        // Writing it also refreshes the runtime's sysvar cache, the clock stored above
-        // included (see `store_clock`).
-        let mut recent = self.svm.get_sysvar::<SlotHashes>();
-        recent.add(self.height - 1, parent);
-        self.svm.set_sysvar(&recent);
+        self.set_block_sysvars(parent);
         self.land_due_pending();
     }
 
-    /// Stores the `Clock` sysvar's account with `slot`, leaving the runtime's sysvar cache
-    /// to the `SlotHashes` write that follows it in every block.
+    /// Sets the sysvars of the current block: the `Clock` at its slot, and its parent
+    /// (`parent`, the block before) as a recent slot in `SlotHashes`, which a lookup
+    /// table's creation names.
     ///
     /// litesvm 0.12.0 (the pinned version) copies its whole account map whenever the clock
     /// is written through `set_sysvar` or `warp_to_slot` (fixed upstream by litesvm pull
     /// request 391, in releases built on a later Solana set): 2 ms a block at 100,000
     /// accounts, and at 1.5 million the copy took most of a million-payout pass
-    /// (`ops/bench/solana.md`, round 7). Its hook for every other sysvar re-reads all
-    /// sysvars from the stored accounts without copying them, so the cache sees this clock
-    /// once `SlotHashes` is written. The program cache keeps the slot of the chain's
-    /// first block: that slot only delays programs deployed later, and this chain deploys
-    /// none after its genesis.
-    fn store_clock(&mut self, slot: u64) {
+    /// (`ops/bench/solana.md`, round 7). So the clock's account is stored as it is, and the
+    /// `SlotHashes` write after it refreshes the runtime's sysvar cache, which programs
+    /// read: litesvm's hook for every sysvar but the clock re-reads all of them from the
+    /// stored accounts without copying them. The order is what makes programs see this
+    /// block's clock. The program cache keeps the slot of the chain's first block: that
+    /// slot only delays programs deployed later, and this chain deploys none after its
+    /// genesis.
+    fn set_block_sysvars(&mut self, parent: Hash) {
         let mut account = self
             .svm
             .get_account(&CLOCK_ID)
             .expect("the clock sysvar exists from genesis");
         let mut clock: Clock = bincode::deserialize(&account.data).expect("the clock's layout");
-        clock.slot = slot;
+        clock.slot = self.height;
         account.data = bincode::serialize(&clock).expect("a clock serializes");
         self.svm.set_account_no_checks(CLOCK_ID, account.into());
+        let mut recent = self.svm.get_sysvar::<SlotHashes>();
+        recent.add(self.height - 1, parent);
+        self.svm.set_sysvar(&recent);
     }
 
     fn tick(&mut self) {
