@@ -818,6 +818,13 @@ pub struct StoreConfig {
     /// (every commit is fsynced in the WAL); the WAL file grows up to about this many
     /// pages between checkpoints.
     pub sqlite_wal_autocheckpoint_pages: u64,
+    /// SQLite: how often a connection of its own checkpoints the WAL into the database file
+    /// (`PRAGMA wal_checkpoint(PASSIVE)`, which never blocks a writer or a reader), so the
+    /// copying and the database file's fsync happen beside the writers instead of inside
+    /// the commit that crosses `sqlite_wal_autocheckpoint_pages`. That commit still
+    /// checkpoints what is left, which is then little, and lets the WAL start over. 0: no
+    /// background checkpoints (every checkpoint runs in a commit).
+    pub sqlite_checkpoint_interval_ms: u64,
     /// Streams this process remembers by name as waiting for the projector. Past it, the
     /// process only remembers that some stream waits, and the projector's next step folds
     /// every stream behind its head (one probe per stream) instead: the memory of a
@@ -838,6 +845,7 @@ impl Default for StoreConfig {
             sqlite_busy_timeout_ms: 10_000,
             sqlite_cache_kib: 16_384,
             sqlite_wal_autocheckpoint_pages: 10_000,
+            sqlite_checkpoint_interval_ms: 250,
             projector_dirty_streams_max: 10_000,
             verify_streams_per_page: 1_000,
         }

@@ -663,13 +663,18 @@ async fn book_through_file(args: &Args, w: &Workload, db: &Db) -> Sent {
 }
 
 async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json::Value {
-    // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES.
+    // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES,
+    // SETTLE_BENCH_SQLITE_CHECKPOINT_MS.
     let mut options = StoreOptions::default();
     if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_CACHE_KIB") {
         options.sqlite_cache_kib = v.parse().expect("SETTLE_BENCH_SQLITE_CACHE_KIB");
     }
     if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_WAL_PAGES") {
         options.sqlite_wal_autocheckpoint_pages = v.parse().expect("SETTLE_BENCH_SQLITE_WAL_PAGES");
+    }
+    if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_CHECKPOINT_MS") {
+        options.sqlite_checkpoint_interval_ms =
+            v.parse().expect("SETTLE_BENCH_SQLITE_CHECKPOINT_MS");
     }
     let store = Store::open(&db.url, &options).await.expect("open store");
     store.migrate().await.expect("migrate");

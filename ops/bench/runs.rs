@@ -65,6 +65,8 @@ struct Args {
     sqlite_cache_kib: u64,
     /// `runs.candidates_per_tx` (0: the default).
     candidates_per_tx: usize,
+    /// `store.sqlite_checkpoint_interval_ms` (none: the default).
+    sqlite_checkpoint_ms: Option<u64>,
 }
 
 fn parse_args() -> Args {
@@ -82,6 +84,7 @@ fn parse_args() -> Args {
         batch_payouts_max: settle::config::BankConfig::default().batch_payouts_max,
         sqlite_cache_kib: 0,
         candidates_per_tx: 0,
+        sqlite_checkpoint_ms: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -104,6 +107,9 @@ fn parse_args() -> Args {
             }
             "--sqlite-cache-kib" => {
                 a.sqlite_cache_kib = val().parse().expect("--sqlite-cache-kib K")
+            }
+            "--sqlite-checkpoint-ms" => {
+                a.sqlite_checkpoint_ms = Some(val().parse().expect("--sqlite-checkpoint-ms N"))
             }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -232,6 +238,9 @@ async fn open(args: &Args, now: &str) -> (Ledger, std::sync::Arc<ManualClock>) {
             0 => defaults.sqlite_cache_kib,
             k => k,
         },
+        sqlite_checkpoint_interval_ms: args
+            .sqlite_checkpoint_ms
+            .unwrap_or(defaults.sqlite_checkpoint_interval_ms),
         ..defaults
     };
     let store = Store::open(&url(args), &options).await.expect("open store");

@@ -10,6 +10,7 @@
 
 mod append;
 mod chain;
+mod checkpoint;
 mod fold;
 pub mod keys;
 pub mod payouts;
@@ -321,6 +322,8 @@ pub struct Store {
     sqlite_writer: Arc<Mutex<()>>,
     /// Streams booked on by this process whose aggregates wait for the projector.
     dirty: Arc<std::sync::Mutex<fold::Dirty>>,
+    /// SQLite's background WAL checkpoints, stopped with the last handle.
+    checkpointer: Option<Arc<checkpoint::Checkpointer>>,
 }
 
 /// An event to append: its body, who caused it, when it was booked, and its idempotency key
@@ -439,7 +442,17 @@ impl Store {
         };
         let db = connect(&url, dialect, options).await?;
         let any = connect_any(&url, dialect, options)?;
+        let checkpointer = match &db {
+            Db::Sqlite(_) if options.sqlite_checkpoint_interval_ms > 0 => {
+                Some(Arc::new(checkpoint::Checkpointer::spawn(
+                    url.parse()?,
+                    Duration::from_millis(options.sqlite_checkpoint_interval_ms),
+                )))
+            }
+            _ => None,
+        };
         Ok(Store {
+            checkpointer,
             db,
             any,
             sqlite_writer: Arc::new(Mutex::new(())),
@@ -482,6 +495,9 @@ impl Store {
     }
 
     pub async fn close(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.stop();
+        }
         match &self.db {
             Db::Sqlite(pool) => pool.close().await,
             Db::Postgres(pool) => pool.close().await,

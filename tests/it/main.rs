@@ -43,5 +43,6 @@ mod simulation;
 mod solana_cli;
 mod solana_rail;
 mod solana_trust;
+mod sqlite_wal;
 mod tamper;
 mod usage_groups;
