@@ -22,7 +22,7 @@ pub(crate) struct Checkpointer(tokio::task::JoinHandle<()>);
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.0.abort();
+        self.stop();
     }
 }
 
