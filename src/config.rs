@@ -831,6 +831,13 @@ pub struct StoreConfig {
     /// process that books a million streams stays bounded, a command without a projector
     /// included.
     pub projector_dirty_streams_max: usize,
+    /// Providers' streams whose booking view (their GPUs, each GPU's latest booked end, their
+    /// tier and rate history) this process keeps between usage batches. A view is used only
+    /// at the stream head it was read at, so an event of the stream booked by any process
+    /// (a rate, a GPU, a void) makes the next batch read it again; `settle rebuild` drops
+    /// them all. Past the limit the views are dropped and read again. 0: every batch reads
+    /// them.
+    pub usage_views_streams_max: usize,
     /// Streams `settle verify` reads and folds at a time. Each page's fold goes into
     /// temporary copies of the projection tables inside verify's snapshot, where SQL
     /// compares them with the tables: its memory is one page, whatever the ledger's size.
@@ -847,6 +854,7 @@ impl Default for StoreConfig {
             sqlite_wal_autocheckpoint_pages: 10_000,
             sqlite_checkpoint_interval_ms: 250,
             projector_dirty_streams_max: 10_000,
+            usage_views_streams_max: 10_000,
             verify_streams_per_page: 1_000,
         }
     }

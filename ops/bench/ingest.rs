@@ -834,6 +834,13 @@ async fn child(args: Args) {
 }
 
 fn main() {
+    // `SETTLE_BENCH_LOG=sqlx=debug`: every statement with its time, on stderr.
+    if let Ok(filter) = std::env::var("SETTLE_BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args = parse_args();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -17,8 +17,10 @@ use crate::domain::money::Rate;
 use crate::domain::pricing::FeeBook;
 use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use crate::domain::usage::{self, RecordUsage, UsageState};
-use crate::store::usage::{self as store_usage, GpuOwner, OverlapProbe, PricingContext};
-use crate::store::{NewEvent, WriteTx};
+use crate::store::usage::{
+    self as store_usage, GpuFacts, GpuOwner, OverlapProbe, PricingContext, StreamView, TakenViews,
+};
+use crate::store::{NewEvent, Store, WriteTx};
 
 /// A usage event as received (SPEC §4 `usage.recorded` v1 input), fields still unparsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -337,11 +339,19 @@ impl Ledger {
         let streams: Vec<String> = groups.iter().map(|(p, _)| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
         let band = self.config.rate_band();
-        crate::ledger::write_stream!(self, streams(&names), |tx| {
-            book_groups(tx, groups, &band, actors, now_ms).await
-        })
+        let store = &self.store;
+        let (results, views) = crate::ledger::write_stream!(self, streams(&names), |tx| {
+            book_groups(tx, store, groups, &band, actors, now_ms).await
+        })?;
+        // Committed: the next batch may decide on these views while the heads stay.
+        store.keep_usage_views(views.0, views.1);
+        Ok(results)
     }
 }
+
+/// The views a batch read or kept, each with the head of its stream after the batch, and
+/// the rebuild marker they were read under (`Store::keep_usage_views`).
+type BatchViews = (Option<String>, Vec<(String, i64, StreamView)>);
 
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams: the idempotency check, the overlap check
@@ -354,13 +364,14 @@ impl Ledger {
 /// the check costs one in-memory look-up per event.
 async fn book_groups(
     tx: &mut WriteTx,
+    store: &Store,
     groups: &[(String, Vec<Parsed>)],
     band: &RateBand,
     actors: &[&Actor],
     now_ms: i64,
-) -> Result<Vec<(usize, UsageResult)>, LedgerError> {
+) -> Result<(Vec<(usize, UsageResult)>, BatchViews), LedgerError> {
     let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
-    let state = BatchState::read(tx, &all).await?;
+    let mut state = BatchState::read(tx, store, &all).await?;
     let mut out = Vec::with_capacity(all.len());
     let no_context = PricingContext::default();
     // The intervals this batch books, per GPU.
@@ -394,7 +405,7 @@ async fn book_groups(
                     .find(|(s, t)| *s < e.ended_at_ms && *t > e.started_at_ms)
                     .copied()
             });
-            let context = state.contexts.get(provider_id).unwrap_or(&no_context);
+            let context = state.views.context(&stream).unwrap_or(&no_context);
             let given = UsageState {
                 gpu: state
                     .gpus
@@ -424,6 +435,7 @@ async fn book_groups(
                 content_hash: Some(e.hash.clone()),
             });
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
+            state.views.booked(&stream, &e.gpu_id, e.ended_at_ms);
             in_batch.insert(key, e.hash.clone());
             let accepted = UsageResult::Accepted {
                 event_id: e.event_id.clone(),
@@ -431,7 +443,7 @@ async fn book_groups(
             out.push((e.index, accepted));
         }
     }
-    Ok(out)
+    Ok((out, state.views.at_heads(tx)))
 }
 
 /// The answer to an event whose key is booked already (with content hash `stored`): a
@@ -458,16 +470,22 @@ fn resent(e: &Parsed, stored: Option<&[u8]>) -> UsageResult {
 struct BatchState {
     /// `(stream, key)` → content hash, of the batch's keys booked already.
     booked: HashMap<(String, String), Option<Vec<u8>>>,
+    /// The batch's registered GPUs: owner and model.
     gpus: HashMap<String, GpuOwner>,
     /// Booked usage overlapping a candidate, by the candidate's index.
     overlaps: HashMap<usize, (i64, i64)>,
-    /// Of the providers with candidates.
-    contexts: HashMap<String, PricingContext>,
+    /// By provider stream: its GPUs and, for the providers with candidates, its pricing
+    /// context; kept for the next batch once this one committed.
+    views: TakenViews,
     fees: FeeBook,
 }
 
 impl BatchState {
-    async fn read(tx: &mut WriteTx, all: &[&Parsed]) -> Result<BatchState, LedgerError> {
+    async fn read(
+        tx: &mut WriteTx,
+        store: &Store,
+        all: &[&Parsed],
+    ) -> Result<BatchState, LedgerError> {
         // Idempotency: a key is scoped to its provider's stream (SPEC §4): the same
         // event_id under two providers is two events.
         let keys: Vec<(String, String)> = all
@@ -475,13 +493,7 @@ impl BatchState {
             .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
             .collect();
         let booked = crate::store::keys::booked_keys(tx, &keys).await?;
-        let gpu_ids: Vec<&str> = all
-            .iter()
-            .map(|e| e.gpu_id.as_str())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let gpus = store_usage::gpu_owners(tx, &gpu_ids).await?;
+        let (mut views, gpus) = read_views(tx, store, all).await?;
         // New events on their provider's own GPUs: the ones that may be booked.
         let candidates: Vec<&Parsed> = all
             .iter()
@@ -495,8 +507,15 @@ impl BatchState {
                         .is_some_and(|g| g.provider_id == e.provider_id)
             })
             .collect();
+        // Only an event starting before its GPU's latest booked end may overlap booked
+        // usage: those are looked up in the index, the others need no read.
         let probes: Vec<OverlapProbe> = candidates
             .iter()
+            .filter(|e| {
+                view_gpu(&views, e)
+                    .and_then(|g| g.latest_end_ms)
+                    .is_some_and(|end| e.started_at_ms < end)
+            })
             .map(|e| OverlapProbe {
                 index: e.index,
                 gpu_id: &e.gpu_id,
@@ -505,28 +524,85 @@ impl BatchState {
             })
             .collect();
         let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
-        let providers: Vec<&str> = candidates
+        let unpriced: Vec<&str> = candidates
             .iter()
             .map(|e| e.provider_id.as_str())
+            .filter(|p| views.context(&provider_stream(p)).is_none())
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let (contexts, fees) = if providers.is_empty() {
-            (HashMap::new(), FeeBook::default())
+        if !unpriced.is_empty() {
+            for (provider_id, context) in store_usage::pricing_contexts(tx, &unpriced).await? {
+                views.priced(&provider_stream(&provider_id), context);
+            }
+        }
+        let fees = if candidates.is_empty() {
+            FeeBook::default()
         } else {
-            (
-                store_usage::pricing_contexts(tx, &providers).await?,
-                store_usage::fee_book(tx).await?,
-            )
+            store_usage::fee_book(tx).await?
         };
         Ok(BatchState {
             booked,
             gpus,
             overlaps,
-            contexts,
+            views,
             fees,
         })
     }
+}
+
+/// What the views of `e`'s provider know of `e`'s GPU.
+fn view_gpu<'v>(views: &'v TakenViews, e: &Parsed) -> Option<&'v GpuFacts> {
+    views
+        .views
+        .get(&provider_stream(&e.provider_id))
+        .and_then(|v| v.gpus.get(&e.gpu_id))
+}
+
+/// The views of the batch's provider streams (kept ones where valid) completed with the
+/// GPUs they did not know, read with their owner and latest booked end; and the owner and
+/// model of every registered GPU the batch names.
+async fn read_views(
+    tx: &mut WriteTx,
+    store: &Store,
+    all: &[&Parsed],
+) -> Result<(TakenViews, HashMap<String, GpuOwner>), LedgerError> {
+    let mut streams: Vec<String> = all
+        .iter()
+        .map(|e| provider_stream(&e.provider_id))
+        .collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+    let mut views = store_usage::take_views(tx, store, &names).await?;
+    let unknown: Vec<&str> = all
+        .iter()
+        .filter(|e| view_gpu(&views, e).is_none())
+        .map(|e| e.gpu_id.as_str())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let mut gpus: HashMap<String, GpuOwner> = HashMap::new();
+    for (gpu_id, (provider_id, facts)) in store_usage::gpu_facts(tx, &unknown).await? {
+        // The owner's stream is locked by this transaction when it is in the batch: the
+        // facts are those of its head.
+        views.learned(&provider_stream(&provider_id), &gpu_id, &facts);
+        let owner = GpuOwner {
+            provider_id,
+            model: facts.model,
+        };
+        gpus.insert(gpu_id, owner);
+    }
+    for e in all {
+        if let Some(facts) = view_gpu(&views, e) {
+            let owner = GpuOwner {
+                provider_id: e.provider_id.clone(),
+                model: facts.model.clone(),
+            };
+            gpus.insert(e.gpu_id.clone(), owner);
+        }
+    }
+    Ok((views, gpus))
 }
 
 fn usage_key(event_id: &str) -> String {

@@ -324,6 +324,9 @@ pub struct Store {
     dirty: Arc<std::sync::Mutex<fold::Dirty>>,
     /// SQLite's background WAL checkpoints, stopped with the last handle.
     checkpointer: Option<Arc<checkpoint::Checkpointer>>,
+    /// What usage booking read of each provider's stream, kept for the next batch at the
+    /// same head (`usage::StreamViews`).
+    usage_views: Arc<std::sync::Mutex<usage::StreamViews>>,
 }
 
 /// An event to append: its body, who caused it, when it was booked, and its idempotency key
@@ -458,6 +461,9 @@ impl Store {
             sqlite_writer: Arc::new(Mutex::new(())),
             dirty: Arc::new(std::sync::Mutex::new(fold::Dirty::new(
                 options.projector_dirty_streams_max,
+            ))),
+            usage_views: Arc::new(std::sync::Mutex::new(usage::StreamViews::new(
+                options.usage_views_streams_max,
             ))),
         })
     }
@@ -1052,6 +1058,15 @@ impl WriteTx {
     }
 
     /// The latest `recorded_at` in this stream, including pending appends.
+    /// The head sequence of `stream`, one of the streams this transaction locked, with the
+    /// events appended to it so far; `None` for a stream it did not lock.
+    pub fn head_seq_of(&self, stream: &str) -> Option<i64> {
+        if stream == self.stream {
+            return Some(self.head_seq);
+        }
+        self.others.get(stream).map(|(seq, _, _)| *seq)
+    }
+
     pub fn head_recorded_at_ms(&self) -> i64 {
         self.head_recorded_at_ms
     }

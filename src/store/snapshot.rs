@@ -226,6 +226,25 @@ impl Snapshot {
         .execute(c)
         .await.map(|r| r.rows_affected())
         })?;
+        // The tables may now say what no event changed (entries an earlier release lost):
+        // processes drop what they kept of them (`usage::StreamViews`) when they see a new
+        // marker.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let marker = format!("{}:{events_folded}", now.as_nanos());
+        on!(&mut *self.tx, |c| {
+            sqlx::query(
+            "INSERT INTO ledger_settings (name, value, set_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value, set_at_ms = excluded.set_at_ms"
+        )
+        .bind(super::usage::REBUILT_SETTING)
+        .bind(&marker)
+        .bind(i64::try_from(now.as_millis()).unwrap_or(i64::MAX))
+        .execute(c)
+        .await
+        .map(|_| ())
+        })?;
         self.tx.commit().await?;
         Ok(())
     }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::on;
-use super::{Dialect, StoreError, WriteTx, json_rows_param};
+use super::{Dialect, Store, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
 use crate::domain::money::{FeeBps, Rate};
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory};
@@ -20,39 +20,6 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 pub struct GpuOwner {
     pub provider_id: String,
     pub model: String,
-}
-
-/// The registered GPUs among `gpu_ids`, by id.
-pub async fn gpu_owners(
-    tx: &mut WriteTx,
-    gpu_ids: &[&str],
-) -> Result<HashMap<String, GpuOwner>, StoreError> {
-    let from = tx.dialect().json_rows(1, gpu_ids.len());
-    let sql = format!(
-        "SELECT g.gpu_id, g.provider_id, g.model FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
-    );
-    let rows: Vec<(&str,)> = gpu_ids.iter().map(|g| (*g,)).collect();
-    let found: Vec<GpuRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
-        .bind(json_rows_param(&rows))
-        .fetch_all(c)
-        .await)?;
-    Ok(found
-        .into_iter()
-        .map(|g| {
-            let owner = GpuOwner {
-                provider_id: g.provider_id,
-                model: g.model,
-            };
-            (g.gpu_id, owner)
-        })
-        .collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct GpuRow {
-    gpu_id: String,
-    provider_id: String,
-    model: String,
 }
 
 /// The booked segment a probe overlaps.
@@ -211,4 +178,199 @@ pub async fn pricing_contexts(
         }
     }
     Ok(out)
+}
+
+/// One of a provider's GPUs as usage booking knows it, at a head of the provider's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuFacts {
+    pub model: String,
+    /// The latest end of the GPU's booked usage (`None`: none booked). Booked segments of
+    /// one GPU never overlap, so an interval starting at or after it overlaps none of them.
+    pub latest_end_ms: Option<i64>,
+}
+
+/// What usage booking has read of one provider's stream, valid at one head of it: the
+/// provider's GPUs read so far and its pricing context.
+///
+/// Every table it comes from (`gpus`, `usage_segments`, `provider_tiers`, `rates`) changes
+/// only by events of that provider's stream, in their append's transaction, and a GPU
+/// never changes owner. So at the same head the tables say the same, and a later batch
+/// that finds the stream still at that head may decide on the view instead of reading
+/// them again (issue 13, "checks in memory where they are safe"). `settle rebuild` may
+/// rewrite the tables without a new event: it leaves a new `projections_rebuilt` marker in
+/// `ledger_settings`, and views read under another marker are dropped.
+#[derive(Clone, Debug, Default)]
+pub struct StreamView {
+    pub gpus: HashMap<String, GpuFacts>,
+    /// `None` until read.
+    pub context: Option<PricingContext>,
+}
+
+/// The views a process keeps between batches, by stream, each with the head it is valid
+/// at, and the rebuild marker they were read under. Bounded: past `streams_max` views it
+/// forgets them all (the next batches read them again).
+#[derive(Debug)]
+pub struct StreamViews {
+    rebuilt: Option<String>,
+    views: HashMap<String, (i64, StreamView)>,
+    streams_max: usize,
+}
+
+impl StreamViews {
+    pub fn new(streams_max: usize) -> StreamViews {
+        StreamViews {
+            rebuilt: None,
+            views: HashMap::new(),
+            streams_max,
+        }
+    }
+}
+
+/// The views a batch decides on, taken out of the process's keeping; given back with
+/// [`Store::keep_usage_views`] once the batch committed.
+#[derive(Debug, Default)]
+pub struct TakenViews {
+    /// The rebuild marker they were read under.
+    pub rebuilt: Option<String>,
+    /// By stream.
+    pub views: HashMap<String, StreamView>,
+}
+
+impl TakenViews {
+    /// The pricing context of `stream`'s provider, when read.
+    pub fn context(&self, stream: &str) -> Option<&PricingContext> {
+        self.views.get(stream).and_then(|v| v.context.as_ref())
+    }
+
+    /// Notes `stream`'s pricing context, read in the batch's transaction.
+    pub fn priced(&mut self, stream: &str, context: PricingContext) {
+        if let Some(view) = self.views.get_mut(stream) {
+            view.context = Some(context);
+        }
+    }
+
+    /// Notes one of `stream`'s GPUs, read in the batch's transaction (nothing when the
+    /// stream is not the batch's).
+    pub fn learned(&mut self, stream: &str, gpu_id: &str, facts: &GpuFacts) {
+        if let Some(view) = self.views.get_mut(stream) {
+            view.gpus.insert(gpu_id.to_owned(), facts.clone());
+        }
+    }
+
+    /// Notes usage of `gpu_id` booked on `stream` up to `ended_at_ms`.
+    pub fn booked(&mut self, stream: &str, gpu_id: &str, ended_at_ms: i64) {
+        if let Some(gpu) = self
+            .views
+            .get_mut(stream)
+            .and_then(|v| v.gpus.get_mut(gpu_id))
+        {
+            gpu.latest_end_ms = Some(
+                gpu.latest_end_ms
+                    .map_or(ended_at_ms, |t| t.max(ended_at_ms)),
+            );
+        }
+    }
+
+    /// The views with the heads their streams have in `tx` (its appends counted), for
+    /// [`Store::keep_usage_views`] once `tx` committed.
+    pub fn at_heads(self, tx: &WriteTx) -> (Option<String>, Vec<(String, i64, StreamView)>) {
+        let heads = self
+            .views
+            .into_iter()
+            .filter_map(|(stream, view)| tx.head_seq_of(&stream).map(|head| (stream, head, view)))
+            .collect();
+        (self.rebuilt, heads)
+    }
+}
+
+/// The rebuild marker `settle rebuild` leaves when it swaps the projection tables.
+pub(crate) const REBUILT_SETTING: &str = "projections_rebuilt";
+
+/// Takes the kept views of `streams` (locked by `tx`) that are valid at their heads; an
+/// empty view for every other stream.
+pub async fn take_views(
+    tx: &mut WriteTx,
+    store: &Store,
+    streams: &[&str],
+) -> Result<TakenViews, StoreError> {
+    let rebuilt: Option<String> = on!(tx.conn(), |c| sqlx::query_scalar(
+        "SELECT value FROM ledger_settings WHERE name = $1"
+    )
+    .bind(REBUILT_SETTING)
+    .fetch_optional(c)
+    .await)?;
+    let mut kept = store.usage_views.lock().expect("usage views lock");
+    if kept.rebuilt != rebuilt {
+        kept.views.clear();
+        kept.rebuilt = rebuilt.clone();
+    }
+    let mut views = HashMap::with_capacity(streams.len());
+    for stream in streams {
+        let head = tx.head_seq_of(stream);
+        let view = match kept.views.remove(*stream) {
+            Some((at, view)) if Some(at) == head => view,
+            _ => StreamView::default(),
+        };
+        views.insert(stream.to_string(), view);
+    }
+    Ok(TakenViews { rebuilt, views })
+}
+
+impl Store {
+    /// Keeps the views of a committed batch, each valid at the head its stream has after
+    /// that batch; dropped when a rebuild marker newer than theirs was seen meanwhile.
+    pub fn keep_usage_views(&self, rebuilt: Option<String>, views: Vec<(String, i64, StreamView)>) {
+        let mut kept = self.usage_views.lock().expect("usage views lock");
+        if kept.rebuilt != rebuilt || kept.streams_max == 0 {
+            return;
+        }
+        if kept.views.len() + views.len() > kept.streams_max {
+            kept.views.clear();
+        }
+        for (stream, head, view) in views.into_iter().take(kept.streams_max) {
+            kept.views.insert(stream, (head, view));
+        }
+    }
+}
+
+/// A registered GPU with its owner, model and the latest end of its booked usage.
+#[derive(sqlx::FromRow)]
+struct GpuFactsRow {
+    gpu_id: String,
+    provider_id: String,
+    model: String,
+    latest_end_ms: Option<i64>,
+}
+
+/// The registered GPUs among `gpu_ids`: owner, model, latest booked end (one backward
+/// primary-key step per GPU).
+pub async fn gpu_facts(
+    tx: &mut WriteTx,
+    gpu_ids: &[&str],
+) -> Result<HashMap<String, (String, GpuFacts)>, StoreError> {
+    if gpu_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let from = tx.dialect().json_rows(1, gpu_ids.len());
+    let sql = format!(
+        "SELECT g.gpu_id, g.provider_id, g.model, \
+         (SELECT s.ended_at_ms FROM usage_segments AS s WHERE s.gpu_id = g.gpu_id \
+         ORDER BY s.started_at_ms DESC LIMIT 1) AS latest_end_ms \
+         FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
+    );
+    let rows: Vec<(&str,)> = gpu_ids.iter().map(|g| (*g,)).collect();
+    let found: Vec<GpuFactsRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+        .bind(json_rows_param(&rows))
+        .fetch_all(c)
+        .await)?;
+    Ok(found
+        .into_iter()
+        .map(|g| {
+            let facts = GpuFacts {
+                model: g.model,
+                latest_end_ms: g.latest_end_ms,
+            };
+            (g.gpu_id, (g.provider_id, facts))
+        })
+        .collect())
 }

@@ -29,7 +29,7 @@ fn actor() -> Actor {
     Actor::operator("test")
 }
 
-async fn import_lines(ledger: &Ledger, lines: &[String]) -> Vec<Applied> {
+pub(crate) async fn import_lines(ledger: &Ledger, lines: &[String]) -> Vec<Applied> {
     let mut out = Vec::new();
     for line in lines {
         let command = parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
@@ -54,7 +54,7 @@ fn gpu_line(gpu: &str, provider: &str, model: &str) -> String {
     )
 }
 
-fn rate_line(provider: &str, model: &str, rate: &str, effective_from: &str) -> String {
+pub(crate) fn rate_line(provider: &str, model: &str, rate: &str, effective_from: &str) -> String {
     format!(
         r#"{{"type":"rate.set","provider_id":"{provider}","model":"{model}","rate_usdc_per_hour":"{rate}","effective_from":"{effective_from}"}}"#
     )

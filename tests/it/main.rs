@@ -46,3 +46,4 @@ mod solana_trust;
 mod sqlite_wal;
 mod tamper;
 mod usage_groups;
+mod usage_views;

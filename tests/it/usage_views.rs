@@ -1,0 +1,147 @@
+//! What usage booking keeps in memory between batches (`store::usage::StreamViews`: each
+//! provider's GPUs, their latest booked end, the tier and rate history) is decided on only
+//! at the stream head it was read at, and never after `settle rebuild` rewrote the tables:
+//! another process's bookings and rate changes, and a rebuild, are seen by the next batch.
+//! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
+
+use crate::common::TestDb;
+use crate::ingest::{NOW, import_lines, outcomes, payable, price, provider, rate_line, usage};
+
+use settle::ledger::ingest::SenderScope;
+use settle::ledger::{Actor, Ledger};
+
+const FEE_BPS: i64 = 2000;
+const HOUR: i64 = 3_600_000;
+
+async fn book(ledger: &Ledger, id: &str, provider: &str, started: &str, ended: &str) -> String {
+    let gpu = format!("{provider}-g0");
+    let input = usage(id, provider, &gpu, started, ended, None);
+    let results = ledger
+        .ingest_usage(&[input], &SenderScope::Metering, &Actor::operator("test"))
+        .await
+        .expect("ingest");
+    outcomes(&results).remove(0)
+}
+
+#[tokio::test]
+async fn a_batch_sees_what_another_process_booked_on_its_streams_since_the_last_batch() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    let (b, _) = db.ledger_at(NOW).await;
+    provider(&a, "prv_v", 1).await;
+    // `a` books and keeps what it read of the stream.
+    assert_eq!(
+        book(
+            &a,
+            "v-1",
+            "prv_v",
+            "2026-11-22T08:00:00Z",
+            "2026-11-22T09:00:00Z"
+        )
+        .await,
+        "accepted"
+    );
+    // Another process books the next hour of the GPU and raises the rate from 10:00.
+    assert_eq!(
+        book(
+            &b,
+            "v-2",
+            "prv_v",
+            "2026-11-22T09:00:00Z",
+            "2026-11-22T10:00:00Z"
+        )
+        .await,
+        "accepted"
+    );
+    import_lines(
+        &b,
+        &[rate_line(
+            "prv_v",
+            "H100-80GB",
+            "3.10",
+            "2026-11-22T10:00:00Z",
+        )],
+    )
+    .await;
+    // `a` again: the half hour the other process booked is an overlap, and the next hour is
+    // priced at the new rate.
+    let gpu = "prv_v-g0";
+    let results = a
+        .ingest_usage(
+            &[
+                usage(
+                    "v-3",
+                    "prv_v",
+                    gpu,
+                    "2026-11-22T09:30:00Z",
+                    "2026-11-22T10:30:00Z",
+                    None,
+                ),
+                usage(
+                    "v-4",
+                    "prv_v",
+                    gpu,
+                    "2026-11-22T10:00:00Z",
+                    "2026-11-22T11:00:00Z",
+                    None,
+                ),
+            ],
+            &SenderScope::Metering,
+            &Actor::operator("test"),
+        )
+        .await
+        .expect("ingest");
+    assert_eq!(
+        outcomes(&results),
+        ["rejected:overlapping_usage", "accepted"]
+    );
+    let expected = 2 * price(2_490_000, HOUR, FEE_BPS).2 + price(3_100_000, HOUR, FEE_BPS).2;
+    assert_eq!(payable(&a, "prv_v").await, expected);
+}
+
+#[tokio::test]
+async fn nothing_read_before_a_rebuild_prices_usage_after_it() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    provider(&a, "prv_r", 1).await;
+    // The rate table says what no event said (as after a faulty release) ...
+    sqlx::query("UPDATE rates SET rate_usdc_per_hour = '9.99' WHERE provider_id = 'prv_r'")
+        .execute(a.store.pool())
+        .await
+        .unwrap();
+    // ... and a batch priced by it keeps what it read.
+    assert_eq!(
+        book(
+            &a,
+            "r-1",
+            "prv_r",
+            "2026-11-22T08:00:00Z",
+            "2026-11-22T09:00:00Z"
+        )
+        .await,
+        "accepted"
+    );
+    let before = payable(&a, "prv_r").await;
+    assert_eq!(before, price(9_990_000, HOUR, FEE_BPS).2);
+    // Another process rebuilds the tables from the events: the rate is 2.49 again.
+    let (b, _) = db.ledger_at(NOW).await;
+    let report = settle::verify::rebuild(&b.store, 1_000, &|_| {})
+        .await
+        .expect("rebuild");
+    assert!(report.ok(), "{:?}", report.problems);
+    assert_eq!(
+        book(
+            &a,
+            "r-2",
+            "prv_r",
+            "2026-11-22T09:00:00Z",
+            "2026-11-22T10:00:00Z"
+        )
+        .await,
+        "accepted"
+    );
+    assert_eq!(
+        payable(&a, "prv_r").await - before,
+        price(2_490_000, HOUR, FEE_BPS).2
+    );
+}
