@@ -340,11 +340,12 @@ impl Ledger {
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
         let band = self.config.rate_band();
         let store = &self.store;
-        let (results, views) = crate::ledger::write_stream!(self, streams(&names), |tx| {
-            book_groups(tx, store, groups, &band, actors, now_ms).await
-        })?;
+        let (results, (rebuilt, views)) =
+            crate::ledger::write_stream!(self, streams(&names), |tx| {
+                book_groups(tx, store, groups, &band, actors, now_ms).await
+            })?;
         // Committed: the next batch may decide on these views while the heads stay.
-        store.keep_usage_views(views.0, views.1);
+        store.keep_usage_views(rebuilt, views);
         Ok(results)
     }
 }
@@ -356,12 +357,13 @@ type BatchViews = (Option<String>, Vec<(String, i64, StreamView)>);
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams: the idempotency check, the overlap check
 /// and the append are atomic. The reads (`store::usage`) are done for all providers at
-/// once; each new event is then decided by [`usage::decide`] against them and the events
-/// booked before it in this batch.
+/// once, and only for what the process's kept views of their streams do not know at the
+/// heads locked; each new event is then decided by [`usage::decide`] against them and the
+/// events booked before it in this batch.
 ///
 /// An event's own rate must lie in `band` around the price-book rate of its GPU's model at
-/// its `started_at`: the price books are read once per batch with the tier histories, so
-/// the check costs one in-memory look-up per event.
+/// its `started_at`: the price books come with the tier histories in each provider's view,
+/// so the check costs one in-memory look-up per event.
 async fn book_groups(
     tx: &mut WriteTx,
     store: &Store,

@@ -1057,7 +1057,6 @@ impl WriteTx {
         self.head_seq
     }
 
-    /// The latest `recorded_at` in this stream, including pending appends.
     /// The head sequence of `stream`, one of the streams this transaction locked, with the
     /// events appended to it so far; `None` for a stream it did not lock.
     pub fn head_seq_of(&self, stream: &str) -> Option<i64> {
@@ -1067,6 +1066,7 @@ impl WriteTx {
         self.others.get(stream).map(|(seq, _, _)| *seq)
     }
 
+    /// The latest `recorded_at` in this stream, including pending appends.
     pub fn head_recorded_at_ms(&self) -> i64 {
         self.head_recorded_at_ms
     }

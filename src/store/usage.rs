@@ -1,7 +1,7 @@
 //! The reads of usage booking, inside the booking's transaction (it holds the write locks
 //! of the streams it books on): each is one statement with the batch as one JSON parameter
 //! (see [`super::Dialect::json_rows`]), so its text never changes and it is planned once
-//! per connection.
+//! per connection; and what a process keeps of them between batches ([`StreamViews`]).
 
 use std::collections::HashMap;
 
