@@ -664,8 +664,14 @@ async fn book_through_file(args: &Args, w: &Workload, db: &Db) -> Sent {
 
 async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json::Value {
     // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES,
-    // SETTLE_BENCH_SQLITE_CHECKPOINT_MS.
+    // SETTLE_BENCH_SQLITE_CHECKPOINT_MS; the projector's pause between passes:
+    // SETTLE_BENCH_PROJECTOR_INTERVAL_MS (`workers.projector_interval_ms`, 50).
     let mut options = StoreOptions::default();
+    let projector_interval = Duration::from_millis(
+        std::env::var("SETTLE_BENCH_PROJECTOR_INTERVAL_MS").map_or(50, |v| {
+            v.parse().expect("SETTLE_BENCH_PROJECTOR_INTERVAL_MS")
+        }),
+    );
     if let Ok(v) = std::env::var("SETTLE_BENCH_SQLITE_CACHE_KIB") {
         options.sqlite_cache_kib = v.parse().expect("SETTLE_BENCH_SQLITE_CACHE_KIB");
     }
@@ -742,12 +748,12 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
             let mut lags = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 if fold_at_end {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(projector_interval).await;
                     continue;
                 }
                 lags.push(store.projection_lag());
                 store.fold_dirty().await.expect("fold");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(projector_interval).await;
             }
             lags
         })
