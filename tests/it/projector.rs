@@ -157,11 +157,7 @@ async fn streams_past_the_dirty_set_cap_are_folded_by_a_sweep() {
         projector_dirty_streams_max: 2,
         ..Default::default()
     };
-    let store = Store::open(&db.url, &options).await.unwrap();
-    let clock = Arc::new(settle::ledger::ManualClock::new(
-        parse_rfc3339_ms(NOW).unwrap(),
-    ));
-    let ledger = settle::ledger::Ledger::new(store, clock, settle::config::LedgerConfig::default());
+    let (ledger, _) = db.ledger_with(&options, NOW).await;
     register_fault_providers(&ledger, 5).await;
     let events = metering_mix(5, 0, 20);
     let results = ledger

@@ -1,7 +1,8 @@
 //! What usage booking keeps in memory between batches (`store::usage::StreamViews`: each
 //! provider's GPUs, their latest booked end, the tier and rate history) is decided on only
 //! at the stream head it was read at, and never after `settle rebuild` rewrote the tables:
-//! another process's bookings and rate changes, and a rebuild, are seen by the next batch.
+//! another process's bookings and rate changes, and a rebuild, are seen by the next batch;
+//! and the views are kept and used at the same head, up to `store.usage_views_streams_max`.
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
 use crate::common::TestDb;
@@ -144,4 +145,66 @@ async fn nothing_read_before_a_rebuild_prices_usage_after_it() {
         payable(&a, "prv_r").await - before,
         price(2_490_000, HOUR, FEE_BPS).2
     );
+}
+
+/// Sets every rate row of `provider` to 9.99 USDC/h in the table only, behind the engine (no
+/// event, so the stream's head stays): a batch that reads the table prices at 9.99, one
+/// that decides on a view kept from before prices at the booked 2.49.
+async fn alter_rates(ledger: &Ledger, provider: &str) {
+    sqlx::query("UPDATE rates SET rate_usdc_per_hour = '9.99' WHERE provider_id = $1")
+        .bind(provider)
+        .execute(ledger.store.pool())
+        .await
+        .unwrap();
+}
+
+/// The hour `n` of 2026-11-22 as `(started, ended)`.
+fn hour(n: u32) -> (String, String) {
+    (
+        format!("2026-11-22T{n:02}:00:00Z"),
+        format!("2026-11-22T{:02}:00:00Z", n + 1),
+    )
+}
+
+/// What one more booked hour of `provider` added to its payable balance.
+async fn next_hour_net(ledger: &Ledger, provider: &str, id: &str, n: u32) -> i64 {
+    let before = payable(ledger, provider).await;
+    let (started, ended) = hour(n);
+    assert_eq!(
+        book(ledger, id, provider, &started, &ended).await,
+        "accepted"
+    );
+    payable(ledger, provider).await - before
+}
+
+/// A process keeps what a batch read of a provider's stream and decides the next batch on
+/// it while the head is the same, reading it again only past `store.usage_views_streams_max`
+/// streams (where every view kept is dropped). The rate table is altered behind the engine,
+/// so the price of each booking shows whether it was decided on a kept view (2.49) or on a
+/// fresh read (9.99).
+#[tokio::test]
+async fn a_batch_decides_on_the_views_kept_and_past_the_limit_reads_them_again() {
+    let db = TestDb::new().await;
+    let options = settle::store::StoreOptions {
+        usage_views_streams_max: 2,
+        ..Default::default()
+    };
+    let (a, _) = db.ledger_with(&options, NOW).await;
+    for p in ["prv_k1", "prv_k2", "prv_k3"] {
+        provider(&a, p, 1).await;
+    }
+    let kept = price(2_490_000, HOUR, FEE_BPS).2;
+    let fresh = price(9_990_000, HOUR, FEE_BPS).2;
+    // Two views kept: the limit.
+    assert_eq!(next_hour_net(&a, "prv_k1", "k1-1", 8).await, kept);
+    assert_eq!(next_hour_net(&a, "prv_k2", "k2-1", 8).await, kept);
+    for p in ["prv_k1", "prv_k2", "prv_k3"] {
+        alter_rates(&a, p).await;
+    }
+    // At the same head, the kept view decides: the rate the events set.
+    assert_eq!(next_hour_net(&a, "prv_k1", "k1-2", 9).await, kept);
+    // A third stream is past the limit: the kept views are dropped and it is read.
+    assert_eq!(next_hour_net(&a, "prv_k3", "k3-1", 8).await, fresh);
+    // So prv_k2's view is read again too.
+    assert_eq!(next_hour_net(&a, "prv_k2", "k2-2", 9).await, fresh);
 }

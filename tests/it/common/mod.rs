@@ -89,8 +89,18 @@ impl TestDb {
 
     /// A ledger on this database whose clock stands at `now` (RFC 3339) until moved.
     pub async fn ledger_at(&self, now: &str) -> (Ledger, Arc<ManualClock>) {
+        self.ledger_with(&StoreOptions::default(), now).await
+    }
+
+    /// [`TestDb::ledger_at`] on a store opened with `options` (a limit under test).
+    pub async fn ledger_with(
+        &self,
+        options: &StoreOptions,
+        now: &str,
+    ) -> (Ledger, Arc<ManualClock>) {
+        let store = Store::open(&self.url, options).await.expect("open store");
         let clock = Arc::new(ManualClock::new(parse_rfc3339_ms(now).expect("valid now")));
-        let ledger = Ledger::new(self.store().await, clock.clone(), LedgerConfig::default());
+        let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
         (ledger, clock)
     }
 }
