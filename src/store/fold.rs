@@ -445,3 +445,51 @@ pub(crate) async fn lock_streams(
     .map_err(classify)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(dirty: &Dirty) -> Vec<&str> {
+        dirty.streams.keys().map(String::as_str).collect()
+    }
+
+    /// Up to `streams_max` streams are remembered by name; past it, only that some stream
+    /// waits (the projector then sweeps every stream).
+    #[test]
+    fn streams_past_the_limit_are_remembered_only_as_unnamed() {
+        let mut dirty = Dirty::new(2);
+        dirty.mark(["a", "b"]);
+        assert_eq!(named(&dirty), ["a", "b"]);
+        assert!(dirty.unnamed.is_none());
+        dirty.mark(["a", "c"]);
+        assert_eq!(named(&dirty), ["a", "b"]);
+        assert!(dirty.unnamed.is_some());
+    }
+
+    /// A fold forgets only what was marked before it began: a stream (named or not) booked
+    /// on while it ran stays dirty for the next fold.
+    #[test]
+    fn a_fold_leaves_dirty_what_was_booked_while_it_ran() {
+        let mut dirty = Dirty::new(1);
+        dirty.mark(["a", "b"]);
+        let (began, started) = (dirty.generation, Instant::now());
+        dirty.mark(["a"]);
+        dirty.folded(began, started);
+        assert_eq!(named(&dirty), ["a"]);
+        assert!(dirty.unnamed.is_none(), "b was marked before the fold");
+        dirty.mark(["c"]);
+        let began = dirty.generation;
+        dirty.mark(["c"]);
+        dirty.folded(began, started);
+        assert!(
+            dirty.unnamed.is_some(),
+            "c was marked again during the fold"
+        );
+        assert!(named(&dirty).is_empty(), "a was marked before this fold");
+        let began = dirty.generation;
+        dirty.folded(began, started);
+        assert!(named(&dirty).is_empty());
+        assert!(dirty.unnamed.is_none());
+    }
+}
