@@ -15,7 +15,7 @@
 //!
 //! Crash tests abort the process at named [failpoints](failpoint).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{Datelike, NaiveDate, Weekday};
 use futures::TryStreamExt;
@@ -25,7 +25,7 @@ use settle_calendar::{Calendar, CalendarError, RunKey};
 use sha2::{Digest, Sha256};
 
 use super::registry::ProviderRecord;
-use super::{Actor, Ledger, LedgerError, content_hash, find_idem, reject};
+use super::{Actor, Ledger, LedgerError, content_hash, find_idem_in_stream, reject};
 pub use crate::config::RunConfig;
 use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
@@ -115,6 +115,16 @@ fn calendar_error(e: CalendarError) -> LedgerError {
 /// The idempotency key of a candidate's decision.
 pub fn decision_key(run: &RunKey, provider_id: &str) -> String {
     format!("run:{}:{}:{provider_id}", run.kind(), run.key_string())
+}
+
+/// The idempotency key of the event `step` (`created`, `held`) a decision appends for its
+/// payout: the decision's key, `/` and the step. `/` is outside the id grammar, so no provider
+/// id makes it another candidate's decision key, and it sorts right after the decision's own
+/// key: the keys of a chunk of candidates (in provider order) land side by side in the
+/// `events (idem_key, stream)` index instead of at the random places of their payout ids (a
+/// hash), which wrote a page of that index per payout (`ops/bench/runs.md` round 12).
+fn payout_event_key(run: &RunKey, provider_id: &str, step: &str) -> String {
+    format!("{}/{step}", decision_key(run, provider_id))
 }
 
 /// The idempotency key of a run's completion.
@@ -444,26 +454,60 @@ impl Ledger {
             .filter(|p| !decided.contains(*p))
             .map(String::as_str)
             .collect();
-        let run_ref = &run;
-        futures::stream::iter(todo.chunks(per_tx).map(Ok::<&[&str], LedgerError>))
-            .try_for_each_concurrent(in_flight, |chunk| async move {
-                for _ in chunk {
-                    failpoint(failpoints::BEFORE_DECIDE);
-                }
-                self.decide_candidates(run_ref, chunk, config, actor)
-                    .await?;
-                for _ in chunk {
-                    failpoint(failpoints::AFTER_DECIDE);
-                }
-                Ok(())
-            })
-            .await?;
+        if in_flight == 1 {
+            self.decide_read_ahead(&run, &todo, per_tx, config, actor)
+                .await?;
+        } else {
+            let run_ref = &run;
+            futures::stream::iter(todo.chunks(per_tx).map(Ok::<&[&str], LedgerError>))
+                .try_for_each_concurrent(in_flight, |chunk| async move {
+                    self.decide_candidates(run_ref, chunk, config, actor, None)
+                        .await
+                        .map(drop)
+                })
+                .await?;
+        }
         failpoint(failpoints::BEFORE_COMPLETE);
         self.complete_run(&run, cutoff, actor).await?;
         failpoint(failpoints::AFTER_COMPLETE);
         let report = self.report_of(calendar, run).await?;
         tracing::info!(run = %run, payouts = report.payouts, amount_micro_usdc = report.payouts_micro_usdc, "payout run completed");
         Ok(report)
+    }
+
+    /// Decides `todo` in chunks of `per_tx`, one after another (SQLite's one writer), each
+    /// chunk's state read ahead while the chunk before is decided and committed: those reads
+    /// leave the writer's critical path, and the decisions still use them only where they
+    /// hold under the lock ([`CandidatesAhead`]).
+    async fn decide_read_ahead(
+        &self,
+        run: &RunKey,
+        todo: &[&str],
+        per_tx: usize,
+        config: &RunConfig,
+        actor: &Actor,
+    ) -> Result<(), LedgerError> {
+        let chunks: Vec<&[&str]> = todo.chunks(per_tx).collect();
+        let mut ahead = None;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let next = async {
+                match chunks.get(i + 1) {
+                    // A read that fails costs only the chunk's reads under its lock.
+                    Some(next) => self.read_ahead(run, next).await.unwrap_or_else(|e| {
+                        tracing::warn!(run = %run, error = %e, "reading a chunk ahead failed");
+                        None
+                    }),
+                    None => None,
+                }
+            };
+            let (decided, next) = tokio::join!(
+                self.decide_candidates(run, chunk, config, actor, ahead.take()),
+                next
+            );
+            decided?;
+            ahead = next;
+        }
+        Ok(())
     }
 
     async fn report_of(&self, calendar: &Calendar, run: RunKey) -> Result<RunReport, LedgerError> {
@@ -489,20 +533,67 @@ impl Ledger {
     /// first. Each candidate keeps its own stream, sequence and idempotency key, so the
     /// ledger is the same as with one transaction per candidate; the chunk only shares the
     /// reads (one statement each for all its providers) and the commit.
-    async fn decide_candidates(
+    ///
+    /// With `ahead` (the chunk's state read before its lock, [`Ledger::read_ahead`]), the
+    /// decisions use what it read when it is still valid under the lock, and read again
+    /// otherwise; returns whether it was used.
+    pub async fn decide_candidates(
         &self,
         run: &RunKey,
         chunk: &[&str],
         config: &RunConfig,
         actor: &Actor,
-    ) -> Result<(), LedgerError> {
+        ahead: Option<CandidatesAhead>,
+    ) -> Result<bool, LedgerError> {
+        for _ in chunk {
+            failpoint(failpoints::BEFORE_DECIDE);
+        }
         let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
-        crate::ledger::write_stream!(self, streams(&names), |tx| {
+        let ahead = ahead.as_ref();
+        let used = crate::ledger::write_stream!(self, streams(&names), |tx| {
             // The decisions read every candidate's aggregates exactly (SPEC §3).
             tx.fold_locked().await?;
-            self.decide_in(tx, run, chunk, config, actor).await
-        })
+            let fresh;
+            let (reads, used) = match ahead {
+                Some(a) if a.valid_in(tx, &names).await? => (&a.reads, true),
+                _ => {
+                    fresh = read_candidates(tx.conn(), run, chunk).await?;
+                    (&fresh, false)
+                }
+            };
+            self.decide_in(tx, run, chunk, config, actor, reads).await?;
+            Ok(used)
+        })?;
+        for _ in chunk {
+            failpoint(failpoints::AFTER_DECIDE);
+        }
+        Ok(used)
+    }
+
+    /// Reads the state of the candidates `chunk` in one snapshot, without a lock, for
+    /// [`Ledger::decide_candidates`]: `None` when any of their streams has events its
+    /// projections do not hold yet (the decisions then read under the lock, after folding).
+    pub async fn read_ahead(
+        &self,
+        run: &RunKey,
+        chunk: &[&str],
+    ) -> Result<Option<CandidatesAhead>, LedgerError> {
+        let mut snap = self.store.read_ahead().await?;
+        let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
+        let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+        let heads = rows::folded_heads(snap.conn(), &names).await?;
+        let ahead = if heads.len() == names.len() {
+            Some(CandidatesAhead {
+                rebuilt: crate::store::usage::rebuild_marker(snap.conn()).await?,
+                reads: read_candidates(snap.conn(), run, chunk).await?,
+                heads,
+            })
+        } else {
+            None
+        };
+        snap.close().await?;
+        Ok(ahead)
     }
 
     /// Inside `tx`, which holds the write locks of every stream of `chunk`: reads the
@@ -516,17 +607,16 @@ impl Ledger {
         chunk: &[&str],
         config: &RunConfig,
         actor: &Actor,
+        reads: &CandidateReads,
     ) -> Result<(), LedgerError> {
-        let cutoff = cutoff_ms(run)?;
         let fx_stale_ms = config.fx_stale_hours * MS_PER_HOUR;
         let now = self.now_ms();
-        let keys: Vec<(String, String)> = chunk
-            .iter()
-            .map(|p| (decision_key(run, p), provider_stream(p)))
-            .collect();
-        let decided = crate::store::keys::booked_keys(tx, &keys).await?;
-        let providers = crate::store::providers::load_providers(tx.conn(), chunk).await?;
-        let figures = rows::candidate_figures(tx.conn(), chunk, day_number(cutoff)).await?;
+        let CandidateReads {
+            keys,
+            decided,
+            providers,
+            figures,
+        } = reads;
         let pays_in_eur = providers
             .values()
             .any(|p| p.payout_method.as_ref().map(PayoutMethod::rail) == Some(Rail::Sepa));
@@ -585,7 +675,9 @@ impl Ledger {
         let hash = content_hash(&key);
         let now = self.now_ms();
         crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
-            if find_idem(tx, &key).await?.is_some() {
+            // On the platform stream only: a provider called `completed` has this key as
+            // its decision's, on its own stream.
+            if find_idem_in_stream(tx, &key).await?.is_some() {
                 return Ok(());
             }
             let counts = rows::decision_totals(tx.conn(), run.kind(), &run.key_string()).await?;
@@ -613,6 +705,54 @@ impl Ledger {
             });
             Ok(())
         })
+    }
+}
+
+/// What the decisions of a chunk of candidates read of their state: each one's decision key
+/// on its stream and whether it is booked, the providers and their figures at the cutoff.
+pub struct CandidateReads {
+    keys: Vec<(String, String)>,
+    decided: HashMap<(String, String), Option<Vec<u8>>>,
+    providers: HashMap<String, ProviderRecord>,
+    figures: HashMap<String, CandidateFigures>,
+}
+
+/// Reads [`CandidateReads`] of `chunk` on `conn` (under the chunk's lock, or ahead of it).
+async fn read_candidates(
+    conn: &mut crate::store::Conn,
+    run: &RunKey,
+    chunk: &[&str],
+) -> Result<CandidateReads, LedgerError> {
+    let keys: Vec<(String, String)> = chunk
+        .iter()
+        .map(|p| (decision_key(run, p), provider_stream(p)))
+        .collect();
+    Ok(CandidateReads {
+        decided: crate::store::keys::booked_keys_on(conn, &keys).await?,
+        providers: crate::store::providers::load_providers(conn, chunk).await?,
+        figures: rows::candidate_figures(conn, chunk, day_number(cutoff_ms(run)?)).await?,
+        keys,
+    })
+}
+
+/// [`CandidateReads`] taken before the chunk's write lock ([`Ledger::read_ahead`]), with the
+/// heads its streams had, each folded into the projections up to its head, and the rebuild
+/// marker. Everything a decision reads of a provider changes only by an event on the
+/// provider's stream, folded into the projections (ARCHITECTURE.md), or by `settle rebuild`.
+/// So the reads still hold under the lock when no stream moved and no rebuild happened.
+pub struct CandidatesAhead {
+    heads: HashMap<String, i64>,
+    rebuilt: Option<String>,
+    reads: CandidateReads,
+}
+
+impl CandidatesAhead {
+    /// Whether the reads hold for the streams `names`, which `tx` locked.
+    async fn valid_in(&self, tx: &mut WriteTx, names: &[&str]) -> Result<bool, LedgerError> {
+        let unmoved = names
+            .iter()
+            .all(|s| self.heads.get(*s).copied() == tx.head_seq_of(s));
+        Ok(unmoved && crate::store::usage::rebuild_marker(tx.conn()).await? == self.rebuilt)
     }
 }
 
@@ -716,7 +856,7 @@ fn append_payout(tx: &mut WriteTx, actor: &Actor, p: NewPayout<'_>) -> Result<()
         None => (None, None),
     };
     let held = p.decision == Decision::Held;
-    let created_key = format!("payout:{}:created", p.payout_id);
+    let created_key = payout_event_key(p.run, p.provider_id, "created");
     tx.append(NewEvent::keyed(
         EventBody::PayoutCreated(PayoutCreated {
             payout_id: p.payout_id.clone(),
@@ -735,7 +875,7 @@ fn append_payout(tx: &mut WriteTx, actor: &Actor, p: NewPayout<'_>) -> Result<()
         &content_hash(&created_key),
     ));
     if held {
-        let held_key = format!("payout:{}:held", p.payout_id);
+        let held_key = payout_event_key(p.run, p.provider_id, "held");
         tx.append(NewEvent::keyed(
             EventBody::PayoutHeld(PayoutHeld {
                 payout_id: p.payout_id,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::on;
-use super::{Conn, Store, StoreError, WriteTx, json_rows_param};
+use super::{Conn, Dialect, Store, StoreError, WriteTx, json_rows_param};
 
 /// The content hash stored with `key` (`Some(None)`: booked without one), on `stream` or,
 /// without it, on any stream; `None` when the key is unused.
@@ -67,11 +67,19 @@ pub async fn booked_keys(
     tx: &mut WriteTx,
     keys: &[(String, String)],
 ) -> Result<HashMap<(String, String), Option<Vec<u8>>>, StoreError> {
-    let from = tx.dialect().json_rows(1, keys.len());
+    booked_keys_on(tx.conn(), keys).await
+}
+
+/// [`booked_keys`] on any connection (a read ahead of the write lock).
+pub async fn booked_keys_on(
+    conn: &mut Conn,
+    keys: &[(String, String)],
+) -> Result<HashMap<(String, String), Option<Vec<u8>>>, StoreError> {
+    let from = Dialect::of(conn).json_rows(1, keys.len());
     let sql = format!(
         "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
     );
-    let rows: Vec<BookedKey> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+    let rows: Vec<BookedKey> = on!(conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(keys))
         .fetch_all(c)
         .await)?;

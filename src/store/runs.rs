@@ -12,6 +12,66 @@ use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
 
+/// A read of the ledger in one snapshot and without a write lock: a payout run reads its
+/// next chunk's candidates with it while the chunk before commits. Nothing read here decides
+/// money unless the write transaction finds it still valid (see `ledger::runs`).
+pub struct ReadAhead {
+    tx: super::TxConn,
+}
+
+impl Store {
+    /// Opens a [`ReadAhead`]: both databases take the snapshot at its first read.
+    pub async fn read_ahead(&self) -> Result<ReadAhead, StoreError> {
+        let begin = match self.dialect() {
+            Dialect::Sqlite => "BEGIN",
+            Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
+        Ok(ReadAhead {
+            tx: super::TxConn::begin_with(self.db(), begin).await?,
+        })
+    }
+}
+
+impl ReadAhead {
+    pub fn conn(&mut self) -> &mut Conn {
+        &mut self.tx
+    }
+
+    /// Ends the snapshot; the connection goes back to the pool.
+    pub async fn close(self) -> Result<(), StoreError> {
+        Ok(self.tx.commit().await?)
+    }
+}
+
+/// Of `streams`, the ones whose projections hold every event (checkpoint = head), with that
+/// head: one statement, primary-key probes only.
+pub async fn folded_heads(
+    conn: &mut Conn,
+    streams: &[&str],
+) -> Result<HashMap<String, i64>, StoreError> {
+    if streams.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
+    let sql = format!(
+        "SELECT h.stream, h.seq FROM (SELECT j.value ->> 0 AS stream, \
+         (SELECT MAX(e.seq) FROM events AS e WHERE e.stream = j.value ->> 0) AS seq FROM {}) AS h \
+         JOIN projection_checkpoints AS c ON c.stream = h.stream AND c.seq = h.seq",
+        Dialect::of(conn).json_rows(1, streams.len())
+    );
+    let found: Vec<FoldedHead> = on!(&mut *conn, |c| sqlx::query_as(&sql)
+        .bind(json_rows_param(&rows))
+        .fetch_all(c)
+        .await)?;
+    Ok(found.into_iter().map(|h| (h.stream, h.seq)).collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct FoldedHead {
+    stream: String,
+    seq: i64,
+}
+
 /// The three figures of SPEC §5 a candidate's decision reads, for one provider.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct CandidateFigures {

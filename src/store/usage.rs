@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::on;
-use super::{Dialect, Store, StoreError, WriteTx, json_rows_param};
+use super::{Conn, Dialect, Store, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
 use crate::domain::money::{FeeBps, Rate};
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory};
@@ -286,6 +286,17 @@ impl TakenViews {
 /// The rebuild marker `settle rebuild` leaves when it swaps the projection tables.
 pub(crate) const REBUILT_SETTING: &str = "projections_rebuilt";
 
+/// The marker of the latest `settle rebuild` (`None`: never rebuilt). What was read of the
+/// projections under one marker is stale under another, even where no stream moved.
+pub async fn rebuild_marker(conn: &mut Conn) -> Result<Option<String>, StoreError> {
+    Ok(on!(conn, |c| sqlx::query_scalar(
+        "SELECT value FROM ledger_settings WHERE name = $1"
+    )
+    .bind(REBUILT_SETTING)
+    .fetch_optional(c)
+    .await)?)
+}
+
 /// Takes the kept views of `streams` (locked by `tx`) that are valid at their heads; an
 /// empty view for every other stream.
 pub async fn take_views(
@@ -293,12 +304,7 @@ pub async fn take_views(
     store: &Store,
     streams: &[&str],
 ) -> Result<TakenViews, StoreError> {
-    let rebuilt: Option<String> = on!(tx.conn(), |c| sqlx::query_scalar(
-        "SELECT value FROM ledger_settings WHERE name = $1"
-    )
-    .bind(REBUILT_SETTING)
-    .fetch_optional(c)
-    .await)?;
+    let rebuilt = rebuild_marker(tx.conn()).await?;
     let mut kept = store.usage_views.lock().expect("usage views lock");
     if kept.rebuilt != rebuilt {
         kept.views.clear();

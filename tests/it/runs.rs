@@ -713,6 +713,111 @@ async fn running_twice_gives_the_same_report_and_no_second_payout() {
     assert_eq!(err.code(), "run_before_cutoff");
 }
 
+/// Provider ids are free text of `[A-Za-z0-9._:-]`, so a provider may be called like the
+/// tail of the run's own keys: `completed` (its decision key is the run's completion key,
+/// on another stream) or `p:created`. Each is decided and paid once, the run completes, and
+/// it is complete on a second start.
+#[tokio::test]
+async fn providers_named_like_the_runs_keys_are_paid_and_the_run_completes() {
+    let w = World::new("2026-11-16T00:00:00Z").await;
+    let ids = ["completed", "p", "p:created", "p:held"];
+    for p in ids {
+        w.provider(p, W, Some(SOLANA)).await;
+    }
+    w.at("2026-11-18T00:00:00Z");
+    for p in ids {
+        w.earn(p, 40_000_000, "2026-11-17T01:00:00Z").await;
+    }
+    w.at("2026-11-23T00:05:00Z");
+    let first = w.weekly("2026-11-23").await;
+    assert!(first.completed, "the run completes");
+    assert_eq!(first.payouts, 4);
+    for p in ids {
+        assert_eq!(decision(&first, p), "paid", "{p}");
+        assert_eq!(w.payouts_of(p).await.len(), 1, "{p} paid once");
+    }
+    let summaries = runs::completed_runs(&w.ledger.store, 10).await.unwrap();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].candidates, 4);
+    let events = event_count(&w.ledger).await;
+    w.at("2026-11-23T08:00:00Z");
+    assert_eq!(w.weekly("2026-11-23").await, first);
+    assert_eq!(event_count(&w.ledger).await, events, "nothing booked twice");
+}
+
+/// On one writer (SQLite) a run reads each chunk's candidates ahead of the chunk's lock,
+/// while the chunk before commits. The decisions use those reads only while they hold: a
+/// payout method changed after the read (the provider is then cooling off), or a
+/// `settle rebuild` that corrected the projections after the read, sends the chunk back to
+/// reading under its lock.
+#[tokio::test]
+async fn a_chunk_read_ahead_decides_only_while_nothing_moved_since() {
+    let w = World::new("2026-11-16T00:00:00Z").await;
+    for p in ["a", "b", "c"] {
+        w.provider(p, W, Some(SOLANA)).await;
+    }
+    w.at("2026-11-18T00:00:00Z");
+    for p in ["a", "b", "c"] {
+        w.earn(p, 37_500_000, "2026-11-17T01:00:00Z").await; // net 30
+    }
+    w.at("2026-11-23T00:05:00Z");
+    w.ledger.store.catch_up_all().await.unwrap();
+    let run = &runs::weekly_key("2026-11-23").unwrap();
+    let (ledger, config, actor) = (&w.ledger, &w.config, &w.actor());
+    let decide = |p: &'static str, ahead| async move {
+        ledger
+            .decide_candidates(run, &[p], config, actor, ahead)
+            .await
+            .unwrap()
+    };
+    let ahead = |p: &'static str| async move {
+        let a = ledger.read_ahead(run, &[p]).await.unwrap();
+        assert!(a.is_some(), "{p}'s projections hold all its events");
+        a
+    };
+
+    // a: nothing moved between the read and the lock.
+    let a = ahead("a").await;
+    assert!(
+        decide("a", a).await,
+        "a is decided from what was read ahead"
+    );
+
+    // b: its payout method changes after the read.
+    let b = ahead("b").await;
+    w.update("b", &format!(r#""payout_method":{SOLANA_2}"#))
+        .await;
+    assert!(!decide("b", b).await, "b's stream moved: read again");
+
+    // c: its projections say what no event said when read, and a rebuild corrects them
+    // before the lock.
+    sqlx::query("UPDATE payable_recorded SET amount_micro_usdc = 1 WHERE provider_id = 'c'")
+        .execute(w.ledger.store.pool())
+        .await
+        .unwrap();
+    let c = ahead("c").await;
+    let rebuilt = settle::verify::rebuild(&w.ledger.store, 1_000, &|_| {})
+        .await
+        .expect("rebuild");
+    assert!(rebuilt.ok(), "{:?}", rebuilt.problems);
+    assert!(
+        !decide("c", c).await,
+        "c's projections were rebuilt: read again"
+    );
+
+    // d: usage booked and not folded into the projections yet: nothing is read ahead.
+    w.provider("d", W, Some(SOLANA)).await;
+    w.earn("d", 37_500_000, "2026-11-22T01:00:00Z").await;
+    assert!(ledger.read_ahead(run, &["a", "d"]).await.unwrap().is_none());
+
+    let report = w.weekly("2026-11-23").await;
+    assert!(report.completed);
+    assert_eq!(decision(&report, "a"), "paid");
+    assert_eq!(decision(&report, "b"), "cooling_off", "as the lock read it");
+    assert_eq!(decision(&report, "c"), "paid", "as rebuilt");
+    assert_eq!(candidate(&report, "c").amount_micro_usdc, 30 * USDC);
+}
+
 #[tokio::test]
 async fn concurrent_starts_of_one_run_create_each_payout_once() {
     let w = World::new("2026-11-16T00:00:00Z").await;
