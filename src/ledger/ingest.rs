@@ -494,7 +494,7 @@ impl BatchState {
             .iter()
             .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
             .collect();
-        let booked = crate::store::keys::booked_keys(tx, &keys).await?;
+        let booked = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
         let (mut views, gpus) = read_views(tx, store, all).await?;
         // New events on their provider's own GPUs: the ones that may be booked.
         let candidates: Vec<&Parsed> = all

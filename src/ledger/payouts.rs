@@ -71,7 +71,7 @@ async fn decide_payouts_in(
             Some((idem.key.clone(), provider_stream(&p.provider_id)))
         })
         .collect();
-    let booked = crate::store::keys::booked_keys(tx, &keys).await?;
+    let booked = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
     let mut answers = Vec::with_capacity(commands.len());
     for ((id, cmd), idem) in commands.iter().zip(idems) {
         let Some(payout) = current.get(*id) else {

@@ -728,7 +728,7 @@ async fn read_candidates(
         .map(|p| (decision_key(run, p), provider_stream(p)))
         .collect();
     Ok(CandidateReads {
-        decided: crate::store::keys::booked_keys_on(conn, &keys).await?,
+        decided: crate::store::keys::booked_keys(conn, &keys).await?,
         providers: crate::store::providers::load_providers(conn, chunk).await?,
         figures: rows::candidate_figures(conn, chunk, day_number(cutoff_ms(run)?)).await?,
         keys,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::on;
-use super::{Conn, Dialect, Store, StoreError, WriteTx, json_rows_param};
+use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 
 /// The content hash stored with `key` (`Some(None)`: booked without one), on `stream` or,
 /// without it, on any stream; `None` when the key is unused.
@@ -64,14 +64,6 @@ struct BookedKey {
 /// with their content hash: one statement for a whole batch (a usage batch, a payout run's
 /// chunk of candidates).
 pub async fn booked_keys(
-    tx: &mut WriteTx,
-    keys: &[(String, String)],
-) -> Result<HashMap<(String, String), Option<Vec<u8>>>, StoreError> {
-    booked_keys_on(tx.conn(), keys).await
-}
-
-/// [`booked_keys`] on any connection (a read ahead of the write lock).
-pub async fn booked_keys_on(
     conn: &mut Conn,
     keys: &[(String, String)],
 ) -> Result<HashMap<(String, String), Option<Vec<u8>>>, StoreError> {

@@ -105,6 +105,15 @@ impl Dialect {
         }
     }
 
+    /// The statement that begins a transaction reading one snapshot of the database, taken
+    /// at its first read on both (`verify`'s [`Store::snapshot`], a run's read ahead).
+    pub fn begin_snapshot(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN",
+            Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        }
+    }
+
     /// The statement that begins a write transaction: `BEGIN IMMEDIATE` on SQLite (the write
     /// lock up front: a read-then-write transaction never fails to upgrade against a writer
     /// in another process), `BEGIN` on PostgreSQL.

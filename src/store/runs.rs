@@ -22,10 +22,7 @@ pub struct ReadAhead {
 impl Store {
     /// Opens a [`ReadAhead`]: both databases take the snapshot at its first read.
     pub async fn read_ahead(&self) -> Result<ReadAhead, StoreError> {
-        let begin = match self.dialect() {
-            Dialect::Sqlite => "BEGIN",
-            Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-        };
+        let begin = self.dialect().begin_snapshot();
         Ok(ReadAhead {
             tx: super::TxConn::begin_with(self.db(), begin).await?,
         })
@@ -59,17 +56,11 @@ pub async fn folded_heads(
          JOIN projection_checkpoints AS c ON c.stream = h.stream AND c.seq = h.seq",
         Dialect::of(conn).json_rows(1, streams.len())
     );
-    let found: Vec<FoldedHead> = on!(&mut *conn, |c| sqlx::query_as(&sql)
+    let found: Vec<super::StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(&sql)
         .bind(json_rows_param(&rows))
         .fetch_all(c)
         .await)?;
     Ok(found.into_iter().map(|h| (h.stream, h.seq)).collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct FoldedHead {
-    stream: String,
-    seq: i64,
 }
 
 /// The three figures of SPEC §5 a candidate's decision reads, for one provider.

@@ -59,13 +59,8 @@ pub struct Snapshot {
 impl Store {
     /// Opens a [`Snapshot`] of the ledger.
     pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        // Not read-only: the fold is written to temporary tables. Both databases take the
-        // snapshot at the transaction's first read.
-        let begin = match self.dialect() {
-            Dialect::Sqlite => "BEGIN",
-            Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ",
-        };
-        let tx = TxConn::begin_with(&self.db, begin).await?;
+        // The fold is written to temporary tables, so the transaction is not read-only.
+        let tx = TxConn::begin_with(&self.db, self.dialect().begin_snapshot()).await?;
         Ok(Snapshot {
             tx,
             dialect: self.dialect(),
