@@ -141,6 +141,12 @@ pub struct RunConfig {
     /// on its provider's stream with its own idempotency key. On PostgreSQL each holds a
     /// stream lock until the commit.
     pub candidates_per_tx: usize,
+    /// Events per transaction when a chunk folds what its candidates' streams have not
+    /// folded yet (a burst of usage just before the run), before it takes their locks
+    /// (1,000): each transaction commits, so a long backlog is folded even when no
+    /// transaction of its whole length would be (connections dropped every 150 ms in
+    /// `tests/it/faults.rs`); under the locks only the rest is folded.
+    pub catch_up_events_per_tx: usize,
 }
 
 impl RunConfig {
@@ -151,6 +157,7 @@ impl RunConfig {
     pub const DEFAULT_FX_STALE_HOURS: i64 = 48;
     pub const DEFAULT_CANDIDATES_IN_FLIGHT: usize = 4;
     pub const DEFAULT_CANDIDATES_PER_TX: usize = 250;
+    pub const DEFAULT_CATCH_UP_EVENTS_PER_TX: usize = 1_000;
 }
 
 impl Default for RunConfig {
@@ -163,6 +170,7 @@ impl Default for RunConfig {
             fx_stale_hours: Self::DEFAULT_FX_STALE_HOURS,
             candidates_in_flight: Self::DEFAULT_CANDIDATES_IN_FLIGHT,
             candidates_per_tx: Self::DEFAULT_CANDIDATES_PER_TX,
+            catch_up_events_per_tx: Self::DEFAULT_CATCH_UP_EVENTS_PER_TX,
         }
     }
 }

@@ -429,7 +429,7 @@ fn check_and_fold(
                 None => projections.fold(&e.stream, e.seq, e.recorded_at_ms, &body),
                 Some(folded_to) => {
                     for op in ops(&e.stream, e.seq, e.recorded_at_ms, &body) {
-                        if e.seq <= folded_to || !op.is_aggregate() {
+                        if e.seq <= folded_to || !op.is_deferred() {
                             projections.apply(&op);
                         }
                     }

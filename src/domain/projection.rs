@@ -355,6 +355,25 @@ impl ProjOp {
     pub fn is_aggregate(&self) -> bool {
         matches!(self, ProjOp::Add { table, .. } if AGGREGATES.contains(table))
     }
+
+    /// Whether the projector folds this op behind the append (`store::fold`) instead of the
+    /// append's transaction writing it: the additive aggregates, and the segments of a usage
+    /// event (issue 13: the ledger is the only synchronous write of a usage event). A
+    /// segment row is keyed by its GPU and start, a GPU lies on its owner's stream only, and
+    /// a stream is folded in sequence order, so folding later writes the same rows. What
+    /// reads segments to decide (the overlap check, a GPU's latest booked end) first folds
+    /// the streams it reads up to their heads (`ledger::ingest`); every other command folds
+    /// its stream when it begins (`Store::begin`).
+    pub fn is_deferred(&self) -> bool {
+        self.is_aggregate()
+            || matches!(
+                self,
+                ProjOp::Put {
+                    table: "usage_segments",
+                    ..
+                }
+            )
+    }
 }
 
 fn col(table_name: &str, column: &str) -> usize {

@@ -551,6 +551,14 @@ impl Ledger {
         let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
         let ahead = ahead.as_ref();
+        if ahead.is_none() {
+            // Most of what the chunk's streams have not folded (a burst of usage booked
+            // just before the run) is folded before their locks, in transactions that
+            // commit as they go (`runs.catch_up_events_per_tx`): under the locks only the
+            // rest is. Nothing lags when a read ahead was made (`Ledger::read_ahead`).
+            let step = i64::try_from(config.catch_up_events_per_tx).unwrap_or(i64::MAX);
+            self.store.catch_up_in_steps(&names, step).await?;
+        }
         let used = crate::ledger::write_stream!(self, streams(&names), |tx| {
             // The decisions read every candidate's aggregates exactly (SPEC §3).
             tx.fold_locked().await?;

@@ -119,7 +119,7 @@ pub(crate) async fn fold_streams(
         adds.extend(
             ops(&stream, seq, recorded_at_ms, &body)
                 .into_iter()
-                .filter(|op| op.is_aggregate()),
+                .filter(|op| op.is_deferred()),
         );
         folded_to.insert(stream, seq);
     }
@@ -309,6 +309,18 @@ impl Store {
     /// Brings the aggregates of `streams` up to their heads as of this call; returns the
     /// number of events folded. Cheap when they are up to date (one read, no lock).
     pub async fn catch_up(&self, streams: &[&str]) -> Result<u64, StoreError> {
+        self.catch_up_in_steps(streams, FOLD_EVENTS_MAX).await
+    }
+
+    /// [`Store::catch_up`] in transactions of at most `events_per_tx` events, each
+    /// committed: a long backlog makes progress even when no transaction of its whole
+    /// length would commit (a payout run's chunk under dropped connections,
+    /// `runs.catch_up_events_per_tx`).
+    pub async fn catch_up_in_steps(
+        &self,
+        streams: &[&str],
+        events_per_tx: i64,
+    ) -> Result<u64, StoreError> {
         if streams.is_empty() {
             return Ok(0);
         }
@@ -323,7 +335,7 @@ impl Store {
             .bind(json_rows_param(&names))
             .fetch_all(c)
             .await)?;
-        self.fold_all_of(&behind).await
+        self.fold_all_of(&behind, events_per_tx.max(1)).await
     }
 
     /// Brings the aggregates of every stream up to its head as of this call (`verify`,
@@ -341,7 +353,7 @@ impl Store {
         .fetch_all(c)
         .await
         })?;
-        self.fold_all_of(&behind).await
+        self.fold_all_of(&behind, FOLD_EVENTS_MAX).await
     }
 
     /// The background projector's step: folds the streams this process booked usage on
@@ -362,7 +374,7 @@ impl Store {
         let folded = if sweep {
             self.catch_up_all().await?
         } else {
-            self.fold_all_of(&streams).await?
+            self.fold_all_of(&streams, FOLD_EVENTS_MAX).await?
         };
         self.dirty
             .lock()
@@ -385,8 +397,8 @@ impl Store {
     }
 
     /// Folds every event of `streams` committed before this call, in transactions of at
-    /// most [`FOLD_STREAMS_MAX`] streams and [`FOLD_EVENTS_MAX`] events.
-    async fn fold_all_of(&self, streams: &[String]) -> Result<u64, StoreError> {
+    /// most [`FOLD_STREAMS_MAX`] streams and `events_max` events.
+    async fn fold_all_of(&self, streams: &[String], events_max: i64) -> Result<u64, StoreError> {
         let mut names: Vec<&str> = streams.iter().map(String::as_str).collect();
         names.sort_unstable();
         names.dedup();
@@ -394,7 +406,7 @@ impl Store {
         for chunk in names.chunks(FOLD_STREAMS_MAX) {
             let mut attempt = 0;
             loop {
-                match self.fold_once(chunk).await {
+                match self.fold_once(chunk, events_max).await {
                     Ok(folded) => {
                         total += folded.events;
                         if !folded.more {
@@ -417,9 +429,9 @@ impl Store {
     /// prefix (its writers commit in sequence order under its lock), and two folds of one
     /// stream meet at its checkpoint row, where the later one finds the checkpoint moved
     /// and retries (`tests/it/projector.rs` races them). On SQLite it takes the writer.
-    async fn fold_once(&self, streams: &[&str]) -> Result<Folded, StoreError> {
+    async fn fold_once(&self, streams: &[&str], events_max: i64) -> Result<Folded, StoreError> {
         let (_guard, mut tx) = self.write_tx().await?;
-        let folded = fold_streams(&mut tx, self.dialect(), streams, FOLD_EVENTS_MAX).await?;
+        let folded = fold_streams(&mut tx, self.dialect(), streams, events_max).await?;
         crate::failpoint::failpoint(FOLD_BEFORE_COMMIT);
         tx.commit().await.map_err(classify)?;
         Ok(folded)

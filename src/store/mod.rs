@@ -1110,7 +1110,7 @@ impl WriteTx {
         self.ops.extend(
             ops(&self.stream, seq, recorded_at_ms, &event.body)
                 .into_iter()
-                .filter(|op| !op.is_aggregate()),
+                .filter(|op| !op.is_deferred()),
         );
         self.head_seq = seq;
         self.head_hash = stored.hash.clone();

@@ -71,7 +71,10 @@ fn outcome(r: &UsageResult) -> String {
     }
 }
 
+/// The ids of the booked usage events, from their segments (folded behind the append
+/// first, as any read does).
 async fn booked_ids(ledger: &Ledger) -> Vec<String> {
+    ledger.store.catch_up_all().await.unwrap();
     sqlx::query("SELECT DISTINCT event_id FROM usage_segments ORDER BY event_id")
         .fetch_all(ledger.store.pool())
         .await

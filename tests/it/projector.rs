@@ -93,9 +93,13 @@ async fn a_booking_leaves_the_aggregates_to_the_projector_and_every_read_folds_f
     assert_eq!(accepted(&results), 900);
     let store = &ledger.store;
 
-    // Log-first: the booking wrote no aggregate row.
+    // Log-first: the booking wrote no aggregate row and no usage segment.
     assert_eq!(
         scalar(store, "SELECT COUNT(*) FROM earnings_daily").await,
+        0
+    );
+    assert_eq!(
+        scalar(store, "SELECT COUNT(*) FROM usage_segments").await,
         0
     );
     assert_eq!(
@@ -332,6 +336,11 @@ async fn racing_folders_fold_every_event_exactly_once() {
     verify_clean(&ledger.store).await;
 }
 
+/// The sum of the provider streams' heads.
+const PROVIDER_HEADS: &str = "SELECT CAST(COALESCE(SUM(h), 0) AS BIGINT) FROM (SELECT MAX(seq) AS h FROM events WHERE stream LIKE 'provider:%' GROUP BY stream) AS heads";
+/// The sum of the provider streams' projection checkpoints.
+const PROVIDER_CHECKPOINTS: &str = "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints WHERE stream LIKE 'provider:%'";
+
 /// 50 `settle ingest` processes, each aborted inside its fold (its rows written, its
 /// checkpoint moved, not committed); every fifth runs to the end and folds the backlog the
 /// aborted ones left. Nothing is ever folded twice or lost.
@@ -356,6 +365,7 @@ async fn a_fold_killed_before_its_commit_leaves_nothing_and_the_next_fold_takes_
             "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints",
         )
         .await;
+        let heads_before = scalar(&store, PROVIDER_HEADS).await;
         let kill = trial % 5 != 4;
         let out = std::process::Command::new(common::settle_bin())
             .arg("--database")
@@ -383,9 +393,17 @@ async fn a_fold_killed_before_its_commit_leaves_nothing_and_the_next_fold_takes_
                 stderr.contains("failpoint fold.before_commit reached"),
                 "{stderr}"
             );
+            // The booking read its GPUs' booked ends, so it first folded the backlog of
+            // the trials before, up to the heads it locked (`ProjOp::is_deferred`); the
+            // fold of this trial's events was rolled back.
             assert_eq!(
-                checkpoints_after, checkpoints_before,
+                scalar(&store, PROVIDER_CHECKPOINTS).await,
+                heads_before,
                 "trial {trial}: fold rolled back"
+            );
+            assert!(
+                heads_before < scalar(&store, PROVIDER_HEADS).await,
+                "trial {trial} booked"
             );
             killed += 1;
         } else {

@@ -53,8 +53,10 @@ fn outcome(r: &UsageResult) -> String {
     }
 }
 
-/// The fee and net of the one usage event booked under `event_id` (on any provider).
+/// The fee and net of the one usage event booked under `event_id` (on any provider), from
+/// its segment (folded behind the append first, as any read does).
 async fn fee_and_net(store: &settle::store::Store, event_id: &str) -> (i64, i64) {
+    store.catch_up_all().await.unwrap();
     let row = sqlx::query(
         "SELECT fee_micro_usdc, net_micro_usdc FROM usage_segments WHERE event_id = $1",
     )
@@ -233,6 +235,7 @@ async fn a_repeated_event_id_in_one_batch_is_decided_in_input_order_per_provider
         results.iter().map(outcome).collect::<Vec<_>>(),
         ["accepted", "accepted", "conflict", "duplicate"]
     );
+    w.ledger.store.catch_up_all().await.unwrap();
     let booked: Vec<(String, i64)> = sqlx::query(
         "SELECT provider_id, started_at_ms FROM usage_segments WHERE event_id = 'x' ORDER BY provider_id",
     )

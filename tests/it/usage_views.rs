@@ -2,7 +2,8 @@
 //! provider's GPUs, their latest booked end, the tier and rate history) is decided on only
 //! at the stream head it was read at, and never after `settle rebuild` rewrote the tables:
 //! another process's bookings and rate changes, and a rebuild, are seen by the next batch;
-//! and the views are kept and used at the same head, up to `store.usage_views_streams_max`.
+//! and the views are kept and used at the same head, up to `store.usage_views_streams_max`;
+//! the segments they read are folded up to the heads first.
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
 use crate::common::TestDb;
@@ -98,6 +99,86 @@ async fn a_batch_sees_what_another_process_booked_on_its_streams_since_the_last_
     );
     let expected = 2 * price(2_490_000, HOUR, FEE_BPS).2 + price(3_100_000, HOUR, FEE_BPS).2;
     assert_eq!(payable(&a, "prv_v").await, expected);
+}
+
+/// Booked segments of `provider`'s GPU on the tables (the projector folds them behind the
+/// append).
+async fn segments_on_tables(ledger: &Ledger, provider: &str) -> i64 {
+    let row = sqlx::query("SELECT COUNT(*) FROM usage_segments WHERE provider_id = $1")
+        .bind(provider)
+        .fetch_one(ledger.store.pool())
+        .await
+        .expect("count segments");
+    sqlx::Row::get::<i64, _>(&row, 0)
+}
+
+/// A usage event's segments are folded behind its append, like the aggregates: an event
+/// overlapping usage the projector has not folded yet is still rejected, whether the batch
+/// decides on a view it kept (only a late event is probed) or reads the stream's GPUs
+/// afresh (another process).
+#[tokio::test]
+async fn an_overlap_with_usage_the_projector_has_not_folded_is_rejected() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    let (b, _) = db.ledger_at(NOW).await;
+    for p in ["prv_kept", "prv_fresh"] {
+        provider(&a, p, 1).await;
+        assert_eq!(
+            book(
+                &a,
+                &format!("{p}-1"),
+                p,
+                "2026-11-22T08:00:00Z",
+                "2026-11-22T09:00:00Z"
+            )
+            .await,
+            "accepted"
+        );
+        assert_eq!(segments_on_tables(&a, p).await, 0, "{p}: not folded yet");
+    }
+    // `a` kept its view of the stream: the late event is probed.
+    assert_eq!(
+        book(
+            &a,
+            "prv_kept-2",
+            "prv_kept",
+            "2026-11-22T08:30:00Z",
+            "2026-11-22T08:45:00Z"
+        )
+        .await,
+        "rejected:overlapping_usage"
+    );
+    // `b` has no view: it reads the GPU's latest booked end.
+    assert_eq!(
+        book(
+            &b,
+            "prv_fresh-2",
+            "prv_fresh",
+            "2026-11-22T08:15:00Z",
+            "2026-11-22T08:20:00Z"
+        )
+        .await,
+        "rejected:overlapping_usage"
+    );
+    // The next hour is free on both.
+    for (ledger, p) in [(&a, "prv_kept"), (&b, "prv_fresh")] {
+        assert_eq!(
+            book(
+                ledger,
+                &format!("{p}-3"),
+                p,
+                "2026-11-22T09:00:00Z",
+                "2026-11-22T10:00:00Z"
+            )
+            .await,
+            "accepted"
+        );
+        assert_eq!(
+            payable(ledger, p).await,
+            2 * price(2_490_000, HOUR, FEE_BPS).2,
+            "{p}: two hours"
+        );
+    }
 }
 
 #[tokio::test]
