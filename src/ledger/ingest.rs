@@ -495,7 +495,7 @@ impl BatchState {
             .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
             .collect();
         let booked = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
-        let (mut views, gpus, folded) = read_views(tx, store, all).await?;
+        let (mut views, gpus) = read_views(tx, store, all).await?;
         // New events on their provider's own GPUs: the ones that may be booked.
         let candidates: Vec<&Parsed> = all
             .iter()
@@ -525,9 +525,9 @@ impl BatchState {
                 ended_at_ms: e.ended_at_ms,
             })
             .collect();
-        if !probes.is_empty() && !folded {
+        if !probes.is_empty() {
             // The segments the probes read are folded behind the append: first up to the
-            // heads locked.
+            // heads locked (one read of their checkpoints when `read_views` folded them already).
             tx.fold_locked().await?;
         }
         let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
@@ -567,14 +567,13 @@ fn view_gpu<'v>(views: &'v TakenViews, e: &Parsed) -> Option<&'v GpuFacts> {
 }
 
 /// The views of the batch's provider streams (kept ones where valid) completed with the
-/// GPUs they did not know, read with their owner and latest booked end; the owner and
-/// model of every registered GPU the batch names; and whether the locked streams were
-/// folded up to their heads for that read.
+/// GPUs they did not know, read with their owner and latest booked end; and the owner and
+/// model of every registered GPU the batch names.
 async fn read_views(
     tx: &mut WriteTx,
     store: &Store,
     all: &[&Parsed],
-) -> Result<(TakenViews, HashMap<String, GpuOwner>, bool), LedgerError> {
+) -> Result<(TakenViews, HashMap<String, GpuOwner>), LedgerError> {
     let mut streams: Vec<String> = all
         .iter()
         .map(|e| provider_stream(&e.provider_id))
@@ -595,8 +594,7 @@ async fn read_views(
     // behind the append (`ProjOp::is_deferred`): the streams locked are folded up to their
     // heads first. Its owner's stream is locked when it matters: only then do the facts
     // reach a view (`TakenViews::learned`) or decide an event.
-    let folded = !unknown.is_empty();
-    if folded {
+    if !unknown.is_empty() {
         tx.fold_locked().await?;
     }
     for (gpu_id, (provider_id, facts)) in store_usage::gpu_facts(tx, &unknown).await? {
@@ -618,7 +616,7 @@ async fn read_views(
             gpus.insert(e.gpu_id.clone(), owner);
         }
     }
-    Ok((views, gpus, folded))
+    Ok((views, gpus))
 }
 
 fn usage_key(event_id: &str) -> String {
