@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 struct Family {
     help: &'static str,
     kind: &'static str,
+    /// The values are microseconds, rendered as seconds (`add_seconds`).
+    micros: bool,
     values: BTreeMap<Vec<(&'static str, String)>, i64>,
 }
 
@@ -28,8 +30,7 @@ pub fn global() -> &'static Metrics {
 impl Metrics {
     fn update(
         &self,
-        name: &'static str,
-        kind: &'static str,
+        (name, kind, micros): (&'static str, &'static str, bool),
         help: &'static str,
         labels: &[(&'static str, &str)],
         f: impl FnOnce(&mut i64),
@@ -38,6 +39,7 @@ impl Metrics {
         let family = families.entry(name).or_insert_with(|| Family {
             help,
             kind,
+            micros,
             ..Default::default()
         });
         let key: Vec<(&'static str, String)> =
@@ -53,7 +55,22 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         by: i64,
     ) {
-        self.update(name, "counter", help, labels, |v| *v += by);
+        self.update((name, "counter", false), help, labels, |v| *v += by);
+    }
+
+    /// Adds `elapsed` to a counter of seconds (`name` ends in `_seconds_total`), kept in whole
+    /// microseconds and rendered in seconds.
+    pub fn add_seconds(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+        elapsed: std::time::Duration,
+    ) {
+        let micros = i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX);
+        self.update((name, "counter", true), help, labels, |v| {
+            *v = v.saturating_add(micros);
+        });
     }
 
     /// Sets a gauge.
@@ -64,7 +81,7 @@ impl Metrics {
         labels: &[(&'static str, &str)],
         value: i64,
     ) {
-        self.update(name, "gauge", help, labels, |v| *v = value);
+        self.update((name, "gauge", false), help, labels, |v| *v = value);
     }
 
     /// Renders every family in the text exposition format.
@@ -75,7 +92,13 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {}", family.help);
             let _ = writeln!(out, "# TYPE {name} {}", family.kind);
             for (labels, value) in &family.values {
-                let _ = writeln!(out, "{name}{} {value}", render_labels(labels));
+                let labels = render_labels(labels);
+                if family.micros {
+                    let (s, us) = (value / 1_000_000, value % 1_000_000);
+                    let _ = writeln!(out, "{name}{labels} {s}.{us:06}");
+                } else {
+                    let _ = writeln!(out, "{name}{labels} {value}");
+                }
             }
         }
         out
@@ -179,6 +202,32 @@ pub fn record_usage(status: &str, rejected_code: Option<&str>) {
             1,
         );
     }
+}
+
+/// Adds the time since `started` to one step of the write transactions that append events
+/// (`store::WriteTx`): `begin` (waiting for a connection, and on SQLite for the one writer;
+/// `BEGIN`), `heads` (the streams' locks and heads), `write` (the event rows and the changes
+/// written with them), `commit`.
+pub fn record_write_step(step: &'static str, started: std::time::Instant) {
+    global().add_seconds(
+        "settle_write_tx_seconds_total",
+        "Time spent in the steps of the write transactions that append events (begin: waiting for a connection or the SQLite writer, and BEGIN; heads: stream locks and heads; write: rows; commit).",
+        &[("step", step)],
+        started.elapsed(),
+    );
+}
+
+/// Adds the time since `started` to one step of booking usage batches (`ledger::ingest`)
+/// outside the transaction's own steps: `validate` (each event on its own), `read` (what the
+/// batch's decisions read: keys, views, prices), `decide` (the decisions and the appends in
+/// memory: price, payload, hash).
+pub fn record_usage_step(step: &'static str, started: std::time::Instant) {
+    global().add_seconds(
+        "settle_usage_booking_seconds_total",
+        "Time spent booking usage batches, by step (validate, read, decide); the transaction's own steps are in settle_write_tx_seconds_total.",
+        &[("step", step)],
+        started.elapsed(),
+    );
 }
 
 /// Counts one booking of usage batches (`ledger::group`): how many batches it booked together,

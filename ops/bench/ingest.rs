@@ -758,6 +758,7 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
             lags
         })
     };
+    let steps_before = booking_step_seconds();
     let started = Instant::now();
     let Sent {
         sent,
@@ -772,6 +773,16 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
         other => panic!("--phase raw|engine|http|file, got {other}"),
     };
     let booked_secs = started.elapsed().as_secs_f64();
+    // Where the booking's time went (`/metrics`: `settle_write_tx_seconds_total` and
+    // `settle_usage_booking_seconds_total`, which the projector does not add to); in this
+    // process only, so not for the file phase.
+    let steps: BTreeMap<String, f64> = booking_step_seconds()
+        .into_iter()
+        .map(|(step, secs)| {
+            let before = steps_before.get(&step).copied().unwrap_or(0.0);
+            (step, ((secs - before) * 1_000.0).round() / 1_000.0)
+        })
+        .collect();
     stop.store(true, Ordering::SeqCst);
     let lags = projector.await.expect("projector");
     // The rate counts the folding too: measured until every aggregate is folded.
@@ -818,12 +829,34 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
     let (p50, p99, max) = percentiles(latencies);
     serde_json::json!({"via": via, "clients": args.clients, "sent": sent, "booked": booked, "accepted": accepted, "duplicates": duplicates,
         "secs": secs, "events_per_s": sent as f64 / secs, "setup_secs": setup_secs,
-        "booked_secs": booked_secs, "fold_tail_secs": fold_tail_secs,
+        "booked_secs": booked_secs, "booking_step_secs": steps, "fold_tail_secs": fold_tail_secs,
         "projector_lag_ms_p50": lag_p50, "projector_lag_ms_p99": lag_p99, "projector_lag_ms_max": lag_max,
         "batch_ms_p50": p50, "batch_ms_p99": p99, "batch_ms_max": max,
         // The file phase books in the `settle ingest` process: its peak is the one that counts.
         "vm_hwm_kb": booker_hwm_kb.unwrap_or(hwm),
         "bench_process_vm_hwm_kb": hwm})
+}
+
+/// The seconds counters of the booking's steps on `/metrics`, by `family{step}` shortened to
+/// `tx.step` and `usage.step`.
+fn booking_step_seconds() -> BTreeMap<String, f64> {
+    settle::metrics::global()
+        .render()
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            let (family, step) = key.split_once("{step=\"")?;
+            let family = match family {
+                "settle_write_tx_seconds_total" => "tx",
+                "settle_usage_booking_seconds_total" => "usage",
+                _ => return None,
+            };
+            Some((
+                format!("{family}.{}", step.trim_end_matches("\"}")),
+                value.parse().ok()?,
+            ))
+        })
+        .collect()
 }
 
 async fn child(args: Args) {

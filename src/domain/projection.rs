@@ -399,6 +399,20 @@ fn json<T: serde::Serialize>(value: &T) -> Val {
     Val::Text(serde_json::to_string(value).expect("serializes"))
 }
 
+/// The projection changes of one event that its append writes in its own transaction: the
+/// ops of [`ops`] that are not [deferred](ProjOp::is_deferred). A usage event has none (all of
+/// its ops are aggregates or segments), so they are not built for it: on the booking path that
+/// was about a tenth of the process's CPU (`ops/bench/ingest.md`, round 11). The unit test
+/// `a_usage_event_has_only_deferred_ops` holds the shortcut to [`ops`].
+pub fn immediate_ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
+    if matches!(body, EventBody::UsageRecorded(_)) {
+        return Vec::new();
+    }
+    let mut out = ops(stream, seq, recorded_at_ms, body);
+    out.retain(|op| !op.is_deferred());
+    out
+}
+
 /// The projection changes of one event appended to `stream` as its `seq`-th event at
 /// `recorded_at_ms`: its lines' balances, then what its kind does (one function per family
 /// of events; this match names every kind, so a new one must be given a place).
@@ -1119,6 +1133,44 @@ mod tests {
 
     fn method_json(wallet: &str) -> Val {
         t(&format!(r#"{{"kind":"solana","wallet":"{wallet}"}}"#))
+    }
+
+    /// [`immediate_ops`] builds nothing for a usage event: this holds only while every op
+    /// [`ops`] gives it is deferred (a split day, two lines per segment, a rental).
+    #[test]
+    fn a_usage_event_has_only_deferred_ops() {
+        let mut ev = usage(
+            "ev-1",
+            "g",
+            vec![
+                seg(DAY - 60_000, DAY, 10, 2, 8),
+                seg(DAY, DAY + 60_000, 10, 2, 8),
+            ],
+        );
+        if let EventBody::UsageRecorded(u) = &mut ev {
+            u.rental_id = Some("r-1".into());
+        }
+        let all = ops("provider:p", 1, DAY + 5, &ev);
+        assert!(
+            all.len() >= 6,
+            "balances, earnings, payable and segments: {all:?}"
+        );
+        assert!(all.iter().all(ProjOp::is_deferred), "{all:?}");
+        assert!(immediate_ops("provider:p", 1, DAY + 5, &ev).is_empty());
+        // Any other event goes through `ops`: a void removes its segments in its own transaction.
+        let void = EventBody::UsageVoided(UsageVoided {
+            event_id: "ev-1".into(),
+            provider_id: "p".into(),
+            gpu_id: "g".into(),
+            model: "H100".into(),
+            reason: "test".into(),
+            segments: vec![seg(DAY - 60_000, DAY, 10, 2, 8)],
+        });
+        let immediate = immediate_ops("provider:p", 2, DAY + 6, &void);
+        assert!(
+            matches!(immediate.as_slice(), [ProjOp::RemoveSegments { .. }]),
+            "{immediate:?}"
+        );
     }
 
     #[test]

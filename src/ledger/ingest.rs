@@ -7,6 +7,7 @@
 //! are atomic, so an event is counted once even with concurrent senders, retries and crashes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
 
 use super::{Actor, Ledger, LedgerError, content_hash};
 use crate::domain::DomainError;
@@ -17,6 +18,7 @@ use crate::domain::money::Rate;
 use crate::domain::pricing::FeeBook;
 use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use crate::domain::usage::{self, RecordUsage, UsageState};
+use crate::metrics::record_usage_step;
 use crate::store::usage::{
     self as store_usage, GpuFacts, GpuOwner, OverlapProbe, PricingContext, StreamView, TakenViews,
 };
@@ -121,6 +123,10 @@ struct Parsed {
     request: usize,
     event_id: String,
     provider_id: String,
+    /// The provider's stream and the event's idempotency key on it, built once: the batch
+    /// looks them up several times per event.
+    stream: String,
+    key: String,
     gpu_id: String,
     rental_id: Option<String>,
     started_at_ms: i64,
@@ -239,6 +245,8 @@ impl Ledger {
             request,
             event_id: event_id.to_string(),
             provider_id: provider_id.to_string(),
+            stream: provider_stream(provider_id.as_str()),
+            key: usage_key(event_id.as_str()),
             gpu_id: gpu_id.to_string(),
             rental_id: rental_id.map(|r| r.to_string()),
             started_at_ms,
@@ -275,6 +283,7 @@ impl Ledger {
         requests: &[UsageRequest<'_>],
     ) -> Result<Vec<Vec<UsageResult>>, LedgerError> {
         let now_ms = self.now_ms();
+        let started = Instant::now();
         let total: usize = requests.iter().map(|r| r.inputs.len()).sum();
         let mut results: Vec<Option<UsageResult>> = vec![None; total];
         let mut by_provider: BTreeMap<String, Vec<Parsed>> = BTreeMap::new();
@@ -295,6 +304,7 @@ impl Ledger {
         }
         let actors: Vec<&Actor> = requests.iter().map(|r| r.actor).collect();
         let groups: Vec<(String, Vec<Parsed>)> = by_provider.into_iter().collect();
+        record_usage_step("validate", started);
         for chunk in groups.chunks(self.config.ingest_streams_per_tx_max.max(1)) {
             for (index, result) in self.book_usage(chunk, &actors, now_ms).await? {
                 results[index] = Some(result);
@@ -373,7 +383,10 @@ async fn book_groups(
     now_ms: i64,
 ) -> Result<(Vec<(usize, UsageResult)>, BatchViews), LedgerError> {
     let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
+    let started = Instant::now();
     let mut state = BatchState::read(tx, store, &all).await?;
+    record_usage_step("read", started);
+    let started = Instant::now();
     let mut out = Vec::with_capacity(all.len());
     let no_context = PricingContext::default();
     // The intervals this batch books, per GPU.
@@ -385,12 +398,12 @@ async fn book_groups(
         // a provider, so the first occurrence wins.
         let mut in_batch: HashMap<String, Vec<u8>> = HashMap::new();
         for e in events {
-            let key = usage_key(&e.event_id);
+            let key = &e.key;
             let seen = state
                 .booked
-                .get(&(stream.clone(), key.clone()))
+                .get(&(e.stream.clone(), key.clone()))
                 .cloned()
-                .or_else(|| in_batch.get(&key).cloned().map(Some));
+                .or_else(|| in_batch.get(key).cloned().map(Some));
             if let Some(stored) = seen {
                 out.push((e.index, resent(e, stored.as_deref())));
                 continue;
@@ -438,13 +451,14 @@ async fn book_groups(
             });
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
             state.views.booked(&stream, &e.gpu_id, e.ended_at_ms);
-            in_batch.insert(key, e.hash.clone());
+            in_batch.insert(key.clone(), e.hash.clone());
             let accepted = UsageResult::Accepted {
                 event_id: e.event_id.clone(),
             };
             out.push((e.index, accepted));
         }
     }
+    record_usage_step("decide", started);
     Ok((out, state.views.at_heads(tx)))
 }
 
@@ -492,7 +506,7 @@ impl BatchState {
         // event_id under two providers is two events.
         let keys: Vec<(String, String)> = all
             .iter()
-            .map(|e| (usage_key(&e.event_id), provider_stream(&e.provider_id)))
+            .map(|e| (e.key.clone(), e.stream.clone()))
             .collect();
         let booked = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
         let (mut views, gpus) = read_views(tx, store, all).await?;
@@ -502,8 +516,7 @@ impl BatchState {
             .copied()
             .filter(|e| {
                 e.window_error.is_none()
-                    && !booked
-                        .contains_key(&(provider_stream(&e.provider_id), usage_key(&e.event_id)))
+                    && !booked.contains_key(&(e.stream.clone(), e.key.clone()))
                     && gpus
                         .get(&e.gpu_id)
                         .is_some_and(|g| g.provider_id == e.provider_id)
@@ -533,8 +546,8 @@ impl BatchState {
         let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
         let unpriced: Vec<&str> = candidates
             .iter()
+            .filter(|e| views.context(&e.stream).is_none())
             .map(|e| e.provider_id.as_str())
-            .filter(|p| views.context(&provider_stream(p)).is_none())
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
@@ -562,7 +575,7 @@ impl BatchState {
 fn view_gpu<'v>(views: &'v TakenViews, e: &Parsed) -> Option<&'v GpuFacts> {
     views
         .views
-        .get(&provider_stream(&e.provider_id))
+        .get(&e.stream)
         .and_then(|v| v.gpus.get(&e.gpu_id))
 }
 
@@ -574,13 +587,9 @@ async fn read_views(
     store: &Store,
     all: &[&Parsed],
 ) -> Result<(TakenViews, HashMap<String, GpuOwner>), LedgerError> {
-    let mut streams: Vec<String> = all
-        .iter()
-        .map(|e| provider_stream(&e.provider_id))
-        .collect();
-    streams.sort_unstable();
-    streams.dedup();
-    let names: Vec<&str> = streams.iter().map(String::as_str).collect();
+    let mut names: Vec<&str> = all.iter().map(|e| e.stream.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
     let mut views = store_usage::take_views(tx, store, &names).await?;
     let unknown: Vec<&str> = all
         .iter()

@@ -29,7 +29,7 @@ pub use fold::{FOLD_BEFORE_COMMIT, FOLD_EVENTS_MAX, FOLD_STREAMS_MAX};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::pool::PoolConnection;
@@ -39,7 +39,8 @@ use sqlx::{AnyPool, Postgres, Sqlite};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::domain::event::{EventBody, lines_to_json};
-use crate::domain::projection::{ProjOp, ops};
+use crate::domain::projection::{ProjOp, immediate_ops};
+use crate::metrics::record_write_step;
 
 /// Which database a store talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -543,7 +544,10 @@ impl Store {
     }
 
     async fn begin_inner(&self, stream: &str, defer: bool) -> Result<WriteTx, StoreError> {
+        let started = Instant::now();
         let (guard, mut tx) = self.write_tx().await?;
+        record_write_step("begin", started);
+        let started = Instant::now();
         if self.dialect() == Dialect::Postgres {
             // Serialise writers of one stream without blocking other streams.
             on!(&mut *tx, |c| sqlx::query(
@@ -566,6 +570,7 @@ impl Store {
             Some(h) => (h.seq, h.hash, h.recorded_at_ms),
             None => (0, GENESIS_HASH.to_vec(), i64::MIN),
         };
+        record_write_step("heads", started);
         Ok(WriteTx {
             tx,
             _writer: guard,
@@ -600,7 +605,10 @@ impl Store {
         if names.len() == 1 {
             return self.begin_inner(names[0], true).await;
         }
+        let started = Instant::now();
         let (guard, mut tx) = self.write_tx().await?;
+        record_write_step("begin", started);
+        let started = Instant::now();
         let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
         let rows = json_rows_param(&rows);
         let heads_sql = match self.dialect() {
@@ -632,6 +640,7 @@ impl Store {
         for NamedHead { stream, head } in found {
             heads.insert(stream, (head.seq, head.hash, head.recorded_at_ms));
         }
+        record_write_step("heads", started);
         let first = names[0].to_owned();
         let (seq, hash, recorded_at_ms) = heads.remove(&first).expect("a head per stream");
         Ok(WriteTx {
@@ -1107,11 +1116,12 @@ impl WriteTx {
         };
         stored.hash = event_hash(&stored.prev_hash, &canonical_bytes(&stored)).to_vec();
         // The aggregates are folded from the stored events (`fold`), at commit or later.
-        self.ops.extend(
-            ops(&self.stream, seq, recorded_at_ms, &event.body)
-                .into_iter()
-                .filter(|op| !op.is_deferred()),
-        );
+        self.ops.extend(immediate_ops(
+            &self.stream,
+            seq,
+            recorded_at_ms,
+            &event.body,
+        ));
         self.head_seq = seq;
         self.head_hash = stored.hash.clone();
         self.head_recorded_at_ms = recorded_at_ms;
@@ -1123,6 +1133,7 @@ impl WriteTx {
     /// race (another writer took the sequence number or an idempotency key) surfaces as
     /// [`StoreError::Conflict`]: retry the command from the start.
     pub async fn commit(mut self) -> Result<Vec<StoredEvent>, StoreError> {
+        let started = Instant::now();
         if !self.pending.is_empty() {
             append::insert_events(&mut self.tx, &self.pending)
                 .await
@@ -1139,7 +1150,10 @@ impl WriteTx {
             fold::fold_streams(&mut self.tx, self.dialect, &appended, i64::MAX).await?;
         }
         let appended: Vec<String> = appended.into_iter().map(str::to_owned).collect();
+        record_write_step("write", started);
+        let started = Instant::now();
         self.tx.commit().await.map_err(classify)?;
+        record_write_step("commit", started);
         if self.defer_aggregates && !appended.is_empty() {
             self.dirty
                 .lock()

@@ -558,3 +558,67 @@ async fn concurrent_batches_are_answered_with_their_own_events_and_booked_once()
             .get(0);
     assert_eq!(booked as usize, accepted.len());
 }
+
+/// Every step of the booking's seconds counters on `/metrics`, keyed `family{step}`.
+fn booking_step_seconds() -> std::collections::BTreeMap<String, String> {
+    settle::metrics::global()
+        .render()
+        .lines()
+        .filter(|l| {
+            l.starts_with("settle_write_tx_seconds_total{")
+                || l.starts_with("settle_usage_booking_seconds_total{")
+        })
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').unwrap();
+            (key.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// Where the time of `POST /v1/usage` goes is on `/metrics`: a booked batch adds to each step
+/// of its transaction (begin, heads, write, commit) and of the booking around it (validate,
+/// read, decide), in seconds, whether it holds one provider's stream or several.
+#[tokio::test]
+async fn a_booked_batch_adds_to_the_seconds_of_every_booking_step() {
+    let app = spawn_app(NOW).await;
+    let token = app.token(Scope::Metering, None).await;
+    let steps: Vec<String> = ["begin", "heads", "write", "commit"]
+        .map(|s| format!("settle_write_tx_seconds_total{{step=\"{s}\"}}"))
+        .into_iter()
+        .chain(
+            ["validate", "read", "decide"]
+                .map(|s| format!("settle_usage_booking_seconds_total{{step=\"{s}\"}}")),
+        )
+        .collect();
+    let seconds = |all: &std::collections::BTreeMap<String, String>, step: &str| -> i64 {
+        let Some(value) = all.get(step) else {
+            return -1;
+        };
+        let (s, us) = value.split_once('.').expect("seconds with a fraction");
+        assert_eq!(us.len(), 6, "{step} {value}: microseconds");
+        s.parse::<i64>().unwrap() * 1_000_000 + us.parse::<i64>().unwrap()
+    };
+    let one = json!({"events": [
+        event("m1", "prv_a", "gpu_a0", "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z"),
+    ]});
+    let two = json!({"events": [
+        event("m2", "prv_a", "gpu_a0", "2026-11-24T11:00:00Z", "2026-11-24T12:00:00Z"),
+        event("m3", "prv_b", "gpu_b0", "2026-11-24T11:00:00Z", "2026-11-24T12:00:00Z"),
+    ]});
+    for batch in [one, two] {
+        let before = booking_step_seconds();
+        let r = app.post(Some(&token), "/v1/usage", batch.to_string()).await;
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["rejected"], json!(0), "{body}");
+        let after = booking_step_seconds();
+        for step in &steps {
+            assert!(
+                seconds(&after, step) > seconds(&before, step),
+                "{step}: before {:?}, after {:?}",
+                before.get(step),
+                after.get(step)
+            );
+        }
+    }
+}
