@@ -57,19 +57,18 @@ pub(crate) async fn fold_streams(
     events_max: i64,
 ) -> Result<Folded, StoreError> {
     let tail = read_tail(conn, dialect, streams, events_max).await?;
-    write_tail(conn, dialect, streams, tail).await
+    write_tail(conn, dialect, tail).await
 }
 
-/// What a fold read: the checkpoints it started from, the aggregate ops of the events after
-/// them (at most `events_max` events, a prefix of each stream's tail) and the last event
-/// read per stream.
+/// What a fold read: the checkpoints it started from, the ops the projector folds of the
+/// events after them (a prefix of each stream's tail), the last event read per stream, and
+/// how many events were read (`Folded`).
 #[derive(Default)]
 struct Tail {
     checkpoints: BTreeMap<String, i64>,
     adds: Vec<ProjOp>,
     folded_to: BTreeMap<String, i64>,
-    events: usize,
-    events_max: i64,
+    folded: Folded,
 }
 
 /// Reads the committed tail of `streams` after their checkpoints and decodes it into the
@@ -82,10 +81,7 @@ async fn read_tail(
     events_max: i64,
 ) -> Result<Tail, StoreError> {
     if streams.is_empty() {
-        return Ok(Tail {
-            events_max,
-            ..Tail::default()
-        });
+        return Ok(Tail::default());
     }
     let from = dialect.json_rows(1, streams.len());
     // On PostgreSQL the checkpoint rows are locked (in name order, as every folder locks
@@ -155,31 +151,24 @@ async fn read_tail(
         checkpoints,
         adds,
         folded_to,
-        events: event_count,
-        events_max,
+        folded: Folded {
+            events: event_count as u64,
+            more: event_count as i64 >= events_max,
+        },
     })
 }
 
 /// Writes what [`read_tail`] read: the ops, and each stream's checkpoint moved from the value
 /// read, or [`StoreError::Conflict`] when another fold moved it first.
-async fn write_tail(
-    conn: &mut Conn,
-    dialect: Dialect,
-    streams: &[&str],
-    tail: Tail,
-) -> Result<Folded, StoreError> {
-    if tail.events == 0 {
+async fn write_tail(conn: &mut Conn, dialect: Dialect, tail: Tail) -> Result<Folded, StoreError> {
+    if tail.folded.events == 0 {
         return Ok(Folded::default());
     }
     project::apply_ops(conn, &tail.adds)
         .await
         .map_err(classify)?;
-    let from = dialect.json_rows(1, streams.len());
-    move_checkpoints(conn, &from, &tail.checkpoints, &tail.folded_to).await?;
-    Ok(Folded {
-        events: tail.events as u64,
-        more: tail.events as i64 >= tail.events_max,
-    })
+    move_checkpoints(conn, dialect, &tail.checkpoints, &tail.folded_to).await?;
+    Ok(tail.folded)
 }
 
 /// What folding reads of an event.
@@ -248,10 +237,11 @@ pub(crate) async fn fold_behind(
 /// [`StoreError::Conflict`] when a concurrent fold moved or created one first.
 async fn move_checkpoints(
     conn: &mut Conn,
-    from: &str,
+    dialect: Dialect,
     checkpoints: &BTreeMap<String, i64>,
     folded_to: &BTreeMap<String, i64>,
 ) -> Result<(), StoreError> {
+    let from = dialect.json_rows(1, folded_to.len());
     let (moved, created): (Vec<_>, Vec<_>) = folded_to
         .iter()
         .map(|(s, to)| (s.as_str(), checkpoints.get(s).copied(), *to))
@@ -491,7 +481,7 @@ impl Store {
             let mut read = super::TxConn::begin_with(&self.db, dialect.begin_snapshot()).await?;
             let tail = read_tail(&mut read, dialect, streams, events_max).await?;
             read.commit().await?;
-            if tail.events == 0 {
+            if tail.folded.events == 0 {
                 return Ok(Folded::default());
             }
             Some(tail)
@@ -504,7 +494,7 @@ impl Store {
                 if read_checkpoints(&mut tx, dialect, streams, false).await?
                     == tail.checkpoints =>
             {
-                write_tail(&mut tx, dialect, streams, tail).await?
+                write_tail(&mut tx, dialect, tail).await?
             }
             _ => fold_streams(&mut tx, dialect, streams, events_max).await?,
         };
