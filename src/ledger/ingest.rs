@@ -20,7 +20,8 @@ use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use crate::domain::usage::{self, RecordUsage, UsageState};
 use crate::metrics::record_usage_step;
 use crate::store::usage::{
-    self as store_usage, GpuFacts, GpuOwner, OverlapProbe, PricingContext, StreamView, TakenViews,
+    self as store_usage, GpuFacts, GpuOwner, KeptHead, OverlapProbe, PricingContext, StreamView,
+    TakenViews,
 };
 use crate::store::{NewEvent, Store, WriteTx};
 
@@ -351,7 +352,7 @@ impl Ledger {
         let band = self.config.rate_band();
         let store = &self.store;
         let (results, (rebuilt, views)) =
-            crate::ledger::write_stream!(self, streams(&names), |tx| {
+            crate::ledger::write_stream!(self, usage_streams(&names), |tx| {
                 book_groups(tx, store, groups, &band, actors, now_ms).await
             })?;
         // Committed: the next batch may decide on these views while the heads stay.
@@ -362,7 +363,7 @@ impl Ledger {
 
 /// The views a batch read or kept, each with the head of its stream after the batch, and
 /// the rebuild marker they were read under (`Store::keep_usage_views`).
-type BatchViews = (Option<String>, Vec<(String, i64, StreamView)>);
+type BatchViews = (Option<String>, Vec<(String, KeptHead, StreamView)>);
 
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams: the idempotency check, the overlap check

@@ -263,6 +263,11 @@ macro_rules! write_stream {
     ($ledger:expr, streams($streams:expr), |$tx:ident| $body:block) => {
         $crate::ledger::write_stream!(@begin $ledger, begin_streams($streams), |$tx| $body)
     };
+    // A usage booking's streams, begun on the heads kept with their views when there are
+    // (`Store::begin_usage`).
+    ($ledger:expr, usage_streams($streams:expr), |$tx:ident| $body:block) => {
+        $crate::ledger::write_stream!(@begin $ledger, begin_usage($streams), |$tx| $body)
+    };
     ($ledger:expr, $stream:expr, |$tx:ident| $body:block) => {
         $crate::ledger::write_stream!(@begin $ledger, begin($stream), |$tx| $body)
     };

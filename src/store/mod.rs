@@ -544,9 +544,26 @@ impl Store {
     }
 
     async fn begin_inner(&self, stream: &str, defer: bool) -> Result<WriteTx, StoreError> {
+        let (guard, tx) = self.timed_write_tx().await?;
+        self.lock_head(guard, tx, stream, defer).await
+    }
+
+    /// [`Store::write_tx`], its wait counted as the `begin` step.
+    async fn timed_write_tx(&self) -> Result<(Option<OwnedMutexGuard<()>>, TxConn), StoreError> {
         let started = Instant::now();
-        let (guard, mut tx) = self.write_tx().await?;
+        let begun = self.write_tx().await?;
         record_write_step("begin", started);
+        Ok(begun)
+    }
+
+    /// Takes `stream`'s write lock in the transaction `tx` and reads its head.
+    async fn lock_head(
+        &self,
+        guard: Option<OwnedMutexGuard<()>>,
+        mut tx: TxConn,
+        stream: &str,
+        defer: bool,
+    ) -> Result<WriteTx, StoreError> {
         let started = Instant::now();
         if self.dialect() == Dialect::Postgres {
             // Serialise writers of one stream without blocking other streams.
@@ -583,6 +600,7 @@ impl Store {
             ops: Vec::new(),
             others: BTreeMap::new(),
             defer_aggregates: defer,
+            unverified: None,
             dirty: self.dirty.clone(),
         })
     }
@@ -602,12 +620,21 @@ impl Store {
         names.sort_unstable();
         names.dedup();
         assert!(!names.is_empty(), "a write transaction needs a stream");
-        if names.len() == 1 {
-            return self.begin_inner(names[0], true).await;
+        let (guard, tx) = self.timed_write_tx().await?;
+        self.lock_heads(guard, tx, &names).await
+    }
+
+    /// Takes the write locks of `names` (sorted, distinct, at least one) in the transaction
+    /// `tx` and reads their heads.
+    async fn lock_heads(
+        &self,
+        guard: Option<OwnedMutexGuard<()>>,
+        mut tx: TxConn,
+        names: &[&str],
+    ) -> Result<WriteTx, StoreError> {
+        if let [name] = names {
+            return self.lock_head(guard, tx, name, true).await;
         }
-        let started = Instant::now();
-        let (guard, mut tx) = self.write_tx().await?;
-        record_write_step("begin", started);
         let started = Instant::now();
         let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
         let rows = json_rows_param(&rows);
@@ -615,7 +642,7 @@ impl Store {
             Dialect::Postgres => {
                 // The array is unpacked in order: every writer locks in name order, so
                 // writers of overlapping stream sets cannot deadlock.
-                fold::lock_streams(&mut tx, self.dialect(), &names).await?;
+                fold::lock_streams(&mut tx, self.dialect(), names).await?;
                 format!(
                     "SELECT j.value ->> 0 AS stream, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
                      (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
@@ -641,9 +668,47 @@ impl Store {
             heads.insert(stream, (head.seq, head.hash, head.recorded_at_ms));
         }
         record_write_step("heads", started);
-        let first = names[0].to_owned();
-        let (seq, hash, recorded_at_ms) = heads.remove(&first).expect("a head per stream");
-        Ok(WriteTx {
+        Ok(self.booking_tx(guard, tx, heads, false))
+    }
+
+    /// Starts a usage booking over `streams` ([`Store::begin_streams`]), on the heads this
+    /// process kept with its views of them after its last batch on them, when it kept all:
+    /// then without a lock and without reading the heads. Such heads are checked by the
+    /// writes: an append claims `(stream, head + 1)`, which the primary key refuses when
+    /// another writer moved the stream since, and at commit the streams left without an
+    /// append are checked against their stored heads; either way the attempt fails with a
+    /// conflict, having taken the kept views out (`usage::take_views`), so its retry locks
+    /// and reads. The kept heads are claimed once the transaction has begun (on SQLite, with
+    /// the one writer): a concurrent batch on the same streams finds them claimed and locks.
+    pub async fn begin_usage(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
+        let mut names: Vec<&str> = streams.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert!(!names.is_empty(), "a write transaction needs a stream");
+        let (guard, tx) = self.timed_write_tx().await?;
+        match self.claim_kept_heads(&names) {
+            Some(heads) => Ok(self.booking_tx(guard, tx, heads, true)),
+            None => self.lock_heads(guard, tx, &names).await,
+        }
+    }
+
+    /// A booking transaction over the streams of `heads` (at least one), appending to the
+    /// first in name order; `unverified` when the heads were not read under its locks.
+    fn booking_tx(
+        &self,
+        guard: Option<OwnedMutexGuard<()>>,
+        tx: TxConn,
+        mut heads: BTreeMap<String, (i64, Vec<u8>, i64)>,
+        unverified: bool,
+    ) -> WriteTx {
+        let unverified = unverified.then(|| {
+            heads
+                .iter()
+                .map(|(s, (seq, _, _))| (s.clone(), *seq))
+                .collect()
+        });
+        let (first, (seq, hash, recorded_at_ms)) = heads.pop_first().expect("a stream");
+        WriteTx {
             tx,
             _writer: guard,
             dialect: self.dialect(),
@@ -655,8 +720,9 @@ impl Store {
             ops: Vec::new(),
             others: heads,
             defer_aggregates: true,
+            unverified,
             dirty: self.dirty.clone(),
-        })
+        }
     }
 
     /// The latest `recorded_at` on the ledger: booking time never moves backwards past it.
@@ -1004,6 +1070,45 @@ impl Drop for TxConn {
     }
 }
 
+/// A stream's stored head sequence (`None`: no event).
+#[derive(sqlx::FromRow)]
+struct StoredHead {
+    stream: String,
+    seq: Option<i64>,
+}
+
+/// Fails with [`StoreError::Conflict`] unless each of `heads` (stream, sequence) is still
+/// its stream's stored head (0: no event): one statement for all of them.
+async fn check_heads(
+    conn: &mut Conn,
+    dialect: Dialect,
+    heads: &[(&str, i64)],
+) -> Result<(), StoreError> {
+    if heads.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "SELECT j.value ->> 0 AS stream, (SELECT MAX(e.seq) FROM events AS e WHERE e.stream = j.value ->> 0) AS seq FROM {}",
+        dialect.json_rows(1, heads.len())
+    );
+    let names: Vec<(&str,)> = heads.iter().map(|(s, _)| (*s,)).collect();
+    let stored: Vec<StoredHead> = on!(&mut *conn, |c| sqlx::query_as(&sql)
+        .bind(json_rows_param(&names))
+        .fetch_all(c)
+        .await)
+    .map_err(classify)?;
+    let stored: BTreeMap<String, i64> = stored
+        .into_iter()
+        .map(|h| (h.stream, h.seq.unwrap_or(0)))
+        .collect();
+    match heads.iter().find(|(s, seq)| stored.get(*s) != Some(seq)) {
+        None => Ok(()),
+        Some((stream, seq)) => Err(StoreError::Conflict(format!(
+            "stream {stream} moved past the kept head {seq}"
+        ))),
+    }
+}
+
 /// A write transaction on one stream. Dropping it without `commit` rolls everything back.
 pub struct WriteTx {
     tx: TxConn,
@@ -1020,6 +1125,10 @@ pub struct WriteTx {
     /// Whether the aggregates of the appended events are left to the projector (a usage
     /// booking) instead of folded at commit.
     defer_aggregates: bool,
+    /// For a booking begun on kept heads ([`Store::begin_usage`]), unlocked and unread: each
+    /// stream's head sequence as begun. The streams that get no append are checked at commit
+    /// (an append is checked by the primary key).
+    unverified: Option<BTreeMap<String, i64>>,
     dirty: Arc<std::sync::Mutex<fold::Dirty>>,
 }
 
@@ -1084,6 +1193,19 @@ impl WriteTx {
         self.others.get(stream).map(|(seq, _, _)| *seq)
     }
 
+    /// The head of `stream`, one of the streams this transaction locked, with the events
+    /// appended to it so far: `(seq, hash, recorded_at_ms)`.
+    pub fn head_of(&self, stream: &str) -> Option<(i64, Vec<u8>, i64)> {
+        if stream == self.stream {
+            return Some((
+                self.head_seq,
+                self.head_hash.clone(),
+                self.head_recorded_at_ms,
+            ));
+        }
+        self.others.get(stream).cloned()
+    }
+
     /// The latest `recorded_at` in this stream, including pending appends.
     pub fn head_recorded_at_ms(&self) -> i64 {
         self.head_recorded_at_ms
@@ -1133,6 +1255,16 @@ impl WriteTx {
     /// race (another writer took the sequence number or an idempotency key) surfaces as
     /// [`StoreError::Conflict`]: retry the command from the start.
     pub async fn commit(mut self) -> Result<Vec<StoredEvent>, StoreError> {
+        if let Some(begun) = self.unverified.take() {
+            let started = Instant::now();
+            let unwritten: Vec<(&str, i64)> = begun
+                .iter()
+                .filter(|(stream, seq)| self.head_seq_of(stream) == Some(**seq))
+                .map(|(stream, seq)| (stream.as_str(), *seq))
+                .collect();
+            check_heads(&mut self.tx, self.dialect, &unwritten).await?;
+            record_write_step("heads", started);
+        }
         let started = Instant::now();
         if !self.pending.is_empty() {
             append::insert_events(&mut self.tx, &self.pending)

@@ -3,7 +3,7 @@
 //! (see [`super::Dialect::json_rows`]), so its text never changes and it is planned once
 //! per connection; and what a process keeps of them between batches ([`StreamViews`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::on;
 use super::{Conn, Dialect, Store, StoreError, WriteTx, json_rows_param};
@@ -212,7 +212,7 @@ pub struct StreamView {
 #[derive(Debug)]
 pub struct StreamViews {
     rebuilt: Option<String>,
-    views: HashMap<String, (i64, StreamView)>,
+    views: HashMap<String, KeptView>,
     streams_max: usize,
 }
 
@@ -224,6 +224,19 @@ impl StreamViews {
             streams_max,
         }
     }
+}
+
+/// The head a view is valid at: `(seq, hash, recorded_at_ms)` of its stream's last event.
+pub type KeptHead = (i64, Vec<u8>, i64);
+
+/// A view kept between batches, with the head it is valid at.
+#[derive(Debug)]
+struct KeptView {
+    head: KeptHead,
+    view: StreamView,
+    /// A batch has begun on `head` without locking the stream (`Store::begin_usage`): no
+    /// other may until the view is kept again.
+    claimed: bool,
 }
 
 /// The views a batch decides on, taken out of the process's keeping; given back with
@@ -273,11 +286,11 @@ impl TakenViews {
 
     /// The views with the heads their streams have in `tx` (its appends counted), for
     /// [`Store::keep_usage_views`] once `tx` committed.
-    pub fn at_heads(self, tx: &WriteTx) -> (Option<String>, Vec<(String, i64, StreamView)>) {
+    pub fn at_heads(self, tx: &WriteTx) -> (Option<String>, Vec<(String, KeptHead, StreamView)>) {
         let heads = self
             .views
             .into_iter()
-            .filter_map(|(stream, view)| tx.head_seq_of(&stream).map(|head| (stream, head, view)))
+            .filter_map(|(stream, view)| tx.head_of(&stream).map(|head| (stream, head, view)))
             .collect();
         (self.rebuilt, heads)
     }
@@ -314,7 +327,7 @@ pub async fn take_views(
     for stream in streams {
         let head = tx.head_seq_of(stream);
         let view = match kept.views.remove(*stream) {
-            Some((at, view)) if Some(at) == head => view,
+            Some(kept) if Some(kept.head.0) == head => kept.view,
             _ => StreamView::default(),
         };
         views.insert(stream.to_string(), view);
@@ -325,7 +338,11 @@ pub async fn take_views(
 impl Store {
     /// Keeps the views of a committed batch, each valid at the head its stream has after
     /// that batch; dropped when a rebuild marker newer than theirs was seen meanwhile.
-    pub fn keep_usage_views(&self, rebuilt: Option<String>, views: Vec<(String, i64, StreamView)>) {
+    pub fn keep_usage_views(
+        &self,
+        rebuilt: Option<String>,
+        views: Vec<(String, KeptHead, StreamView)>,
+    ) {
         let mut kept = self.usage_views.lock().expect("usage views lock");
         if kept.rebuilt != rebuilt || kept.streams_max == 0 {
             return;
@@ -334,8 +351,35 @@ impl Store {
             kept.views.clear();
         }
         for (stream, head, view) in views.into_iter().take(kept.streams_max) {
-            kept.views.insert(stream, (head, view));
+            let view = KeptView {
+                head,
+                view,
+                claimed: false,
+            };
+            kept.views.insert(stream, view);
         }
+    }
+}
+
+impl Store {
+    /// Claims the heads this process kept with its views of `streams` (`keep_usage_views`),
+    /// by stream; `None`, claiming nothing, unless it kept an unclaimed view of every one.
+    /// Not checked against the ledger: see [`Store::begin_usage`].
+    pub(crate) fn claim_kept_heads(&self, streams: &[&str]) -> Option<BTreeMap<String, KeptHead>> {
+        let mut kept = self.usage_views.lock().expect("usage views lock");
+        let heads: BTreeMap<String, KeptHead> = streams
+            .iter()
+            .map(|s| {
+                let view = kept.views.get(*s).filter(|v| !v.claimed)?;
+                Some((s.to_string(), view.head.clone()))
+            })
+            .collect::<Option<_>>()?;
+        for stream in streams {
+            if let Some(view) = kept.views.get_mut(*stream) {
+                view.claimed = true;
+            }
+        }
+        Some(heads)
     }
 }
 
@@ -379,4 +423,35 @@ pub async fn gpu_facts(
             (g.gpu_id, (g.provider_id, facts))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreOptions;
+
+    /// A batch that begins on kept heads claims them (`Store::begin_usage`): a concurrent
+    /// batch on any of the same streams finds one claimed and locks instead, until the
+    /// views are kept again after a commit.
+    #[tokio::test]
+    async fn kept_heads_are_claimed_by_one_batch_until_kept_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("v.db").display());
+        let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+        let head = |seq: i64| (seq, vec![seq as u8; 32], 1_000 + seq);
+        let view = |stream: &str, seq| (stream.to_owned(), head(seq), StreamView::default());
+        store.keep_usage_views(None, vec![view("a", 3), view("b", 5)]);
+        assert_eq!(store.claim_kept_heads(&["a", "c"]), None, "no view of c");
+        let claimed = store.claim_kept_heads(&["a", "b"]).expect("both kept");
+        assert_eq!(
+            claimed,
+            BTreeMap::from([("a".into(), head(3)), ("b".into(), head(5))])
+        );
+        assert_eq!(store.claim_kept_heads(&["b"]), None, "b is claimed");
+        store.keep_usage_views(None, vec![view("b", 6)]);
+        assert_eq!(
+            store.claim_kept_heads(&["b"]),
+            Some(BTreeMap::from([("b".into(), head(6))]))
+        );
+    }
 }

@@ -289,3 +289,58 @@ async fn a_batch_decides_on_the_views_kept_and_past_the_limit_reads_them_again()
     // So prv_k2's view is read again too.
     assert_eq!(next_hour_net(&a, "prv_k2", "k2-2", 9).await, fresh);
 }
+
+/// A batch begun on the heads a process kept (`Store::begin_usage`: no lock, no read of the
+/// heads) is checked at commit even where it appends nothing: a rejection decided on a view
+/// another process made stale is decided again on the stream as it is. Here the other
+/// process raised the price book, so the event's own rate, out of the band around the old
+/// price, is inside the band around the new one.
+#[tokio::test]
+async fn a_rejection_decided_on_a_stale_kept_view_is_decided_again() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    let (b, _) = db.ledger_at(NOW).await;
+    provider(&a, "prv_s", 1).await;
+    assert_eq!(
+        book(
+            &a,
+            "s-1",
+            "prv_s",
+            "2026-11-22T08:00:00Z",
+            "2026-11-22T09:00:00Z"
+        )
+        .await,
+        "accepted"
+    );
+    let before = payable(&a, "prv_s").await;
+    import_lines(
+        &b,
+        &[rate_line(
+            "prv_s",
+            "H100-80GB",
+            "6.00",
+            "2026-11-22T10:00:00Z",
+        )],
+    )
+    .await;
+    let results = a
+        .ingest_usage(
+            &[usage(
+                "s-2",
+                "prv_s",
+                "prv_s-g0",
+                "2026-11-22T10:00:00Z",
+                "2026-11-22T11:00:00Z",
+                Some("6.00"),
+            )],
+            &SenderScope::Metering,
+            &Actor::operator("test"),
+        )
+        .await
+        .expect("ingest");
+    assert_eq!(outcomes(&results), ["accepted"]);
+    assert_eq!(
+        payable(&a, "prv_s").await - before,
+        price(6_000_000, HOUR, FEE_BPS).2
+    );
+}
