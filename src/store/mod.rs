@@ -616,10 +616,7 @@ impl Store {
     /// tables their decisions read, and leaves the aggregates to the projector
     /// ([`Store::fold_dirty`]); every reader of an aggregate folds first.
     pub async fn begin_streams(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
-        let mut names: Vec<&str> = streams.to_vec();
-        names.sort_unstable();
-        names.dedup();
-        assert!(!names.is_empty(), "a write transaction needs a stream");
+        let names = lock_order(streams);
         let (guard, tx) = self.timed_write_tx().await?;
         self.lock_heads(guard, tx, &names).await
     }
@@ -681,10 +678,7 @@ impl Store {
     /// and reads. The kept heads are claimed once the transaction has begun (on SQLite, with
     /// the one writer): a concurrent batch on the same streams finds them claimed and locks.
     pub async fn begin_usage(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
-        let mut names: Vec<&str> = streams.to_vec();
-        names.sort_unstable();
-        names.dedup();
-        assert!(!names.is_empty(), "a write transaction needs a stream");
+        let names = lock_order(streams);
         let (guard, tx) = self.timed_write_tx().await?;
         match self.claim_kept_heads(&names) {
             Some(heads) => Ok(self.booking_tx(guard, tx, heads, true)),
@@ -1068,6 +1062,16 @@ impl Drop for TxConn {
             None => {}
         }
     }
+}
+
+/// `streams` in the order their locks are taken, each once: by name (every writer does
+/// the same, so writers of overlapping stream sets cannot deadlock).
+fn lock_order<'s>(streams: &[&'s str]) -> Vec<&'s str> {
+    let mut names = streams.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    assert!(!names.is_empty(), "a write transaction needs a stream");
+    names
 }
 
 /// A stream's stored head sequence (`None`: no event).
