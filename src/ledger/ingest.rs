@@ -2,9 +2,10 @@
 //!
 //! A batch is validated event by event (one bad event never rejects the others), grouped by
 //! provider, and each provider's events are appended to that provider's stream inside a
-//! transaction that holds the stream's write lock, or that began on the head its process
-//! kept from its last batch there and commits only if the stream is still at it
-//! (`Store::begin_usage`; several providers share one transaction, up to
+//! transaction that holds the stream's write lock (on SQLite, the one writer), on the head it
+//! read under that lock or, without reading it, on the head its process kept from its last
+//! batch there, committed only if the stream is still at it (`Store::begin_usage`; several
+//! providers share one transaction, up to
 //! `ledger.ingest_streams_per_tx_max`): the idempotency check, the overlap check and the
 //! append are atomic, so an event is counted once even with concurrent senders, retries and
 //! crashes.
@@ -369,7 +370,7 @@ impl Ledger {
 type BatchViews = (Option<String>, Vec<(String, KeptHead, StreamView)>);
 
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
-/// holds the write locks of all their streams or commits only at the heads it began on
+/// holds the write locks of all their streams and commits only at the heads it began on
 /// (`Store::begin_usage`): the idempotency check, the overlap check and the append are
 /// atomic. The reads (`store::usage`) are done for all providers at
 /// once, and only for what the process's kept views of their streams do not know at the

@@ -670,7 +670,8 @@ impl Store {
 
     /// Starts a usage booking over `streams` ([`Store::begin_streams`]), on the heads this
     /// process kept with its views of them after its last batch on them, when it kept all:
-    /// then without a lock and without reading the heads. Such heads are checked by the
+    /// then without reading the heads (on PostgreSQL still under their locks, so a writer
+    /// that holds one is waited for). Such heads are checked by the
     /// writes: an append claims `(stream, head + 1)`, which the primary key refuses when
     /// another writer moved the stream since, and at commit the streams left without an
     /// append are checked against their stored heads; either way the attempt fails with a
@@ -679,11 +680,18 @@ impl Store {
     /// the one writer): a concurrent batch on the same streams finds them claimed and locks.
     pub async fn begin_usage(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
         let names = lock_order(streams);
-        let (guard, tx) = self.timed_write_tx().await?;
-        match self.claim_kept_heads(&names) {
-            Some(heads) => Ok(self.booking_tx(guard, tx, heads, true)),
-            None => self.lock_heads(guard, tx, &names).await,
+        let (guard, mut tx) = self.timed_write_tx().await?;
+        let Some(heads) = self.claim_kept_heads(&names) else {
+            return self.lock_heads(guard, tx, &names).await;
+        };
+        if self.dialect() == Dialect::Postgres {
+            // The streams' locks are still taken: a writer holding one (a payout run's
+            // chunk) is waited for, not raced into a conflict at every attempt.
+            let started = Instant::now();
+            fold::lock_streams(&mut tx, self.dialect(), &names).await?;
+            record_write_step("heads", started);
         }
+        Ok(self.booking_tx(guard, tx, heads, true))
     }
 
     /// A booking transaction over the streams of `heads` (at least one), appending to the
