@@ -675,8 +675,8 @@ impl Store {
     /// writes: an append claims `(stream, head + 1)`, which the primary key refuses when
     /// another writer moved the stream since, and at commit the streams left without an
     /// append are checked against their stored heads; either way the attempt fails with a
-    /// conflict, having taken the kept views out (`usage::take_views`), so its retry locks
-    /// and reads. The kept heads are claimed once the transaction has begun (on SQLite, with
+    /// conflict, having taken the kept views out (`usage::take_views`), so its retry reads
+    /// the heads. The kept heads are claimed once the transaction has begun (on SQLite, with
     /// the one writer): a concurrent batch on the same streams finds them claimed and locks.
     pub async fn begin_usage(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {
         let names = lock_order(streams);
@@ -1137,7 +1137,7 @@ pub struct WriteTx {
     /// Whether the aggregates of the appended events are left to the projector (a usage
     /// booking) instead of folded at commit.
     defer_aggregates: bool,
-    /// For a booking begun on kept heads ([`Store::begin_usage`]), unlocked and unread: each
+    /// For a booking begun on kept heads ([`Store::begin_usage`]), not read in it: each
     /// stream's head sequence as begun. The streams that get no append are checked at commit
     /// (an append is checked by the primary key).
     unverified: Option<BTreeMap<String, i64>>,

@@ -234,8 +234,8 @@ pub type KeptHead = (i64, Vec<u8>, i64);
 struct KeptView {
     head: KeptHead,
     view: StreamView,
-    /// A batch has begun on `head` without locking the stream (`Store::begin_usage`): no
-    /// other may until the view is kept again.
+    /// A batch has begun on `head` without reading it (`Store::begin_usage`): no other may
+    /// until the view is kept again.
     claimed: bool,
 }
 
