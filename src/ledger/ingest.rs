@@ -403,14 +403,12 @@ async fn book_groups(
         // Keys booked by this batch on this stream; events keep their input order within
         // a provider, so the first occurrence wins.
         let mut in_batch: HashMap<String, Vec<u8>> = HashMap::new();
+        // Whether an answer for this stream was decided on its view (kept at a head the
+        // commit must then confirm, unless an append to the stream confirms it).
+        let mut decided_on_view = false;
         for e in events {
             let key = &e.key;
-            let seen = state
-                .booked
-                .get(&(e.stream.clone(), key.clone()))
-                .cloned()
-                .or_else(|| in_batch.get(key).cloned().map(Some));
-            if let Some(stored) = seen {
+            if let Some(stored) = state.booked_before(e, &in_batch) {
                 out.push((e.index, resent(e, stored.as_deref())));
                 continue;
             }
@@ -419,6 +417,7 @@ async fn book_groups(
                 out.push((e.index, result));
                 continue;
             }
+            decided_on_view = true;
             let gpu_intervals = intervals.entry(e.gpu_id.as_str()).or_default();
             let overlap = state.overlaps.get(&e.index).copied().or_else(|| {
                 gpu_intervals
@@ -463,6 +462,11 @@ async fn book_groups(
             };
             out.push((e.index, accepted));
         }
+        if !decided_on_view {
+            // Every answer came from the keys read under the stream's lock (a key once
+            // booked stays booked, with its content) or from the event alone.
+            tx.head_not_relied_on(&stream);
+        }
     }
     record_usage_step("decide", started);
     Ok((out, state.views.at_heads(tx)))
@@ -503,6 +507,19 @@ struct BatchState {
 }
 
 impl BatchState {
+    /// The content hash `e`'s key was booked with, on the ledger or earlier in this batch
+    /// (`in_batch`, this stream's keys booked so far); `None` when it is new.
+    fn booked_before(
+        &self,
+        e: &Parsed,
+        in_batch: &HashMap<String, Vec<u8>>,
+    ) -> Option<Option<Vec<u8>>> {
+        self.booked
+            .get(&(e.stream.clone(), e.key.clone()))
+            .cloned()
+            .or_else(|| in_batch.get(&e.key).cloned().map(Some))
+    }
+
     async fn read(
         tx: &mut WriteTx,
         store: &Store,

@@ -1139,7 +1139,8 @@ pub struct WriteTx {
     defer_aggregates: bool,
     /// For a booking begun on kept heads ([`Store::begin_usage`]), not read in it: each
     /// stream's head sequence as begun. The streams that get no append are checked at commit
-    /// (an append is checked by the primary key).
+    /// (an append is checked by the primary key), unless the booking relied on nothing of
+    /// their heads ([`WriteTx::head_not_relied_on`]).
     unverified: Option<BTreeMap<String, i64>>,
     dirty: Arc<std::sync::Mutex<fold::Dirty>>,
 }
@@ -1194,6 +1195,16 @@ impl WriteTx {
     /// events appended in this transaction.
     pub fn head_seq(&self) -> i64 {
         self.head_seq
+    }
+
+    /// Tells the commit that nothing decided on `stream` depended on its head: each of its
+    /// answers came from what was read under its lock or from the input alone. A booking
+    /// begun on kept heads ([`Store::begin_usage`]) then does not check that head at commit
+    /// when it appends nothing to the stream (an append is checked by the primary key).
+    pub fn head_not_relied_on(&mut self, stream: &str) {
+        if let Some(unverified) = &mut self.unverified {
+            unverified.remove(stream);
+        }
     }
 
     /// The head sequence of `stream`, one of the streams this transaction locked, with the

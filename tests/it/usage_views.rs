@@ -344,3 +344,66 @@ async fn a_rejection_decided_on_a_stale_kept_view_is_decided_again() {
         price(6_000_000, HOUR, FEE_BPS).2
     );
 }
+
+/// A stream whose answers in a batch were all decided by its booked keys (re-sends: a
+/// `duplicate`, or a `conflict` for changed content) relies on nothing of its head: the
+/// batch commits without checking the head it kept, even when another process moved the
+/// stream, and answers from the keys as they are (including one the other process booked).
+/// The view it keeps at that stale head is not trusted by the next batch: its append at the
+/// stale head is refused and retried, and books once.
+#[tokio::test]
+async fn re_sends_on_a_stream_another_process_moved_are_answered_from_its_keys() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    let (b, _) = db.ledger_at(NOW).await;
+    provider(&a, "prv_k", 1).await;
+    let (first, second) = (
+        ("2026-11-22T08:00:00Z", "2026-11-22T09:00:00Z"),
+        ("2026-11-22T09:00:00Z", "2026-11-22T10:00:00Z"),
+    );
+    assert_eq!(book(&a, "k-1", "prv_k", first.0, first.1).await, "accepted");
+    assert_eq!(
+        book(&b, "k-2", "prv_k", second.0, second.1).await,
+        "accepted"
+    );
+    let before = payable(&a, "prv_k").await;
+    let gpu = "prv_k-g0";
+    let results = a
+        .ingest_usage(
+            &[
+                usage("k-1", "prv_k", gpu, first.0, first.1, None),
+                usage("k-2", "prv_k", gpu, second.0, second.1, None),
+                usage("k-2", "prv_k", gpu, second.0, "2026-11-22T09:30:00Z", None),
+            ],
+            &SenderScope::Metering,
+            &Actor::operator("test"),
+        )
+        .await
+        .expect("ingest");
+    assert_eq!(
+        outcomes(&results),
+        ["duplicate", "duplicate", "rejected:conflict"]
+    );
+    assert_eq!(payable(&a, "prv_k").await, before);
+    // The next hour, from `a`, whose kept head is the one before `b`'s booking.
+    assert_eq!(
+        book(
+            &a,
+            "k-3",
+            "prv_k",
+            "2026-11-22T10:00:00Z",
+            "2026-11-22T11:00:00Z"
+        )
+        .await,
+        "accepted"
+    );
+    assert_eq!(
+        payable(&a, "prv_k").await - before,
+        price(2_490_000, HOUR, FEE_BPS).2
+    );
+    assert_eq!(
+        book(&a, "k-4", "prv_k", second.0, "2026-11-22T09:30:00Z").await,
+        "rejected:overlapping_usage",
+        "b's booking is known to a's next batch"
+    );
+}
