@@ -23,9 +23,9 @@ use crate::domain::pricing::FeeBook;
 use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use crate::domain::usage::{self, RecordUsage, UsageState};
 use crate::metrics::record_usage_step;
+use crate::store::Head;
 use crate::store::usage::{
-    self as store_usage, GpuFacts, GpuOwner, KeptHead, OverlapProbe, PricingContext, StreamView,
-    TakenViews,
+    self as store_usage, GpuFacts, GpuOwner, OverlapProbe, PricingContext, StreamView, TakenViews,
 };
 use crate::store::{NewEvent, Store, WriteTx};
 
@@ -367,7 +367,7 @@ impl Ledger {
 
 /// The views a batch read or kept, each with the head of its stream after the batch, and
 /// the rebuild marker they were read under (`Store::keep_usage_views`).
-type BatchViews = (Option<String>, Vec<(String, KeptHead, StreamView)>);
+type BatchViews = (Option<String>, Vec<(String, Head, StreamView)>);
 
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams and commits only at the heads it began on

@@ -397,11 +397,22 @@ pub(crate) const STREAMS_SKIP_SCAN: &str = "WITH RECURSIVE s(stream) AS ( \
 pub(crate) const EVENT_COLUMNS: &str = "stream, seq, event_type, version, idem_key, content_hash, actor, recorded_at_ms, payload, lines, prev_hash, hash";
 
 /// A stream's head as a writer reads it: its last event's position, hash and booking time.
-#[derive(sqlx::FromRow)]
-struct Head {
-    seq: i64,
-    hash: Vec<u8>,
-    recorded_at_ms: i64,
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct Head {
+    pub seq: i64,
+    pub hash: Vec<u8>,
+    pub recorded_at_ms: i64,
+}
+
+impl Head {
+    /// The head of a stream with no event: sequence 0, the genesis hash, no booking time.
+    fn genesis() -> Head {
+        Head {
+            seq: 0,
+            hash: GENESIS_HASH.to_vec(),
+            recorded_at_ms: i64::MIN,
+        }
+    }
 }
 
 /// [`Head`] with its stream's name.
@@ -583,19 +594,13 @@ impl Store {
         .fetch_optional(c)
         .await)
         .map_err(classify)?;
-        let (seq, hash, recorded_at_ms) = match head {
-            Some(h) => (h.seq, h.hash, h.recorded_at_ms),
-            None => (0, GENESIS_HASH.to_vec(), i64::MIN),
-        };
         record_write_step("heads", started);
         Ok(WriteTx {
             tx,
             _writer: guard,
             dialect: self.dialect(),
             stream: stream.to_owned(),
-            head_seq: seq,
-            head_hash: hash,
-            head_recorded_at_ms: recorded_at_ms,
+            head: head.unwrap_or_else(Head::genesis),
             pending: Vec::new(),
             ops: Vec::new(),
             others: BTreeMap::new(),
@@ -652,9 +657,9 @@ impl Store {
                 self.dialect().json_rows(1, names.len())
             ),
         };
-        let mut heads: BTreeMap<String, (i64, Vec<u8>, i64)> = names
+        let mut heads: BTreeMap<String, Head> = names
             .iter()
-            .map(|s| (s.to_string(), (0, GENESIS_HASH.to_vec(), i64::MIN)))
+            .map(|s| (s.to_string(), Head::genesis()))
             .collect();
         let found: Vec<NamedHead> = on!(&mut *tx, |c| sqlx::query_as(&heads_sql)
             .bind(&rows)
@@ -662,7 +667,7 @@ impl Store {
             .await)
         .map_err(classify)?;
         for NamedHead { stream, head } in found {
-            heads.insert(stream, (head.seq, head.hash, head.recorded_at_ms));
+            heads.insert(stream, head);
         }
         record_write_step("heads", started);
         Ok(self.booking_tx(guard, tx, heads, false))
@@ -700,24 +705,22 @@ impl Store {
         &self,
         guard: Option<OwnedMutexGuard<()>>,
         tx: TxConn,
-        mut heads: BTreeMap<String, (i64, Vec<u8>, i64)>,
+        mut heads: BTreeMap<String, Head>,
         unverified: bool,
     ) -> WriteTx {
         let unverified = unverified.then(|| {
             heads
                 .iter()
-                .map(|(s, (seq, _, _))| (s.clone(), *seq))
+                .map(|(s, head)| (s.clone(), head.seq))
                 .collect()
         });
-        let (first, (seq, hash, recorded_at_ms)) = heads.pop_first().expect("a stream");
+        let (first, head) = heads.pop_first().expect("a stream");
         WriteTx {
             tx,
             _writer: guard,
             dialect: self.dialect(),
             stream: first,
-            head_seq: seq,
-            head_hash: hash,
-            head_recorded_at_ms: recorded_at_ms,
+            head,
             pending: Vec::new(),
             ops: Vec::new(),
             others: heads,
@@ -1127,13 +1130,12 @@ pub struct WriteTx {
     _writer: Option<OwnedMutexGuard<()>>,
     dialect: Dialect,
     stream: String,
-    head_seq: i64,
-    head_hash: Vec<u8>,
-    head_recorded_at_ms: i64,
+    /// The head of `stream`, with the events appended to it so far.
+    head: Head,
     pending: Vec<StoredEvent>,
     ops: Vec<ProjOp>,
     /// The heads of the other streams locked by [`Store::begin_streams`].
-    others: BTreeMap<String, (i64, Vec<u8>, i64)>,
+    others: BTreeMap<String, Head>,
     /// Whether the aggregates of the appended events are left to the projector (a usage
     /// booking) instead of folded at commit.
     defer_aggregates: bool,
@@ -1152,15 +1154,11 @@ impl WriteTx {
         if stream == self.stream {
             return;
         }
-        let (seq, hash, recorded_at_ms) = self
+        let head = self
             .others
             .remove(stream)
             .unwrap_or_else(|| panic!("stream {stream} is not locked by this transaction"));
-        let previous = (
-            std::mem::replace(&mut self.head_seq, seq),
-            std::mem::replace(&mut self.head_hash, hash),
-            std::mem::replace(&mut self.head_recorded_at_ms, recorded_at_ms),
-        );
+        let previous = std::mem::replace(&mut self.head, head);
         let previous_stream = std::mem::replace(&mut self.stream, stream.to_owned());
         self.others.insert(previous_stream, previous);
     }
@@ -1171,9 +1169,9 @@ impl WriteTx {
         let mut heads: Vec<(&str, i64)> = self
             .others
             .iter()
-            .map(|(stream, (seq, _, _))| (stream.as_str(), *seq))
+            .map(|(stream, head)| (stream.as_str(), head.seq))
             .collect();
-        heads.push((&self.stream, self.head_seq));
+        heads.push((&self.stream, self.head.seq));
         fold::fold_behind(&mut self.tx, self.dialect, &heads).await?;
         Ok(())
     }
@@ -1194,7 +1192,7 @@ impl WriteTx {
     /// The sequence number of the stream's last event (0 for an empty stream), including
     /// events appended in this transaction.
     pub fn head_seq(&self) -> i64 {
-        self.head_seq
+        self.head.seq
     }
 
     /// Tells the commit that nothing decided on `stream` depended on its head: each of its
@@ -1210,28 +1208,21 @@ impl WriteTx {
     /// The head sequence of `stream`, one of the streams this transaction locked, with the
     /// events appended to it so far; `None` for a stream it did not lock.
     pub fn head_seq_of(&self, stream: &str) -> Option<i64> {
-        if stream == self.stream {
-            return Some(self.head_seq);
-        }
-        self.others.get(stream).map(|(seq, _, _)| *seq)
+        self.head_of(stream).map(|head| head.seq)
     }
 
     /// The head of `stream`, one of the streams this transaction locked, with the events
-    /// appended to it so far: `(seq, hash, recorded_at_ms)`.
-    pub fn head_of(&self, stream: &str) -> Option<(i64, Vec<u8>, i64)> {
+    /// appended to it so far; `None` for a stream it did not lock.
+    pub fn head_of(&self, stream: &str) -> Option<&Head> {
         if stream == self.stream {
-            return Some((
-                self.head_seq,
-                self.head_hash.clone(),
-                self.head_recorded_at_ms,
-            ));
+            return Some(&self.head);
         }
-        self.others.get(stream).cloned()
+        self.others.get(stream)
     }
 
     /// The latest `recorded_at` in this stream, including pending appends.
     pub fn head_recorded_at_ms(&self) -> i64 {
-        self.head_recorded_at_ms
+        self.head.recorded_at_ms
     }
 
     /// Events appended in this transaction so far.
@@ -1242,9 +1233,9 @@ impl WriteTx {
     /// Appends an event: assigns the next sequence number, chains its hash and queues its
     /// projection changes. `recorded_at` never goes below the stream's latest.
     pub fn append(&mut self, event: NewEvent) -> &StoredEvent {
-        let recorded_at_ms = event.recorded_at_ms.max(self.head_recorded_at_ms);
+        let recorded_at_ms = event.recorded_at_ms.max(self.head.recorded_at_ms);
         let lines = event.body.lines();
-        let seq = self.head_seq + 1;
+        let seq = self.head.seq + 1;
         let mut stored = StoredEvent {
             stream: self.stream.clone(),
             seq,
@@ -1256,7 +1247,7 @@ impl WriteTx {
             recorded_at_ms,
             payload: event.body.to_json(),
             lines: lines_to_json(&lines),
-            prev_hash: self.head_hash.clone(),
+            prev_hash: self.head.hash.clone(),
             hash: Vec::new(),
         };
         stored.hash = event_hash(&stored.prev_hash, &canonical_bytes(&stored)).to_vec();
@@ -1267,9 +1258,11 @@ impl WriteTx {
             recorded_at_ms,
             &event.body,
         ));
-        self.head_seq = seq;
-        self.head_hash = stored.hash.clone();
-        self.head_recorded_at_ms = recorded_at_ms;
+        self.head = Head {
+            seq,
+            hash: stored.hash.clone(),
+            recorded_at_ms,
+        };
         self.pending.push(stored);
         self.pending.last().expect("just pushed")
     }

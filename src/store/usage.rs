@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::on;
-use super::{Conn, Dialect, Store, StoreError, WriteTx, json_rows_param};
+use super::{Conn, Dialect, Head, Store, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
 use crate::domain::money::{FeeBps, Rate};
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory};
@@ -226,13 +226,10 @@ impl StreamViews {
     }
 }
 
-/// The head a view is valid at: `(seq, hash, recorded_at_ms)` of its stream's last event.
-pub type KeptHead = (i64, Vec<u8>, i64);
-
 /// A view kept between batches, with the head it is valid at.
 #[derive(Debug)]
 struct KeptView {
-    head: KeptHead,
+    head: Head,
     view: StreamView,
     /// A batch has begun on `head` without reading it (`Store::begin_usage`): no other may
     /// until the view is kept again.
@@ -286,11 +283,14 @@ impl TakenViews {
 
     /// The views with the heads their streams have in `tx` (its appends counted), for
     /// [`Store::keep_usage_views`] once `tx` committed.
-    pub fn at_heads(self, tx: &WriteTx) -> (Option<String>, Vec<(String, KeptHead, StreamView)>) {
+    pub fn at_heads(self, tx: &WriteTx) -> (Option<String>, Vec<(String, Head, StreamView)>) {
         let heads = self
             .views
             .into_iter()
-            .filter_map(|(stream, view)| tx.head_of(&stream).map(|head| (stream, head, view)))
+            .filter_map(|(stream, view)| {
+                let head = tx.head_of(&stream)?.clone();
+                Some((stream, head, view))
+            })
             .collect();
         (self.rebuilt, heads)
     }
@@ -327,7 +327,7 @@ pub async fn take_views(
     for stream in streams {
         let head = tx.head_seq_of(stream);
         let view = match kept.views.remove(*stream) {
-            Some(kept) if Some(kept.head.0) == head => kept.view,
+            Some(kept) if Some(kept.head.seq) == head => kept.view,
             _ => StreamView::default(),
         };
         views.insert(stream.to_string(), view);
@@ -341,7 +341,7 @@ impl Store {
     pub fn keep_usage_views(
         &self,
         rebuilt: Option<String>,
-        views: Vec<(String, KeptHead, StreamView)>,
+        views: Vec<(String, Head, StreamView)>,
     ) {
         let mut kept = self.usage_views.lock().expect("usage views lock");
         if kept.rebuilt != rebuilt || kept.streams_max == 0 {
@@ -365,9 +365,9 @@ impl Store {
     /// Claims the heads this process kept with its views of `streams` (`keep_usage_views`),
     /// by stream; `None`, claiming nothing, unless it kept an unclaimed view of every one.
     /// Not checked against the ledger: see [`Store::begin_usage`].
-    pub(crate) fn claim_kept_heads(&self, streams: &[&str]) -> Option<BTreeMap<String, KeptHead>> {
+    pub(crate) fn claim_kept_heads(&self, streams: &[&str]) -> Option<BTreeMap<String, Head>> {
         let mut kept = self.usage_views.lock().expect("usage views lock");
-        let heads: BTreeMap<String, KeptHead> = streams
+        let heads: BTreeMap<String, Head> = streams
             .iter()
             .map(|s| {
                 let view = kept.views.get(*s).filter(|v| !v.claimed)?;
@@ -438,7 +438,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("v.db").display());
         let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
-        let head = |seq: i64| (seq, vec![seq as u8; 32], 1_000 + seq);
+        let head = |seq: i64| Head {
+            seq,
+            hash: vec![seq as u8; 32],
+            recorded_at_ms: 1_000 + seq,
+        };
         let view = |stream: &str, seq| (stream.to_owned(), head(seq), StreamView::default());
         store.keep_usage_views(None, vec![view("a", 3), view("b", 5)]);
         assert_eq!(store.claim_kept_heads(&["a", "c"]), None, "no view of c");
