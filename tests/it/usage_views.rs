@@ -9,7 +9,7 @@
 use crate::common::TestDb;
 use crate::ingest::{NOW, import_lines, outcomes, payable, price, provider, rate_line, usage};
 
-use settle::ledger::ingest::SenderScope;
+use settle::ledger::ingest::{SenderScope, UsageInput};
 use settle::ledger::{Actor, Ledger};
 
 const FEE_BPS: i64 = 2000;
@@ -17,12 +17,18 @@ const HOUR: i64 = 3_600_000;
 
 async fn book(ledger: &Ledger, id: &str, provider: &str, started: &str, ended: &str) -> String {
     let gpu = format!("{provider}-g0");
-    let input = usage(id, provider, &gpu, started, ended, None);
+    send(ledger, &[usage(id, provider, &gpu, started, ended, None)])
+        .await
+        .remove(0)
+}
+
+/// Sends `inputs` as one metering batch: the outcome of each (`outcomes`).
+async fn send(ledger: &Ledger, inputs: &[UsageInput]) -> Vec<String> {
     let results = ledger
-        .ingest_usage(&[input], &SenderScope::Metering, &Actor::operator("test"))
+        .ingest_usage(inputs, &SenderScope::Metering, &Actor::operator("test"))
         .await
         .expect("ingest");
-    outcomes(&results).remove(0)
+    outcomes(&results)
 }
 
 #[tokio::test]
@@ -68,35 +74,29 @@ async fn a_batch_sees_what_another_process_booked_on_its_streams_since_the_last_
     // `a` again: the half hour the other process booked is an overlap, and the next hour is
     // priced at the new rate.
     let gpu = "prv_v-g0";
-    let results = a
-        .ingest_usage(
-            &[
-                usage(
-                    "v-3",
-                    "prv_v",
-                    gpu,
-                    "2026-11-22T09:30:00Z",
-                    "2026-11-22T10:30:00Z",
-                    None,
-                ),
-                usage(
-                    "v-4",
-                    "prv_v",
-                    gpu,
-                    "2026-11-22T10:00:00Z",
-                    "2026-11-22T11:00:00Z",
-                    None,
-                ),
-            ],
-            &SenderScope::Metering,
-            &Actor::operator("test"),
-        )
-        .await
-        .expect("ingest");
-    assert_eq!(
-        outcomes(&results),
-        ["rejected:overlapping_usage", "accepted"]
-    );
+    let results = send(
+        &a,
+        &[
+            usage(
+                "v-3",
+                "prv_v",
+                gpu,
+                "2026-11-22T09:30:00Z",
+                "2026-11-22T10:30:00Z",
+                None,
+            ),
+            usage(
+                "v-4",
+                "prv_v",
+                gpu,
+                "2026-11-22T10:00:00Z",
+                "2026-11-22T11:00:00Z",
+                None,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(results, ["rejected:overlapping_usage", "accepted"]);
     let expected = 2 * price(2_490_000, HOUR, FEE_BPS).2 + price(3_100_000, HOUR, FEE_BPS).2;
     assert_eq!(payable(&a, "prv_v").await, expected);
 }
@@ -211,19 +211,24 @@ async fn nothing_read_before_a_rebuild_prices_usage_after_it() {
         .await
         .expect("rebuild");
     assert!(report.ok(), "{:?}", report.problems);
+    books_an_hour_at_the_price_book(&a, "r-2", "prv_r", "2026-11-22T09:00:00Z", before).await;
+}
+
+/// Books the hour from `started` on `provider`'s GPU as event `id` and checks that it was
+/// accepted and priced at the price book's 2.49 USDC/h: payable rose from `before` by its net.
+async fn books_an_hour_at_the_price_book(
+    ledger: &Ledger,
+    id: &str,
+    provider: &str,
+    started: &str,
+    before: i64,
+) {
+    let start = chrono::DateTime::parse_from_rfc3339(started).expect("RFC 3339");
+    let end =
+        (start + chrono::Duration::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert_eq!(book(ledger, id, provider, started, &end).await, "accepted");
     assert_eq!(
-        book(
-            &a,
-            "r-2",
-            "prv_r",
-            "2026-11-22T09:00:00Z",
-            "2026-11-22T10:00:00Z"
-        )
-        .await,
-        "accepted"
-    );
-    assert_eq!(
-        payable(&a, "prv_r").await - before,
+        payable(ledger, provider).await - before,
         price(2_490_000, HOUR, FEE_BPS).2
     );
 }
@@ -323,22 +328,19 @@ async fn a_rejection_decided_on_a_stale_kept_view_is_decided_again() {
         )],
     )
     .await;
-    let results = a
-        .ingest_usage(
-            &[usage(
-                "s-2",
-                "prv_s",
-                "prv_s-g0",
-                "2026-11-22T10:00:00Z",
-                "2026-11-22T11:00:00Z",
-                Some("6.00"),
-            )],
-            &SenderScope::Metering,
-            &Actor::operator("test"),
-        )
-        .await
-        .expect("ingest");
-    assert_eq!(outcomes(&results), ["accepted"]);
+    let results = send(
+        &a,
+        &[usage(
+            "s-2",
+            "prv_s",
+            "prv_s-g0",
+            "2026-11-22T10:00:00Z",
+            "2026-11-22T11:00:00Z",
+            Some("6.00"),
+        )],
+    )
+    .await;
+    assert_eq!(results, ["accepted"]);
     assert_eq!(
         payable(&a, "prv_s").await - before,
         price(6_000_000, HOUR, FEE_BPS).2
@@ -368,39 +370,19 @@ async fn re_sends_on_a_stream_another_process_moved_are_answered_from_its_keys()
     );
     let before = payable(&a, "prv_k").await;
     let gpu = "prv_k-g0";
-    let results = a
-        .ingest_usage(
-            &[
-                usage("k-1", "prv_k", gpu, first.0, first.1, None),
-                usage("k-2", "prv_k", gpu, second.0, second.1, None),
-                usage("k-2", "prv_k", gpu, second.0, "2026-11-22T09:30:00Z", None),
-            ],
-            &SenderScope::Metering,
-            &Actor::operator("test"),
-        )
-        .await
-        .expect("ingest");
-    assert_eq!(
-        outcomes(&results),
-        ["duplicate", "duplicate", "rejected:conflict"]
-    );
+    let results = send(
+        &a,
+        &[
+            usage("k-1", "prv_k", gpu, first.0, first.1, None),
+            usage("k-2", "prv_k", gpu, second.0, second.1, None),
+            usage("k-2", "prv_k", gpu, second.0, "2026-11-22T09:30:00Z", None),
+        ],
+    )
+    .await;
+    assert_eq!(results, ["duplicate", "duplicate", "rejected:conflict"]);
     assert_eq!(payable(&a, "prv_k").await, before);
     // The next hour, from `a`, whose kept head is the one before `b`'s booking.
-    assert_eq!(
-        book(
-            &a,
-            "k-3",
-            "prv_k",
-            "2026-11-22T10:00:00Z",
-            "2026-11-22T11:00:00Z"
-        )
-        .await,
-        "accepted"
-    );
-    assert_eq!(
-        payable(&a, "prv_k").await - before,
-        price(2_490_000, HOUR, FEE_BPS).2
-    );
+    books_an_hour_at_the_price_book(&a, "k-3", "prv_k", "2026-11-22T10:00:00Z", before).await;
     assert_eq!(
         book(&a, "k-4", "prv_k", second.0, "2026-11-22T09:30:00Z").await,
         "rejected:overlapping_usage",
