@@ -211,22 +211,26 @@ async fn nothing_read_before_a_rebuild_prices_usage_after_it() {
         .await
         .expect("rebuild");
     assert!(report.ok(), "{:?}", report.problems);
-    books_an_hour_at_the_price_book(&a, "r-2", "prv_r", "2026-11-22T09:00:00Z", before).await;
+    books_an_hour_at_the_price_book(
+        &a,
+        "r-2",
+        "prv_r",
+        ("2026-11-22T09:00:00Z", "2026-11-22T10:00:00Z"),
+        before,
+    )
+    .await;
 }
 
-/// Books the hour from `started` on `provider`'s GPU as event `id` and checks that it was
+/// Books the hour `(started, ended)` on `provider`'s GPU as event `id` and checks that it was
 /// accepted and priced at the price book's 2.49 USDC/h: payable rose from `before` by its net.
 async fn books_an_hour_at_the_price_book(
     ledger: &Ledger,
     id: &str,
     provider: &str,
-    started: &str,
+    (started, ended): (&str, &str),
     before: i64,
 ) {
-    let start = chrono::DateTime::parse_from_rfc3339(started).expect("RFC 3339");
-    let end =
-        (start + chrono::Duration::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    assert_eq!(book(ledger, id, provider, started, &end).await, "accepted");
+    assert_eq!(book(ledger, id, provider, started, ended).await, "accepted");
     assert_eq!(
         payable(ledger, provider).await - before,
         price(2_490_000, HOUR, FEE_BPS).2
@@ -382,7 +386,8 @@ async fn re_sends_on_a_stream_another_process_moved_are_answered_from_its_keys()
     assert_eq!(results, ["duplicate", "duplicate", "rejected:conflict"]);
     assert_eq!(payable(&a, "prv_k").await, before);
     // The next hour, from `a`, whose kept head is the one before `b`'s booking.
-    books_an_hour_at_the_price_book(&a, "k-3", "prv_k", "2026-11-22T10:00:00Z", before).await;
+    let third = ("2026-11-22T10:00:00Z", "2026-11-22T11:00:00Z");
+    books_an_hour_at_the_price_book(&a, "k-3", "prv_k", third, before).await;
     assert_eq!(
         book(&a, "k-4", "prv_k", second.0, "2026-11-22T09:30:00Z").await,
         "rejected:overlapping_usage",
