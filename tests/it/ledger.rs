@@ -327,6 +327,72 @@ async fn projection_tables_declare_the_schemas_columns_and_types() {
     }
 }
 
+/// The key columns of the schema's indexes (`table.column`) that do not compare as bytes:
+/// on PostgreSQL those whose collation is not "C", on SQLite those not `BINARY`.
+async fn keys_not_in_byte_order(db: &TestDb, store: &settle::store::Store) -> Vec<String> {
+    let sql = if db.is_postgres() {
+        "SELECT t.relname || '.' || a.attname || ' (' || coll.collname || ')' \
+         FROM pg_index AS i \
+         JOIN pg_class AS t ON t.oid = i.indrelid \
+         JOIN pg_namespace AS n ON n.oid = t.relnamespace \
+         CROSS JOIN LATERAL unnest(CAST(i.indkey AS int2[]), CAST(i.indcollation AS oid[])) AS k(attnum, collid) \
+         JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+         JOIN pg_collation AS coll ON coll.oid = k.collid \
+         WHERE n.nspname = current_schema() AND coll.collname <> 'C' ORDER BY 1"
+    } else {
+        "SELECT m.name || '.' || x.name || ' (' || x.coll || ')' \
+         FROM sqlite_master AS m, pragma_index_list(m.name) AS l, pragma_index_xinfo(l.name) AS x \
+         WHERE m.type = 'table' AND x.key = 1 AND x.cid >= 0 AND x.coll <> 'BINARY' ORDER BY 1"
+    };
+    sqlx::query_scalar(sql)
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+}
+
+/// Every key the ledger and its projections index is an identifier, and compares as bytes
+/// on both databases (migration 0009): the order the program and SQLite use, and a memcmp in
+/// PostgreSQL's B-trees instead of the locale's `strcoll` for every row booked or folded and
+/// every key looked up. A PostgreSQL ledger created before it upgrades and verifies.
+#[tokio::test]
+async fn indexed_identifiers_compare_as_bytes_after_an_upgrade() {
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    seed(&ledger).await;
+    assert_eq!(
+        keys_not_in_byte_order(&db, &ledger.store).await,
+        Vec::<String>::new()
+    );
+    if !db.is_postgres() {
+        return;
+    }
+    // The schema before 0009: every such column back on the database's default collation.
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(table_name AS TEXT), CAST(column_name AS TEXT) FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND collation_name = 'C'",
+    )
+    .fetch_all(ledger.store.pool())
+    .await
+    .unwrap();
+    assert!(columns.len() > 20, "{columns:?}");
+    let undo: Vec<String> = columns
+        .iter()
+        .map(|(t, c)| format!("ALTER TABLE {t} ALTER COLUMN {c} TYPE TEXT COLLATE \"default\""))
+        .collect();
+    let undo: Vec<&str> = undo.iter().map(String::as_str).collect();
+    let before = all_projections(&ledger.store).await;
+    common::upgrade_through(&ledger.store, 9, &undo).await;
+    assert_eq!(
+        keys_not_in_byte_order(&db, &ledger.store).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(all_projections(&ledger.store).await, before);
+    let report = settle::verify::verify(&ledger.store, &|_| {})
+        .await
+        .unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_writers_leave_gapless_valid_chains() {
     let db = TestDb::new().await;
