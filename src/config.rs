@@ -40,6 +40,12 @@ pub struct LedgerConfig {
     /// Group commit: bookers at once, each booking one group in its own transaction (on
     /// SQLite they queue for its one writer, and prepare the next group meanwhile).
     pub usage_group_bookers_max: usize,
+    /// Backpressure (`Store::wait_for_projector`): a booker of `POST /v1/usage` batches
+    /// waits before its next group while the aggregates booked by this process have waited
+    /// longer than this for the projector (`settle_projection_lag_seconds`); 0 never waits.
+    pub usage_projection_lag_max_ms: u64,
+    /// The longest such a wait lasts; then the group is booked anyway.
+    pub usage_projection_wait_max_ms: u64,
     /// Anchor file of the chain heads (src/anchor.rs), to be kept where the database's
     /// writers cannot write; `settle serve` appends to it every `anchor_interval_ms`, `settle
     /// anchor` on demand, `settle verify` checks against it. Empty: no anchors.
@@ -106,6 +112,8 @@ impl Default for LedgerConfig {
             ingest_streams_per_tx_max: 1000,
             usage_group_events_max: 2000,
             usage_group_bookers_max: 2,
+            usage_projection_lag_max_ms: 500,
+            usage_projection_wait_max_ms: 1000,
             anchor_file: String::new(),
             anchor_interval_ms: 60_000,
             clock_skew_ms: 5 * 60 * 1000,

@@ -230,6 +230,24 @@ pub fn record_usage_step(step: &'static str, started: std::time::Instant) {
     );
 }
 
+/// Counts one wait of a usage booker for the projector (`Store::wait_for_projector`), and
+/// its time.
+pub fn record_projection_wait(waited: std::time::Duration) {
+    let metrics = global();
+    metrics.count(
+        "settle_usage_projection_waits_total",
+        "Times a booker of POST /v1/usage batches waited for the projector before booking (backpressure).",
+        &[],
+        1,
+    );
+    metrics.add_seconds(
+        "settle_usage_projection_wait_seconds_total",
+        "Time bookers of POST /v1/usage batches waited for the projector.",
+        &[],
+        waited,
+    );
+}
+
 /// Counts one booking of usage batches (`ledger::group`): how many batches it booked together,
 /// and whether it committed.
 pub fn record_usage_group(batches: usize, committed: bool) {

@@ -744,6 +744,9 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
     let fold_at_end = args.fold == "at-end";
     let projector = {
         let (store, stop) = (ledger.store.clone(), stop.clone());
+        if !fold_at_end {
+            store.projector_follows();
+        }
         tokio::spawn(async move {
             let mut lags = Vec::new();
             while !stop.load(Ordering::SeqCst) {

@@ -163,6 +163,7 @@ async fn main() -> anyhow::Result<()> {
     // the aggregates behind the bookings; its lag is sampled before each pass.
     let projector = {
         let store = ledger.store.clone();
+        store.projector_follows();
         tokio::spawn(async move {
             let mut lags = Vec::new();
             loop {

@@ -409,6 +409,7 @@ fn spawn_projector(
     stop_rx: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let ledger = ledger.clone();
+    ledger.store.projector_follows();
     let interval = Duration::from_millis(config.workers.projector_interval_ms.max(1));
     let sweep_every = Duration::from_millis(config.workers.projector_sweep_interval_ms.max(1));
     let mut last_sweep: Option<std::time::Instant> = None;

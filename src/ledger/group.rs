@@ -23,6 +23,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -216,7 +217,22 @@ async fn book_while_waiting(inner: Arc<Inner>) {
         }
     }
     let mut leave = Leave(inner.clone(), true);
-    while let Some(group) = inner.next_group() {
+    let config = &inner.ledger.config;
+    let lag_max = Duration::from_millis(config.usage_projection_lag_max_ms);
+    let wait_max = Duration::from_millis(config.usage_projection_wait_max_ms);
+    loop {
+        // Batches arriving meanwhile join the group taken after the wait.
+        let waited = inner
+            .ledger
+            .store
+            .wait_for_projector(lag_max, wait_max)
+            .await;
+        if !waited.is_zero() {
+            crate::metrics::record_projection_wait(waited);
+        }
+        let Some(group) = inner.next_group() else {
+            break;
+        };
         book_group(&inner, group).await;
     }
     leave.1 = false;

@@ -345,7 +345,53 @@ impl Dirty {
     }
 }
 
+/// What booking knows of the projector of its process: whether one follows the ledger, and a
+/// wake-up after each of its passes ([`Store::wait_for_projector`]).
+#[derive(Default)]
+pub(crate) struct Follower {
+    following: std::sync::atomic::AtomicBool,
+    passes: tokio::sync::Notify,
+}
+
 impl Store {
+    /// Declares that a projector of this process follows the ledger (`settle serve`'s worker,
+    /// as it starts): from then on [`Store::wait_for_projector`] waits for its passes.
+    pub fn projector_follows(&self) {
+        self.follower
+            .following
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Backpressure on booking (`ledger.usage_projection_lag_max_ms`): while the aggregates
+    /// this process deferred have waited longer than `lag_max` ([`Store::projection_lag`]) and
+    /// a projector of this process follows the ledger, waits for its next pass, at most
+    /// `wait_max` in all; then books anyway, so a stalled projector slows ingestion without
+    /// stopping it. At the machine's limit the bookers then leave the projector the time it
+    /// needs, and the lag stays near `lag_max` instead of growing with the backlog. Returns
+    /// how long it waited (zero when it did not).
+    pub async fn wait_for_projector(&self, lag_max: Duration, wait_max: Duration) -> Duration {
+        let following = self
+            .follower
+            .following
+            .load(std::sync::atomic::Ordering::Acquire);
+        if !following || lag_max.is_zero() || wait_max.is_zero() {
+            return Duration::ZERO;
+        }
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started + wait_max);
+        loop {
+            // Registered before the check: a pass that ends between the two still wakes it.
+            let pass = self.follower.passes.notified();
+            if self.projection_lag() <= lag_max {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, pass).await.is_err() {
+                break;
+            }
+        }
+        started.elapsed()
+    }
+
     /// Brings the aggregates of `streams` up to their heads as of this call; returns the
     /// number of events folded. Cheap when they are up to date (one read, no lock).
     pub async fn catch_up(&self, streams: &[&str]) -> Result<u64, StoreError> {
@@ -399,6 +445,13 @@ impl Store {
     /// The background projector's step: folds the streams this process booked usage on
     /// since their last fold. Returns the number of events folded.
     pub async fn fold_dirty(&self) -> Result<u64, StoreError> {
+        let folded = self.fold_dirty_pass().await;
+        // Bookers waiting for a pass look at the lag again, whatever this one did.
+        self.follower.passes.notify_waiters();
+        folded
+    }
+
+    async fn fold_dirty_pass(&self) -> Result<u64, StoreError> {
         let (generation, streams, sweep, started) = {
             let dirty = self.dirty.lock().expect("dirty set lock");
             let streams: Vec<String> = dirty.streams.keys().cloned().collect();

@@ -332,6 +332,8 @@ pub struct Store {
     sqlite_writer: Arc<Mutex<()>>,
     /// Streams booked on by this process whose aggregates wait for the projector.
     dirty: Arc<std::sync::Mutex<fold::Dirty>>,
+    /// The projector of this process, as booking's backpressure sees it.
+    follower: Arc<fold::Follower>,
     /// SQLite's background WAL checkpoints, stopped with the last handle.
     checkpointer: Option<Arc<checkpoint::Checkpointer>>,
     /// What usage booking read of each provider's stream, kept for the next batch at the
@@ -483,6 +485,7 @@ impl Store {
             dirty: Arc::new(std::sync::Mutex::new(fold::Dirty::new(
                 options.projector_dirty_streams_max,
             ))),
+            follower: Arc::default(),
             usage_views: Arc::new(std::sync::Mutex::new(usage::StreamViews::new(
                 options.usage_views_streams_max,
             ))),

@@ -540,3 +540,80 @@ async fn a_group_spans_no_more_providers_than_one_transaction_takes() {
     );
     assert_verified(&ledger).await;
 }
+
+/// Backpressure (`ledger.usage_projection_lag_max_ms`): while the aggregates this process
+/// booked have waited longer than the bound for the projector that follows the ledger, a
+/// booker waits for the projector's next pass before it books, and a stalled projector
+/// delays a booking by `usage_projection_wait_max_ms` at most; with no projector following
+/// (a process that folds at its reads), nothing waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_booker_waits_for_the_projector_while_the_lag_exceeds_its_bound() {
+    let db = TestDb::new().await;
+    let (ledger, groups) = one_booker(&db, |c| {
+        c.usage_projection_lag_max_ms = 100;
+        c.usage_projection_wait_max_ms = 60_000;
+    })
+    .await;
+    let lagging = Duration::from_millis(250);
+    let book = |groups: &UsageGroups, input: UsageInput| {
+        let groups = groups.clone();
+        async move {
+            let results = groups
+                .ingest(vec![input], SenderScope::Metering, Actor::token("metering"))
+                .await
+                .unwrap();
+            assert_eq!(outcomes(&results), ["accepted"]);
+            std::time::Instant::now()
+        }
+    };
+
+    // No projector follows: the lag passes the bound and the next batch is booked at once.
+    book(&groups, slice_at("w1", "prv_a", 8)).await;
+    tokio::time::sleep(lagging).await;
+    assert!(ledger.store.projection_lag() > Duration::from_millis(100));
+    let sent = std::time::Instant::now();
+    let answered = book(&groups, slice_at("w2", "prv_b", 8)).await;
+    assert!(
+        answered - sent < Duration::from_secs(30),
+        "waited for no projector"
+    );
+
+    // A projector follows, and its next pass comes 300 ms later: the booking waits for it.
+    ledger.store.projector_follows();
+    let store = ledger.store.clone();
+    let pass = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let folded = store.fold_dirty().await.unwrap();
+        (folded, std::time::Instant::now())
+    });
+    let answered = book(&groups, slice_at("w3", "prv_c", 8)).await;
+    let (folded, passed) = pass.await.unwrap();
+    assert_eq!(folded, 2, "the pass folded w1 and w2");
+    assert!(
+        answered >= passed,
+        "w3 was booked before the projector's pass"
+    );
+
+    // The projector stalls: the booking waits its longest wait, then books.
+    let mut stalled = ledger.clone();
+    stalled.config.usage_projection_wait_max_ms = 400;
+    let groups = UsageGroups::new(stalled);
+    tokio::time::sleep(lagging).await;
+    let sent = std::time::Instant::now();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(30),
+        book(&groups, slice_at("w4", "prv_d", 8)),
+    )
+    .await
+    .expect("a stalled projector delays a booking, it does not stop it");
+    assert!(answered - sent >= Duration::from_millis(400));
+    let mut booked = booked_usage_ids(&ledger).await;
+    booked.sort();
+    assert_eq!(booked, ["w1", "w2", "w3", "w4"]);
+    // An hour at the price book (2.49 USDC/h), the community fee (20 %).
+    let net = price(2_490_000, 3_600_000, 2000).2;
+    for p in ["prv_a", "prv_b", "prv_c", "prv_d"] {
+        assert_eq!(payable(&ledger, p).await, net, "{p}");
+    }
+    assert_verified(&ledger).await;
+}
