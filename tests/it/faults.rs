@@ -182,24 +182,39 @@ async fn dropped_database_connections_lose_nothing() {
     } else {
         None
     };
+    // Each sender sends its 25 batches, and on PostgreSQL sends them again (re-sends,
+    // answered `duplicate`) until a termination has met a sender's batch in flight: how
+    // many batches one termination every 150 ms meets depends on how fast they book.
+    let reached = Arc::new(AtomicBool::new(false));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut senders = Vec::new();
     for s in 0..4 {
         let (ledger, _) = db.ledger_at(NOW).await;
+        let (reached, again) = (reached.clone(), db.is_postgres());
         senders.push(tokio::spawn(async move {
             let mut acknowledged = Vec::new();
             let mut errors = Vec::new();
-            for b in 0..25 {
-                let p = (s * 10) + (b % 10);
-                match ledger
-                    .ingest_usage(
-                        &minute_slices(p, (b / 10) * 50, 50),
-                        &SenderScope::Metering,
-                        &Actor::operator("t"),
-                    )
-                    .await
+            loop {
+                for b in 0..25 {
+                    let p = (s * 10) + (b % 10);
+                    match ledger
+                        .ingest_usage(
+                            &minute_slices(p, (b / 10) * 50, 50),
+                            &SenderScope::Metering,
+                            &Actor::operator("t"),
+                        )
+                        .await
+                    {
+                        Ok(results) => acknowledged.extend(acked(&results)),
+                        Err(e) => {
+                            reached.store(true, Ordering::SeqCst);
+                            errors.push((e.code(), e.to_string()));
+                        }
+                    }
+                }
+                if !again || reached.load(Ordering::SeqCst) || std::time::Instant::now() > deadline
                 {
-                    Ok(results) => acknowledged.extend(acked(&results)),
-                    Err(e) => errors.push((e.code(), e.to_string())),
+                    break;
                 }
             }
             (acknowledged, errors)
