@@ -137,8 +137,9 @@ pub async fn unfinished_batches(store: &Store) -> Result<Vec<BankBatch>, StoreEr
 
 /// One page of the `created` payouts of `rail` in no bank batch yet: at most `limit`, with
 /// ids after `after`, sorted by id as bytes (the batch id is derived from this order, not
-/// from a collation). A keyset read through `payouts_by_status_and_id`, so a generation
-/// holds one page and one batch in memory, whatever the number of payouts.
+/// from a locale: ids compare as bytes on both databases, migration 0009). A keyset read
+/// through `payouts_by_status_and_id`, so a generation holds one page and one batch in
+/// memory, whatever the number of payouts.
 pub async fn unbatched_created(
     store: &Store,
     rail: Rail,
@@ -146,17 +147,12 @@ pub async fn unbatched_created(
     limit: usize,
 ) -> Result<Vec<super::payouts::PayoutRecord>, StoreError> {
     let pool = store.db();
-    let mut conn = pool.acquire().await?;
-    let bytes = match Dialect::of(&conn) {
-        Dialect::Postgres => " COLLATE \"C\"",
-        Dialect::Sqlite => "",
-    };
     let columns = super::payouts::payout_columns_of("p");
-    let rows: Vec<super::payouts::PayoutRow> = on!(&mut conn, |c| sqlx::query_as(&format!(
+    let rows: Vec<super::payouts::PayoutRow> = on!(pool, |c| sqlx::query_as(&format!(
         "SELECT {columns} FROM payouts AS p WHERE p.status = '{}' AND p.rail = $1 \
-         AND p.payout_id{bytes} > $2 \
+         AND p.payout_id > $2 \
          AND NOT EXISTS (SELECT 1 FROM bank_batch_payouts AS bp WHERE bp.payout_id = p.payout_id) \
-         ORDER BY p.payout_id{bytes} LIMIT $3",
+         ORDER BY p.payout_id LIMIT $3",
         PayoutStatus::Created
     ))
     .bind(rail.as_str())
