@@ -5,6 +5,11 @@
 // No function over 80 lines of code (clippy.toml) without a reason in an `#[expect]`.
 #![warn(clippy::too_many_lines)]
 
+/// Every binary that links settle (the `settle` command, its tests and benchmarks) allocates
+/// with mimalloc: see `Cargo.toml` and ops/bench/ingest.md round 15.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod anchor;
 pub mod auth;
 pub mod cli;
