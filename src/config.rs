@@ -854,6 +854,13 @@ pub struct StoreConfig {
     /// them all. Past the limit the views are dropped and read again. 0: every batch reads
     /// them.
     pub usage_views_streams_max: usize,
+    /// Idempotency keys of usage events this process remembers as booked, with their
+    /// content hash (two generations; the older is forgotten when the newer holds half).
+    /// A batch finds its re-sends among them and assumes the keys it does not find are new,
+    /// without reading them; the database's unique index checks the assumption, and an
+    /// attempt that assumed wrong is retried reading its keys. 0: every batch reads its
+    /// keys.
+    pub usage_recent_keys_max: usize,
     /// Streams `settle verify` reads and folds at a time. Each page's fold goes into
     /// temporary copies of the projection tables inside verify's snapshot, where SQL
     /// compares them with the tables: its memory is one page, whatever the ledger's size.
@@ -871,6 +878,7 @@ impl Default for StoreConfig {
             sqlite_checkpoint_interval_ms: 250,
             projector_dirty_streams_max: 10_000,
             usage_views_streams_max: 10_000,
+            usage_recent_keys_max: 100_000,
             verify_streams_per_page: 1_000,
         }
     }

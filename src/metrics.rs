@@ -230,6 +230,28 @@ pub fn record_usage_step(step: &'static str, started: std::time::Instant) {
     );
 }
 
+/// Counts the usage events of an attempt whose idempotency key was taken for new without a
+/// read (`store::usage::RecentKeys`).
+pub fn record_keys_assumed(events: usize) {
+    global().count(
+        "settle_usage_keys_assumed_total",
+        "Usage events whose idempotency key a booking took for new without reading it (the unique index checks it).",
+        &[],
+        i64::try_from(events).unwrap_or(i64::MAX),
+    );
+}
+
+/// Counts one booking attempt that took a booked idempotency key for new (retried reading
+/// its keys).
+pub fn record_key_assumption_failed() {
+    global().count(
+        "settle_usage_key_assumptions_failed_total",
+        "Usage booking attempts that took a booked idempotency key for new and were retried reading their keys.",
+        &[],
+        1,
+    );
+}
+
 /// Counts one wait of a usage booker for the projector (`Store::wait_for_projector`), and
 /// its time.
 pub fn record_projection_wait(waited: std::time::Duration) {

@@ -665,8 +665,12 @@ async fn book_through_file(args: &Args, w: &Workload, db: &Db) -> Sent {
 async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json::Value {
     // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES,
     // SETTLE_BENCH_SQLITE_CHECKPOINT_MS; the projector's pause between passes:
-    // SETTLE_BENCH_PROJECTOR_INTERVAL_MS (`workers.projector_interval_ms`, 50).
-    let mut options = StoreOptions::default();
+    // SETTLE_BENCH_PROJECTOR_INTERVAL_MS (`workers.projector_interval_ms`, 50). The store's
+    // other settings as `settle` reads them (`SETTLE_STORE__…`, which the `file` phase's
+    // `settle ingest` inherits), e.g. SETTLE_STORE__USAGE_RECENT_KEYS_MAX=0.
+    let mut options: StoreOptions = settle::config::Config::load(None, std::env::vars())
+        .expect("SETTLE_* configuration")
+        .store;
     let projector_interval = Duration::from_millis(
         std::env::var("SETTLE_BENCH_PROJECTOR_INTERVAL_MS").map_or(50, |v| {
             v.parse().expect("SETTLE_BENCH_PROJECTOR_INTERVAL_MS")

@@ -11,6 +11,7 @@
 //! crashes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::{Actor, Ledger, LedgerError, content_hash};
@@ -25,7 +26,8 @@ use crate::domain::usage::{self, RecordUsage, UsageState};
 use crate::metrics::record_usage_step;
 use crate::store::Head;
 use crate::store::usage::{
-    self as store_usage, GpuFacts, GpuOwner, OverlapProbe, PricingContext, StreamView, TakenViews,
+    self as store_usage, GpuFacts, GpuOwner, KeyHashes, OverlapProbe, PricingContext, StreamKey,
+    StreamView, TakenViews,
 };
 use crate::store::{NewEvent, Store, WriteTx};
 
@@ -355,12 +357,18 @@ impl Ledger {
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
         let band = self.config.rate_band();
         let store = &self.store;
-        let (results, (rebuilt, views)) =
+        // Only a first attempt may take the keys it does not know for new: a retry reads
+        // them (the failure may have been that assumption).
+        let first = AtomicBool::new(true);
+        let (results, ((rebuilt, views), keys)) =
             crate::ledger::write_stream!(self, usage_streams(&names), |tx| {
-                book_groups(tx, store, groups, &band, actors, now_ms).await
+                let assume = first.swap(false, Ordering::Relaxed);
+                book_groups(tx, store, groups, &band, actors, now_ms, assume).await
             })?;
-        // Committed: the next batch may decide on these views while the heads stay.
+        // Committed: the next batch may decide on these views while the heads stay, and on
+        // these keys for good.
         store.keep_usage_views(rebuilt, views);
+        store.recent_keys.remember(keys);
         Ok(results)
     }
 }
@@ -368,6 +376,9 @@ impl Ledger {
 /// The views a batch read or kept, each with the head of its stream after the batch, and
 /// the rebuild marker they were read under (`Store::keep_usage_views`).
 type BatchViews = (Option<String>, Vec<(String, Head, StreamView)>);
+
+/// The keys a batch found booked or booked, with their content hash, by `(stream, key)`.
+type BatchKeys = Vec<(StreamKey, Option<Vec<u8>>)>;
 
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
 /// holds the write locks of all their streams and commits only at the heads it began on
@@ -387,14 +398,17 @@ async fn book_groups(
     band: &RateBand,
     actors: &[&Actor],
     now_ms: i64,
-) -> Result<(Vec<(usize, UsageResult)>, BatchViews), LedgerError> {
+    assume_keys: bool,
+) -> Result<(Vec<(usize, UsageResult)>, (BatchViews, BatchKeys)), LedgerError> {
     let all: Vec<&Parsed> = groups.iter().flat_map(|(_, events)| events).collect();
     let started = Instant::now();
-    let mut state = BatchState::read(tx, store, &all).await?;
+    let mut state = BatchState::read(tx, store, &all, assume_keys).await?;
+    let mut keys: BatchKeys = state.booked.clone().into_iter().collect();
+    // Events whose key was taken for new without a read, by their answer's position.
+    let mut unconfirmed: Vec<(usize, &Parsed)> = Vec::new();
     record_usage_step("read", started);
     let started = Instant::now();
     let mut out = Vec::with_capacity(all.len());
-    let no_context = PricingContext::default();
     // The intervals this batch books, per GPU.
     let mut intervals: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     for (provider_id, events) in groups {
@@ -412,6 +426,10 @@ async fn book_groups(
                 out.push((e.index, resent(e, stored.as_deref())));
                 continue;
             }
+            if state.keys_assumed {
+                // Taken for new unread: if rejected, its key is read after all (below).
+                unconfirmed.push((out.len(), e));
+            }
             if let Some(error) = &e.window_error {
                 let result = UsageResult::rejected(Some(e.event_id.clone()), error.clone());
                 out.push((e.index, result));
@@ -425,19 +443,7 @@ async fn book_groups(
                     .find(|(s, t)| *s < e.ended_at_ms && *t > e.started_at_ms)
                     .copied()
             });
-            let context = state.views.context(&stream).unwrap_or(&no_context);
-            let given = UsageState {
-                gpu: state
-                    .gpus
-                    .get(&e.gpu_id)
-                    .map(|g| (g.provider_id.as_str(), g.model.as_str())),
-                overlap,
-                tiers: &context.tiers,
-                prices: &context.prices,
-                fees: &state.fees,
-                band,
-            };
-            let recorded = match usage::decide(&given, &e.command()) {
+            let recorded = match state.decide(e, &stream, overlap, band) {
                 Ok(recorded) => recorded,
                 Err(error) => {
                     out.push((
@@ -454,6 +460,7 @@ async fn book_groups(
                 idem_key: Some(key.clone()),
                 content_hash: Some(e.hash.clone()),
             });
+            keys.push(((stream.clone(), key.clone()), Some(e.hash.clone())));
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
             state.views.booked(&stream, &e.gpu_id, e.ended_at_ms);
             in_batch.insert(key.clone(), e.hash.clone());
@@ -468,8 +475,38 @@ async fn book_groups(
             tx.head_not_relied_on(&stream);
         }
     }
+    keys.extend(confirm_rejected(tx, &mut out, unconfirmed).await?);
     record_usage_step("decide", started);
-    Ok((out, state.views.at_heads(tx)))
+    Ok((out, (state.views.at_heads(tx), keys)))
+}
+
+/// Of the events whose key a batch took for new without a read (`unconfirmed`, by the
+/// position of their answer in `out`), the rejected ones may be re-sends of booked events (a
+/// re-send overlaps itself): their keys are read, and a booked one is answered as the re-send
+/// it is. (An appended one is checked by the unique index.) Returns the keys found booked.
+async fn confirm_rejected(
+    tx: &mut WriteTx,
+    out: &mut [(usize, UsageResult)],
+    mut unconfirmed: Vec<(usize, &Parsed)>,
+) -> Result<KeyHashes, LedgerError> {
+    unconfirmed.retain(|(at, _)| matches!(out[*at].1, UsageResult::Rejected { .. }));
+    if unconfirmed.is_empty() {
+        return Ok(KeyHashes::new());
+    }
+    let pairs: Vec<(String, String)> = unconfirmed
+        .iter()
+        .map(|(_, e)| (e.key.clone(), e.stream.clone()))
+        .collect();
+    let found = crate::store::keys::booked_keys(tx.conn(), &pairs).await?;
+    if !found.is_empty() {
+        tx.assumption_failed();
+    }
+    for (at, e) in unconfirmed {
+        if let Some(stored) = found.get(&(e.stream.clone(), e.key.clone())) {
+            out[at].1 = resent(e, stored.as_deref());
+        }
+    }
+    Ok(found)
 }
 
 /// The answer to an event whose key is booked already (with content hash `stored`): a
@@ -504,9 +541,37 @@ struct BatchState {
     /// context; kept for the next batch once this one committed.
     views: TakenViews,
     fees: FeeBook,
+    /// The keys not in `booked` were taken for new without a read
+    /// (`WriteTx::assume_keys_new`).
+    keys_assumed: bool,
 }
 
 impl BatchState {
+    /// Decides new event `e` of `stream` on what the batch read; `overlap`: the booked or
+    /// batch usage of its GPU it overlaps.
+    fn decide(
+        &self,
+        e: &Parsed,
+        stream: &str,
+        overlap: Option<(i64, i64)>,
+        band: &RateBand,
+    ) -> Result<UsageRecorded, DomainError> {
+        let no_context = PricingContext::default();
+        let context = self.views.context(stream).unwrap_or(&no_context);
+        let given = UsageState {
+            gpu: self
+                .gpus
+                .get(&e.gpu_id)
+                .map(|g| (g.provider_id.as_str(), g.model.as_str())),
+            overlap,
+            tiers: &context.tiers,
+            prices: &context.prices,
+            fees: &self.fees,
+            band,
+        };
+        usage::decide(&given, &e.command())
+    }
+
     /// The content hash `e`'s key was booked with, on the ledger or earlier in this batch
     /// (`in_batch`, this stream's keys booked so far); `None` when it is new.
     fn booked_before(
@@ -520,18 +585,33 @@ impl BatchState {
             .or_else(|| in_batch.get(&e.key).cloned().map(Some))
     }
 
+    /// Reads what the batch's decisions need. The keys the process knows booked
+    /// (`RecentKeys`) are not read; with `assume_keys`, the others are taken for new
+    /// without a read, as the database's unique index will check (`WriteTx::assume_keys_new`).
     async fn read(
         tx: &mut WriteTx,
         store: &Store,
         all: &[&Parsed],
+        assume_keys: bool,
     ) -> Result<BatchState, LedgerError> {
         // Idempotency: a key is scoped to its provider's stream (SPEC §4): the same
         // event_id under two providers is two events.
-        let keys: Vec<(String, String)> = all
+        let keys: Vec<StreamKey> = all
             .iter()
-            .map(|e| (e.key.clone(), e.stream.clone()))
+            .map(|e| (e.stream.clone(), e.key.clone()))
             .collect();
-        let booked = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
+        let recent = &store.recent_keys;
+        let (mut booked, unknown) = recent.known(&keys);
+        let mut keys_assumed = false;
+        if !unknown.is_empty() {
+            if assume_keys && recent.may_assume() {
+                tx.assume_keys_new(recent.clone());
+                crate::metrics::record_keys_assumed(unknown.len());
+                keys_assumed = true;
+            } else {
+                booked.extend(crate::store::keys::booked_keys(tx.conn(), &unknown).await?);
+            }
+        }
         let (mut views, gpus) = read_views(tx, store, all).await?;
         // New events on their provider's own GPUs: the ones that may be booked.
         let candidates: Vec<&Parsed> = all
@@ -590,6 +670,7 @@ impl BatchState {
             overlaps,
             views,
             fees,
+            keys_assumed,
         })
     }
 }

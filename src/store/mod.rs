@@ -212,6 +212,13 @@ fn classify(e: sqlx::Error) -> StoreError {
     StoreError::Database(e)
 }
 
+/// Whether `e` is the unique index on `events (idem_key, stream)` refusing a key booked
+/// already (PostgreSQL names the index, SQLite the columns).
+fn is_key_taken(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if db.kind() == sqlx::error::ErrorKind::UniqueViolation && db.message().contains("idem_key"))
+}
+
 fn is_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => {
@@ -339,6 +346,8 @@ pub struct Store {
     /// What usage booking read of each provider's stream, kept for the next batch at the
     /// same head (`usage::StreamViews`).
     usage_views: Arc<std::sync::Mutex<usage::StreamViews>>,
+    /// The usage keys this process booked or found booked lately (`usage::RecentKeys`).
+    pub(crate) recent_keys: Arc<usage::RecentKeys>,
 }
 
 /// An event to append: its body, who caused it, when it was booked, and its idempotency key
@@ -489,6 +498,7 @@ impl Store {
             usage_views: Arc::new(std::sync::Mutex::new(usage::StreamViews::new(
                 options.usage_views_streams_max,
             ))),
+            recent_keys: Arc::new(usage::RecentKeys::new(options.usage_recent_keys_max)),
         })
     }
 
@@ -610,6 +620,7 @@ impl Store {
             defer_aggregates: defer,
             unverified: None,
             dirty: self.dirty.clone(),
+            assumed: None,
         })
     }
 
@@ -730,6 +741,7 @@ impl Store {
             defer_aggregates: true,
             unverified,
             dirty: self.dirty.clone(),
+            assumed: None,
         }
     }
 
@@ -1148,6 +1160,9 @@ pub struct WriteTx {
     /// their heads ([`WriteTx::head_not_relied_on`]).
     unverified: Option<BTreeMap<String, i64>>,
     dirty: Arc<std::sync::Mutex<fold::Dirty>>,
+    /// Set when the booking took idempotency keys it did not read for new
+    /// ([`WriteTx::assume_keys_new`]): told whether the assumption held.
+    assumed: Option<Arc<usage::RecentKeys>>,
 }
 
 impl WriteTx {
@@ -1228,6 +1243,22 @@ impl WriteTx {
         self.head.recorded_at_ms
     }
 
+    /// Notes that this booking took the idempotency keys of its appends for new without
+    /// reading them (`usage::RecentKeys`): the unique index on `events (idem_key, stream)`
+    /// checks it at the append, which fails the attempt as a conflict when a key was
+    /// booked, and `recent` is told whether the assumption held.
+    pub fn assume_keys_new(&mut self, recent: Arc<usage::RecentKeys>) {
+        self.assumed = Some(recent);
+    }
+
+    /// The booking found that a key it took for new was booked, and answers it as such
+    /// (`usage::RecentKeys::assumption_failed`).
+    pub fn assumption_failed(&mut self) {
+        if let Some(recent) = self.assumed.take() {
+            recent.assumption_failed();
+        }
+    }
+
     /// Events appended in this transaction so far.
     pub fn pending(&self) -> &[StoredEvent] {
         &self.pending
@@ -1288,7 +1319,14 @@ impl WriteTx {
         if !self.pending.is_empty() {
             append::insert_events(&mut self.tx, &self.pending)
                 .await
-                .map_err(classify)?;
+                .map_err(|e| {
+                    if let Some(recent) = &self.assumed
+                        && is_key_taken(&e)
+                    {
+                        recent.assumption_failed();
+                    }
+                    classify(e)
+                })?;
         }
         project::apply_ops(&mut self.tx, &self.ops)
             .await
@@ -1305,6 +1343,9 @@ impl WriteTx {
         let started = Instant::now();
         self.tx.commit().await.map_err(classify)?;
         record_write_step("commit", started);
+        if let Some(recent) = self.assumed.take() {
+            recent.assumption_held();
+        }
         if self.defer_aggregates && !appended.is_empty() {
             self.dirty
                 .lock()

@@ -296,6 +296,122 @@ impl TakenViews {
     }
 }
 
+/// A stream and an idempotency key on it.
+pub type StreamKey = (String, String);
+
+/// Booked idempotency keys with their content hash (`None`: booked without one).
+pub type KeyHashes = HashMap<StreamKey, Option<Vec<u8>>>;
+
+/// The idempotency keys of usage events this process booked or found booked lately, by
+/// `(stream, key)`, with their content hash; and whether a batch may assume that a key it
+/// does not find here is new (issue 13, "checks in memory where they are safe").
+///
+/// What it holds is a fact for good: an event is never removed or changed, so a key once
+/// booked stays booked with the same content, whoever booked it and whatever the heads. The
+/// other direction is the assumption, and the database checks it: the unique index on
+/// `events (idem_key, stream)` refuses the append of a key booked already, the attempt
+/// fails as a conflict and its retry reads every key it does not find here
+/// (`WriteTx::assume_keys_new`). Re-sends are mostly of what was just sent, so a batch
+/// usually finds its duplicates here and reads no key. After a failed assumption (a client
+/// re-sending an old file) the batches read their keys again for a while, twice as long
+/// after each failure in a row (up to [`ASSUME_BACKOFF_MAX`] batches).
+///
+/// Bounded: at most `max` keys, in two generations; when the newer one holds `max / 2`
+/// the older one is forgotten. 0: nothing is kept and every batch reads its keys.
+#[derive(Debug)]
+pub struct RecentKeys {
+    max: usize,
+    generations: std::sync::Mutex<[KeyHashes; 2]>,
+    /// Batches still to read their keys after a failed assumption.
+    backoff: std::sync::atomic::AtomicU32,
+    /// Failed assumptions in a row.
+    failures: std::sync::atomic::AtomicU32,
+    /// Failed assumptions in all.
+    failed_total: std::sync::atomic::AtomicU64,
+}
+
+/// The most batches that read their keys after failed assumptions in a row.
+pub const ASSUME_BACKOFF_MAX: u32 = 1024;
+
+impl RecentKeys {
+    pub fn new(max: usize) -> RecentKeys {
+        RecentKeys {
+            max,
+            generations: std::sync::Mutex::new([HashMap::new(), HashMap::new()]),
+            backoff: std::sync::atomic::AtomicU32::new(0),
+            failures: std::sync::atomic::AtomicU32::new(0),
+            failed_total: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a batch may assume the keys it does not find here are new; counts the
+    /// batch against the backoff when not.
+    pub fn may_assume(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.max > 0
+            && self
+                .backoff
+                .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(1))
+                .is_err()
+    }
+
+    /// Of `keys` (`(stream, key)`), the ones known booked, with their content hash; and
+    /// the others, as `(key, stream)` for [`super::keys::booked_keys`].
+    pub fn known(&self, keys: &[StreamKey]) -> (KeyHashes, Vec<(String, String)>) {
+        let generations = self.generations.lock().expect("recent keys lock");
+        let mut known = HashMap::new();
+        let mut unknown = Vec::new();
+        for k in keys {
+            match generations.iter().find_map(|g| g.get(k)) {
+                Some(hash) => {
+                    known.insert(k.clone(), hash.clone());
+                }
+                None => unknown.push((k.1.clone(), k.0.clone())),
+            }
+        }
+        (known, unknown)
+    }
+
+    /// Notes keys booked (by a transaction that committed) with their content hash.
+    pub fn remember(&self, keys: impl IntoIterator<Item = (StreamKey, Option<Vec<u8>>)>) {
+        if self.max == 0 {
+            return;
+        }
+        let mut generations = self.generations.lock().expect("recent keys lock");
+        for (k, hash) in keys {
+            if generations[0].len() >= self.max / 2 {
+                let newer = std::mem::take(&mut generations[0]);
+                generations[1] = newer;
+            }
+            generations[0].insert(k, hash);
+        }
+    }
+
+    /// A batch's assumption held: its transaction committed.
+    pub fn assumption_held(&self) {
+        self.failures.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A batch's assumption failed: a key it took for new was booked. The next batches read
+    /// their keys, twice as many as after the previous failure in a row.
+    pub fn assumption_failed(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let failures = self.failures.fetch_add(1, Relaxed).saturating_add(1);
+        let batches = 1u32
+            .checked_shl(failures.min(10))
+            .unwrap_or(ASSUME_BACKOFF_MAX)
+            .min(ASSUME_BACKOFF_MAX);
+        self.backoff.store(batches, Relaxed);
+        self.failed_total.fetch_add(1, Relaxed);
+        crate::metrics::record_key_assumption_failed();
+    }
+
+    /// Failed assumptions since the process started.
+    pub fn failed_total(&self) -> u64 {
+        self.failed_total.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The rebuild marker `settle rebuild` leaves when it swaps the projection tables.
 pub(crate) const REBUILT_SETTING: &str = "projections_rebuilt";
 
@@ -362,6 +478,12 @@ impl Store {
 }
 
 impl Store {
+    /// Usage booking attempts of this process that took a booked key for new and were
+    /// retried (`RecentKeys`; the metric `settle_usage_key_assumptions_failed_total`).
+    pub fn usage_key_assumptions_failed(&self) -> u64 {
+        self.recent_keys.failed_total()
+    }
+
     /// Claims the heads this process kept with its views of `streams` (`keep_usage_views`),
     /// by stream; `None`, claiming nothing, unless it kept an unclaimed view of every one.
     /// Not checked against the ledger: see [`Store::begin_usage`].
@@ -429,6 +551,62 @@ pub async fn gpu_facts(
 mod tests {
     use super::*;
     use crate::store::StoreOptions;
+
+    fn key(n: usize) -> StreamKey {
+        ("provider:p".to_owned(), format!("usage:e{n}"))
+    }
+
+    /// Recent keys are facts for good, held in two generations: at most `max` of them, the
+    /// older half forgotten when the newer one is full; 0 keeps none.
+    #[test]
+    fn recent_keys_are_bounded_and_answer_with_their_content_hash() {
+        let recent = RecentKeys::new(4);
+        recent.remember((0..3).map(|n| (key(n), Some(vec![n as u8]))));
+        let (known, unknown) = recent.known(&[key(0), key(2), key(9)]);
+        assert_eq!(
+            known,
+            HashMap::from([(key(0), Some(vec![0])), (key(2), Some(vec![2]))])
+        );
+        assert_eq!(unknown, vec![(key(9).1, key(9).0)], "as (key, stream)");
+        // e0, e1 went to the older generation when e2 came; e3 fills the newer one, and e4
+        // forgets the older.
+        recent.remember((3..5).map(|n| (key(n), None)));
+        let (known, _) = recent.known(&(0..5).map(key).collect::<Vec<_>>());
+        let mut kept: Vec<&str> = known.keys().map(|k| k.1.as_str()).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["usage:e2", "usage:e3", "usage:e4"]);
+        let none = RecentKeys::new(0);
+        none.remember([(key(0), None)]);
+        assert_eq!(none.known(&[key(0)]).1.len(), 1, "0 keeps nothing");
+        assert!(!none.may_assume(), "0: every batch reads its keys");
+    }
+
+    /// After a failed assumption the next batches read their keys: 2 after one failure, 4
+    /// after two in a row, up to `ASSUME_BACKOFF_MAX`; an assumption that holds ends the run.
+    #[test]
+    fn failed_assumptions_back_off_twice_as_long_each_time_in_a_row() {
+        let recent = RecentKeys::new(10);
+        let reads_before_assuming = |recent: &RecentKeys| {
+            let mut reads = 0;
+            while !recent.may_assume() {
+                reads += 1;
+            }
+            reads
+        };
+        assert!(recent.may_assume());
+        recent.assumption_failed();
+        assert_eq!(reads_before_assuming(&recent), 2);
+        recent.assumption_failed();
+        assert_eq!(reads_before_assuming(&recent), 4);
+        recent.assumption_held();
+        recent.assumption_failed();
+        assert_eq!(reads_before_assuming(&recent), 2, "the run ended");
+        for _ in 0..40 {
+            recent.assumption_failed();
+        }
+        assert_eq!(reads_before_assuming(&recent), ASSUME_BACKOFF_MAX as usize);
+        assert_eq!(recent.failed_total(), 43);
+    }
 
     /// A batch that begins on kept heads claims them (`Store::begin_usage`): a concurrent
     /// batch on any of the same streams finds one claimed and locks instead, until the

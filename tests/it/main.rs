@@ -46,4 +46,5 @@ mod solana_trust;
 mod sqlite_wal;
 mod tamper;
 mod usage_groups;
+mod usage_keys;
 mod usage_views;
