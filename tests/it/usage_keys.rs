@@ -6,24 +6,13 @@
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
 use crate::common::TestDb;
-use crate::ingest::{
-    NOW, assert_verified, booked_usage_ids, outcomes, payable, price, provider, usage,
-};
+use crate::ingest::{NOW, assert_verified, booked_usage_ids, payable, price, provider, usage};
+use crate::usage_views::send;
 
-use settle::ledger::ingest::{SenderScope, UsageInput};
-use settle::ledger::{Actor, Ledger};
+use settle::ledger::ingest::UsageInput;
 
 const FEE_BPS: i64 = 2000;
 const HOUR: i64 = 3_600_000;
-
-/// Sends `inputs` as one metering batch: the outcome of each.
-async fn send(ledger: &Ledger, inputs: &[UsageInput]) -> Vec<String> {
-    let results = ledger
-        .ingest_usage(inputs, &SenderScope::Metering, &Actor::operator("test"))
-        .await
-        .expect("ingest");
-    outcomes(&results)
-}
 
 /// Hour `n` of 2026-11-22 on `provider`'s first GPU, as event `id`.
 fn hour(id: &str, provider: &str, n: u32) -> UsageInput {

@@ -23,7 +23,7 @@ async fn book(ledger: &Ledger, id: &str, provider: &str, started: &str, ended: &
 }
 
 /// Sends `inputs` as one metering batch: the outcome of each (`outcomes`).
-async fn send(ledger: &Ledger, inputs: &[UsageInput]) -> Vec<String> {
+pub(crate) async fn send(ledger: &Ledger, inputs: &[UsageInput]) -> Vec<String> {
     let results = ledger
         .ingest_usage(inputs, &SenderScope::Metering, &Actor::operator("test"))
         .await
