@@ -600,7 +600,8 @@ async fn import(
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let format = cli.format;
-    let control = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?.control;
+    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
+    let control = config.control;
     let reader: Box<dyn BufRead> = if file == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
@@ -612,6 +613,7 @@ async fn import(
     let mut importer = Importer::new(ledger, &control, &actor);
     let progress = progress_bar(file);
     let mut printer = ImportPrinter::new(format);
+    let projector = ImportProjector::spawn(ledger, config.workers.projector_interval_ms);
     for (n, line) in reader.lines().enumerate() {
         let number = n + 1;
         let parsed = match line {
@@ -631,6 +633,7 @@ async fn import(
             p.set_position(number as u64);
         }
     }
+    projector.stop().await;
     let rest = importer.finish().await?;
     if let Some(p) = progress {
         p.finish_and_clear();
@@ -638,6 +641,43 @@ async fn import(
     printer.print(&rest, out)?;
     let totals = printer.finish(out)?;
     Ok(if totals.rejected == 0 { 0 } else { 2 })
+}
+
+/// Folds the aggregates of what an import books behind it while it runs, every
+/// `workers.projector_interval_ms`, as `settle serve`'s projector does (`Store::fold_dirty`:
+/// the streams this process booked on), instead of all of them after its last line: the
+/// folding overlaps the booking. `Importer::finish` folds what is left. A failed pass is
+/// only logged: the fold is transactional, and the final one reports its error.
+struct ImportProjector {
+    stop: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ImportProjector {
+    fn spawn(ledger: &Ledger, interval_ms: u64) -> ImportProjector {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let (store, stopped) = (ledger.store.clone(), stop.clone());
+        let interval = std::time::Duration::from_millis(interval_ms.max(1));
+        let task = tokio::spawn(async move {
+            loop {
+                if let Err(e) = store.fold_dirty().await {
+                    tracing::warn!(error = %e, "import: folding behind the bookings failed; retried");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = stopped.notified() => break,
+                }
+            }
+        });
+        ImportProjector { stop, task }
+    }
+
+    /// Stops it after its current pass.
+    async fn stop(self) {
+        // A permit is kept when the task is not waiting yet: it stops at its next wait.
+        self.stop.notify_one();
+        let _ = self.task.await;
+    }
 }
 
 /// Prints the result of every line of an import as it is decided, then the totals: the

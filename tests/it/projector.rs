@@ -709,3 +709,64 @@ async fn verify_reads_a_page_of_streams_at_a_time_and_finds_a_difference_on_any_
         0
     );
 }
+
+/// `settle ingest` folds what it books behind itself while it runs, as `settle serve`'s
+/// projector does (`cli::ImportProjector`), not only after its last line: with the file read
+/// from a pipe still open, the events of its first batch are booked and folded (every
+/// provider checkpoint at its head) before the rest is written. Then the whole import ends
+/// folded, and `verify` is clean.
+#[tokio::test]
+async fn an_import_folds_its_bookings_while_it_runs() {
+    use std::io::Write as _;
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at(NOW).await;
+    register_fault_providers(&ledger, 2).await;
+    let store = ledger.store.clone();
+    let heads_before = scalar(&store, PROVIDER_HEADS).await;
+    let lines: Vec<String> = metering_mix(2, 0, 10)
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    let mut child = std::process::Command::new(common::settle_bin())
+        .arg("--database")
+        .arg(&db.url)
+        .args(["--now", NOW, "ingest", "-"])
+        .env("SETTLE_LEDGER__BATCH_EVENTS_MAX", "10")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", lines[..10].join("\n")).unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let heads = scalar(&store, PROVIDER_HEADS).await;
+        if heads > heads_before && scalar(&store, PROVIDER_CHECKPOINTS).await == heads {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first batch was not booked and folded while the import ran \
+             (heads {heads_before} → {heads})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the import still runs");
+    writeln!(stdin, "{}", lines[10..].join("\n")).unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        scalar(
+            &store,
+            "SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'"
+        )
+        .await,
+        20
+    );
+    assert_eq!(
+        scalar(&store, PROVIDER_CHECKPOINTS).await,
+        scalar(&store, PROVIDER_HEADS).await
+    );
+    verify_clean(&store).await;
+}
