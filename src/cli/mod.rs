@@ -644,38 +644,38 @@ async fn import(
 }
 
 /// Folds the aggregates of what an import books behind it while it runs, every
-/// `workers.projector_interval_ms`, as `settle serve`'s projector does (`Store::fold_dirty`:
-/// the streams this process booked on), instead of all of them after its last line: the
-/// folding overlaps the booking. `Importer::finish` folds what is left. A failed pass is
-/// only logged: the fold is transactional, and the final one reports its error.
+/// `workers.projector_interval_ms`, with the passes of `settle serve`'s projector
+/// (`serve::projector_pass` without sweeps: the streams this process booked on), instead of
+/// all of them after its last line: the folding overlaps the booking. `Importer::finish`
+/// folds what is left. A failed pass is only logged: the fold is transactional, and the
+/// final one reports its error.
 struct ImportProjector {
-    stop: Arc<tokio::sync::Notify>,
+    /// Dropped to stop it.
+    stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl ImportProjector {
     fn spawn(ledger: &Ledger, interval_ms: u64) -> ImportProjector {
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let (store, stopped) = (ledger.store.clone(), stop.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let ledger = ledger.clone();
         let interval = std::time::Duration::from_millis(interval_ms.max(1));
-        let task = tokio::spawn(async move {
-            loop {
-                if let Err(e) = store.fold_dirty().await {
-                    tracing::warn!(error = %e, "import: folding behind the bookings failed; retried");
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(interval) => {}
-                    () = stopped.notified() => break,
-                }
-            }
-        });
+        let task = tokio::spawn(serve::every(
+            interval,
+            async move {
+                let _ = stopped.await;
+            },
+            move || {
+                let ledger = ledger.clone();
+                async move { serve::projector_pass(&ledger, false).await }
+            },
+        ));
         ImportProjector { stop, task }
     }
 
     /// Stops it after its current pass.
     async fn stop(self) {
-        // A permit is kept when the task is not waiting yet: it stops at its next wait.
-        self.stop.notify_one();
+        drop(self.stop);
         let _ = self.task.await;
     }
 }

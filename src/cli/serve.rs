@@ -109,8 +109,11 @@ async fn metrics_routes(
 /// Runs `pass` now and then every `interval` until `stop` resolves; a pass in progress
 /// finishes first (each of its steps is its own transaction, so stopping between passes
 /// loses nothing).
-async fn every<F, Fut>(interval: Duration, stop: impl std::future::Future<Output = ()>, mut pass: F)
-where
+pub(super) async fn every<F, Fut>(
+    interval: Duration,
+    stop: impl std::future::Future<Output = ()>,
+    mut pass: F,
+) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
@@ -126,7 +129,7 @@ where
 
 /// One pass of the projector: folds what this process booked; on a sweep, every stream
 /// that is behind (events another process booked).
-async fn projector_pass(ledger: &Ledger, sweep: bool) {
+pub(super) async fn projector_pass(ledger: &Ledger, sweep: bool) {
     let folded = if sweep {
         ledger.store.catch_up_all().await
     } else {

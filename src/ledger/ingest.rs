@@ -609,7 +609,11 @@ impl BatchState {
                 crate::metrics::record_keys_assumed(unknown.len());
                 keys_assumed = true;
             } else {
-                booked.extend(crate::store::keys::booked_keys(tx.conn(), &unknown).await?);
+                let unread: Vec<(String, String)> = unknown
+                    .iter()
+                    .map(|&at| (keys[at].1.clone(), keys[at].0.clone()))
+                    .collect();
+                booked.extend(crate::store::keys::booked_keys(tx.conn(), &unread).await?);
             }
         }
         let (mut views, gpus) = read_views(tx, store, all).await?;

@@ -355,18 +355,18 @@ impl RecentKeys {
                 .is_err()
     }
 
-    /// Of `keys` (`(stream, key)`), the ones known booked, with their content hash; and
-    /// the others, as `(key, stream)` for [`super::keys::booked_keys`].
-    pub fn known(&self, keys: &[StreamKey]) -> (KeyHashes, Vec<(String, String)>) {
+    /// Of `keys` (`(stream, key)`), the ones known booked, with their content hash; and the
+    /// positions in `keys` of the others (copied only by a caller that reads them).
+    pub fn known(&self, keys: &[StreamKey]) -> (KeyHashes, Vec<usize>) {
         let generations = self.generations.lock().expect("recent keys lock");
         let mut known = HashMap::new();
         let mut unknown = Vec::new();
-        for k in keys {
+        for (at, k) in keys.iter().enumerate() {
             match generations.iter().find_map(|g| g.get(k)) {
                 Some(hash) => {
                     known.insert(k.clone(), hash.clone());
                 }
-                None => unknown.push((k.1.clone(), k.0.clone())),
+                None => unknown.push(at),
             }
         }
         (known, unknown)
@@ -567,7 +567,7 @@ mod tests {
             known,
             HashMap::from([(key(0), Some(vec![0])), (key(2), Some(vec![2]))])
         );
-        assert_eq!(unknown, vec![(key(9).1, key(9).0)], "as (key, stream)");
+        assert_eq!(unknown, vec![2], "key(9), by its position");
         // e0, e1 went to the older generation when e2 came; e3 fills the newer one, and e4
         // forgets the older.
         recent.remember((3..5).map(|n| (key(n), None)));
