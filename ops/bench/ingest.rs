@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use settle::config::LedgerConfig;
 use settle::domain::event::{PayoutMethod, Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
 use settle::domain::money::{Rate, format_micro_usdc};
@@ -35,7 +34,7 @@ use settle::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
 use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
 use settle::ledger::{Actor, Ledger, ManualClock};
-use settle::store::{Store, StoreOptions};
+use settle::store::Store;
 use sqlx::Row;
 
 const START: &str = "2026-11-20T06:00:00Z";
@@ -666,11 +665,14 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
     // SQLite tuning under test: SETTLE_BENCH_SQLITE_CACHE_KIB, SETTLE_BENCH_SQLITE_WAL_PAGES,
     // SETTLE_BENCH_SQLITE_CHECKPOINT_MS; the projector's pause between passes:
     // SETTLE_BENCH_PROJECTOR_INTERVAL_MS (`workers.projector_interval_ms`, 50). The store's
-    // other settings as `settle` reads them (`SETTLE_STORE__…`, which the `file` phase's
-    // `settle ingest` inherits), e.g. SETTLE_STORE__USAGE_RECENT_KEYS_MAX=0.
-    let mut options: StoreOptions = settle::config::Config::load(None, std::env::vars())
-        .expect("SETTLE_* configuration")
-        .store;
+    // and ledger settings as `settle` reads them (`SETTLE_STORE__…`, `SETTLE_LEDGER__…`, which
+    // the `file` phase's `settle ingest` inherits), e.g. SETTLE_STORE__USAGE_RECENT_KEYS_MAX=0
+    // or SETTLE_LEDGER__INGEST_STREAMS_PER_TX_MAX=100.
+    let settle::config::Config {
+        store: mut options,
+        ledger: ledger_config,
+        ..
+    } = settle::config::Config::load(None, std::env::vars()).expect("SETTLE_* configuration");
     let projector_interval = Duration::from_millis(
         std::env::var("SETTLE_BENCH_PROJECTOR_INTERVAL_MS").map_or(50, |v| {
             v.parse().expect("SETTLE_BENCH_PROJECTOR_INTERVAL_MS")
@@ -689,7 +691,7 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
     let store = Store::open(&db.url, &options).await.expect("open store");
     store.migrate().await.expect("migrate");
     let clock = Arc::new(ManualClock::new(w.start_ms - MS_PER_DAY));
-    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    let ledger = Ledger::new(store, clock.clone(), ledger_config);
     let admin = Actor::operator("bench");
 
     // Setup: providers, GPUs, price-book rates (not part of the measured rate).

@@ -1942,15 +1942,58 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
         "{stdout}"
     );
 
+    // Windows line ends are read as line ends; bytes that are not UTF-8 reject their line
+    // only, and the line numbers count every line read, blank or not.
+    let mixed = dir.path().join("mixed.ndjson");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(br#"{"event_id":"c6","provider_id":"prv_a","gpu_id":"prv_a-g0","started_at":"2026-11-23T11:00:00Z","ended_at":"2026-11-23T11:30:00Z"}"#);
+    bytes.extend_from_slice(b"\r\n{\"event_id\":\"c\xff\xfe\"}\r\n\r\n");
+    bytes.extend_from_slice(br#"{"event_id":"c7","provider_id":"prv_a","gpu_id":"prv_a-g0","started_at":"2026-11-23T11:30:00Z","ended_at":"2026-11-23T12:00:00Z"}"#);
+    std::fs::write(&mixed, bytes).unwrap();
+    let (code, stdout, stderr) = run_cli(
+        &db.url,
+        &[
+            "--now",
+            NOW,
+            "--format",
+            "json",
+            "ingest",
+            mixed.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let lines: Vec<(i64, &str, Option<&str>)> = report["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["line"].as_i64().unwrap(),
+                l["status"].as_str().unwrap(),
+                l["code"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (1, "accepted", None),
+            (2, "rejected", Some("unreadable_line")),
+            (4, "accepted", None),
+        ]
+    );
+
     let (ledger, _) = db.ledger_at(NOW).await;
     let mut booked = booked_usage_ids(&ledger).await;
     booked.sort();
-    assert_eq!(booked, ["c1", "c3", "c5"]);
+    assert_eq!(booked, ["c1", "c3", "c5", "c6", "c7"]);
     assert_eq!(
         payable(&ledger, "prv_a").await,
         price(2_490_000, 3_600_000, 2000).2
             + price(3_500_000, 1_800_000, 2000).2
-            + price(2_490_000, 1_800_000, 2000).2
+            + 3 * price(2_490_000, 1_800_000, 2000).2
     );
     assert_verified(&ledger).await;
 }
