@@ -42,6 +42,22 @@ pub(crate) async fn import_lines(ledger: &Ledger, lines: &[String]) -> Vec<Appli
     out
 }
 
+/// Each line's `(line, status, code)` in the JSON report of `settle ingest`/`import`.
+fn line_answers(report: &serde_json::Value) -> Vec<(i64, &str, Option<&str>)> {
+    report["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["line"].as_i64().unwrap(),
+                l["status"].as_str().unwrap(),
+                l["code"].as_str(),
+            )
+        })
+        .collect()
+}
+
 fn provider_line(provider: &str, tier: &str) -> String {
     format!(
         r#"{{"type":"provider.register","provider_id":"{provider}","name":"Provider {provider}","email":"ops@{provider}.test","tier":"{tier}","schedule":"weekly","payout_method":{{"kind":"solana","wallet":"{WALLET}"}}}}"#
@@ -1898,28 +1914,15 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
     assert_eq!(code, 2, "{stderr}");
     let report: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    let lines: Vec<(i64, String, Option<String>)> = report["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["line"].as_i64().unwrap(),
-                l["status"].as_str().unwrap().to_owned(),
-                l["code"].as_str().map(str::to_owned),
-            )
-        })
-        .collect();
-    let s = |t: &str| t.to_owned();
     assert_eq!(
-        lines,
+        line_answers(&report),
         [
-            (1, s("duplicate"), None),
-            (2, s("duplicate"), None),
-            (4, s("rejected"), Some(s("unknown_gpu"))),
-            (5, s("rejected"), Some(s("malformed_json"))),
-            (6, s("duplicate"), None),
-            (7, s("rejected"), Some(s("overlapping_usage"))),
+            (1, "duplicate", None),
+            (2, "duplicate", None),
+            (4, "rejected", Some("unknown_gpu")),
+            (5, "rejected", Some("malformed_json")),
+            (6, "duplicate", None),
+            (7, "rejected", Some("overlapping_usage")),
         ]
     );
     assert_eq!(
@@ -1964,20 +1967,8 @@ async fn cli_ingest_prints_per_line_results_and_totals() {
     assert_eq!(code, 2, "{stdout}{stderr}");
     let report: serde_json::Value =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    let lines: Vec<(i64, &str, Option<&str>)> = report["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["line"].as_i64().unwrap(),
-                l["status"].as_str().unwrap(),
-                l["code"].as_str(),
-            )
-        })
-        .collect();
     assert_eq!(
-        lines,
+        line_answers(&report),
         [
             (1, "accepted", None),
             (2, "rejected", Some("unreadable_line")),
