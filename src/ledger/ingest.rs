@@ -25,9 +25,9 @@ use crate::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use crate::domain::usage::{self, RecordUsage, UsageState};
 use crate::metrics::record_usage_step;
 use crate::store::Head;
+use crate::store::keys::{KeyHashes, StreamKey};
 use crate::store::usage::{
-    self as store_usage, GpuFacts, GpuOwner, KeyHashes, OverlapProbe, PricingContext, StreamKey,
-    StreamView, TakenViews,
+    self as store_usage, GpuFacts, GpuOwner, OverlapProbe, PricingContext, StreamView, TakenViews,
 };
 use crate::store::{NewEvent, Store, WriteTx};
 
@@ -132,8 +132,7 @@ struct Parsed {
     provider_id: String,
     /// The provider's stream and the event's idempotency key on it, built once: the batch
     /// looks them up several times per event.
-    stream: String,
-    key: String,
+    at: StreamKey,
     gpu_id: String,
     rental_id: Option<String>,
     started_at_ms: i64,
@@ -252,8 +251,10 @@ impl Ledger {
             request,
             event_id: event_id.to_string(),
             provider_id: provider_id.to_string(),
-            stream: provider_stream(provider_id.as_str()),
-            key: usage_key(event_id.as_str()),
+            at: StreamKey::new(
+                provider_stream(provider_id.as_str()),
+                usage_key(event_id.as_str()),
+            ),
             gpu_id: gpu_id.to_string(),
             rental_id: rental_id.map(|r| r.to_string()),
             started_at_ms,
@@ -377,7 +378,7 @@ impl Ledger {
 /// the rebuild marker they were read under (`Store::keep_usage_views`).
 type BatchViews = (Option<String>, Vec<(String, Head, StreamView)>);
 
-/// The keys a batch found booked or booked, with their content hash, by `(stream, key)`.
+/// The keys a batch found booked or booked, with their content hash.
 type BatchKeys = Vec<(StreamKey, Option<Vec<u8>>)>;
 
 /// Books the events of each provider of `groups` on its stream, all inside `tx`, which
@@ -421,7 +422,7 @@ async fn book_groups(
         // commit must then confirm, unless an append to the stream confirms it).
         let mut decided_on_view = false;
         for e in events {
-            let key = &e.key;
+            let key = &e.at.key;
             if let Some(stored) = state.booked_before(e, &in_batch) {
                 out.push((e.index, resent(e, stored.as_deref())));
                 continue;
@@ -460,7 +461,7 @@ async fn book_groups(
                 idem_key: Some(key.clone()),
                 content_hash: Some(e.hash.clone()),
             });
-            keys.push(((stream.clone(), key.clone()), Some(e.hash.clone())));
+            keys.push((e.at.clone(), Some(e.hash.clone())));
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
             state.views.booked(&stream, &e.gpu_id, e.ended_at_ms);
             in_batch.insert(key.clone(), e.hash.clone());
@@ -493,16 +494,13 @@ async fn confirm_rejected(
     if unconfirmed.is_empty() {
         return Ok(KeyHashes::new());
     }
-    let pairs: Vec<(String, String)> = unconfirmed
-        .iter()
-        .map(|(_, e)| (e.key.clone(), e.stream.clone()))
-        .collect();
-    let found = crate::store::keys::booked_keys(tx.conn(), &pairs).await?;
+    let keys: Vec<StreamKey> = unconfirmed.iter().map(|(_, e)| e.at.clone()).collect();
+    let found = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
     if !found.is_empty() {
         tx.assumption_failed();
     }
     for (at, e) in unconfirmed {
-        if let Some(stored) = found.get(&(e.stream.clone(), e.key.clone())) {
+        if let Some(stored) = found.get(&e.at) {
             out[at].1 = resent(e, stored.as_deref());
         }
     }
@@ -531,8 +529,8 @@ fn resent(e: &Parsed, stored: Option<&[u8]>) -> UsageResult {
 
 /// What a batch's decisions read of the ledger, at the chain heads its transaction locked.
 struct BatchState {
-    /// `(stream, key)` → content hash, of the batch's keys booked already.
-    booked: HashMap<(String, String), Option<Vec<u8>>>,
+    /// The batch's keys booked already, with their content hash.
+    booked: KeyHashes,
     /// The batch's registered GPUs: owner and model.
     gpus: HashMap<String, GpuOwner>,
     /// Booked usage overlapping a candidate, by the candidate's index.
@@ -580,9 +578,9 @@ impl BatchState {
         in_batch: &HashMap<String, Vec<u8>>,
     ) -> Option<Option<Vec<u8>>> {
         self.booked
-            .get(&(e.stream.clone(), e.key.clone()))
+            .get(&e.at)
             .cloned()
-            .or_else(|| in_batch.get(&e.key).cloned().map(Some))
+            .or_else(|| in_batch.get(&e.at.key).cloned().map(Some))
     }
 
     /// Reads what the batch's decisions need. The keys the process knows booked
@@ -596,10 +594,7 @@ impl BatchState {
     ) -> Result<BatchState, LedgerError> {
         // Idempotency: a key is scoped to its provider's stream (SPEC §4): the same
         // event_id under two providers is two events.
-        let keys: Vec<StreamKey> = all
-            .iter()
-            .map(|e| (e.stream.clone(), e.key.clone()))
-            .collect();
+        let keys: Vec<StreamKey> = all.iter().map(|e| e.at.clone()).collect();
         let recent = &store.recent_keys;
         let (mut booked, unknown) = recent.known(&keys);
         let mut keys_assumed = false;
@@ -609,10 +604,7 @@ impl BatchState {
                 crate::metrics::record_keys_assumed(unknown.len());
                 keys_assumed = true;
             } else {
-                let unread: Vec<(String, String)> = unknown
-                    .iter()
-                    .map(|&at| (keys[at].1.clone(), keys[at].0.clone()))
-                    .collect();
+                let unread: Vec<StreamKey> = unknown.iter().map(|&at| keys[at].clone()).collect();
                 booked.extend(crate::store::keys::booked_keys(tx.conn(), &unread).await?);
             }
         }
@@ -623,7 +615,7 @@ impl BatchState {
             .copied()
             .filter(|e| {
                 e.window_error.is_none()
-                    && !booked.contains_key(&(e.stream.clone(), e.key.clone()))
+                    && !booked.contains_key(&e.at)
                     && gpus
                         .get(&e.gpu_id)
                         .is_some_and(|g| g.provider_id == e.provider_id)
@@ -653,7 +645,7 @@ impl BatchState {
         let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
         let unpriced: Vec<&str> = candidates
             .iter()
-            .filter(|e| views.context(&e.stream).is_none())
+            .filter(|e| views.context(&e.at.stream).is_none())
             .map(|e| e.provider_id.as_str())
             .collect::<HashSet<_>>()
             .into_iter()
@@ -683,7 +675,7 @@ impl BatchState {
 fn view_gpu<'v>(views: &'v TakenViews, e: &Parsed) -> Option<&'v GpuFacts> {
     views
         .views
-        .get(&e.stream)
+        .get(&e.at.stream)
         .and_then(|v| v.gpus.get(&e.gpu_id))
 }
 
@@ -695,7 +687,7 @@ async fn read_views(
     store: &Store,
     all: &[&Parsed],
 ) -> Result<(TakenViews, HashMap<String, GpuOwner>), LedgerError> {
-    let mut names: Vec<&str> = all.iter().map(|e| e.stream.as_str()).collect();
+    let mut names: Vec<&str> = all.iter().map(|e| e.at.stream.as_str()).collect();
     names.sort_unstable();
     names.dedup();
     let mut views = store_usage::take_views(tx, store, &names).await?;

@@ -22,6 +22,7 @@ pub const REFERENCE_LEN_MAX: usize = 128;
 pub const END_TO_END_ID_LEN_MAX: usize = 35;
 
 pub use crate::domain::payout::PayoutRecord;
+use crate::store::keys::StreamKey;
 use crate::store::payouts::load_many;
 use crate::store::{Store, WriteTx};
 
@@ -63,12 +64,12 @@ async fn decide_payouts_in(
 ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
     let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
     let current = load_many(tx.conn(), &ids).await?;
-    let keys: Vec<(String, String)> = idems
+    let keys: Vec<StreamKey> = idems
         .iter()
         .zip(&ids)
         .filter_map(|(idem, id)| {
             let p = current.get(*id)?;
-            Some((idem.key.clone(), provider_stream(&p.provider_id)))
+            Some(StreamKey::new(provider_stream(&p.provider_id), &idem.key))
         })
         .collect();
     let booked = crate::store::keys::booked_keys(tx.conn(), &keys).await?;
@@ -78,14 +79,14 @@ async fn decide_payouts_in(
             answers.push(unknown(id));
             continue;
         };
-        let stream = provider_stream(&payout.provider_id);
-        if let Some(stored) = booked.get(&(stream.clone(), idem.key.clone())) {
+        let at = StreamKey::new(provider_stream(&payout.provider_id), &idem.key);
+        if let Some(stored) = booked.get(&at) {
             answers.push(duplicate_or_conflict(stored, &idem.hash, &idem.what));
             continue;
         }
         answers.push(match payout::decide(payout, cmd) {
             Ok(events) => {
-                tx.use_stream(&stream);
+                tx.use_stream(&at.stream);
                 Ok(book_decided(
                     tx,
                     events.into_iter().collect(),

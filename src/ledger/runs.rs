@@ -31,6 +31,7 @@ use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
+use crate::store::keys::{KeyHashes, StreamKey};
 use crate::store::runs::CandidateFigures;
 use crate::store::{Dialect, NewEvent, Store, WriteTx};
 
@@ -633,8 +634,8 @@ impl Ledger {
         } else {
             None
         };
-        for ((key, stream), provider_id) in keys.iter().zip(chunk) {
-            if decided.contains_key(&(stream.clone(), key.clone())) {
+        for (decision, provider_id) in keys.iter().zip(chunk) {
+            if decided.contains_key(decision) {
                 continue;
             }
             let Some(provider) = providers.get(*provider_id) else {
@@ -655,11 +656,11 @@ impl Ledger {
                 }
             }
             let outcome = decide(&facts, &policy(run, config, now));
-            tx.use_stream(stream);
+            tx.use_stream(&decision.stream);
             let decision = DecisionFacts {
                 run,
                 provider,
-                key,
+                key: &decision.key,
                 available_micro_usdc: facts.available_micro_usdc,
                 outcome,
                 eur_per_usd: rate,
@@ -719,8 +720,8 @@ impl Ledger {
 /// What the decisions of a chunk of candidates read of their state: each one's decision key
 /// on its stream and whether it is booked, the providers and their figures at the cutoff.
 pub struct CandidateReads {
-    keys: Vec<(String, String)>,
-    decided: HashMap<(String, String), Option<Vec<u8>>>,
+    keys: Vec<StreamKey>,
+    decided: KeyHashes,
     providers: HashMap<String, ProviderRecord>,
     figures: HashMap<String, CandidateFigures>,
 }
@@ -731,9 +732,9 @@ async fn read_candidates(
     run: &RunKey,
     chunk: &[&str],
 ) -> Result<CandidateReads, LedgerError> {
-    let keys: Vec<(String, String)> = chunk
+    let keys: Vec<StreamKey> = chunk
         .iter()
-        .map(|p| (decision_key(run, p), provider_stream(p)))
+        .map(|p| StreamKey::new(provider_stream(p), decision_key(run, p)))
         .collect();
     Ok(CandidateReads {
         decided: crate::store::keys::booked_keys(conn, &keys).await?,

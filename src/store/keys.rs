@@ -52,6 +52,26 @@ struct StreamPayload {
     payload: String,
 }
 
+/// An idempotency key on the stream it is scoped to (SPEC §4: a key belongs to its
+/// provider's stream, so the same `event_id` under two providers is two events).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StreamKey {
+    pub stream: String,
+    pub key: String,
+}
+
+impl StreamKey {
+    pub fn new(stream: impl Into<String>, key: impl Into<String>) -> StreamKey {
+        StreamKey {
+            stream: stream.into(),
+            key: key.into(),
+        }
+    }
+}
+
+/// Booked idempotency keys with their content hash (`None`: booked without one).
+pub type KeyHashes = HashMap<StreamKey, Option<Vec<u8>>>;
+
 /// An event's idempotency key on its stream, and its content hash.
 #[derive(sqlx::FromRow)]
 struct BookedKey {
@@ -60,23 +80,23 @@ struct BookedKey {
     content_hash: Option<Vec<u8>>,
 }
 
-/// Of the `(idempotency key, stream)` pairs, the ones booked already, keyed `(stream, key)`,
-/// with their content hash: one statement for a whole batch (a usage batch, a payout run's
-/// chunk of candidates).
-pub async fn booked_keys(
-    conn: &mut Conn,
-    keys: &[(String, String)],
-) -> Result<HashMap<(String, String), Option<Vec<u8>>>, StoreError> {
+/// Of `keys`, the ones booked already, with their content hash: one statement for a whole
+/// batch (a usage batch, a payout run's chunk of candidates).
+pub async fn booked_keys(conn: &mut Conn, keys: &[StreamKey]) -> Result<KeyHashes, StoreError> {
     let from = Dialect::of(conn).json_rows(1, keys.len());
     let sql = format!(
-        "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.idem_key = j.value ->> 0 AND e.stream = j.value ->> 1"
+        "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.stream = j.value ->> 0 AND e.idem_key = j.value ->> 1"
     );
-    let rows: Vec<BookedKey> = on!(conn, |c| sqlx::query_as(&sql)
-        .bind(json_rows_param(keys))
+    let rows: Vec<(&str, &str)> = keys
+        .iter()
+        .map(|k| (k.stream.as_str(), k.key.as_str()))
+        .collect();
+    let found: Vec<BookedKey> = on!(conn, |c| sqlx::query_as(&sql)
+        .bind(json_rows_param(&rows))
         .fetch_all(c)
         .await)?;
-    Ok(rows
+    Ok(found
         .into_iter()
-        .map(|r| ((r.stream, r.idem_key), r.content_hash))
+        .map(|r| (StreamKey::new(r.stream, r.idem_key), r.content_hash))
         .collect())
 }

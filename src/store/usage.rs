@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::keys::{KeyHashes, StreamKey};
 use super::on;
 use super::{Conn, Dialect, Head, Store, StoreError, WriteTx, json_rows_param};
 use crate::domain::event::Tier;
@@ -296,14 +297,8 @@ impl TakenViews {
     }
 }
 
-/// A stream and an idempotency key on it.
-pub type StreamKey = (String, String);
-
-/// Booked idempotency keys with their content hash (`None`: booked without one).
-pub type KeyHashes = HashMap<StreamKey, Option<Vec<u8>>>;
-
 /// The idempotency keys of usage events this process booked or found booked lately, by
-/// `(stream, key)`, with their content hash; and whether a batch may assume that a key it
+/// [`StreamKey`], with their content hash; and whether a batch may assume that a key it
 /// does not find here is new (issue 13, "checks in memory where they are safe").
 ///
 /// What it holds is a fact for good: an event is never removed or changed, so a key once
@@ -355,7 +350,7 @@ impl RecentKeys {
                 .is_err()
     }
 
-    /// Of `keys` (`(stream, key)`), the ones known booked, with their content hash; and the
+    /// Of `keys`, the ones known booked, with their content hash; and the
     /// positions in `keys` of the others (copied only by a caller that reads them).
     pub fn known(&self, keys: &[StreamKey]) -> (KeyHashes, Vec<usize>) {
         let generations = self.generations.lock().expect("recent keys lock");
@@ -553,7 +548,7 @@ mod tests {
     use crate::store::StoreOptions;
 
     fn key(n: usize) -> StreamKey {
-        ("provider:p".to_owned(), format!("usage:e{n}"))
+        StreamKey::new("provider:p", format!("usage:e{n}"))
     }
 
     /// Recent keys are facts for good, held in two generations: at most `max` of them, the
@@ -572,7 +567,7 @@ mod tests {
         // forgets the older.
         recent.remember((3..5).map(|n| (key(n), None)));
         let (known, _) = recent.known(&(0..5).map(key).collect::<Vec<_>>());
-        let mut kept: Vec<&str> = known.keys().map(|k| k.1.as_str()).collect();
+        let mut kept: Vec<&str> = known.keys().map(|k| k.key.as_str()).collect();
         kept.sort_unstable();
         assert_eq!(kept, ["usage:e2", "usage:e3", "usage:e4"]);
         let none = RecentKeys::new(0);
