@@ -623,13 +623,17 @@ impl BatchState {
             .collect();
         // Only an event starting before its GPU's latest booked end may overlap booked
         // usage: those are looked up in the index, the others need no read.
-        let probes: Vec<OverlapProbe> = candidates
+        let late: Vec<&Parsed> = candidates
             .iter()
+            .copied()
             .filter(|e| {
                 view_gpu(&views, e)
                     .and_then(|g| g.latest_end_ms)
                     .is_some_and(|end| e.started_at_ms < end)
             })
+            .collect();
+        let probes: Vec<OverlapProbe> = late
+            .iter()
             .map(|e| OverlapProbe {
                 index: e.index,
                 gpu_id: &e.gpu_id,
@@ -638,18 +642,19 @@ impl BatchState {
             })
             .collect();
         if !probes.is_empty() {
-            // The segments the probes read are folded behind the append: first up to the
-            // heads locked (one read of their checkpoints when `read_views` folded them already).
-            tx.fold_locked().await?;
+            // The segments the probes read are folded behind the append: first their
+            // streams (a candidate's GPU is its own provider's) up to the heads locked (one
+            // read of their checkpoints when `read_views` folded them already).
+            let streams = distinct(late.iter().map(|e| e.at.stream.as_str()));
+            tx.fold_locked_streams(&streams).await?;
         }
         let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
-        let unpriced: Vec<&str> = candidates
-            .iter()
-            .filter(|e| views.context(&e.at.stream).is_none())
-            .map(|e| e.provider_id.as_str())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let unpriced: Vec<&str> = distinct(
+            candidates
+                .iter()
+                .filter(|e| views.context(&e.at.stream).is_none())
+                .map(|e| e.provider_id.as_str()),
+        );
         if !unpriced.is_empty() {
             for (provider_id, context) in store_usage::pricing_contexts(tx, &unpriced).await? {
                 views.priced(&provider_stream(&provider_id), context);
@@ -691,25 +696,31 @@ async fn read_views(
     names.sort_unstable();
     names.dedup();
     let mut views = store_usage::take_views(tx, store, &names).await?;
-    let unknown: Vec<&str> = all
+    let unviewed: Vec<&Parsed> = all
         .iter()
+        .copied()
         .filter(|e| view_gpu(&views, e).is_none())
-        .map(|e| e.gpu_id.as_str())
-        .collect::<HashSet<_>>()
-        .into_iter()
         .collect();
+    let unknown: Vec<&str> = distinct(unviewed.iter().map(|e| e.gpu_id.as_str()));
     let mut gpus: HashMap<String, GpuOwner> = HashMap::new();
     // A GPU's latest booked end is read from its segments, which the projector folds
-    // behind the append (`ProjOp::is_deferred`): the streams locked are folded up to their
-    // heads first. Its owner's stream is locked when it matters: only then do the facts
-    // reach a view (`TakenViews::learned`) or decide an event.
-    if !unknown.is_empty() {
-        tx.fold_locked().await?;
+    // behind the append (`ProjOp::is_deferred`): the streams of the events naming such a
+    // GPU are folded up to their heads first (the streams locked for other events, such
+    // as re-sends alone, stay with the projector). Its owner's stream is locked and folded
+    // when it matters: only then do the facts reach a view (`TakenViews::learned`) or
+    // decide an event.
+    let folded: Vec<&str> = distinct(unviewed.iter().map(|e| e.at.stream.as_str()));
+    if !folded.is_empty() {
+        tx.fold_locked_streams(&folded).await?;
     }
     for (gpu_id, (provider_id, facts)) in store_usage::gpu_facts(tx, &unknown).await? {
-        // The owner's stream is locked by this transaction when it is in the batch: the
-        // facts are those of its head.
-        views.learned(&provider_stream(&provider_id), &gpu_id, &facts);
+        // The owner's stream, when this transaction folded it, is at its locked head: the
+        // facts are those of that head. (A GPU named by another provider's event tells
+        // the owner's view nothing.)
+        let owner = provider_stream(&provider_id);
+        if folded.contains(&owner.as_str()) {
+            views.learned(&owner, &gpu_id, &facts);
+        }
         let owner = GpuOwner {
             provider_id,
             model: facts.model,
@@ -726,6 +737,11 @@ async fn read_views(
         }
     }
     Ok((views, gpus))
+}
+
+/// The distinct values of `items`, in no particular order.
+fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    items.collect::<HashSet<_>>().into_iter().collect()
 }
 
 fn usage_key(event_id: &str) -> String {

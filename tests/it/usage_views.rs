@@ -181,6 +181,58 @@ async fn an_overlap_with_usage_the_projector_has_not_folded_is_rejected() {
     }
 }
 
+/// A batch folds only the streams whose GPUs it reads (a provider's agent sends a provider
+/// at a time, re-sending the last one's events: the stream it locked for them stays with the
+/// projector instead of being folded inside the booking), and what it reads is exact.
+#[tokio::test]
+async fn a_batch_folds_only_the_streams_whose_gpus_it_reads() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    for p in ["prv_last", "prv_next"] {
+        provider(&a, p, 1).await;
+    }
+    let (started, ended) = ("2026-11-22T08:00:00Z", "2026-11-22T09:00:00Z");
+    let last = usage("last-1", "prv_last", "prv_last-g0", started, ended, None);
+    assert_eq!(send(&a, std::slice::from_ref(&last)).await, ["accepted"]);
+    // The next provider's first event with a re-send of the last one's: `a` kept its view
+    // of prv_last, so only prv_next's GPU is read (and its stream folded first).
+    let next = usage("next-1", "prv_next", "prv_next-g0", started, ended, None);
+    assert_eq!(send(&a, &[last, next]).await, ["duplicate", "accepted"]);
+    assert_eq!(
+        segments_on_tables(&a, "prv_last").await,
+        0,
+        "prv_last was locked for its re-send only: left to the projector"
+    );
+    // The next provider's next batch overlaps its first event: rejected, the hour after
+    // accepted, and each provider's payable is its one and two hours.
+    let results = send(
+        &a,
+        &[
+            usage(
+                "next-2",
+                "prv_next",
+                "prv_next-g0",
+                "2026-11-22T08:30:00Z",
+                "2026-11-22T09:30:00Z",
+                None,
+            ),
+            usage(
+                "next-3",
+                "prv_next",
+                "prv_next-g0",
+                "2026-11-22T09:00:00Z",
+                "2026-11-22T10:00:00Z",
+                None,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(results, ["rejected:overlapping_usage", "accepted"]);
+    let hour_net = price(2_490_000, HOUR, FEE_BPS).2;
+    assert_eq!(payable(&a, "prv_last").await, hour_net);
+    assert_eq!(payable(&a, "prv_next").await, 2 * hour_net);
+}
+
 #[tokio::test]
 async fn nothing_read_before_a_rebuild_prices_usage_after_it() {
     let db = TestDb::new().await;
