@@ -646,7 +646,7 @@ impl BatchState {
             // streams (a candidate's GPU is its own provider's) up to the heads locked (one
             // read of their checkpoints when `read_views` folded them already).
             let streams = distinct(late.iter().map(|e| e.at.stream.as_str()));
-            tx.fold_locked_streams(&streams).await?;
+            tx.fold_locked_streams(streams).await?;
         }
         let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
         let unpriced: Vec<&str> = distinct(
@@ -709,17 +709,17 @@ async fn read_views(
     // as re-sends alone, stay with the projector). Its owner's stream is locked and folded
     // when it matters: only then do the facts reach a view (`TakenViews::learned`) or
     // decide an event.
-    let folded: Vec<&str> = distinct(unviewed.iter().map(|e| e.at.stream.as_str()));
+    let folded: HashSet<&str> = unviewed.iter().map(|e| e.at.stream.as_str()).collect();
     if !folded.is_empty() {
-        tx.fold_locked_streams(&folded).await?;
+        tx.fold_locked_streams(folded.iter().copied()).await?;
     }
     for (gpu_id, (provider_id, facts)) in store_usage::gpu_facts(tx, &unknown).await? {
         // The owner's stream, when this transaction folded it, is at its locked head: the
         // facts are those of that head. (A GPU named by another provider's event tells
         // the owner's view nothing.)
-        let owner = provider_stream(&provider_id);
-        if folded.contains(&owner.as_str()) {
-            views.learned(&owner, &gpu_id, &facts);
+        let owner_stream = provider_stream(&provider_id);
+        if folded.contains(owner_stream.as_str()) {
+            views.learned(&owner_stream, &gpu_id, &facts);
         }
         let owner = GpuOwner {
             provider_id,

@@ -1194,18 +1194,21 @@ impl WriteTx {
         Ok(())
     }
 
-    /// Folds the aggregates of `streams`, each locked by this transaction, up to their
-    /// heads: for a decision that reads the projections of those streams only (a usage
-    /// batch reads the segments of its own providers' GPUs; the streams it locked for
+    /// Folds the aggregates of `streams` (distinct, each locked by this transaction) up to
+    /// their heads: for a decision that reads the projections of those streams only (a
+    /// usage batch reads the segments of its own providers' GPUs; the streams it locked for
     /// re-sends alone stay with the projector).
-    pub async fn fold_locked_streams(&mut self, streams: &[&str]) -> Result<(), StoreError> {
+    pub async fn fold_locked_streams<'s>(
+        &mut self,
+        streams: impl IntoIterator<Item = &'s str>,
+    ) -> Result<(), StoreError> {
         let heads: Vec<(&str, i64)> = streams
-            .iter()
+            .into_iter()
             .map(|s| {
                 let head = self
                     .head_of(s)
                     .unwrap_or_else(|| panic!("stream {s} is not locked by this transaction"));
-                (*s, head.seq)
+                (s, head.seq)
             })
             .collect();
         fold::fold_behind(&mut self.tx, self.dialect, &heads).await?;
