@@ -446,20 +446,8 @@ async fn admin_corrections_and_import() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
-    let lines: Vec<(u64, &str, Option<&str>)> = body["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["line"].as_u64().unwrap(),
-                l["status"].as_str().unwrap(),
-                l["code"].as_str(),
-            )
-        })
-        .collect();
     assert_eq!(
-        lines,
+        crate::ingest::line_answers(&body),
         vec![
             (1, "accepted", None),
             (2, "accepted", None),

@@ -42,8 +42,9 @@ pub(crate) async fn import_lines(ledger: &Ledger, lines: &[String]) -> Vec<Appli
     out
 }
 
-/// Each line's `(line, status, code)` in the JSON report of `settle ingest`/`import`.
-fn line_answers(report: &serde_json::Value) -> Vec<(i64, &str, Option<&str>)> {
+/// Each line's `(line, status, code)` in the JSON report of `settle ingest`/`import` and of
+/// `POST /v1/admin/import`.
+pub(crate) fn line_answers(report: &serde_json::Value) -> Vec<(i64, &str, Option<&str>)> {
     report["lines"]
         .as_array()
         .unwrap()
