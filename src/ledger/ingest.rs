@@ -705,20 +705,29 @@ async fn read_views(
     let mut gpus: HashMap<String, GpuOwner> = HashMap::new();
     // A GPU's latest booked end is read from its segments, which the projector folds
     // behind the append (`ProjOp::is_deferred`): the streams of the events naming such a
-    // GPU are folded up to their heads first (the streams locked for other events, such
-    // as re-sends alone, stay with the projector). Its owner's stream is locked and folded
-    // when it matters: only then do the facts reach a view (`TakenViews::learned`) or
-    // decide an event.
-    let folded: HashSet<&str> = unviewed.iter().map(|e| e.at.stream.as_str()).collect();
+    // GPU are folded up to their heads first, unless their view says the tables hold every
+    // segment of the GPUs it does not know (`StreamView::segments_complete`: a provider
+    // whose GPUs reach its view over several batches); the streams locked for other events, such
+    // as re-sends alone, stay with the projector. Its owner's stream is locked, and complete
+    // on the tables, when it matters: only then do the facts reach a view
+    // (`TakenViews::learned`) or decide an event.
+    let folded: HashSet<&str> = unviewed
+        .iter()
+        .map(|e| e.at.stream.as_str())
+        .filter(|stream| !views.segments_complete(stream))
+        .collect();
     if !folded.is_empty() {
         tx.fold_locked_streams(folded.iter().copied()).await?;
+        for stream in &folded {
+            views.folded(stream);
+        }
     }
     for (gpu_id, (provider_id, facts)) in store_usage::gpu_facts(tx, &unknown).await? {
-        // The owner's stream, when this transaction folded it, is at its locked head: the
-        // facts are those of that head. (A GPU named by another provider's event tells
-        // the owner's view nothing.)
+        // The owner's stream, when its view is complete (folded by this transaction or
+        // kept so), is at its locked head: the facts are those of that head. (A GPU named
+        // by another provider's event tells the owner's view nothing.)
         let owner_stream = provider_stream(&provider_id);
-        if folded.contains(owner_stream.as_str()) {
+        if views.segments_complete(&owner_stream) {
             views.learned(&owner_stream, &gpu_id, &facts);
         }
         let owner = GpuOwner {

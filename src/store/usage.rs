@@ -205,6 +205,12 @@ pub struct StreamView {
     pub gpus: HashMap<String, GpuFacts>,
     /// `None` until read.
     pub context: Option<PricingContext>,
+    /// Every booked segment of a GPU of the provider that `gpus` does not hold is on the
+    /// tables at the view's head, so such a GPU is read without folding the stream first.
+    /// Set by the batch that folded the stream up to its head (the one that began the view:
+    /// its every event names a GPU the empty view does not know), kept while every event
+    /// booked on the view names a GPU in `gpus` ([`TakenViews::booked`] clears it otherwise).
+    pub segments_complete: bool,
 }
 
 /// The views a process keeps between batches, by stream, each with the head it is valid
@@ -268,17 +274,33 @@ impl TakenViews {
         }
     }
 
-    /// Notes usage of `gpu_id` booked on `stream` up to `ended_at_ms`.
+    /// Notes usage of `gpu_id` booked on `stream` up to `ended_at_ms`. Booked on a GPU the
+    /// view does not hold, it leaves a segment the tables lack until folded: the view is no
+    /// longer [`StreamView::segments_complete`].
     pub fn booked(&mut self, stream: &str, gpu_id: &str, ended_at_ms: i64) {
-        if let Some(gpu) = self
-            .views
-            .get_mut(stream)
-            .and_then(|v| v.gpus.get_mut(gpu_id))
-        {
-            gpu.latest_end_ms = Some(
-                gpu.latest_end_ms
-                    .map_or(ended_at_ms, |t| t.max(ended_at_ms)),
-            );
+        let Some(view) = self.views.get_mut(stream) else {
+            return;
+        };
+        match view.gpus.get_mut(gpu_id) {
+            Some(gpu) => {
+                gpu.latest_end_ms = Some(
+                    gpu.latest_end_ms
+                        .map_or(ended_at_ms, |t| t.max(ended_at_ms)),
+                );
+            }
+            None => view.segments_complete = false,
+        }
+    }
+
+    /// Whether `stream`'s view is [`StreamView::segments_complete`].
+    pub fn segments_complete(&self, stream: &str) -> bool {
+        self.views.get(stream).is_some_and(|v| v.segments_complete)
+    }
+
+    /// Notes that `stream` was folded up to its locked head in the batch's transaction.
+    pub fn folded(&mut self, stream: &str) {
+        if let Some(view) = self.views.get_mut(stream) {
+            view.segments_complete = true;
         }
     }
 
@@ -601,6 +623,29 @@ mod tests {
         }
         assert_eq!(reads_before_assuming(&recent), ASSUME_BACKOFF_MAX as usize);
         assert_eq!(recent.failed_total(), 43);
+    }
+
+    /// A view stays complete (a GPU it does not know has every segment on the tables) only
+    /// while usage is booked on GPUs it holds: usage booked on another leaves an unfolded
+    /// segment of a GPU the view does not know, and the next batch must fold before reading it.
+    #[test]
+    fn usage_booked_on_a_gpu_the_view_does_not_hold_makes_it_incomplete() {
+        let facts = GpuFacts {
+            model: "H100-80GB".into(),
+            latest_end_ms: Some(10),
+        };
+        let mut view = StreamView::default();
+        view.gpus.insert("g0".into(), facts);
+        let mut views = TakenViews::default();
+        views.views.insert("provider:p".into(), view);
+        assert!(!views.segments_complete("provider:p"), "not folded yet");
+        views.folded("provider:p");
+        views.booked("provider:p", "g0", 20);
+        assert!(views.segments_complete("provider:p"));
+        assert_eq!(views.views["provider:p"].gpus["g0"].latest_end_ms, Some(20));
+        views.booked("provider:p", "g1", 30);
+        assert!(!views.segments_complete("provider:p"));
+        assert!(!views.segments_complete("provider:other"), "no view");
     }
 
     /// A batch that begins on kept heads claims them (`Store::begin_usage`): a concurrent

@@ -3,7 +3,8 @@
 //! at the stream head it was read at, and never after `settle rebuild` rewrote the tables:
 //! another process's bookings and rate changes, and a rebuild, are seen by the next batch;
 //! and the views are kept and used at the same head, up to `store.usage_views_streams_max`;
-//! the segments they read are folded up to the heads first.
+//! the segments they read are folded up to the heads first, unless the tables hold them
+//! already (a GPU new to a view begun on such a fold).
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
 use crate::common::TestDb;
@@ -231,6 +232,54 @@ async fn a_batch_folds_only_the_streams_whose_gpus_it_reads() {
     let hour_net = price(2_490_000, HOUR, FEE_BPS).2;
     assert_eq!(payable(&a, "prv_last").await, hour_net);
     assert_eq!(payable(&a, "prv_next").await, 2 * hour_net);
+}
+
+/// A provider's agent sends its GPUs one after another: a batch that meets a GPU its kept
+/// view of the provider does not know reads that GPU without folding the stream (the view
+/// was begun on a fold up to its head, and every event booked on it since names a GPU it
+/// knows), and the GPU's usage booked before the view still counts.
+#[tokio::test]
+async fn a_gpu_new_to_a_kept_view_is_read_without_folding_its_stream() {
+    let db = TestDb::new().await;
+    let (a, _) = db.ledger_at(NOW).await;
+    let (b, _) = db.ledger_at(NOW).await;
+    provider(&a, "prv_g", 3).await;
+    let at = |id: &str, gpu: &str, started: &str, ended: &str| {
+        usage(id, "prv_g", &format!("prv_g-{gpu}"), started, ended, None)
+    };
+    let (eight, nine, ten) = (
+        "2026-11-22T08:00:00Z",
+        "2026-11-22T09:00:00Z",
+        "2026-11-22T10:00:00Z",
+    );
+    // Segments on the tables after each of `a`'s batches.
+    let mut folded = Vec::new();
+    // Another process books an hour of g1 and of g2 (left to its projector, not running).
+    let before = [at("g-1", "g1", eight, nine), at("g-2", "g2", eight, nine)];
+    assert_eq!(send(&b, &before).await, ["accepted", "accepted"]);
+    // `a` begins its view of the stream on g0, folding the stream up to its head first,
+    // and carries on with g0.
+    assert_eq!(
+        send(&a, &[at("g-3", "g0", eight, nine)]).await,
+        ["accepted"]
+    );
+    folded.push(segments_on_tables(&a, "prv_g").await);
+    assert_eq!(send(&a, &[at("g-4", "g0", nine, ten)]).await, ["accepted"]);
+    folded.push(segments_on_tables(&a, "prv_g").await);
+    // g1, new to the view, after its booked hour: read without folding the stream.
+    assert_eq!(send(&a, &[at("g-5", "g1", nine, ten)]).await, ["accepted"]);
+    folded.push(segments_on_tables(&a, "prv_g").await);
+    // g2, new to the view, overlapping the hour `b` booked: its latest end is read, the
+    // event is late and probed (its stream folded first), and rejected.
+    let late = at("g-6", "g2", "2026-11-22T08:30:00Z", "2026-11-22T09:30:00Z");
+    assert_eq!(send(&a, &[late]).await, ["rejected:overlapping_usage"]);
+    let hour_net = price(2_490_000, HOUR, FEE_BPS).2;
+    assert_eq!(payable(&a, "prv_g").await, 5 * hour_net);
+    assert_eq!(
+        folded,
+        [2, 2, 2],
+        "the view began on a fold; g0's hours left to the projector, g1 read without a fold"
+    );
 }
 
 #[tokio::test]
