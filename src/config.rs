@@ -854,6 +854,13 @@ pub struct StoreConfig {
     /// them all. Past the limit the views are dropped and read again. 0: every batch reads
     /// them.
     pub usage_views_streams_max: usize,
+    /// Segments of usage booked since their stream was last folded that the kept views hold
+    /// in all (each about 40 bytes): with them a late event (one starting before its GPU's
+    /// latest booked end) is checked for overlap against them and the tables, without
+    /// folding its provider's stream inside the booking. Past the limit the kept views
+    /// forget theirs, and each one's next late event folds its stream first. 0: every late
+    /// event folds.
+    pub usage_views_segments_max: usize,
     /// Idempotency keys of usage events this process remembers as booked, with their
     /// content hash (two generations; the older is forgotten when the newer holds half).
     /// A batch finds its re-sends among them and assumes the keys it does not find are new,
@@ -878,6 +885,7 @@ impl Default for StoreConfig {
             sqlite_checkpoint_interval_ms: 250,
             projector_dirty_streams_max: 10_000,
             usage_views_streams_max: 10_000,
+            usage_views_segments_max: 200_000,
             usage_recent_keys_max: 100_000,
             verify_streams_per_page: 1_000,
         }

@@ -454,6 +454,13 @@ async fn book_groups(
                     continue;
                 }
             };
+            let segments = recorded.segments.iter();
+            state.views.booked(
+                &stream,
+                &e.gpu_id,
+                e.ended_at_ms,
+                segments.map(|s| (s.started_at_ms, s.ended_at_ms)),
+            );
             tx.append(NewEvent {
                 body: EventBody::UsageRecorded(recorded),
                 actor: actors[e.request].0.clone(),
@@ -463,7 +470,6 @@ async fn book_groups(
             });
             keys.push((e.at.clone(), Some(e.hash.clone())));
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
-            state.views.booked(&stream, &e.gpu_id, e.ended_at_ms);
             in_batch.insert(key.clone(), e.hash.clone());
             let accepted = UsageResult::Accepted {
                 event_id: e.event_id.clone(),
@@ -632,23 +638,7 @@ impl BatchState {
                     .is_some_and(|end| e.started_at_ms < end)
             })
             .collect();
-        let probes: Vec<OverlapProbe> = late
-            .iter()
-            .map(|e| OverlapProbe {
-                index: e.index,
-                gpu_id: &e.gpu_id,
-                started_at_ms: e.started_at_ms,
-                ended_at_ms: e.ended_at_ms,
-            })
-            .collect();
-        if !probes.is_empty() {
-            // The segments the probes read are folded behind the append: first their
-            // streams (a candidate's GPU is its own provider's) up to the heads locked (one
-            // read of their checkpoints when `read_views` folded them already).
-            let streams = distinct(late.iter().map(|e| e.at.stream.as_str()));
-            tx.fold_locked_streams(streams).await?;
-        }
-        let overlaps = store_usage::overlapping_segments(tx, &probes).await?;
+        let overlaps = late_overlaps(tx, &mut views, &late).await?;
         let unpriced: Vec<&str> = distinct(
             candidates
                 .iter()
@@ -674,6 +664,55 @@ impl BatchState {
             keys_assumed,
         })
     }
+}
+
+/// The booked usage each of the `late` events (starting before their GPU's latest booked
+/// end) overlaps, by event index: the segment the backward probe finds
+/// (`overlapping_segments`), on the tables and among the segments the views kept.
+async fn late_overlaps(
+    tx: &mut WriteTx,
+    views: &mut TakenViews,
+    late: &[&Parsed],
+) -> Result<HashMap<usize, (i64, i64)>, LedgerError> {
+    let probes: Vec<OverlapProbe> = late
+        .iter()
+        .map(|e| OverlapProbe {
+            index: e.index,
+            gpu_id: &e.gpu_id,
+            started_at_ms: e.started_at_ms,
+            ended_at_ms: e.ended_at_ms,
+        })
+        .collect();
+    // The segments the probes read are folded behind the append. A stream whose view
+    // holds the segments booked since its last fold (`StreamView::unfolded`) is probed
+    // on the tables and those; the others (a candidate's GPU is its own provider's) are
+    // folded up to the heads locked first (one read of their checkpoints when
+    // `read_views` folded them already).
+    let unknown = distinct(
+        late.iter()
+            .map(|e| e.at.stream.as_str())
+            .filter(|stream| !views.unfolded_known(stream)),
+    );
+    if !unknown.is_empty() {
+        tx.fold_locked_streams(unknown.iter().copied()).await?;
+        for stream in &unknown {
+            views.folded(stream);
+        }
+    }
+    let mut overlaps = store_usage::overlapping_segments(tx, &probes).await?;
+    for e in late {
+        let unfolded =
+            views.unfolded_overlap(&e.at.stream, &e.gpu_id, e.started_at_ms, e.ended_at_ms);
+        if let Some(Some(segment)) = unfolded {
+            // The later-starting of the two is the segment the probe would find on the
+            // tables had the stream been folded (booked segments never overlap).
+            let found = overlaps.entry(e.index).or_insert(segment);
+            if segment.0 > found.0 {
+                *found = segment;
+            }
+        }
+    }
+    Ok(overlaps)
 }
 
 /// What the views of `e`'s provider know of `e`'s GPU.

@@ -497,6 +497,7 @@ impl Store {
             follower: Arc::default(),
             usage_views: Arc::new(std::sync::Mutex::new(usage::StreamViews::new(
                 options.usage_views_streams_max,
+                options.usage_views_segments_max,
             ))),
             recent_keys: Arc::new(usage::RecentKeys::new(options.usage_recent_keys_max)),
         })

@@ -211,6 +211,22 @@ pub struct StreamView {
     /// its every event names a GPU the empty view does not know), kept while every event
     /// booked on the view names a GPU in `gpus` ([`TakenViews::booked`] clears it otherwise).
     pub segments_complete: bool,
+    /// The segments of every usage event booked on the view since a batch last folded the
+    /// stream up to its head, by GPU: with the segments on the tables (all of them up to
+    /// that fold, and whatever the projector folded since), every booked segment of the
+    /// provider's GPUs, so a late event is checked for overlap without folding the stream
+    /// first ([`TakenViews::unfolded_overlap`]). `None`: not known (no fold yet, or dropped
+    /// past `store.usage_views_segments_max`), and a late event's stream is folded first.
+    pub unfolded: Option<HashMap<String, Vec<(i64, i64)>>>,
+}
+
+impl StreamView {
+    /// The number of segments in [`StreamView::unfolded`].
+    fn unfolded_len(&self) -> usize {
+        self.unfolded
+            .as_ref()
+            .map_or(0, |gpus| gpus.values().map(Vec::len).sum())
+    }
 }
 
 /// The views a process keeps between batches, by stream, each with the head it is valid
@@ -221,15 +237,60 @@ pub struct StreamViews {
     rebuilt: Option<String>,
     views: HashMap<String, KeptView>,
     streams_max: usize,
+    /// The most [`StreamView::unfolded`] segments kept in all views; past it the kept views
+    /// forget theirs (`None`: each one's next late event folds its stream, as before).
+    segments_max: usize,
+    /// The unfolded segments the kept views hold.
+    segments_kept: usize,
 }
 
 impl StreamViews {
-    pub fn new(streams_max: usize) -> StreamViews {
+    pub fn new(streams_max: usize, segments_max: usize) -> StreamViews {
         StreamViews {
             rebuilt: None,
             views: HashMap::new(),
             streams_max,
+            segments_max,
+            segments_kept: 0,
         }
+    }
+
+    /// Forgets every kept view.
+    fn clear(&mut self) {
+        self.views.clear();
+        self.segments_kept = 0;
+    }
+
+    /// Takes `stream`'s kept view out of the keeping.
+    fn take(&mut self, stream: &str) -> Option<KeptView> {
+        let kept = self.views.remove(stream)?;
+        self.segments_kept -= kept.view.unfolded_len();
+        Some(kept)
+    }
+
+    /// Keeps `view` of `stream`, valid at `head`. Past `segments_max` unfolded segments in
+    /// all, the views kept before forget theirs (the views of providers no longer sending
+    /// would otherwise hold the limit for good), and `view` keeps its own if they fit alone.
+    fn keep(&mut self, stream: String, head: Head, mut view: StreamView) {
+        self.take(&stream);
+        let len = view.unfolded_len();
+        if self.segments_kept + len > self.segments_max {
+            for kept in self.views.values_mut() {
+                kept.view.unfolded = None;
+            }
+            self.segments_kept = 0;
+        }
+        if len > self.segments_max {
+            view.unfolded = None;
+        } else {
+            self.segments_kept += len;
+        }
+        let kept = KeptView {
+            head,
+            view,
+            claimed: false,
+        };
+        self.views.insert(stream, kept);
     }
 }
 
@@ -274,13 +335,28 @@ impl TakenViews {
         }
     }
 
-    /// Notes usage of `gpu_id` booked on `stream` up to `ended_at_ms`. Booked on a GPU the
-    /// view does not hold, it leaves a segment the tables lack until folded: the view is no
-    /// longer [`StreamView::segments_complete`].
-    pub fn booked(&mut self, stream: &str, gpu_id: &str, ended_at_ms: i64) {
+    /// Notes usage of `gpu_id` booked on `stream` as `segments` (`(started_at_ms,
+    /// ended_at_ms)`, in order) up to `ended_at_ms`. Booked on a GPU the view does not hold,
+    /// it leaves a segment the tables lack until folded: the view is no longer
+    /// [`StreamView::segments_complete`].
+    pub fn booked(
+        &mut self,
+        stream: &str,
+        gpu_id: &str,
+        ended_at_ms: i64,
+        segments: impl IntoIterator<Item = (i64, i64)>,
+    ) {
         let Some(view) = self.views.get_mut(stream) else {
             return;
         };
+        if let Some(unfolded) = &mut view.unfolded {
+            match unfolded.get_mut(gpu_id) {
+                Some(booked) => booked.extend(segments),
+                None => {
+                    unfolded.insert(gpu_id.to_owned(), segments.into_iter().collect());
+                }
+            }
+        }
         match view.gpus.get_mut(gpu_id) {
             Some(gpu) => {
                 gpu.latest_end_ms = Some(
@@ -297,11 +373,40 @@ impl TakenViews {
         self.views.get(stream).is_some_and(|v| v.segments_complete)
     }
 
-    /// Notes that `stream` was folded up to its locked head in the batch's transaction.
+    /// Notes that `stream` was folded up to its locked head in the batch's transaction: the
+    /// tables hold every segment booked on it so far.
     pub fn folded(&mut self, stream: &str) {
         if let Some(view) = self.views.get_mut(stream) {
             view.segments_complete = true;
+            view.unfolded = Some(HashMap::new());
         }
+    }
+
+    /// Whether `stream`'s view holds its [`StreamView::unfolded`] segments: a late event of
+    /// it is checked against those and the tables, without a fold.
+    pub fn unfolded_known(&self, stream: &str) -> bool {
+        self.views.get(stream).is_some_and(|v| v.unfolded.is_some())
+    }
+
+    /// Of the segments of `gpu_id` booked on `stream` since its last fold (`None` when not
+    /// known), the one the overlap probe of `[started_at_ms, ended_at_ms)` finds among them
+    /// (`overlapping_segments`' backward step: the latest starting before the end, when it
+    /// ends after the start).
+    pub fn unfolded_overlap(
+        &self,
+        stream: &str,
+        gpu_id: &str,
+        started_at_ms: i64,
+        ended_at_ms: i64,
+    ) -> Option<Option<(i64, i64)>> {
+        let unfolded = self.views.get(stream)?.unfolded.as_ref()?;
+        let latest = unfolded
+            .get(gpu_id)
+            .into_iter()
+            .flatten()
+            .filter(|(s, _)| *s < ended_at_ms)
+            .max_by_key(|(s, _)| *s);
+        Some(latest.filter(|(_, t)| *t > started_at_ms).copied())
     }
 
     /// The views with the heads their streams have in `tx` (its appends counted), for
@@ -453,13 +558,13 @@ pub async fn take_views(
     let rebuilt = rebuild_marker(tx.conn()).await?;
     let mut kept = store.usage_views.lock().expect("usage views lock");
     if kept.rebuilt != rebuilt {
-        kept.views.clear();
+        kept.clear();
         kept.rebuilt = rebuilt.clone();
     }
     let mut views = HashMap::with_capacity(streams.len());
     for stream in streams {
         let head = tx.head_seq_of(stream);
-        let view = match kept.views.remove(*stream) {
+        let view = match kept.take(stream) {
             Some(kept) if Some(kept.head.seq) == head => kept.view,
             _ => StreamView::default(),
         };
@@ -481,15 +586,10 @@ impl Store {
             return;
         }
         if kept.views.len() + views.len() > kept.streams_max {
-            kept.views.clear();
+            kept.clear();
         }
         for (stream, head, view) in views.into_iter().take(kept.streams_max) {
-            let view = KeptView {
-                head,
-                view,
-                claimed: false,
-            };
-            kept.views.insert(stream, view);
+            kept.keep(stream, head, view);
         }
     }
 }
@@ -640,12 +740,103 @@ mod tests {
         views.views.insert("provider:p".into(), view);
         assert!(!views.segments_complete("provider:p"), "not folded yet");
         views.folded("provider:p");
-        views.booked("provider:p", "g0", 20);
+        views.booked("provider:p", "g0", 20, [(10, 20)]);
         assert!(views.segments_complete("provider:p"));
         assert_eq!(views.views["provider:p"].gpus["g0"].latest_end_ms, Some(20));
-        views.booked("provider:p", "g1", 30);
+        views.booked("provider:p", "g1", 30, [(25, 30)]);
         assert!(!views.segments_complete("provider:p"));
         assert!(!views.segments_complete("provider:other"), "no view");
+    }
+
+    /// The segments booked since a view's stream was last folded answer the overlap probe
+    /// of a late event as the tables would after a fold: the latest segment of the GPU
+    /// starting before the event ends, when it ends after the event starts; not known until
+    /// the stream is folded.
+    #[test]
+    fn the_segments_booked_since_the_last_fold_answer_the_overlap_probe() {
+        let mut views = TakenViews::default();
+        views
+            .views
+            .insert("provider:p".into(), StreamView::default());
+        views.booked("provider:p", "g0", 20, [(10, 20)]);
+        assert!(!views.unfolded_known("provider:p"), "never folded");
+        assert_eq!(views.unfolded_overlap("provider:p", "g0", 12, 14), None);
+        views.folded("provider:p");
+        assert!(views.unfolded_known("provider:p"));
+        // An event crossing midnight books two segments; another GPU's do not count.
+        views.booked("provider:p", "g0", 100, [(40, 60), (60, 100)]);
+        views.booked("provider:p", "g1", 50, [(0, 50)]);
+        let probe = |s, t| views.unfolded_overlap("provider:p", "g0", s, t);
+        assert_eq!(
+            probe(50, 70),
+            Some(Some((60, 100))),
+            "the later of two overlapping"
+        );
+        assert_eq!(probe(30, 45), Some(Some((40, 60))));
+        assert_eq!(
+            probe(59, 60),
+            Some(Some((40, 60))),
+            "ends where the next begins"
+        );
+        assert_eq!(probe(20, 40), Some(None), "a gap between segments");
+        assert_eq!(
+            probe(10, 20),
+            Some(None),
+            "booked before the fold: on the tables"
+        );
+        assert_eq!(probe(100, 110), Some(None));
+        assert_eq!(
+            views.unfolded_overlap("provider:other", "g0", 50, 70),
+            None,
+            "no view"
+        );
+        // A fold puts them on the tables.
+        views.folded("provider:p");
+        assert_eq!(
+            views.unfolded_overlap("provider:p", "g0", 50, 70),
+            Some(None)
+        );
+    }
+
+    /// The kept views hold at most `segments_max` unfolded segments in all: past it the views
+    /// kept before forget theirs (their next late event folds), a view over it alone keeps
+    /// none, and a view taken out frees its share.
+    #[test]
+    fn the_kept_views_hold_at_most_the_segment_limit() {
+        let head = Head {
+            seq: 1,
+            hash: vec![1; 32],
+            recorded_at_ms: 1_000,
+        };
+        let view = |segments: usize| {
+            let booked = (0..segments as i64).map(|i| (i, i + 1)).collect();
+            StreamView {
+                unfolded: Some(HashMap::from([("g0".to_owned(), booked)])),
+                ..StreamView::default()
+            }
+        };
+        let mut kept = StreamViews::new(10, 5);
+        let holds = |kept: &StreamViews, s: &str| kept.views[s].view.unfolded.is_some();
+        kept.keep("a".into(), head.clone(), view(3));
+        kept.keep("b".into(), head.clone(), view(3));
+        assert!(!holds(&kept, "a"), "past the limit: forgotten");
+        assert!(holds(&kept, "b"));
+        assert_eq!(kept.segments_kept, 3);
+        kept.keep("c".into(), head.clone(), view(2));
+        assert!(holds(&kept, "b") && holds(&kept, "c"), "within it");
+        assert_eq!(kept.segments_kept, 5);
+        let b = kept.take("b").expect("kept");
+        assert_eq!(kept.segments_kept, 2);
+        kept.keep("b".into(), head.clone(), b.view);
+        assert_eq!(kept.segments_kept, 5, "kept again");
+        kept.keep("b".into(), head.clone(), view(1));
+        assert_eq!(kept.segments_kept, 3, "replaced");
+        kept.keep("d".into(), head, view(6));
+        assert!(["a", "b", "c", "d"].iter().all(|s| !holds(&kept, s)));
+        assert_eq!(kept.segments_kept, 0, "over the limit alone");
+        kept.keep("a".into(), kept.views["a"].head.clone(), view(2));
+        kept.clear();
+        assert_eq!(kept.segments_kept, 0);
     }
 
     /// A batch that begins on kept heads claims them (`Store::begin_usage`): a concurrent

@@ -4,13 +4,14 @@
 //! another process's bookings and rate changes, and a rebuild, are seen by the next batch;
 //! and the views are kept and used at the same head, up to `store.usage_views_streams_max`;
 //! the segments they read are folded up to the heads first, unless the tables hold them
-//! already (a GPU new to a view begun on such a fold).
+//! already (a GPU new to a view begun on such a fold) or the view kept the segments booked
+//! since the last fold (a late event, probed on the tables and those).
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
 use crate::common::TestDb;
 use crate::ingest::{NOW, import_lines, outcomes, payable, price, provider, rate_line, usage};
 
-use settle::ledger::ingest::{SenderScope, UsageInput};
+use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
 use settle::ledger::{Actor, Ledger};
 
 const FEE_BPS: i64 = 2000;
@@ -280,6 +281,93 @@ async fn a_gpu_new_to_a_kept_view_is_read_without_folding_its_stream() {
         [2, 2, 2],
         "the view began on a fold; g0's hours left to the projector, g1 read without a fold"
     );
+}
+
+/// A late event (one starting before its GPU's latest booked end) is checked against the
+/// segments its process booked since the stream was last folded, kept with the view
+/// (`StreamView::unfolded`), and the segments on the tables, without folding the stream
+/// inside the booking. Every answer, message included, is the one a process that folds
+/// first gives (`store.usage_views_segments_max = 0`): in the gaps between hours, against
+/// either segment of an event across midnight, after the GPU's latest end, and across an
+/// hour another process booked (on the tables since the view began) and one booked since.
+#[tokio::test]
+async fn a_late_event_is_checked_against_the_segments_booked_since_the_last_fold() {
+    let db = TestDb::new().await;
+    let (kept, _) = db.ledger_at(NOW).await;
+    let folds = settle::store::StoreOptions {
+        usage_views_segments_max: 0,
+        ..Default::default()
+    };
+    let (folding, _) = db.ledger_with(&folds, NOW).await;
+    let mut answers = Vec::new();
+    for (ledger, other, p) in [(&kept, &folding, "prv_mem"), (&folding, &kept, "prv_fold")] {
+        provider(ledger, p, 1).await;
+        let gpu = format!("{p}-g0");
+        let at = |n: u32, started: &str, ended: &str| {
+            usage(&format!("{p}-{n}"), p, &gpu, started, ended, None)
+        };
+        let before = at(0, "2026-11-21T06:00:00Z", "2026-11-21T07:00:00Z");
+        assert_eq!(send(other, &[before]).await, ["accepted"]);
+        let first = [
+            at(1, "2026-11-21T08:00:00Z", "2026-11-21T09:00:00Z"),
+            at(2, "2026-11-21T10:00:00Z", "2026-11-21T11:00:00Z"),
+            at(3, "2026-11-21T23:00:00Z", "2026-11-22T01:00:00Z"),
+        ];
+        assert_eq!(send(ledger, &first).await, ["accepted"; 3]);
+        // Each before the GPU's latest booked end (01:00 on the 22nd).
+        let late = [
+            at(4, "2026-11-21T09:30:00Z", "2026-11-21T10:30:00Z"),
+            at(5, "2026-11-21T09:00:00Z", "2026-11-21T10:00:00Z"),
+            at(6, "2026-11-21T08:30:00Z", "2026-11-21T08:45:00Z"),
+            at(7, "2026-11-22T00:30:00Z", "2026-11-22T00:45:00Z"),
+            at(8, "2026-11-21T23:30:00Z", "2026-11-21T23:45:00Z"),
+            at(9, "2026-11-21T11:00:00Z", "2026-11-21T12:00:00Z"),
+            at(10, "2026-11-21T06:30:00Z", "2026-11-21T08:30:00Z"),
+        ];
+        let results = ledger
+            .ingest_usage(&late, &SenderScope::Metering, &Actor::operator("test"))
+            .await
+            .expect("ingest");
+        let said: Vec<String> = results
+            .iter()
+            .map(|r| match r {
+                UsageResult::Rejected { code, message, .. } => format!("{code}: {message}"),
+                other => other.status().to_owned(),
+            })
+            .map(|answer| answer.replace(p, "P"))
+            .collect();
+        answers.push(said);
+    }
+    let overlap = |from: &str, to: &str| {
+        format!("overlapping_usage: GPU P-g0 already has usage booked in [{from}, {to})")
+    };
+    assert_eq!(
+        answers[0],
+        [
+            overlap("2026-11-21T10:00:00.000Z", "2026-11-21T11:00:00.000Z"),
+            "accepted".to_owned(),
+            overlap("2026-11-21T08:00:00.000Z", "2026-11-21T09:00:00.000Z"),
+            overlap("2026-11-22T00:00:00.000Z", "2026-11-22T01:00:00.000Z"),
+            overlap("2026-11-21T23:00:00.000Z", "2026-11-22T00:00:00.000Z"),
+            "accepted".to_owned(),
+            overlap("2026-11-21T08:00:00.000Z", "2026-11-21T09:00:00.000Z"),
+        ]
+    );
+    assert_eq!(answers[0], answers[1], "as a process that folds first");
+    assert_eq!(
+        segments_on_tables(&kept, "prv_mem").await,
+        1,
+        "only the other process's hour, folded when the view began"
+    );
+    assert_eq!(
+        segments_on_tables(&folding, "prv_fold").await,
+        5,
+        "folded for the probe"
+    );
+    let hour_net = price(2_490_000, HOUR, FEE_BPS).2;
+    for (ledger, p) in [(&kept, "prv_mem"), (&folding, "prv_fold")] {
+        assert_eq!(payable(ledger, p).await, 7 * hour_net, "{p}: seven hours");
+    }
 }
 
 #[tokio::test]
