@@ -703,7 +703,7 @@ async fn late_overlaps(
     for e in late {
         let unfolded =
             views.unfolded_overlap(&e.at.stream, &e.gpu_id, e.started_at_ms, e.ended_at_ms);
-        if let Some(Some(segment)) = unfolded {
+        if let Some(segment) = unfolded {
             // The later-starting of the two is the segment the probe would find on the
             // tables had the stream been folded (booked segments never overlap).
             let found = overlaps.entry(e.index).or_insert(segment);

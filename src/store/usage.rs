@@ -388,25 +388,25 @@ impl TakenViews {
         self.views.get(stream).is_some_and(|v| v.unfolded.is_some())
     }
 
-    /// Of the segments of `gpu_id` booked on `stream` since its last fold (`None` when not
-    /// known), the one the overlap probe of `[started_at_ms, ended_at_ms)` finds among them
-    /// (`overlapping_segments`' backward step: the latest starting before the end, when it
-    /// ends after the start).
+    /// Of the segments of `gpu_id` booked on `stream` since its last fold (none when not
+    /// [`TakenViews::unfolded_known`]), the one the overlap probe of `[started_at_ms,
+    /// ended_at_ms)` finds among them (`overlapping_segments`' backward step: the latest
+    /// starting before the end, when it ends after the start).
     pub fn unfolded_overlap(
         &self,
         stream: &str,
         gpu_id: &str,
         started_at_ms: i64,
         ended_at_ms: i64,
-    ) -> Option<Option<(i64, i64)>> {
+    ) -> Option<(i64, i64)> {
         let unfolded = self.views.get(stream)?.unfolded.as_ref()?;
-        let latest = unfolded
-            .get(gpu_id)
-            .into_iter()
-            .flatten()
+        unfolded
+            .get(gpu_id)?
+            .iter()
             .filter(|(s, _)| *s < ended_at_ms)
-            .max_by_key(|(s, _)| *s);
-        Some(latest.filter(|(_, t)| *t > started_at_ms).copied())
+            .max_by_key(|(s, _)| *s)
+            .filter(|(_, t)| *t > started_at_ms)
+            .copied()
     }
 
     /// The views with the heads their streams have in `tx` (its appends counted), for
@@ -760,7 +760,11 @@ mod tests {
             .insert("provider:p".into(), StreamView::default());
         views.booked("provider:p", "g0", 20, [(10, 20)]);
         assert!(!views.unfolded_known("provider:p"), "never folded");
-        assert_eq!(views.unfolded_overlap("provider:p", "g0", 12, 14), None);
+        assert_eq!(
+            views.unfolded_overlap("provider:p", "g0", 12, 14),
+            None,
+            "not known"
+        );
         views.folded("provider:p");
         assert!(views.unfolded_known("provider:p"));
         // An event crossing midnight books two segments; another GPU's do not count.
@@ -769,22 +773,19 @@ mod tests {
         let probe = |s, t| views.unfolded_overlap("provider:p", "g0", s, t);
         assert_eq!(
             probe(50, 70),
-            Some(Some((60, 100))),
+            Some((60, 100)),
             "the later of two overlapping"
         );
-        assert_eq!(probe(30, 45), Some(Some((40, 60))));
+        assert_eq!(probe(30, 45), Some((40, 60)));
+        assert_eq!(probe(59, 60), Some((40, 60)), "ends where the next begins");
+        assert_eq!(probe(20, 40), None, "a gap between segments");
+        assert_eq!(probe(10, 20), None, "booked before the fold: on the tables");
+        assert_eq!(probe(100, 110), None);
         assert_eq!(
-            probe(59, 60),
-            Some(Some((40, 60))),
-            "ends where the next begins"
+            views.unfolded_overlap("provider:p", "g2", 50, 70),
+            None,
+            "no usage"
         );
-        assert_eq!(probe(20, 40), Some(None), "a gap between segments");
-        assert_eq!(
-            probe(10, 20),
-            Some(None),
-            "booked before the fold: on the tables"
-        );
-        assert_eq!(probe(100, 110), Some(None));
         assert_eq!(
             views.unfolded_overlap("provider:other", "g0", 50, 70),
             None,
@@ -792,10 +793,8 @@ mod tests {
         );
         // A fold puts them on the tables.
         views.folded("provider:p");
-        assert_eq!(
-            views.unfolded_overlap("provider:p", "g0", 50, 70),
-            Some(None)
-        );
+        assert!(views.unfolded_known("provider:p"));
+        assert_eq!(views.unfolded_overlap("provider:p", "g0", 50, 70), None);
     }
 
     /// The kept views hold at most `segments_max` unfolded segments in all: past it the views
@@ -835,6 +834,7 @@ mod tests {
         assert!(["a", "b", "c", "d"].iter().all(|s| !holds(&kept, s)));
         assert_eq!(kept.segments_kept, 0, "over the limit alone");
         kept.keep("a".into(), kept.views["a"].head.clone(), view(2));
+        assert_eq!(kept.segments_kept, 2);
         kept.clear();
         assert_eq!(kept.segments_kept, 0);
     }
