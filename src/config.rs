@@ -38,7 +38,8 @@ pub struct LedgerConfig {
     /// group also spans at most `ingest_streams_per_tx_max` providers: one transaction.
     pub usage_group_events_max: usize,
     /// Group commit: bookers at once, each booking one group in its own transaction (on
-    /// SQLite they queue for its one writer, and prepare the next group meanwhile).
+    /// SQLite they queue for its one writer, and prepare the next group meanwhile), and only
+    /// groups of different providers side by side.
     pub usage_group_bookers_max: usize,
     /// Backpressure (`Store::wait_for_projector`): a booker of `POST /v1/usage` batches
     /// waits before its next group while the aggregates booked by this process have waited

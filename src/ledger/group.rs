@@ -12,6 +12,12 @@
 //! group is booked once (the first in queue order), the second answered `duplicate` or
 //! `conflict`.
 //!
+//! Bookers run side by side (`ledger.usage_group_bookers_max`) only on disjoint providers: a
+//! booker takes a group only while none of its providers is in a group another booker is
+//! booking. Otherwise the second booker would wait for the first one's stream locks and then
+//! find the streams moved under the heads it keeps, and the batch is better booked in the
+//! first booker's next group. Batches of one provider are so booked in queue order.
+//!
 //! A group whose transaction fails is booked again batch by batch, so one batch's failure
 //! (e.g. a provider whose projections are corrupt) answers that batch with the error and
 //! books the others. A batch whose request went away before its group committed (client
@@ -63,6 +69,8 @@ struct Queue {
     waiting: VecDeque<Waiting>,
     /// Bookers running now (at most `ledger.usage_group_bookers_max`).
     bookers: usize,
+    /// The providers of the groups being booked now.
+    busy: HashSet<String>,
 }
 
 /// A batch in the queue and where its answer goes.
@@ -71,6 +79,13 @@ struct Waiting {
     scope: SenderScope,
     actor: Actor,
     reply: oneshot::Sender<Result<Vec<UsageResult>, LedgerError>>,
+}
+
+impl Waiting {
+    /// The providers whose streams booking this batch locks.
+    fn providers(&self) -> impl Iterator<Item = &str> {
+        self.inputs.iter().filter_map(|i| i.provider_id.as_deref())
+    }
 }
 
 impl UsageGroups {
@@ -148,45 +163,40 @@ impl Inner {
     /// Takes the next group: the oldest batch, then the following ones while the group stays
     /// within `usage_group_events_max` events and `ingest_streams_per_tx_max` providers (so
     /// a group is one transaction: it commits or fails whole, and an abandoned batch is
-    /// never half booked). `None` (and this booker leaves) when nothing waits.
-    fn next_group(&self) -> Option<Vec<Waiting>> {
+    /// never half booked), none of them with a provider another booker is booking. `held`
+    /// names the providers of this booker's last group, released here; the new group's are
+    /// put in it. `None` (and this booker leaves) when nothing waits, or when the oldest
+    /// batch has a provider in another booker's group: that booker takes it next.
+    fn next_group(&self, held: &mut HashSet<String>) -> Option<Vec<Waiting>> {
         let events_max = self.ledger.config.usage_group_events_max;
         let providers_max = self.ledger.config.ingest_streams_per_tx_max.max(1);
         let mut queue = self.lock();
-        let first = match queue.waiting.pop_front() {
-            Some(first) => first,
-            None => {
-                queue.bookers -= 1;
-                return None;
-            }
-        };
-        if queue.waiting.is_empty() {
-            // The common case at an idle server: nothing to group with.
-            return Some(vec![first]);
+        let queue = &mut *queue;
+        for p in held.drain() {
+            queue.busy.remove(&p);
         }
+        let free = |w: &Waiting, busy: &HashSet<String>| w.providers().all(|p| !busy.contains(p));
+        let first_free = queue.waiting.front().is_some_and(|w| free(w, &queue.busy));
+        let Some(first) = first_free.then(|| queue.waiting.pop_front()).flatten() else {
+            queue.bookers -= 1;
+            return None;
+        };
+        held.extend(first.providers().map(str::to_owned));
         let mut events = first.inputs.len();
-        let mut providers: HashSet<String> = first
-            .inputs
-            .iter()
-            .filter_map(|i| i.provider_id.clone())
-            .collect();
         let mut group = vec![first];
         while let Some(next) = queue.waiting.front() {
-            let new: HashSet<&str> = next
-                .inputs
-                .iter()
-                .filter_map(|i| i.provider_id.as_deref())
-                .filter(|p| !providers.contains(*p))
-                .collect();
+            let new: HashSet<&str> = next.providers().filter(|p| !held.contains(*p)).collect();
             if events + next.inputs.len() > events_max
-                || providers.len() + new.len() > providers_max
+                || held.len() + new.len() > providers_max
+                || !free(next, &queue.busy)
             {
                 break;
             }
             events += next.inputs.len();
-            providers.extend(new.into_iter().map(str::to_owned));
+            held.extend(new.into_iter().map(str::to_owned));
             group.extend(queue.waiting.pop_front());
         }
+        queue.busy.extend(held.iter().cloned());
         Some(group)
     }
 }
@@ -194,12 +204,16 @@ impl Inner {
 /// A booker: books groups until the queue is empty.
 async fn book_while_waiting(inner: Arc<Inner>) {
     // If booking panics, the batches of the group get "stopped before answering" (their
-    // reply senders drop) and the count of bookers must still go down.
-    struct Leave(Arc<Inner>, bool);
+    // reply senders drop), the count of bookers must still go down and the group's
+    // providers be free again.
+    struct Leave(Arc<Inner>, bool, HashSet<String>);
     impl Drop for Leave {
         fn drop(&mut self) {
             if self.1 {
                 let mut queue = self.0.lock();
+                for p in self.2.drain() {
+                    queue.busy.remove(&p);
+                }
                 queue.bookers -= 1;
                 let orphans: Vec<Waiting> = if queue.bookers == 0 {
                     queue.waiting.drain(..).collect()
@@ -216,7 +230,7 @@ async fn book_while_waiting(inner: Arc<Inner>) {
             }
         }
     }
-    let mut leave = Leave(inner.clone(), true);
+    let mut leave = Leave(inner.clone(), true, HashSet::new());
     let config = &inner.ledger.config;
     let lag_max = Duration::from_millis(config.usage_projection_lag_max_ms);
     let wait_max = Duration::from_millis(config.usage_projection_wait_max_ms);
@@ -230,7 +244,7 @@ async fn book_while_waiting(inner: Arc<Inner>) {
         if !waited.is_zero() {
             crate::metrics::record_projection_wait(waited);
         }
-        let Some(group) = inner.next_group() else {
+        let Some(group) = inner.next_group(&mut leave.2) else {
             break;
         };
         book_group(&inner, group).await;

@@ -541,6 +541,120 @@ async fn a_group_spans_no_more_providers_than_one_transaction_takes() {
     assert_verified(&ledger).await;
 }
 
+/// The usage events of `stream` in chain order, by event id.
+async fn stream_order(ledger: &Ledger, stream: &str) -> Vec<String> {
+    usage_rows(ledger)
+        .await
+        .into_iter()
+        .filter(|(s, ..)| s == stream)
+        .map(|(_, _, payload, ..)| {
+            let payload: serde_json::Value = serde_json::from_str(&payload).unwrap();
+            payload["event_id"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Waits until `bookers` bookers run and `waiting` batches wait.
+async fn until_queue(groups: &UsageGroups, bookers: usize, waiting: usize) {
+    for _ in 0..2_000 {
+        if groups.bookers() == bookers && groups.waiting() == waiting {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "{} bookers and {} batches waiting, expected {bookers} and {waiting}",
+        groups.bookers(),
+        groups.waiting()
+    );
+}
+
+/// With two bookers (the default), a batch sharing a provider with the group being booked
+/// is not given to the second booker, which would wait for the first one's stream locks and
+/// could book the provider's later batch before its earlier one: it waits for the first
+/// booker's next group, and the provider's events are booked in the order they were sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_a_provider_being_booked_waits_for_that_booker() {
+    let db = TestDb::new().await;
+    let ledger = marketplace(&db).await;
+    assert_eq!(ledger.config.usage_group_bookers_max, 2);
+    let groups = UsageGroups::new(ledger.clone());
+    // The first batch's booker waits for prv_a's stream with prv_b in its group too.
+    let held = ledger.store.begin("provider:prv_a").await.unwrap();
+    let first = send_all(
+        &groups,
+        vec![vec![slice("a1", "prv_a"), slice("b1", "prv_b")]],
+    );
+    until_booking(&groups).await;
+    // prv_b's next hour, sent after: the second booker must leave it (and, in queue order,
+    // the batch of prv_d behind it) to the first.
+    let later = send_all(
+        &groups,
+        vec![vec![slice_at("b2", "prv_b", 9), slice("c1", "prv_c")]],
+    );
+    until_waiting(&groups, 1).await;
+    let last = send_all(&groups, vec![vec![slice("d1", "prv_d")]]);
+    until_waiting(&groups, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (groups.bookers(), groups.waiting()),
+        (1, 2),
+        "no second booker took a batch of prv_b while prv_b's first batch was being booked"
+    );
+    drop(held);
+    for task in first.into_iter().chain(later).chain(last) {
+        let answered = outcomes(&task.await.unwrap());
+        assert!(answered.iter().all(|o| o == "accepted"), "{answered:?}");
+    }
+    assert_eq!(
+        stream_order(&ledger, "provider:prv_b").await,
+        ["b1", "b2"],
+        "prv_b's hours booked in the order they were sent"
+    );
+    assert_eq!(
+        groups.stats(),
+        GroupStats {
+            groups_committed: 1,
+            batches_grouped: 2,
+            groups_failed: 0,
+        },
+        "the first batch alone, then the two that waited for its booker in one transaction"
+    );
+    let net = price(2_490_000, 3_600_000, 2000).2;
+    assert_eq!(payable(&ledger, "prv_b").await, 2 * net);
+    assert_verified(&ledger).await;
+}
+
+/// A batch of providers no booker is booking gets the second booker: on PostgreSQL it is
+/// booked and answered while the first booker still waits for a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_other_providers_is_booked_beside_the_group_being_booked() {
+    let db = TestDb::new().await;
+    let ledger = marketplace(&db).await;
+    let groups = UsageGroups::new(ledger.clone());
+    let held = ledger.store.begin("provider:prv_a").await.unwrap();
+    let first = send_all(&groups, vec![vec![slice("a1", "prv_a")]]);
+    until_booking(&groups).await;
+    let mut other = send_all(&groups, vec![vec![slice("d1", "prv_d")]]);
+    if db.is_postgres() {
+        let answered = tokio::time::timeout(Duration::from_secs(10), other.pop().unwrap())
+            .await
+            .expect("prv_d's batch answered while prv_a's stream is held")
+            .unwrap();
+        assert_eq!(outcomes(&answered), ["accepted"]);
+    } else {
+        // SQLite has one writer, which the test holds: the second booker waits for it.
+        until_queue(&groups, 2, 0).await;
+    }
+    drop(held);
+    for task in first.into_iter().chain(other) {
+        assert_eq!(outcomes(&task.await.unwrap()), ["accepted"]);
+    }
+    let net = price(2_490_000, 3_600_000, 2000).2;
+    assert_eq!(payable(&ledger, "prv_d").await, net);
+    assert_verified(&ledger).await;
+}
+
 /// Backpressure (`ledger.usage_projection_lag_max_ms`): while the aggregates this process
 /// booked have waited longer than the bound for the projector that follows the ledger, a
 /// booker waits for the projector's next pass before it books, and a stalled projector
