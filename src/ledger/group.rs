@@ -160,21 +160,26 @@ impl Inner {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Frees the providers of a booker's group once its transaction is over.
+    fn release(&self, held: &mut HashSet<String>) {
+        let mut queue = self.lock();
+        for p in held.drain() {
+            queue.busy.remove(&p);
+        }
+    }
+
     /// Takes the next group: the oldest batch, then the following ones while the group stays
     /// within `usage_group_events_max` events and `ingest_streams_per_tx_max` providers (so
     /// a group is one transaction: it commits or fails whole, and an abandoned batch is
-    /// never half booked), none of them with a provider another booker is booking. `held`
-    /// names the providers of this booker's last group, released here; the new group's are
-    /// put in it. `None` (and this booker leaves) when nothing waits, or when the oldest
-    /// batch has a provider in another booker's group: that booker takes it next.
+    /// never half booked), none of them with a provider another booker is booking. The new
+    /// group's providers are put in `held` (empty: its last group's were released). `None`
+    /// (and this booker leaves) when nothing waits, or when the oldest batch has a provider
+    /// in another booker's group: that booker takes it next.
     fn next_group(&self, held: &mut HashSet<String>) -> Option<Vec<Waiting>> {
         let events_max = self.ledger.config.usage_group_events_max;
         let providers_max = self.ledger.config.ingest_streams_per_tx_max.max(1);
         let mut queue = self.lock();
         let queue = &mut *queue;
-        for p in held.drain() {
-            queue.busy.remove(&p);
-        }
         let free = |w: &Waiting, busy: &HashSet<String>| w.providers().all(|p| !busy.contains(p));
         let first_free = queue.waiting.front().is_some_and(|w| free(w, &queue.busy));
         let Some(first) = first_free.then(|| queue.waiting.pop_front()).flatten() else {
@@ -248,6 +253,8 @@ async fn book_while_waiting(inner: Arc<Inner>) {
             break;
         };
         book_group(&inner, group).await;
+        // Its transaction is over: its providers' next batches may go to either booker.
+        inner.release(&mut leave.2);
     }
     leave.1 = false;
 }
