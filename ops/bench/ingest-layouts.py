@@ -149,7 +149,7 @@ def script(db):
 
     def project(b):
         """A batch's segments; every `PASS`-th batch, the aggregates of the pass's batches."""
-        started = f"(1795000000000 + b * 600000)"
+        started = "(1795000000000 + b * 600000)"
         out = (
             f"INSERT INTO lay_segments SELECT {gpu}, {started}, {started} + 600000, k, stream, 'H100-80GB', "
             f"415000, 62250, 352750 FROM {src(b)};"

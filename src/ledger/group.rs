@@ -81,6 +81,15 @@ struct Waiting {
     reply: oneshot::Sender<Result<Vec<UsageResult>, LedgerError>>,
 }
 
+impl Queue {
+    /// Frees the providers of a group (`held`, emptied) for any booker.
+    fn release(&mut self, held: &mut HashSet<String>) {
+        for p in held.drain() {
+            self.busy.remove(&p);
+        }
+    }
+}
+
 impl Waiting {
     /// The providers whose streams booking this batch locks.
     fn providers(&self) -> impl Iterator<Item = &str> {
@@ -162,10 +171,7 @@ impl Inner {
 
     /// Frees the providers of a booker's group once its transaction is over.
     fn release(&self, held: &mut HashSet<String>) {
-        let mut queue = self.lock();
-        for p in held.drain() {
-            queue.busy.remove(&p);
-        }
+        self.lock().release(held);
     }
 
     /// Takes the next group: the oldest batch, then the following ones while the group stays
@@ -216,9 +222,7 @@ async fn book_while_waiting(inner: Arc<Inner>) {
         fn drop(&mut self) {
             if self.1 {
                 let mut queue = self.0.lock();
-                for p in self.2.drain() {
-                    queue.busy.remove(&p);
-                }
+                queue.release(&mut self.2);
                 queue.bookers -= 1;
                 let orphans: Vec<Waiting> = if queue.bookers == 0 {
                     queue.waiting.drain(..).collect()
