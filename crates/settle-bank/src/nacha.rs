@@ -363,7 +363,7 @@ fn routing_prefix_value(routing: &AbaRouting) -> u64 {
 
 /// Left-justifies `s` in a field of `width` characters (callers ensure it fits; anything
 /// longer is cut so a record never grows).
-fn pad(s: &str, width: usize) -> String {
+pub(crate) fn pad(s: &str, width: usize) -> String {
     let mut out: String = s.chars().take(width).collect();
     let len = out.chars().count();
     out.extend(std::iter::repeat_n(' ', width - len));

@@ -387,12 +387,12 @@ fn check_sepa_iban(iban: &Iban) -> Result<(), SepaError> {
 
 /// A minimal indenting XML text builder; every text goes through [`escape`].
 #[derive(Default)]
-struct XmlWriter {
-    out: String,
+pub(crate) struct XmlWriter {
+    pub(crate) out: String,
 }
 
 impl XmlWriter {
-    fn line(&mut self, depth: usize, s: &str) {
+    pub(crate) fn line(&mut self, depth: usize, s: &str) {
         for _ in 0..depth {
             self.out.push_str("  ");
         }
@@ -400,22 +400,22 @@ impl XmlWriter {
         self.out.push('\n');
     }
 
-    fn open(&mut self, depth: usize, tag: &str) {
+    pub(crate) fn open(&mut self, depth: usize, tag: &str) {
         self.line(depth, &format!("<{tag}>"));
     }
 
-    fn close(&mut self, depth: usize, tag: &str) {
+    pub(crate) fn close(&mut self, depth: usize, tag: &str) {
         self.line(depth, &format!("</{tag}>"));
     }
 
-    fn text(&mut self, depth: usize, tag: &str, value: &str) {
+    pub(crate) fn text(&mut self, depth: usize, tag: &str, value: &str) {
         let mut s = String::with_capacity(value.len() + 2 * tag.len() + 5);
         // Writing into a String cannot fail.
         let _ = write!(s, "<{tag}>{}</{tag}>", escape(value));
         self.line(depth, &s);
     }
 
-    fn account(&mut self, depth: usize, tag: &str, iban: &Iban) {
+    pub(crate) fn account(&mut self, depth: usize, tag: &str, iban: &Iban) {
         self.open(depth, tag);
         self.open(depth + 1, "Id");
         self.text(depth + 2, "IBAN", iban.as_str());
@@ -423,7 +423,7 @@ impl XmlWriter {
         self.close(depth, tag);
     }
 
-    fn agent(&mut self, depth: usize, tag: &str, bic: Option<&Bic>) {
+    pub(crate) fn agent(&mut self, depth: usize, tag: &str, bic: Option<&Bic>) {
         self.open(depth, tag);
         self.open(depth + 1, "FinInstnId");
         match bic {
@@ -440,7 +440,7 @@ impl XmlWriter {
 }
 
 /// Escapes the five XML special characters.
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -18,6 +18,29 @@ pub fn schema(step: Option<&str>) -> Option<Pain001Schema> {
     }
 }
 
+/// The official camt.054.001.08 XSD (beside the pain.001.001.09 one in
+/// `shared/schemas/iso20022/`) with xmllint, when the machine has both; else `None`,
+/// reported skipped (a failure in CI).
+#[track_caller]
+pub fn camt054_schema(step: &str) -> Option<Pain001Schema> {
+    let probe = settle_prereq::pain001_schema().and_then(|s| {
+        let xsd = s.xsd.with_file_name("camt.054.001.08.xsd");
+        if xsd.is_file() {
+            Ok(Pain001Schema {
+                xmllint: s.xmllint,
+                xsd,
+            })
+        } else {
+            Err(settle_prereq::Missing::new(
+                format!("no camt.054.001.08 XSD at {}", xsd.display()),
+                "put shared/ beside the clone (CI does); shared/schemas/iso20022/PROVENANCE.txt \
+                 says where the XSD comes from",
+            ))
+        }
+    });
+    settle_prereq::require_step(step, probe)
+}
+
 /// Validates `xml` against the XSD with `xmllint --noout --schema`: `Ok`, or what
 /// xmllint said.
 pub fn xmllint(schema: &Pain001Schema, xml: &str) -> Result<(), String> {
