@@ -453,18 +453,34 @@ pub async fn verify(store: &Store, token: &str, now_ms: i64) -> Result<Principal
         return Err(AuthError::Invalid);
     }
     let info = token_info(row)?;
-    if info.revoked_at_ms.is_some() {
-        return Err(AuthError::Revoked);
-    }
-    if info.expires_at_ms.is_some_and(|e| e <= now_ms) {
-        return Err(AuthError::Expired);
-    }
+    check_live(&info, now_ms)?;
     Ok(Principal {
         token_id: info.token_id,
         name: info.name,
         scope: info.scope,
         provider_id: info.provider_id,
     })
+}
+
+/// Whether the token `token_id`, already verified once (a live stream's), is still valid at
+/// `now_ms`: not revoked, not expired.
+pub async fn still_valid(store: &Store, token_id: &str, now_ms: i64) -> Result<(), AuthError> {
+    let Some((row, _)) = tokens::with_hash(store, token_id).await? else {
+        return Err(AuthError::Invalid);
+    };
+    check_live(&token_info(row)?, now_ms)
+}
+
+/// A token is live while never revoked (a revocation counts whatever its date) and not
+/// expired at `now_ms`.
+fn check_live(info: &TokenInfo, now_ms: i64) -> Result<(), AuthError> {
+    if info.revoked_at_ms.is_some() {
+        return Err(AuthError::Revoked);
+    }
+    if info.expires_at_ms.is_some_and(|e| e <= now_ms) {
+        return Err(AuthError::Expired);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,6 +15,10 @@ use crate::domain::bands::{FxBand, RateBand, WithoutPriceBook};
 pub struct LedgerConfig {
     /// Oldest accepted `started_at`, in days before now.
     pub lateness_days_max: i64,
+    /// Oldest `started_at` an agent's (`ingest`) token may report, in days before now (at
+    /// most `lateness_days_max`): an agent reports what its machine saw lately; older usage
+    /// comes from the metering pipeline or an operator.
+    pub agent_lateness_days_max: i64,
     /// How far `ended_at` may lie in the future, in milliseconds.
     pub future_tolerance_ms: i64,
     /// Longest accepted usage interval, in milliseconds (7 days).
@@ -104,6 +108,7 @@ impl Default for LedgerConfig {
     fn default() -> Self {
         LedgerConfig {
             lateness_days_max: 90,
+            agent_lateness_days_max: 7,
             future_tolerance_ms: 5 * 60 * 1000,
             interval_ms_max: 7 * 24 * 3_600_000,
             batch_events_max: 1000,
@@ -242,6 +247,12 @@ pub struct HttpConfig {
     /// Pause between two heartbeats (SSE comments) of an idle stream, ms, so that proxies
     /// do not close it.
     pub stream_heartbeat_ms: u64,
+    /// How often an open stream checks again that its token is still valid, ms (1 to
+    /// 30,000): a revoked or expired token's stream ends within this long.
+    pub stream_auth_recheck_ms: u64,
+    /// Live streams one token may hold open at once (a dashboard tab or two per provider);
+    /// past it, 429 `token_streams_exhausted`, so no token takes every slot of `streams_max`.
+    pub streams_per_token_max: usize,
     /// How long the dashboard's sign-in cookie lives, seconds (the token itself is still
     /// checked on every request: revoking it signs the browser out).
     pub session_max_age_s: u64,
@@ -305,6 +316,8 @@ impl Default for HttpConfig {
             streams_max: 256,
             stream_poll_interval_ms: 250,
             stream_heartbeat_ms: 15_000,
+            stream_auth_recheck_ms: 30_000,
+            streams_per_token_max: 4,
             session_max_age_s: 8 * 3600,
             cookie_secure: CookieSecure::Auto,
         }
@@ -959,6 +972,13 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "store.connections_max ({}) must be at least 2: a command may read while it holds a write transaction",
                 self.store.connections_max
+            )));
+        }
+        let h = &self.http;
+        if !(1..=30_000).contains(&h.stream_auth_recheck_ms) || h.streams_per_token_max == 0 {
+            return Err(ConfigError::Invalid(format!(
+                "http.stream_auth_recheck_ms ({}) must be 1 to 30000 and http.streams_per_token_max ({}) at least 1: a revoked token's stream ends within 30 s",
+                h.stream_auth_recheck_ms, h.streams_per_token_max
             )));
         }
         let c = &self.control;

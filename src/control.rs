@@ -441,7 +441,7 @@ impl<'a> Importer<'a> {
                         status: "pending",
                         code: Some("pending_approval".into()),
                         message: Some(format!(
-                            "waits for a second actor: settle approvals approve {}",
+                            "waits for a second actor to decide approval {} (its `approvals approve` or `approvals reject`)",
                             request.approval_id
                         )),
                         approval_id: Some(request.approval_id),

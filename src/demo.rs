@@ -21,6 +21,7 @@ use crate::config::{BankConfig, LedgerConfig, RunConfig};
 use crate::domain::money::{format_cents, format_micro_usdc};
 use crate::domain::time::{date_start_ms, format_ms};
 use crate::ledger::{Actor, Ledger, ManualClock};
+use crate::report::shell::command_line;
 use crate::store::read::{EarningsBy, PayoutFilter};
 use crate::store::{ClockMode, Store, StoreOptions};
 
@@ -229,15 +230,65 @@ pub struct DemoReport {
     pub payouts: Vec<Value>,
     pub chain: Value,
     pub bank_files: Vec<Value>,
+    /// What to run next, printed under "Explore it".
+    #[serde(flatten)]
+    pub next: NextSteps,
+}
+
+/// The commands the demo prints for the user to run next, each a command line as the
+/// user's shell runs it (the program as [`crate::report::shell::program`] names it, every
+/// word quoted).
+#[derive(Debug, serde::Serialize)]
+pub struct NextSteps {
+    /// `settle serve` over the demo's data.
     pub serve: String,
     /// The dashboard of `settle serve` over the demo's data.
     pub dashboard_url: String,
     /// A provider token of `prv_atlas` (made by the demo, valid 7 days) to sign in with.
     pub dashboard_token: String,
+    /// `curl` reading `prv_atlas`'s summary from the served API with `dashboard_token`.
+    pub summary_curl: String,
+    /// `settle token create` of an admin token for the demo's database.
+    pub admin_token_create: String,
 }
 
-/// Runs the demo in `dir` (created; an earlier demo database there is replaced).
-pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
+impl NextSteps {
+    /// The steps for the demo's database `url` served with the configuration `config`.
+    fn new(program: &str, url: &str, config: &Path, dashboard_token: String) -> NextSteps {
+        let config = config.to_string_lossy();
+        let api = format!("http://{}", crate::config::HttpConfig::default().bind);
+        NextSteps {
+            serve: command_line(program, &["--database", url, "--config", &config, "serve"]),
+            dashboard_url: format!("{api}/dashboard"),
+            summary_curl: command_line(
+                "curl",
+                &[
+                    "-H",
+                    &format!("Authorization: Bearer {dashboard_token}"),
+                    &format!("{api}/v1/providers/prv_atlas/summary"),
+                ],
+            ),
+            dashboard_token,
+            admin_token_create: command_line(
+                program,
+                &[
+                    "--database",
+                    url,
+                    "token",
+                    "create",
+                    "--scope",
+                    "admin",
+                    "--name",
+                    "demo-admin",
+                ],
+            ),
+        }
+    }
+}
+
+/// Runs the demo in `dir` (created; an earlier demo database there is replaced). The
+/// commands it prints start with `program`: how the user's shell runs this binary.
+pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let dir = prepare_dir(dir)?;
     let outbox = dir.join("outbox");
     let url = format!("sqlite://{}", dir.join("settle.db").display());
@@ -301,6 +352,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
         verify.problems
     );
     let dashboard_token = dashboard_token(&ledger).await?;
+    let serve_config = write_serve_config(&dir, &bank_config)?;
     let demo = DemoReport {
         database: url.clone(),
         week_start: week.to_string(),
@@ -312,15 +364,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<DemoReport> {
         payouts,
         chain: chain_summary(&chain, &paid, balances),
         bank_files,
-        serve: format!(
-            "settle --database {url} --config {} serve",
-            write_serve_config(&dir, &bank_config)?.display()
-        ),
-        dashboard_url: format!(
-            "http://{}/dashboard",
-            crate::config::HttpConfig::default().bind
-        ),
-        dashboard_token,
+        next: NextSteps::new(program, &url, &serve_config, dashboard_token),
     };
     ledger.store.close().await;
     drop(chain);
@@ -647,23 +691,32 @@ fn render_payments(out: &mut String, d: &DemoReport) {
     }
 }
 
-/// How to explore the demo's ledger: `settle serve`, the dashboard token, an admin token.
+/// How to explore the demo's ledger: every command as the user's shell runs it.
 fn render_next_steps(out: &mut String, d: &DemoReport) {
     use std::fmt::Write;
     let _ = writeln!(
         out,
         "\nThe ledger verifies (hash chains, balanced lines, projections). Explore it:"
     );
-    let _ = writeln!(out, "  {}", d.serve);
     let _ = writeln!(
         out,
-        "  then open {} and sign in as prv_atlas with this provider token (valid 7 days):\n  {}",
-        d.dashboard_url, d.dashboard_token
+        "  1. Serve the same data (it keeps running; stop it with Ctrl-C):\n     {}",
+        d.next.serve
     );
     let _ = writeln!(
         out,
-        "  settle --database {} token create --scope admin --name me    # then curl -H 'Authorization: Bearer …' localhost:8080/v1/providers/prv_atlas/summary",
-        d.database
+        "  2. Open {} and sign in as prv_atlas with this provider token (valid 7 days):\n     {}",
+        d.next.dashboard_url, d.next.dashboard_token
+    );
+    let _ = writeln!(
+        out,
+        "  3. Read the same figures from the API, in another terminal:\n     {}",
+        d.next.summary_curl
+    );
+    let _ = writeln!(
+        out,
+        "  4. Create an admin token for the admin API (printed once):\n     {}",
+        d.next.admin_token_create
     );
 }
 

@@ -2,7 +2,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = settle::cli::Cli::parse();
-    settle::cli::init_logging(cli.log_format);
+    settle::cli::init_logging(&cli);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

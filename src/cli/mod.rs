@@ -30,17 +30,30 @@ pub enum LogFormat {
     Json,
 }
 
-/// Sets up `tracing`: pretty in a terminal, JSON lines with `--log-format json`, on stderr;
-/// the level from `RUST_LOG` (default `info`).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Sets up `tracing` on stderr: pretty in a terminal, JSON lines with `--log-format json`.
+/// The level is `--log-level`, else `RUST_LOG`, else the command's own default
+/// ([`Cmd::default_log_level`]: `warn` for the demo, whose terminal is its report, `info`
+/// for the rest).
+pub fn init_logging(cli: &Cli) {
+    let directives = cli
+        .log_level
+        .clone()
+        .or_else(|| {
+            std::env::var("RUST_LOG")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+        })
+        .unwrap_or_else(|| cli.command.default_log_level().to_owned());
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!("warning: log level {directives:?} is not understood ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    let _ = match format {
+    let _ = match cli.log_format {
         LogFormat::Pretty => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
@@ -71,6 +84,10 @@ pub struct Cli {
     /// Log format: pretty for a terminal, json for collectors.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
+    /// Log level or filter (`warn`, `info`, `settle=debug,info`, as `RUST_LOG`); overrides
+    /// `RUST_LOG`. Default: `warn` for `demo`, `info` otherwise.
+    #[arg(long, global = true)]
+    pub log_level: Option<String>,
     /// Who runs this command, recorded as `operator:NAME` on every event it causes
     /// (default: the OS user).
     #[arg(long, global = true, env = "SETTLE_ACTOR")]
@@ -160,6 +177,17 @@ pub enum Cmd {
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
+}
+
+impl Cmd {
+    /// The log level when neither `--log-level` nor `RUST_LOG` says: the demo's terminal is
+    /// its report, so it logs warnings only; every other command logs `info`.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Cmd::Demo { .. } => "warn",
+            _ => "info",
+        }
+    }
 }
 
 /// The operator this process acts for (`--actor`, else the OS user); set once by [`run`].
@@ -431,7 +459,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// `settle demo`: runs the demo in `dir` and prints its report.
 async fn demo_cmd(dir: &std::path::Path, format: Format) -> anyhow::Result<i32> {
-    let report = crate::demo::run(dir).await?;
+    let report = crate::demo::run(dir, &crate::report::shell::program()).await?;
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         _ => print!("{}", crate::demo::render_table(&report)),

@@ -150,28 +150,28 @@ fn request_token(parts: &Parts) -> Result<String, Problem> {
 }
 
 async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Auth, Problem> {
-    {
-        let token = request_token(parts)?;
-        let now_ms = state.ledger.now_ms();
-        match auth::verify(&state.ledger.store, &token, now_ms).await {
-            Ok(principal) => {
-                tracing::Span::current().record("token_id", principal.token_id.as_str());
-                Ok(Auth(principal))
-            }
-            Err(AuthError::Malformed | AuthError::Invalid) => Err(Problem::unauthorized(
-                "invalid_token",
-                "the bearer token is not valid",
-            )),
-            Err(AuthError::Expired) => Err(Problem::unauthorized(
-                "token_expired",
-                "the bearer token has expired",
-            )),
-            Err(AuthError::Revoked) => Err(Problem::unauthorized(
-                "token_revoked",
-                "the bearer token has been revoked",
-            )),
-            Err(AuthError::Database(e)) => Err(e.into()),
+    let token = request_token(parts)?;
+    let now_ms = state.ledger.now_ms();
+    let principal = auth::verify(&state.ledger.store, &token, now_ms)
+        .await
+        .map_err(auth_problem)?;
+    tracing::Span::current().record("token_id", principal.token_id.as_str());
+    Ok(Auth(principal))
+}
+
+/// The answer to a token that is not (or no longer) valid.
+pub(crate) fn auth_problem(e: AuthError) -> Problem {
+    match e {
+        AuthError::Malformed | AuthError::Invalid => {
+            Problem::unauthorized("invalid_token", "the bearer token is not valid")
         }
+        AuthError::Expired => {
+            Problem::unauthorized("token_expired", "the bearer token has expired")
+        }
+        AuthError::Revoked => {
+            Problem::unauthorized("token_revoked", "the bearer token has been revoked")
+        }
+        AuthError::Database(e) => e.into(),
     }
 }
 

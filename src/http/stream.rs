@@ -14,10 +14,15 @@
 //! entries after `n` and then a summary, or nothing while the ledger has not moved: no gap
 //! and no repeat, across server restarts too, since positions live in the ledger. Heartbeat
 //! comments keep proxies from closing an idle stream; at most `http.streams_max` are open
-//! (503 `streams_exhausted` past it), and all of them end when the server shuts down.
+//! (503 `streams_exhausted` past it), at most `http.streams_per_token_max` per token (429
+//! `token_streams_exhausted`), and all of them end when the server shuts down. A stream
+//! checks its token again every `http.stream_auth_recheck_ms` (at most 30 s): once the token
+//! is revoked or expired, the stream sends a `problem` (`token_revoked`, `token_expired`) and
+//! ends.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -41,13 +46,36 @@ const ENTRIES_PAGE: i64 = 500;
 /// `Retry-After` of a refused stream, seconds.
 const STREAMS_RETRY_AFTER_S: u64 = 5;
 
-/// The open streams of a server: their bound, their timing, and the signal that ends them.
+/// The open streams of a server: their bound (in all and per token), their timing, and the
+/// signal that ends them.
 pub struct StreamHub {
     slots: Arc<Semaphore>,
     streams_max: usize,
+    /// Open streams per token id (entries removed at 0).
+    per_token: Arc<Mutex<HashMap<String, usize>>>,
+    per_token_max: usize,
     poll: Duration,
     heartbeat: Duration,
+    auth_recheck: Duration,
     closing: watch::Sender<bool>,
+}
+
+/// One open stream of a token: counted in [`StreamHub::per_token`] until dropped.
+struct TokenSlot {
+    per_token: Arc<Mutex<HashMap<String, usize>>>,
+    token_id: String,
+}
+
+impl Drop for TokenSlot {
+    fn drop(&mut self) {
+        let mut open = self.per_token.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.token_id) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.token_id);
+            }
+        }
+    }
 }
 
 impl StreamHub {
@@ -55,10 +83,36 @@ impl StreamHub {
         StreamHub {
             slots: Arc::new(Semaphore::new(config.streams_max)),
             streams_max: config.streams_max,
+            per_token: Arc::default(),
+            per_token_max: config.streams_per_token_max.max(1),
             poll: Duration::from_millis(config.stream_poll_interval_ms.max(1)),
             heartbeat: Duration::from_millis(config.stream_heartbeat_ms.max(1)),
+            auth_recheck: Duration::from_millis(config.stream_auth_recheck_ms.max(1)),
             closing: watch::channel(false).0,
         }
+    }
+
+    /// A stream slot of `token_id`, unless it holds `streams_per_token_max` already (429
+    /// `token_streams_exhausted`).
+    fn token_slot(&self, token_id: &str) -> Result<TokenSlot, Problem> {
+        let mut open = self.per_token.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(token_id.to_owned()).or_insert(0);
+        if *n >= self.per_token_max {
+            return Err(Problem::too_many_requests(
+                "token_streams_exhausted",
+                format!(
+                    "this token holds {} live streams, the most one token may keep open \
+                     (http.streams_per_token_max); close one or retry later",
+                    self.per_token_max
+                ),
+                STREAMS_RETRY_AFTER_S,
+            ));
+        }
+        *n += 1;
+        Ok(TokenSlot {
+            per_token: self.per_token.clone(),
+            token_id: token_id.to_owned(),
+        })
     }
 
     /// Ends every open stream and refuses new ones (the server is shutting down): a
@@ -159,6 +213,9 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 429, body = Problem, content_type = "application/problem+json",
+         description = "`token_streams_exhausted`: this token holds \
+                        http.streams_per_token_max streams"),
         (status = 503, body = Problem, content_type = "application/problem+json",
          description = "`streams_exhausted`: http.streams_max streams are open"),
     ),
@@ -173,6 +230,7 @@ pub async fn stream(
     auth.read_provider(&state, &id).await?;
     let last = last_event_id(&headers)?;
     let hub = state.streams.clone();
+    let token_slot = hub.token_slot(&auth.0.token_id)?;
     let permit = hub.slots.clone().try_acquire_owned().map_err(|_| Problem {
         retry_after_s: Some(STREAMS_RETRY_AFTER_S),
         ..Problem::new(
@@ -187,7 +245,11 @@ pub async fn stream(
     })?;
     let (tx, mut rx) = mpsc::channel::<Event>(16);
     let heartbeat = hub.heartbeat;
-    tokio::spawn(follow(state, id, last, permit, tx));
+    let held = Held {
+        _permit: permit,
+        token_slot,
+    };
+    tokio::spawn(follow(state, id, last, held, tx));
     let events =
         futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>)));
     Ok(Sse::new(events)
@@ -197,18 +259,21 @@ pub async fn stream(
 
 type Sender = mpsc::Sender<Event>;
 
+/// What an open stream holds until it ends: its slot among all streams and its token's.
+struct Held {
+    /// Returned to [`StreamHub::slots`] when dropped.
+    _permit: OwnedSemaphorePermit,
+    token_slot: TokenSlot,
+}
+
 /// Sends what the client misses, then follows the provider's stream until the client
-/// leaves, the server shuts down or a read fails (a `problem` event, then the end: the
+/// leaves, the server shuts down, its token stops being valid (checked every
+/// `http.stream_auth_recheck_ms`) or a read fails (a `problem` event, then the end: the
 /// client reconnects with its last id).
-async fn follow(
-    state: AppState,
-    id: String,
-    last: Option<i64>,
-    permit: OwnedSemaphorePermit,
-    tx: Sender,
-) {
+async fn follow(state: AppState, id: String, last: Option<i64>, held: Held, tx: Sender) {
     state.streams.gauge();
     let mut closing = state.streams.closing.subscribe();
+    let mut checked_at = tokio::time::Instant::now();
     let result = async {
         let stream = provider_stream(&id);
         let head = state.ledger.store.stream_head(&stream).await?;
@@ -225,6 +290,16 @@ async fn follow(
         loop {
             if *closing.borrow() {
                 return Ok(());
+            }
+            if checked_at.elapsed() >= state.streams.auth_recheck {
+                crate::auth::still_valid(
+                    &state.ledger.store,
+                    &held.token_slot.token_id,
+                    state.ledger.now_ms(),
+                )
+                .await
+                .map_err(super::extract::auth_problem)?;
+                checked_at = tokio::time::Instant::now();
             }
             let head = state.ledger.store.stream_head(&stream).await?;
             if head > position {
@@ -246,14 +321,14 @@ async fn follow(
                 send(&tx, summary_event(&summary, position)).await?;
             }
             tokio::select! {
-                _ = tokio::time::sleep(state.streams.poll) => {}
+                _ = tokio::time::sleep(state.streams.poll.min(state.streams.auth_recheck)) => {}
                 _ = closing.changed() => return Ok(()),
                 _ = tx.closed() => return Ok(()),
             }
         }
     }
     .await;
-    drop(permit);
+    drop(held);
     state.streams.gauge();
     match result {
         Ok(()) | Err(Ended::ClientGone) => {}

@@ -160,12 +160,24 @@ impl Parsed {
 }
 
 /// Why an event falls outside the booking window at `now_ms` (`in_future`, `too_late`).
+///
+/// An agent's (`ingest`) token reports what its machine saw lately: its window reaches back
+/// `agent_lateness_days_max` days, the metering pipeline's and an operator's
+/// `lateness_days_max` (an agent token that leaked cannot book months of past usage).
 fn window_error(
     c: &crate::config::LedgerConfig,
+    scope: &SenderScope,
     started_at_ms: i64,
     ended_at_ms: i64,
     now_ms: i64,
 ) -> Option<DomainError> {
+    let (lateness_days_max, whose) = match scope {
+        SenderScope::Ingest { .. } => (
+            c.agent_lateness_days_max.min(c.lateness_days_max),
+            "an agent token's maximum lateness",
+        ),
+        SenderScope::Metering | SenderScope::Admin => (c.lateness_days_max, "the maximum lateness"),
+    };
     if ended_at_ms > now_ms + c.future_tolerance_ms {
         Some(DomainError::new(
             "in_future",
@@ -176,13 +188,10 @@ fn window_error(
                 format_ms(now_ms)
             ),
         ))
-    } else if started_at_ms < now_ms - c.lateness_days_max * MS_PER_DAY {
+    } else if started_at_ms < now_ms - lateness_days_max * MS_PER_DAY {
         Some(DomainError::new(
             "too_late",
-            format!(
-                "started_at is older than the maximum lateness of {} days",
-                c.lateness_days_max
-            ),
+            format!("started_at is older than {whose} of {lateness_days_max} days"),
         ))
     } else {
         None
@@ -235,7 +244,7 @@ impl Ledger {
         // The time window depends on the clock, not on the event: an event booked before
         // with the same content is a `duplicate` whatever its age, so this is decided
         // after the idempotency look-up.
-        let window_error = window_error(c, started_at_ms, ended_at_ms, now_ms);
+        let window_error = window_error(c, scope, started_at_ms, ended_at_ms, now_ms);
         let normalised = format!(
             "usage.v1|{}|{}|{}|{}|{}|{}|{}",
             event_id,

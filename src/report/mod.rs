@@ -1,8 +1,10 @@
 //! What the CLI and the HTTP API both show of the reads (`store::read`): the range of a
 //! report, explorer links, and reports as rows ([`output::Rows`]) rendered as a table, JSON
-//! or CSV. Neither `cli` nor `http` imports the other; both import this.
+//! or CSV; [`shell`]: command lines printed for the user to paste. Neither `cli` nor `http`
+//! imports the other; both import this.
 
 pub mod output;
+pub mod shell;
 
 use serde_json::json;
 

@@ -12,7 +12,7 @@ use crate::http_support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli, settle_bin};
 use serde_json::{Value, json};
 use settle::auth::{NewToken, Scope, create_token};
 use settle::config::LedgerConfig;
@@ -426,14 +426,6 @@ async fn an_fx_rate_stays_in_its_band_and_near_the_rate_in_force() {
 
 // ---------------------------------------------------------------------------------------
 // settle serve
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Served(Child);
 

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::settle_bin;
+use common::{free_port, settle_bin};
 use settle::store::{Store, StoreOptions};
 use settle_solana::{Keypair, Treasury};
 
@@ -214,14 +214,6 @@ fn start_local_chain() -> LocalChain {
         mint: info["mint"].as_str().unwrap().to_owned(),
         keypair: PathBuf::from(info["treasury_keypair"].as_str().unwrap()),
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Where the `settle serve` processes run: an unprivileged user (`nobody` when the test

@@ -30,7 +30,7 @@ async fn sign_in(app: &TestApp, token: &str, origin: Option<&str>) -> reqwest::R
 }
 
 /// The session cookie of a successful sign-in: `(name=value, attributes)`.
-fn session_cookie(r: &reqwest::Response) -> (String, String) {
+pub(crate) fn session_cookie(r: &reqwest::Response) -> (String, String) {
     let set = r
         .headers()
         .get_all("set-cookie")
@@ -215,14 +215,7 @@ async fn only_a_valid_provider_token_signs_in_and_only_from_this_site() {
     let (token, token_id) = app.token_with(Scope::Provider, Some("prv_a"), None).await;
     let cookie = format!("settle_session={token}");
     assert_eq!(page(&app, &cookie, "", "en").await.0, 200);
-    settle::auth::revoke_token(
-        &app.ledger.store,
-        &token_id,
-        &settle::ledger::Actor::operator("test"),
-        app.ledger.now_ms(),
-    )
-    .await
-    .unwrap();
+    app.revoke(&token_id).await;
     let r = no_redirects()
         .get(app.url("/dashboard"))
         .header("cookie", &cookie)

@@ -384,18 +384,88 @@ async fn the_open_stream_limit_answers_503_and_frees_a_slot_when_a_client_leaves
     app.get_json(&token, "/v1/providers/prv_a/summary").await;
 
     drop(one);
+    opens_once_freed(&app.base, &token, 503).await;
+    drop(two);
+}
+
+/// Waits until `token` gets a stream of `prv_a` again (answered `refused` meanwhile): the
+/// slot of a gone client is freed within 5 s.
+async fn opens_once_freed(base: &str, token: &str, refused: u16) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let r = open(&app.base, "prv_a", &token, None).await;
+        let r = open(base, "prv_a", token, None).await;
         if r.status() == 200 {
-            break;
+            return;
         }
-        assert_eq!(r.status(), 503);
+        assert_eq!(r.status(), refused);
         assert!(
             Instant::now() < deadline,
             "the slot of a gone client was never freed"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    drop(two);
+}
+
+#[tokio::test]
+async fn one_token_holds_at_most_its_share_of_the_streams() {
+    let app = spawn_app_with(
+        NOW,
+        HttpConfig {
+            streams_max: 10,
+            streams_per_token_max: 2,
+            ..config()
+        },
+    )
+    .await;
+    let token = app.token(Scope::Provider, Some("prv_a")).await;
+    let other = app.token(Scope::Provider, Some("prv_a")).await;
+    let mut one = reader(&app.base, "prv_a", &token, None).await;
+    one.expect("summary").await;
+    let mut two = reader(&app.base, "prv_a", &token, None).await;
+    two.expect("summary").await;
+
+    let refused = open(&app.base, "prv_a", &token, None).await;
+    assert_eq!(refused.headers()["retry-after"], "5");
+    assert_problem(refused, 429, "token_streams_exhausted").await;
+    // The server's other slots stay for other tokens.
+    let mut three = reader(&app.base, "prv_a", &other, None).await;
+    three.expect("summary").await;
+
+    drop(one);
+    opens_once_freed(&app.base, &token, 429).await;
+    drop((two, three));
+}
+
+#[tokio::test]
+async fn a_stream_ends_once_its_token_is_revoked_or_has_expired() {
+    let app = spawn_app_with(
+        NOW,
+        HttpConfig {
+            stream_auth_recheck_ms: 300,
+            ..config()
+        },
+    )
+    .await;
+    // Revoked while the stream is open: a `problem`, then the end.
+    let (token, token_id) = app.token_with(Scope::Provider, Some("prv_a"), None).await;
+    let mut revoked = reader(&app.base, "prv_a", &token, None).await;
+    revoked.expect("summary").await;
+    app.revoke(&token_id).await;
+    let ended = revoked.expect("problem").await;
+    assert_eq!(ended.data["code"], "token_revoked", "{ended:?}");
+    assert!(
+        revoked.next(Duration::from_secs(1)).await.is_none(),
+        "the stream of a revoked token goes on"
+    );
+
+    // Expired while the stream is open (the ledger clock moves past its end).
+    let (token, _) = app
+        .token_with(Scope::Provider, Some("prv_a"), Some(1))
+        .await;
+    let mut expiring = reader(&app.base, "prv_a", &token, None).await;
+    expiring.expect("summary").await;
+    expiring.quiet(Duration::from_millis(700)).await;
+    app.set_now("2026-11-27T12:00:00Z");
+    let ended = expiring.expect("problem").await;
+    assert_eq!(ended.data["code"], "token_expired", "{ended:?}");
 }

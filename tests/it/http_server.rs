@@ -18,19 +18,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{TestDb, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli, settle_bin};
 use serde_json::{Value, json};
 use sqlx::Row;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A test database with provider `srv_a` (GPU `srv_a-g0`) and a metering and an admin token.
 struct World {

@@ -717,6 +717,15 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
             "too_late",
         ),
         (
+            "an agent's event started 7 days + 1 ms ago",
+            with(&|u| {
+                u.started_at = Some(t(now - week - 1));
+                u.ended_at = Some(t(now - week + 3_600_000));
+            }),
+            &ingest_a,
+            "too_late",
+        ),
+        (
             "model without a rate",
             with(&|u| u.gpu_id = Some("prv_a-l4".into())),
             &m,
@@ -921,6 +930,18 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
                 None,
             ),
             &m,
+        ),
+        (
+            "an agent's event started exactly 7 days ago",
+            usage(
+                "ok-agent-week",
+                "prv_a",
+                "prv_a-g0",
+                &t(now - week),
+                &t(now - week + 60_000),
+                None,
+            ),
+            &ingest_a,
         ),
         (
             "ended exactly 5 min ahead",

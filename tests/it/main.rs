@@ -23,6 +23,7 @@ mod dashboard_page;
 mod dashboard_stream;
 mod demo;
 mod faults;
+mod first_minutes;
 mod fuzz_parsers;
 mod http_earnings;
 mod http_server;

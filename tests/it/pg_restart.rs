@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{minute_slices, register_fault_providers, run_cli, settle_bin};
+use common::{free_port, minute_slices, register_fault_providers, run_cli, settle_bin};
 use settle::domain::time::{format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput};
 use settle::ledger::{Actor, Ledger, ManualClock};
@@ -157,14 +157,6 @@ impl Drop for PgCluster {
             .args(["-m", "immediate", "-w", "stop"])
             .status();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// initdb + start a private cluster with `server`'s binaries (a failure here, with the

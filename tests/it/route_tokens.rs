@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli, settle_bin};
 use serde_json::Value;
 
 /// Who calls.
@@ -253,14 +253,6 @@ fn concrete(template: &str, who: Who) -> String {
         .replace("{event_id}", UNKNOWN_ID)
         .replace("{kind}", "weekly")
         .replace("{key}", "2026-11-23")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A `settle serve --no-scheduler` process on the real clock (killed on drop).

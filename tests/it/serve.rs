@@ -8,17 +8,9 @@ use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli, settle_bin};
 use serde_json::{Value, json};
 use sqlx::Row;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The instant every server of these tests runs at (a Monday, 07:00 UTC): no test depends
 /// on the wall clock.

@@ -127,6 +127,33 @@ pub enum AttemptOutcome {
     Expired,
 }
 
+impl AttemptOutcome {
+    /// `landed`, `failed` or `expired`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AttemptOutcome::Landed { .. } => "landed",
+            AttemptOutcome::Failed { .. } => "failed",
+            AttemptOutcome::Expired => "expired",
+        }
+    }
+
+    /// The slot of a landed attempt.
+    pub fn slot(&self) -> Option<u64> {
+        match self {
+            AttemptOutcome::Landed { slot } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// The runtime error of a failed attempt.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            AttemptOutcome::Failed { reason } => Some(reason),
+            _ => None,
+        }
+    }
+}
+
 /// Journal failure. The payer stops; state stays consistent (open attempts are resumed).
 #[derive(Debug, thiserror::Error)]
 #[error("journal error: {0}")]
@@ -990,7 +1017,17 @@ impl Payer {
                 .with_rpc_retries(|| preflight(self.chain.as_ref(), &params, &fresh, tables))
                 .await;
             match checked {
-                Ok(summary) => tracing::info!(?summary, "preflight passed"),
+                Ok(summary) => tracing::info!(
+                    usdc_needed_micro = summary.usdc_needed_micro,
+                    usdc_available_micro = summary.usdc_available_micro,
+                    transactions = summary.transactions,
+                    atas_to_create = summary.atas_to_create,
+                    tables_created = summary.tables.tables_created,
+                    table_addresses = summary.tables.addresses,
+                    lamports_needed = summary.lamports_needed,
+                    lamports_available = summary.lamports_available,
+                    "preflight passed"
+                ),
                 Err(e) => return Err(PayError::Preflight(e)),
             }
         }
@@ -1235,7 +1272,10 @@ impl Payer {
                             attempt_id = %attempt.attempt_id,
                             signature = %attempt.signature,
                             payouts = attempt.payout_ids.len(),
-                            version = ?tx.version(),
+                            version = match tx.version() {
+                                solana_transaction::versioned::TransactionVersion::Legacy(_) => "legacy".to_owned(),
+                                solana_transaction::versioned::TransactionVersion::Number(n) => format!("v{n}"),
+                            },
                             last_valid_block_height,
                             "signed and journaled"
                         );
@@ -1686,7 +1726,9 @@ impl Payer {
         tracing::info!(
             attempt_id = %flight.attempt.attempt_id,
             signature = %flight.attempt.signature,
-            ?outcome,
+            outcome = outcome.kind(),
+            slot = outcome.slot(),
+            reason = outcome.reason(),
             "attempt resolved"
         );
         for id in &flight.attempt.payout_ids {

@@ -218,7 +218,7 @@ impl LedgerJournal {
                 continue;
             }
             if attempt.is_final() {
-                tracing::warn!(attempt_id = %attempt.attempt_id, payouts = pending.len(), outcome = ?attempt.outcome, "repair: applying a resolved attempt");
+                tracing::warn!(attempt_id = %attempt.attempt_id, payouts = pending.len(), outcome = attempt.outcome.map_or("open", |o| o.as_str()), "repair: applying a resolved attempt");
                 let applied = self.apply_resolved(&attempt).await?;
                 if attempt.outcome == Some(AttemptEnd::Landed) {
                     report.settled += applied;

@@ -148,6 +148,15 @@ pub async fn upgrade_through(store: &Store, version: i64, undo: &[&str]) {
         .unwrap_or_else(|e| panic!("migration {version}: {e}"));
 }
 
+/// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn settle_bin() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_settle"))
 }

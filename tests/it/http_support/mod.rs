@@ -144,6 +144,18 @@ impl TestApp {
         (created.token, created.info.token_id)
     }
 
+    /// Revokes the token `token_id` now (as an operator would).
+    pub async fn revoke(&self, token_id: &str) {
+        settle::auth::revoke_token(
+            &self.ledger.store,
+            token_id,
+            &Actor::operator("test"),
+            self.ledger.now_ms(),
+        )
+        .await
+        .expect("revoke");
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
