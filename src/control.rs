@@ -20,14 +20,76 @@ use crate::config::{ControlConfig, Enforce, RunConfig};
 use crate::domain::DomainError;
 use crate::domain::ids::{AdjustmentId, FxId, ProviderId};
 use crate::domain::money::format_micro_usdc;
+use crate::domain::operator::{
+    OperatorKey, OperatorName, Operators, Signed, decision_message, request_message,
+};
 use crate::domain::time::format_ms;
 use crate::ledger::approvals::NewRequest;
 use crate::ledger::ingest::UsageInput;
+use crate::ledger::operators::OperatorChange;
 use crate::ledger::registry::{RegisterProvider, SetFee, UpdateProvider};
 use crate::ledger::{Actor, Applied, Ledger, LedgerError, reject};
 use crate::store::ClockMode;
 use crate::store::read::ApprovalRow;
 use crate::wire::import::{Command, LineResult, apply, describe, parse_line, rejected};
+
+/// An operator's signing of what a command needs (SPEC §9): the CLI's key
+/// (`--operator-key`), or a signature an API client sent with its request. The ledger never
+/// holds an operator's private key.
+pub trait Sign: Send + Sync {
+    /// The operator's name.
+    fn operator(&self) -> &str;
+    /// Its base58 Ed25519 signature of `message`.
+    fn sign(&self, message: &[u8]) -> String;
+}
+
+/// A signature made elsewhere (an API client's): it is what it is, whatever the message;
+/// the ledger checks it against the message it expects.
+pub struct GivenSignature(pub Signed);
+
+impl Sign for GivenSignature {
+    fn operator(&self) -> &str {
+        &self.0.operator
+    }
+
+    fn sign(&self, _message: &[u8]) -> String {
+        self.0.signature.clone()
+    }
+}
+
+/// The operator's checked signature of `message`, on a ledger with operators (`None` on
+/// one without: labels decide there, as before control was provable). `what` names the
+/// message for the refusal that asks for it.
+fn operator_proof(
+    operators: &Operators,
+    signer: Option<&dyn Sign>,
+    message: &[u8],
+) -> Result<Option<Signed>, LedgerError> {
+    if operators.is_empty() {
+        return Ok(None);
+    }
+    let Some(signer) = signer else {
+        return reject(
+            "operator_signature_required",
+            format!(
+                "this ledger has operators: sign `{}` with your operator key (CLI \
+                 --operator-key FILE; API headers Settle-Operator and Settle-Operator-Signature)",
+                String::from_utf8_lossy(message)
+            ),
+        );
+    };
+    let given = Signed {
+        operator: signer.operator().to_owned(),
+        signature: signer.sign(message),
+    };
+    let operator = operators
+        .check(&given, message)
+        .map_err(LedgerError::Rejected)?;
+    Ok(Some(Signed {
+        operator: operator.name.as_str().to_owned(),
+        signature: given.signature,
+    }))
+}
 
 /// What became of a command.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -251,11 +313,12 @@ pub async fn submit(
     config: &ControlConfig,
     command: &Command,
     actor: &Actor,
+    signer: Option<&dyn Sign>,
 ) -> Result<Submitted, LedgerError> {
     if enforced(ledger, config).await?
         && let Some(request) = request_for(ledger, config, command).await?
     {
-        return pending_or_done(ledger, &request, actor).await;
+        return pending_or_done(ledger, &request, actor, signer).await;
     }
     apply(ledger, command, actor).await.map(Submitted::Applied)
 }
@@ -267,6 +330,7 @@ pub async fn submit_release(
     runs: &RunConfig,
     payout_id: &str,
     actor: &Actor,
+    signer: Option<&dyn Sign>,
 ) -> Result<Submitted, LedgerError> {
     if enforced(ledger, config).await? {
         let payout = crate::ledger::payouts::payout(&ledger.store, payout_id).await?;
@@ -285,7 +349,7 @@ pub async fn submit_release(
                 provider_id: Some(p.provider_id.clone()),
                 amount_micro_usdc: Some(p.amount_micro_usdc),
             };
-            return pending_or_done(ledger, &request, actor).await;
+            return pending_or_done(ledger, &request, actor, signer).await;
         }
     }
     ledger
@@ -296,12 +360,25 @@ pub async fn submit_release(
 
 /// Books the request, or reports how an earlier identical one stands: still pending, or
 /// approved (the command ran then: a duplicate now); a rejected one refuses the command.
+///
+/// On a ledger with operators the request carries its requester's signature of
+/// [`request_message`] (`operator_signature_required`, `unknown_operator`,
+/// `invalid_signature` otherwise).
 async fn pending_or_done(
     ledger: &Ledger,
     request: &NewRequest,
     actor: &Actor,
+    signer: Option<&dyn Sign>,
 ) -> Result<Submitted, LedgerError> {
-    let (row, _) = ledger.request_approval(request, actor).await?;
+    let operators = ledger.operators().await?;
+    let signed = operator_proof(
+        &operators,
+        signer,
+        &request_message(&request.content_hash_hex()),
+    )?;
+    let (row, _) = ledger
+        .request_approval(request, actor, signed.as_ref())
+        .await?;
     match row.status.as_str() {
         "approved" => Ok(Submitted::Applied(Applied::Duplicate)),
         "rejected" => reject(
@@ -325,18 +402,51 @@ pub async fn approve(
     runs: &RunConfig,
     approval_id: &str,
     actor: &Actor,
+    signer: Option<&dyn Sign>,
 ) -> Result<(ApprovalRow, Applied), LedgerError> {
     let row = ledger.approval(approval_id).await?;
-    Ledger::check_decider(&row, actor)?;
+    let signed = decider_proof(ledger, &row, true, signer).await?;
+    Ledger::check_decider(&row, actor, signed.as_ref())?;
     let on_behalf = Actor(format!("{} approved by {}", row.requested_by, actor.0));
     // What the approver looked at may lie outside a band (that is why it waited).
     let mut approved = ledger.clone();
     approved.config.lift_bands();
     let applied = execute(&approved, runs, &row, &on_behalf).await?;
     let row = ledger
-        .decide_approval(approval_id, true, None, actor)
+        .decide_approval(approval_id, true, None, actor, signed.as_ref())
         .await?;
     Ok((row, applied))
+}
+
+/// The deciding operator's checked signature of the decision, on a ledger with operators:
+/// a request booked there without its requester's signature (before the operators were
+/// put in force) cannot be decided by signature and must be requested again
+/// (`request_not_signed`).
+async fn decider_proof(
+    ledger: &Ledger,
+    row: &ApprovalRow,
+    approved: bool,
+    signer: Option<&dyn Sign>,
+) -> Result<Option<Signed>, LedgerError> {
+    let operators = ledger.operators().await?;
+    if operators.is_empty() {
+        return Ok(None);
+    }
+    let Some(content_hash) = &row.content_hash else {
+        return reject(
+            "request_not_signed",
+            format!(
+                "approval {} was requested before this ledger had operators: request the \
+                 command again as an operator",
+                row.approval_id
+            ),
+        );
+    };
+    operator_proof(
+        &operators,
+        signer,
+        &decision_message(approved, &row.approval_id, content_hash),
+    )
 }
 
 /// Rejects a pending request: nothing of its command happens.
@@ -345,9 +455,12 @@ pub async fn reject_request(
     approval_id: &str,
     reason: &str,
     actor: &Actor,
+    signer: Option<&dyn Sign>,
 ) -> Result<ApprovalRow, LedgerError> {
+    let row = ledger.approval(approval_id).await?;
+    let signed = decider_proof(ledger, &row, false, signer).await?;
     ledger
-        .decide_approval(approval_id, false, Some(reason), actor)
+        .decide_approval(approval_id, false, Some(reason), actor, signed.as_ref())
         .await
 }
 
@@ -370,6 +483,11 @@ async fn execute(
         let payout_id = value["payout_id"].as_str().unwrap_or_default();
         return ledger.release_payout(payout_id, runs, actor).await;
     }
+    if let Some(change) = operator_change_of(&value).map_err(LedgerError::Rejected)? {
+        return ledger
+            .change_operator(&change, &row.approval_id, actor)
+            .await;
+    }
     // An update or FX rate without its own key is keyed by the approval, so executing it
     // twice (a crash before the decision was booked) books it once.
     let mut value = value;
@@ -386,12 +504,80 @@ async fn execute(
     apply(ledger, &command, actor).await
 }
 
+/// Requests a change of the operators in force: always a request, on a ledger with
+/// operators (`no_operators` before `settle operator bootstrap`), signed by the requesting
+/// operator and executed when a different one approves it.
+pub async fn submit_operator_change(
+    ledger: &Ledger,
+    change: &OperatorChange,
+    actor: &Actor,
+    signer: Option<&dyn Sign>,
+) -> Result<Submitted, LedgerError> {
+    if ledger.operators().await?.is_empty() {
+        return reject(
+            "no_operators",
+            "this ledger has no operators yet: put the first ones in force with `operator bootstrap`",
+        );
+    }
+    let (command, summary) = match change {
+        OperatorChange::Add { name, key } => (
+            json!({"type": "operator.add", "operator": name.as_str(), "public_key": key.to_base58()}),
+            format!(
+                "add operator {} with key {}",
+                name.as_str(),
+                key.to_base58()
+            ),
+        ),
+        OperatorChange::RotateKey { name, key } => (
+            json!({"type": "operator.rotate_key", "operator": name.as_str(), "public_key": key.to_base58()}),
+            format!(
+                "replace operator {}'s key by {}",
+                name.as_str(),
+                key.to_base58()
+            ),
+        ),
+        OperatorChange::Remove { name } => (
+            json!({"type": "operator.remove", "operator": name.as_str()}),
+            format!("remove operator {}", name.as_str()),
+        ),
+    };
+    let request = NewRequest {
+        kind: "operator",
+        command: command.to_string(),
+        summary,
+        provider_id: None,
+        amount_micro_usdc: None,
+    };
+    pending_or_done(ledger, &request, actor, signer).await
+}
+
+/// The operator change an approved command holds (`operator.add`, `operator.rotate_key`,
+/// `operator.remove`), `None` for any other command.
+fn operator_change_of(value: &Value) -> Result<Option<OperatorChange>, DomainError> {
+    let text = |key: &str| value[key].as_str().unwrap_or_default();
+    Ok(Some(match value["type"].as_str() {
+        Some("operator.add") => OperatorChange::Add {
+            name: OperatorName::parse(text("operator"))?,
+            key: OperatorKey::parse(text("public_key"))?,
+        },
+        Some("operator.rotate_key") => OperatorChange::RotateKey {
+            name: OperatorName::parse(text("operator"))?,
+            key: OperatorKey::parse(text("public_key"))?,
+        },
+        Some("operator.remove") => OperatorChange::Remove {
+            name: OperatorName::parse(text("operator"))?,
+        },
+        _ => return Ok(None),
+    }))
+}
+
 /// Applies parsed import lines in order. Consecutive usage lines are booked as one batch
 /// (up to `batch_events_max`); every line gets a result. Only a storage failure is an error.
 pub struct Importer<'a> {
     ledger: &'a Ledger,
     control: &'a ControlConfig,
     actor: &'a Actor,
+    signer: Option<&'a dyn Sign>,
     batch: Vec<(usize, UsageInput)>,
     results: Vec<LineResult>,
 }
@@ -402,9 +588,16 @@ impl<'a> Importer<'a> {
             ledger,
             control,
             actor,
+            signer: None,
             batch: Vec::new(),
             results: Vec::new(),
         }
+    }
+
+    /// Signs the requests of gated lines as `signer`'s operator (a ledger with operators).
+    pub fn signed_by(mut self, signer: Option<&'a dyn Sign>) -> Importer<'a> {
+        self.signer = signer;
+        self
     }
 
     /// Takes line `number`, parsed (or its parse error).
@@ -423,7 +616,8 @@ impl<'a> Importer<'a> {
             Ok(command) => {
                 self.flush().await?;
                 let (kind, id) = describe(&command);
-                let submitted = submit(self.ledger, self.control, &command, self.actor).await;
+                let submitted =
+                    submit(self.ledger, self.control, &command, self.actor, self.signer).await;
                 self.results.push(match submitted {
                     Ok(Submitted::Applied(applied)) => LineResult {
                         line: number,

@@ -75,6 +75,39 @@ impl VerifyReport {
         Ok(())
     }
 
+    /// Dual control on the chain (`domain::operator::check_control`): once the ledger has
+    /// operators, every request and decision carries a valid signature of a distinct
+    /// operator in force.
+    pub async fn check_control(&mut self, store: &Store) -> Result<(), StoreError> {
+        use crate::domain::event::PLATFORM_STREAM;
+        let mut events = Vec::new();
+        let kinds = crate::domain::operator::OPERATOR_EVENTS
+            .into_iter()
+            .chain(["approval.requested", "approval.decided"]);
+        for kind in kinds {
+            events.extend(store.stream_events_of_type(PLATFORM_STREAM, kind).await?);
+        }
+        events.sort_by_key(|e| e.seq);
+        // An unreadable payload is reported by the walk (`invalid_payload`).
+        let bodies: Vec<(i64, EventBody)> = events
+            .iter()
+            .filter_map(|e| {
+                EventBody::from_json(&e.event_type, e.version as u32, &e.payload)
+                    .ok()
+                    .map(|b| (e.seq, b))
+            })
+            .collect();
+        for p in crate::domain::operator::check_control(bodies.iter().map(|(s, b)| (*s, b))) {
+            self.push(Problem {
+                stream: PLATFORM_STREAM.to_owned(),
+                seq: Some(p.seq),
+                kind: p.kind,
+                detail: p.detail,
+            });
+        }
+        Ok(())
+    }
+
     fn push(&mut self, p: Problem) {
         self.problems_total += 1;
         if self.problems.len() < PROBLEMS_LISTED_MAX {

@@ -50,6 +50,8 @@ pub async fn approvals_cmd(
 ) -> anyhow::Result<i32> {
     let config = crate::config::Config::load(config_path, std::env::vars())?;
     let actor = cli_actor();
+    let signer = super::cli_signer(ledger).await?;
+    let signer = signer.as_ref().map(|s| s as &dyn crate::control::Sign);
     let mut shown: Vec<(ApprovalRow, String)> = Vec::new();
     let mut code = 0;
     match cmd {
@@ -76,7 +78,7 @@ pub async fn approvals_cmd(
         },
         ApprovalsCmd::Approve { approval_ids } => {
             for id in approval_ids {
-                match crate::control::approve(ledger, &config.runs, id, &actor).await {
+                match crate::control::approve(ledger, &config.runs, id, &actor, signer).await {
                     Ok((row, applied)) => shown.push((row, applied.as_str().to_owned())),
                     Err(LedgerError::Rejected(e)) => {
                         eprintln!("rejected: {id}: {}: {}", e.code, e.message);
@@ -89,10 +91,13 @@ pub async fn approvals_cmd(
         ApprovalsCmd::Reject {
             approval_id,
             reason,
-        } => match crate::control::reject_request(ledger, approval_id, reason, &actor).await {
-            Ok(row) => shown.push((row, "rejected".to_owned())),
-            Err(e) => return rejected(e),
-        },
+        } => {
+            match crate::control::reject_request(ledger, approval_id, reason, &actor, signer).await
+            {
+                Ok(row) => shown.push((row, "rejected".to_owned())),
+                Err(e) => return rejected(e),
+            }
+        }
     }
     render(&shown, format, out)?;
     Ok(code)

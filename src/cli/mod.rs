@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod bank;
+pub mod operator;
 pub mod reads;
 pub mod runs;
 pub mod serve;
@@ -84,6 +85,10 @@ pub struct Cli {
     /// Log format: pretty for a terminal, json for collectors.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
+    /// The operator key file (solana-keygen JSON, mode 0600) that signs requests and
+    /// decisions on a ledger with operators (`settle operator`).
+    #[arg(long, global = true, env = "SETTLE_OPERATOR_KEY")]
+    pub operator_key: Option<std::path::PathBuf>,
     /// Log level or filter (`warn`, `info`, `settle=debug,info`, as `RUST_LOG`); overrides
     /// `RUST_LOG`. Default: `warn` for `demo`, `info` otherwise.
     #[arg(long, global = true)]
@@ -174,6 +179,9 @@ pub enum Cmd {
     /// Dual control: requests waiting for a second actor (list, show, approve, reject).
     #[command(subcommand)]
     Approvals(approvals::ApprovalsCmd),
+    /// Operators, who request and approve what moves money: keygen, bootstrap, list.
+    #[command(subcommand)]
+    Operator(operator::OperatorCmd),
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
@@ -227,6 +235,17 @@ fn nix_uid() -> u32 {
 }
 
 /// The operator of this CLI process (see [`operator_from`]).
+/// The operator key file of this process (`--operator-key`); set once by [`run`].
+static OPERATOR_KEY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// The operator key of this process as `ledger`'s operator, when `--operator-key` names one.
+pub async fn cli_signer(ledger: &Ledger) -> anyhow::Result<Option<operator::OperatorSigner>> {
+    match OPERATOR_KEY.get().and_then(|p| p.as_deref()) {
+        Some(path) => Ok(Some(operator::load_signer(ledger, path).await?)),
+        None => Ok(None),
+    }
+}
+
 pub fn cli_actor() -> Actor {
     OPERATOR
         .get()
@@ -247,6 +266,7 @@ fn may_book(cmd: &Cmd) -> bool {
             | Cmd::Bank(_)
             | Cmd::Pay(_)
             | Cmd::Approvals(_)
+            | Cmd::Operator(_)
     )
 }
 
@@ -385,6 +405,10 @@ pub fn redact(url: &str) -> String {
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let _ = OPERATOR.set(operator_from(cli.actor.as_deref())?);
+    let _ = OPERATOR_KEY.set(cli.operator_key.clone());
+    if let Cmd::Operator(operator::OperatorCmd::Keygen { out }) = &cli.command {
+        return operator::keygen(out, &mut std::io::stdout().lock());
+    }
     if let Cmd::Demo { dir } = &cli.command {
         return demo_cmd(dir, cli.format).await;
     }
@@ -450,6 +474,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             solana::reconcile_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
                 .await?
         }
+        Cmd::Operator(cmd) => operator::operator_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
         // Handled above, before a database is opened.
         Cmd::Chain(cmd) => solana::chain_cmd(cmd, cli.format).await?,
     };
@@ -512,6 +537,7 @@ async fn verify_cmd(
             ledger.config.clock_skew_ms,
         )
         .await?;
+    report.check_control(&ledger.store).await?;
     print_report(&report, cli.format, out)?;
     Ok(if report.ok() { 0 } else { 1 })
 }
@@ -638,7 +664,9 @@ async fn import(
         ))
     };
     let actor = cli_actor();
-    let mut importer = Importer::new(ledger, &control, &actor);
+    let signer = cli_signer(ledger).await?;
+    let mut importer = Importer::new(ledger, &control, &actor)
+        .signed_by(signer.as_ref().map(|s| s as &dyn crate::control::Sign));
     let progress = progress_bar(file);
     let mut printer = ImportPrinter::new(format);
     let projector = ImportProjector::spawn(ledger, config.workers.projector_interval_ms);

@@ -255,12 +255,14 @@ pub async fn payout_cmd(
     let (payout_id, result) = match cmd {
         PayoutCmd::Release { payout_id } => {
             let config = crate::config::Config::load(config_path, std::env::vars())?;
+            let signer = super::cli_signer(ledger).await?;
             let submitted = crate::control::submit_release(
                 ledger,
                 &config.control,
                 &config.runs,
                 payout_id,
                 &cli_actor(),
+                signer.as_ref().map(|s| s as &dyn crate::control::Sign),
             )
             .await;
             (

@@ -506,6 +506,15 @@ pub struct ApprovalRequested {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount_micro_usdc: Option<i64>,
     pub requested_by: String,
+    /// Hex SHA-256 of the kind and command (`domain::operator::content_hash`): what both
+    /// signatures cover. Set on a ledger with operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// The requesting operator and its signature of the request (`domain::operator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester_operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester_signature: Option<String>,
 }
 
 /// A request approved (and its command executed) or rejected by a different actor.
@@ -518,6 +527,42 @@ pub struct ApprovalDecided {
     pub decided_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The deciding operator and its signature of the decision (`domain::operator`), on a
+    /// ledger with operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decider_operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decider_signature: Option<String>,
+}
+
+/// An operator put in force: one of the first ones (`settle operator bootstrap`), or added
+/// later by an approved request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorAdded {
+    pub operator: String,
+    /// The Ed25519 public key, base58.
+    pub public_key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+/// An operator's key replaced, by an approved request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorKeyRotated {
+    pub operator: String,
+    /// The new Ed25519 public key, base58.
+    pub public_key: String,
+    pub approval_id: String,
+}
+
+/// An operator taken out of force, by an approved request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorRemoved {
+    pub operator: String,
+    pub approval_id: String,
 }
 
 /// Every event the ledger knows, by type.
@@ -548,6 +593,9 @@ pub enum EventBody {
     SolanaTxResolved(SolanaTxResolved),
     ApprovalRequested(ApprovalRequested),
     ApprovalDecided(ApprovalDecided),
+    OperatorAdded(OperatorAdded),
+    OperatorKeyRotated(OperatorKeyRotated),
+    OperatorRemoved(OperatorRemoved),
 }
 
 /// Every event type with its current schema version.
@@ -577,6 +625,9 @@ pub const EVENT_TYPES: &[(&str, u32)] = &[
     ("solana_tx.resolved", 1),
     ("approval.requested", 1),
     ("approval.decided", 1),
+    ("operator.added", 1),
+    ("operator.key_rotated", 1),
+    ("operator.removed", 1),
 ];
 
 macro_rules! body_dispatch {
@@ -634,6 +685,9 @@ body_dispatch! {
     SolanaTxResolved => "solana_tx.resolved",
     ApprovalRequested => "approval.requested",
     ApprovalDecided => "approval.decided",
+    OperatorAdded => "operator.added",
+    OperatorKeyRotated => "operator.key_rotated",
+    OperatorRemoved => "operator.removed",
 }
 
 impl EventBody {

@@ -9,6 +9,7 @@ pub mod decision;
 pub mod event;
 pub mod ids;
 pub mod money;
+pub mod operator;
 pub mod payout;
 pub mod platform;
 pub mod pricing;

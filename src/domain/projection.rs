@@ -304,6 +304,9 @@ pub const TABLES: &[TableSpec] = &[
             "decided_by",
             "decided_at_ms",
             "reason",
+            "content_hash",
+            "requester_operator",
+            "decider_operator",
         ],
         ints: &["amount_micro_usdc", "requested_at_ms", "decided_at_ms"],
     },
@@ -462,6 +465,10 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::ApprovalRequested(_) | EventBody::ApprovalDecided(_) => {
             approval_ops(&mut out, recorded_at_ms, body);
         }
+        // Operators are few: read as a fold of their events (`Ledger::operators`), no table.
+        EventBody::OperatorAdded(_)
+        | EventBody::OperatorKeyRotated(_)
+        | EventBody::OperatorRemoved(_) => {}
     }
     out
 }
@@ -777,6 +784,9 @@ fn approval_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 Val::Null,
                 Val::Null,
                 Val::Null,
+                a.content_hash.clone().into(),
+                a.requester_operator.clone().into(),
+                Val::Null,
             ],
         }),
         EventBody::ApprovalDecided(d) => out.push(patch(
@@ -787,6 +797,7 @@ fn approval_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 ("decided_by", d.decided_by.as_str().into()),
                 ("decided_at_ms", recorded_at_ms.into()),
                 ("reason", d.reason.clone().into()),
+                ("decider_operator", d.decider_operator.clone().into()),
             ],
         )),
         // Every other event is dispatched elsewhere by [`ops`].
@@ -1809,6 +1820,9 @@ mod tests {
                 provider_id: Some("p".into()),
                 amount_micro_usdc: Some(5),
                 requested_by: "alice".into(),
+                content_hash: Some("c0".into()),
+                requester_operator: Some("alice".into()),
+                requester_signature: Some("sig".into()),
             }),
         );
         assert_eq!(
@@ -1826,6 +1840,9 @@ mod tests {
                     t("pending"),
                     Val::Null,
                     Val::Null,
+                    Val::Null,
+                    t("c0"),
+                    t("alice"),
                     Val::Null
                 ]
             )]
@@ -1839,11 +1856,21 @@ mod tests {
                 decision: "rejected".into(),
                 decided_by: "bob".into(),
                 reason: Some("no".into()),
+                decider_operator: Some("bob".into()),
+                decider_signature: Some("sig".into()),
             }),
         );
         assert_eq!(
             rows(&p, "approvals")[0].1[7..],
-            [t("rejected"), t("bob"), i(60), t("no")]
+            [
+                t("rejected"),
+                t("bob"),
+                i(60),
+                t("no"),
+                t("c0"),
+                t("alice"),
+                t("bob")
+            ]
         );
         // None of these tables is an additive aggregate; balances are.
         let first = ops(

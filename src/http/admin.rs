@@ -6,6 +6,8 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use axum::http::HeaderMap;
+
 use super::AppState;
 use super::extract::{Auth, Page, Q, RawBody, page_of};
 use super::problem::Problem;
@@ -117,7 +119,12 @@ pub struct AdjustmentRequest {
     path = "/v1/admin/adjustments",
     tag = "admin",
     request_body = AdjustmentRequest,
+    params(
+        ("Settle-Operator" = Option<String>, Header, description = "The operator whose signature comes with the request (a ledger with operators; with Settle-Operator-Signature)"),
+        ("Settle-Operator-Signature" = Option<String>, Header, description = "Base58 Ed25519 signature of the text a 428 operator_signature_required names"),
+    ),
     responses(
+        (status = 428, body = Problem, content_type = "application/problem+json", description = "operator_signature_required: a ledger with operators; the detail holds the text to sign"),
         (status = 200, body = CommandResult),
         (status = 202, body = PendingApproval, description = "at or above control.adjustment_approval_micro_usdc: booked as a request that waits for a second actor"),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -132,6 +139,7 @@ pub struct AdjustmentRequest {
 pub async fn post_adjustment(
     State(state): State<AppState>,
     auth: Auth,
+    headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<axum::response::Response, Problem> {
     let principal = auth.require(&[Scope::Admin])?;
@@ -146,9 +154,50 @@ pub async fn post_adjustment(
         reason: r.reason,
         reference: r.reference,
     };
-    let submitted =
-        crate::control::submit(&state.ledger, &state.control, &command, &principal.actor()).await?;
+    let signature = operator_signature(&headers)?;
+    let submitted = crate::control::submit(
+        &state.ledger,
+        &state.control,
+        &command,
+        &principal.actor(),
+        signature.as_ref().map(|s| s as &dyn crate::control::Sign),
+    )
+    .await?;
     Ok(submitted_response(adjustment_id.to_string(), submitted))
+}
+
+/// The header naming the operator whose signature comes with a request (SPEC §9).
+pub const OPERATOR_HEADER: &str = "settle-operator";
+/// The header with that operator's base58 Ed25519 signature of what the request needs
+/// signed: `settle/control/v1/request:{content_hash}` for a gated command,
+/// `settle/control/v1/approve:` (or `reject:`) `{approval_id}:{content_hash}` for a decision.
+pub const OPERATOR_SIGNATURE_HEADER: &str = "settle-operator-signature";
+
+/// The operator's signature sent with a request: both headers, or neither (400
+/// `invalid_operator_headers` for one alone).
+fn operator_signature(
+    headers: &HeaderMap,
+) -> Result<Option<crate::control::GivenSignature>, Problem> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    match (text(OPERATOR_HEADER), text(OPERATOR_SIGNATURE_HEADER)) {
+        (Some(operator), Some(signature)) => Ok(Some(crate::control::GivenSignature(
+            crate::domain::operator::Signed {
+                operator,
+                signature,
+            },
+        ))),
+        (None, None) => Ok(None),
+        _ => Err(Problem::bad_request(
+            "invalid_operator_headers",
+            "Settle-Operator and Settle-Operator-Signature come together",
+        )),
+    }
 }
 
 /// A command's answer: 200 with its result, or 202 with the request it waits on.
@@ -206,6 +255,13 @@ pub struct ApprovalView {
     pub decided_by: Option<String>,
     pub decided_at: Option<String>,
     pub reason: Option<String>,
+    /// Hex SHA-256 the operators' signatures cover, on a ledger with operators: a decision
+    /// signs `settle/control/v1/approve:{approval_id}:{content_hash}` (or `reject:`).
+    pub content_hash: Option<String>,
+    /// The operator who requested it (signature on the ledger).
+    pub requester_operator: Option<String>,
+    /// The operator who decided it (signature on the ledger).
+    pub decider_operator: Option<String>,
 }
 
 impl ApprovalView {
@@ -226,6 +282,9 @@ impl ApprovalView {
             decided_by: r.decided_by,
             decided_at: r.decided_at_ms.map(format_ms),
             reason: r.reason,
+            content_hash: r.content_hash,
+            requester_operator: r.requester_operator,
+            decider_operator: r.decider_operator,
         }
     }
 }
@@ -319,24 +378,38 @@ pub struct DecisionResult {
     post,
     path = "/v1/admin/approvals/{id}/approve",
     tag = "admin",
-    params(("id" = String, Path, description = "The approval id")),
+    params(
+        ("id" = String, Path, description = "The approval id"),
+        ("Settle-Operator" = Option<String>, Header, description = "The operator whose signature comes with the request (a ledger with operators; with Settle-Operator-Signature)"),
+        ("Settle-Operator-Signature" = Option<String>, Header, description = "Base58 Ed25519 signature of the text a 428 operator_signature_required names"),
+    ),
     responses(
         (status = 200, body = DecisionResult),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_approval"),
-        (status = 422, body = Problem, content_type = "application/problem+json", description = "approver_is_requester, approval_decided, or the command's own rejection"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_operator_headers"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "approver_is_requester, approval_decided, request_not_signed, or the command's own rejection"),
+        (status = 428, body = Problem, content_type = "application/problem+json", description = "operator_signature_required: a ledger with operators; the detail holds the text to sign"),
     ),
     security(("bearer" = []))
 )]
 pub async fn approve(
     State(state): State<AppState>,
     auth: Auth,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<DecisionResult>, Problem> {
     let principal = auth.require(&[Scope::Admin])?;
-    let (row, applied) =
-        crate::control::approve(&state.ledger, &state.runs, &id, &principal.actor()).await?;
+    let signature = operator_signature(&headers)?;
+    let (row, applied) = crate::control::approve(
+        &state.ledger,
+        &state.runs,
+        &id,
+        &principal.actor(),
+        signature.as_ref().map(|s| s as &dyn crate::control::Sign),
+    )
+    .await?;
     Ok(Json(DecisionResult {
         approval: ApprovalView::of(row),
         result: Some(applied.as_str().to_owned()),
@@ -356,7 +429,11 @@ pub struct RejectRequest {
     post,
     path = "/v1/admin/approvals/{id}/reject",
     tag = "admin",
-    params(("id" = String, Path, description = "The approval id")),
+    params(
+        ("id" = String, Path, description = "The approval id"),
+        ("Settle-Operator" = Option<String>, Header, description = "The operator whose signature comes with the request (a ledger with operators; with Settle-Operator-Signature)"),
+        ("Settle-Operator-Signature" = Option<String>, Header, description = "Base58 Ed25519 signature of the text a 428 operator_signature_required names"),
+    ),
     request_body = RejectRequest,
     responses(
         (status = 200, body = DecisionResult),
@@ -364,20 +441,29 @@ pub struct RejectRequest {
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_approval"),
-        (status = 422, body = Problem, content_type = "application/problem+json", description = "approver_is_requester, approval_decided, invalid_text"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "approver_is_requester, approval_decided, request_not_signed, invalid_text"),
+        (status = 428, body = Problem, content_type = "application/problem+json", description = "operator_signature_required: a ledger with operators; the detail holds the text to sign"),
     ),
     security(("bearer" = []))
 )]
 pub async fn reject(
     State(state): State<AppState>,
     auth: Auth,
+    headers: HeaderMap,
     Path(id): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<Json<DecisionResult>, Problem> {
     let principal = auth.require(&[Scope::Admin])?;
     let r: RejectRequest = parse_json(&body)?;
-    let row =
-        crate::control::reject_request(&state.ledger, &id, &r.reason, &principal.actor()).await?;
+    let signature = operator_signature(&headers)?;
+    let row = crate::control::reject_request(
+        &state.ledger,
+        &id,
+        &r.reason,
+        &principal.actor(),
+        signature.as_ref().map(|s| s as &dyn crate::control::Sign),
+    )
+    .await?;
     Ok(Json(DecisionResult {
         approval: ApprovalView::of(row),
         result: None,
@@ -433,25 +519,33 @@ pub struct ImportResponse {
     tag = "admin",
     request_body(content = String, content_type = "application/x-ndjson",
         description = "One command per line, tagged by \"type\": provider.register, provider.update, gpu.register, rate.set, fee_schedule.set, usage, usage.void, adjustment, fx.rate_set"),
+    params(
+        ("Settle-Operator" = Option<String>, Header, description = "The operator whose signature comes with the request (a ledger with operators; with Settle-Operator-Signature)"),
+        ("Settle-Operator-Signature" = Option<String>, Header, description = "Base58 Ed25519 signature of the text a 428 operator_signature_required names"),
+    ),
     responses(
         (status = 200, body = ImportResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 413, body = Problem, content_type = "application/problem+json"),
+        (status = 428, body = Problem, content_type = "application/problem+json", description = "operator_signature_required: a ledger with operators; the detail holds the text to sign"),
     ),
     security(("bearer" = []))
 )]
 pub async fn import(
     State(state): State<AppState>,
     auth: Auth,
+    headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Json<ImportResponse>, Problem> {
     let principal = auth.require(&[Scope::Admin])?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| Problem::bad_request("invalid_body", "the body must be UTF-8 NDJSON"))?;
     let actor = principal.actor();
-    let mut importer = Importer::new(&state.ledger, &state.control, &actor);
+    let signature = operator_signature(&headers)?;
+    let mut importer = Importer::new(&state.ledger, &state.control, &actor)
+        .signed_by(signature.as_ref().map(|s| s as &dyn crate::control::Sign));
     for (n, line) in text.lines().enumerate() {
         if !line.trim().is_empty() {
             importer.line(n + 1, parse_line(line)).await?;

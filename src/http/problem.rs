@@ -102,6 +102,8 @@ impl Problem {
             "unknown_event" | "unknown_provider" | "unknown_gpu" | "unknown_token"
             | "unknown_payout" | "unknown_run" | "unknown_approval" => StatusCode::NOT_FOUND,
             "conflict" => StatusCode::CONFLICT,
+            "operator_signature_required" => StatusCode::PRECONDITION_REQUIRED,
+            "invalid_signature" | "unknown_operator" => StatusCode::FORBIDDEN,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
         Problem::new(status, e.code, e.message.clone())

@@ -5,6 +5,7 @@
 
 use super::{Actor, Applied, Ledger, LedgerError, find_idem, reject};
 use crate::domain::event::{ApprovalDecided, ApprovalRequested, EventBody, PLATFORM_STREAM};
+use crate::domain::operator::Signed;
 use crate::store::NewEvent;
 use crate::store::read::{ApprovalRow, approval};
 
@@ -26,15 +27,26 @@ impl NewRequest {
         let digest = super::content_hash(&format!("approval|{}|{}", self.kind, self.command));
         format!("apr_{}", hex::encode(&digest[..12]))
     }
+
+    /// What the operators' signatures cover (`domain::operator::content_hash`), in hex.
+    pub fn content_hash_hex(&self) -> String {
+        hex::encode(crate::domain::operator::content_hash(
+            self.kind,
+            &self.command,
+        ))
+    }
 }
 
 impl Ledger {
     /// Books a request unless one for the same command exists; returns the request as
     /// it stands (pending, or already decided) and whether it was booked now.
+    /// `signed`: the requesting operator's signature of the request (checked by the
+    /// caller), on a ledger with operators.
     pub async fn request_approval(
         &self,
         request: &NewRequest,
         actor: &Actor,
+        signed: Option<&Signed>,
     ) -> Result<(ApprovalRow, Applied), LedgerError> {
         let approval_id = request.approval_id();
         let key = format!("approval:{approval_id}:requested");
@@ -52,6 +64,9 @@ impl Ledger {
                     provider_id: request.provider_id.clone(),
                     amount_micro_usdc: request.amount_micro_usdc,
                     requested_by: actor.0.clone(),
+                    content_hash: signed.map(|_| request.content_hash_hex()),
+                    requester_operator: signed.map(|s| s.operator.clone()),
+                    requester_signature: signed.map(|s| s.signature.clone()),
                 }),
                 actor: actor.0.clone(),
                 recorded_at_ms: now,
@@ -72,13 +87,30 @@ impl Ledger {
         }
     }
 
-    /// Checks that `actor` may decide the request: it is pending and `actor` is not its
+    /// Checks that `actor` (the operator of `signed`, on a ledger with operators) may
+    /// decide the request: it is pending and neither the actor nor the operator is its
     /// requester (`approver_is_requester`).
-    pub fn check_decider(row: &ApprovalRow, actor: &Actor) -> Result<(), LedgerError> {
+    pub fn check_decider(
+        row: &ApprovalRow,
+        actor: &Actor,
+        signed: Option<&Signed>,
+    ) -> Result<(), LedgerError> {
         if row.status != "pending" {
             return reject(
                 "approval_decided",
                 format!("approval {} is already {}", row.approval_id, row.status),
+            );
+        }
+        if let (Some(requester), Some(decider)) = (&row.requester_operator, signed)
+            && *requester == decider.operator
+        {
+            return reject(
+                "approver_is_requester",
+                format!(
+                    "operator {requester} requested approval {}; a different operator must \
+                     decide it",
+                    row.approval_id
+                ),
             );
         }
         if row.requested_by == actor.0 {
@@ -101,6 +133,7 @@ impl Ledger {
         approved: bool,
         reason: Option<&str>,
         actor: &Actor,
+        signed: Option<&Signed>,
     ) -> Result<ApprovalRow, LedgerError> {
         if let Some(r) = reason {
             super::corrections::check_text(r, "reason", self.config.text_len_max)?;
@@ -111,7 +144,7 @@ impl Ledger {
             let Some(row) = approval(tx.conn(), approval_id).await? else {
                 return reject("unknown_approval", format!("no approval {approval_id}"));
             };
-            Ledger::check_decider(&row, actor)?;
+            Ledger::check_decider(&row, actor, signed)?;
             if find_idem(tx, &key).await?.is_some() {
                 return reject(
                     "approval_decided",
@@ -124,6 +157,8 @@ impl Ledger {
                     decision: if approved { "approved" } else { "rejected" }.to_owned(),
                     decided_by: actor.0.clone(),
                     reason: reason.map(|r| r.trim().to_owned()),
+                    decider_operator: signed.map(|s| s.operator.clone()),
+                    decider_signature: signed.map(|s| s.signature.clone()),
                 }),
                 actor: actor.0.clone(),
                 recorded_at_ms: now,

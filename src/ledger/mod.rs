@@ -8,6 +8,7 @@ pub mod corrections;
 pub mod group;
 pub mod ingest;
 pub mod methods;
+pub mod operators;
 pub mod payouts;
 pub mod rails;
 pub mod registry;

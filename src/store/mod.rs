@@ -828,6 +828,24 @@ impl Store {
         })?)
     }
 
+    /// The events of `stream` whose type is `event_type`, in stream order (a scan of the
+    /// stream: for the platform stream's rare kinds, such as `operator.added`).
+    pub async fn stream_events_of_type(
+        &self,
+        stream: &str,
+        event_type: &str,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        Ok(on!(&self.db, |c| {
+            sqlx::query_as(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND event_type = $2 ORDER BY seq"
+        ))
+        .bind(stream)
+        .bind(event_type)
+        .fetch_all(c)
+        .await
+        })?)
+    }
+
     /// The ledger's clock mode (`ledger_settings.clock`); `None` until fixed.
     pub async fn clock_mode(&self) -> Result<Option<ClockMode>, StoreError> {
         let value: Option<String> = on!(&self.db, |c| sqlx::query_scalar(

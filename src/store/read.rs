@@ -776,9 +776,16 @@ pub struct ApprovalRow {
     pub decided_by: Option<String>,
     pub decided_at_ms: Option<i64>,
     pub reason: Option<String>,
+    /// Hex content hash the signatures cover (`domain::operator`); set on a ledger with
+    /// operators.
+    pub content_hash: Option<String>,
+    /// The operator who requested it (its signature is on `approval.requested`).
+    pub requester_operator: Option<String>,
+    /// The operator who decided it (its signature is on `approval.decided`).
+    pub decider_operator: Option<String>,
 }
 
-const APPROVAL_COLUMNS: &str = "approval_id, kind, command, summary, provider_id, amount_micro_usdc, requested_by, requested_at_ms, status, decided_by, decided_at_ms, reason";
+const APPROVAL_COLUMNS: &str = "approval_id, kind, command, summary, provider_id, amount_micro_usdc, requested_by, requested_at_ms, status, decided_by, decided_at_ms, reason, content_hash, requester_operator, decider_operator";
 
 /// One request by id.
 pub async fn approval(

@@ -610,3 +610,466 @@ async fn the_release_of_a_held_payout_waits_for_a_second_actor() {
         vec!["operator:alice approved by operator:bob".to_owned()]
     );
 }
+
+// ----- operators with keys (SPEC §9) ----------------------------------------------------
+
+/// A real-clock ledger with one provider and two operators, `alice` and `bob`, whose key
+/// files (mode 0600) lie in the returned directory.
+async fn with_operators() -> (TestDb, tempfile::TempDir) {
+    let db = production().await;
+    let keys = tempfile::tempdir().unwrap();
+    let mut bootstrap = vec!["operator".to_owned(), "bootstrap".to_owned()];
+    for name in ["alice", "bob"] {
+        let path = keys.path().join(format!("{name}.json"));
+        let (code, public, stderr) = run_cli(
+            &db.url,
+            &["operator", "keygen", "--out", path.to_str().unwrap()],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        bootstrap.extend(["--operator".to_owned(), format!("{name}={}", public.trim())]);
+    }
+    let args: Vec<&str> = bootstrap.iter().map(String::as_str).collect();
+    let (code, listed, stderr) = run_cli(&db.url, &args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        listed.contains("alice") && listed.contains("bob"),
+        "{listed}"
+    );
+    (db, keys)
+}
+
+fn key_of(keys: &tempfile::TempDir, name: &str) -> String {
+    keys.path()
+        .join(format!("{name}.json"))
+        .display()
+        .to_string()
+}
+
+/// `settle --actor ACTOR [--operator-key KEY] --format json ARGS…`.
+fn as_operator(url: &str, actor: &str, key: Option<&str>, args: &[&str]) -> (i32, Value, String) {
+    let mut all = vec!["--actor", actor, "--format", "json"];
+    if let Some(key) = key {
+        all.extend(["--operator-key", key]);
+    }
+    all.extend(args);
+    let (code, stdout, stderr) = run_cli(url, &all);
+    (
+        code,
+        serde_json::from_str(&stdout).unwrap_or(Value::Null),
+        stderr,
+    )
+}
+
+#[tokio::test]
+async fn an_operator_cannot_approve_their_own_request_under_any_name() {
+    let (db, keys) = with_operators().await;
+    let (alice, bob) = (key_of(&keys, "alice"), key_of(&keys, "bob"));
+    let (_dir, file) = ndjson(&[adjustment("adj-op", "prv_a", "5000.000000")]);
+
+    // No key: the request cannot be booked on a ledger with operators.
+    let (code, report, _) = as_operator(&db.url, "alice", None, &["import", &file]);
+    assert_eq!(code, 2, "{report}");
+    assert_eq!(
+        report["lines"][0]["code"], "operator_signature_required",
+        "{report}"
+    );
+
+    let (code, report, stderr) = as_operator(&db.url, "alice", Some(&alice), &["import", &file]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert_eq!(report["lines"][0]["status"], "pending", "{report}");
+    let id = report["lines"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Alice's key under another spelling of her name, or under another name: refused.
+    for actor in ["ALICE", "carol"] {
+        let (code, _, stderr) =
+            as_operator(&db.url, actor, Some(&alice), &["approvals", "approve", &id]);
+        assert_eq!(code, 2, "{actor}: {stderr}");
+        assert!(
+            stderr.contains("approver_is_requester"),
+            "{actor}: {stderr}"
+        );
+    }
+    // Another name without a key: refused too.
+    let (code, _, stderr) = as_operator(&db.url, "bob", None, &["approvals", "approve", &id]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("operator_signature_required"), "{stderr}");
+    assert_eq!(payable(&db.url, "prv_a"), 0, "nothing booked by one person");
+
+    // Bob's key approves: booked once, both operators on the ledger.
+    let (code, decided, stderr) =
+        as_operator(&db.url, "bob", Some(&bob), &["approvals", "approve", &id]);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    assert_eq!(decided[0]["requester_operator"], "alice", "{decided}");
+    assert_eq!(decided[0]["decider_operator"], "bob", "{decided}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+    common::assert_events_match_schemas(&db.store().await).await;
+}
+
+#[tokio::test]
+async fn an_operator_key_is_refused_when_others_may_read_it_or_it_is_nobody_s() {
+    use std::os::unix::fs::PermissionsExt;
+    let (db, keys) = with_operators().await;
+    let alice = key_of(&keys, "alice");
+    let (_dir, file) = ndjson(&[adjustment("adj-k", "prv_a", "5000.000000")]);
+    std::fs::set_permissions(&alice, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, _, stderr) = as_operator(&db.url, "alice", Some(&alice), &["import", &file]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("insecure_operator_key"), "{stderr}");
+
+    // A key of no operator of this ledger.
+    let stranger = keys.path().join("stranger.json");
+    let (code, _, _) = run_cli(
+        &db.url,
+        &["operator", "keygen", "--out", stranger.to_str().unwrap()],
+    );
+    assert_eq!(code, 0);
+    let (code, _, stderr) = as_operator(
+        &db.url,
+        "mallory",
+        Some(stranger.to_str().unwrap()),
+        &["import", &file],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("unknown_operator"), "{stderr}");
+    // Keygen never overwrites a key.
+    let (code, _, stderr) = run_cli(
+        &db.url,
+        &["operator", "keygen", "--out", stranger.to_str().unwrap()],
+    );
+    assert_ne!(code, 0, "{stderr}");
+    // A second bootstrap is refused.
+    let (code, _, stderr) = run_cli(
+        &db.url,
+        &[
+            "operator",
+            "bootstrap",
+            "--operator",
+            "x=4Nd1mYwTjT7JvAPP2Pb5ZsXWV8Xw6YwbVsyrAjc5d7Hk",
+            "--operator",
+            "y=9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("operators_exist"), "{stderr}");
+    assert_eq!(payable(&db.url, "prv_a"), 0);
+}
+
+/// The operator key of `path` (a key file `settle operator keygen` wrote).
+fn signing_key(path: &str) -> ed25519_dalek::SigningKey {
+    let bytes: Vec<u8> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    ed25519_dalek::SigningKey::from_keypair_bytes(&bytes.try_into().unwrap()).unwrap()
+}
+
+fn signature(key: &ed25519_dalek::SigningKey, message: &str) -> String {
+    use ed25519_dalek::Signer;
+    bs58::encode(key.sign(message.as_bytes()).to_bytes()).into_string()
+}
+
+/// `POST path` with `token` and, when given, an operator's name and signature headers.
+async fn send_signed(
+    app: &http_support::TestApp,
+    token: &str,
+    path: &str,
+    body: &str,
+    who: Option<(&str, String)>,
+) -> reqwest::Response {
+    let mut r = app
+        .client
+        .post(app.url(path))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some((operator, sig)) = who {
+        r = r
+            .header("settle-operator", operator)
+            .header("settle-operator-signature", sig);
+    }
+    r.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn over_http_two_tokens_of_one_operator_are_one_person() {
+    let (db, keys) = with_operators().await;
+    let alice = signing_key(&key_of(&keys, "alice"));
+    let bob = signing_key(&key_of(&keys, "bob"));
+    let app = http_support::serve_db(
+        db,
+        &format_ms(real_now_ms()),
+        settle::config::HttpConfig::default(),
+    )
+    .await;
+    // Two admin tokens, both alice's.
+    let first = app.token(Scope::Admin, None).await;
+    let second = app.token(Scope::Admin, None).await;
+    let body = json!({"adjustment_id":"adj-h2","provider_id":"prv_a","amount_usdc":"2500.000000","reason":"SLA credit"}).to_string();
+
+    // Unsigned: 428 with what to sign.
+    let r = app
+        .post(Some(&first), "/v1/admin/adjustments", body.clone())
+        .await;
+    let problem = assert_problem(r, 428, "operator_signature_required").await;
+    let detail = problem["detail"].as_str().unwrap();
+    let start = detail.find("settle/control/v1/request:").unwrap();
+    let message: String = detail[start..].chars().take_while(|c| *c != '`').collect();
+
+    let r = send_signed(
+        &app,
+        &first,
+        "/v1/admin/adjustments",
+        &body,
+        Some(("alice", signature(&alice, &message))),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    let pending: Value = r.json().await.unwrap();
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let hash = pending["approval"]["content_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(message, format!("settle/control/v1/request:{hash}"));
+    let decision = format!("settle/control/v1/approve:{id}:{hash}");
+    let approve = format!("/v1/admin/approvals/{id}/approve");
+
+    // The second token with alice's signature: the same person.
+    let r = send_signed(
+        &app,
+        &second,
+        &approve,
+        "",
+        Some(("alice", signature(&alice, &decision))),
+    )
+    .await;
+    assert_problem(r, 422, "approver_is_requester").await;
+    // Alice's signature under bob's name, or a signature of another message: forged.
+    let r = send_signed(
+        &app,
+        &second,
+        &approve,
+        "",
+        Some(("bob", signature(&alice, &decision))),
+    )
+    .await;
+    assert_problem(r, 403, "invalid_signature").await;
+    let r = send_signed(
+        &app,
+        &second,
+        &approve,
+        "",
+        Some(("bob", signature(&bob, &message))),
+    )
+    .await;
+    assert_problem(r, 403, "invalid_signature").await;
+    let r = send_signed(&app, &second, &approve, "", None).await;
+    assert_problem(r, 428, "operator_signature_required").await;
+
+    // Bob's signature of the decision: approved and booked.
+    let r = send_signed(
+        &app,
+        &second,
+        &approve,
+        "",
+        Some(("bob", signature(&bob, &decision))),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let decided: Value = r.json().await.unwrap();
+    assert_eq!(decided["approval"]["decider_operator"], "bob", "{decided}");
+    assert_eq!(decided["result"], "accepted");
+}
+
+/// Appends an event to the tail of the platform stream as a database writer could: a copy
+/// of the stream's last event with `event_type` and `payload`, correctly chained and hashed.
+async fn append_forged(db: &TestDb, event_type: &str, payload: Value) {
+    use settle::store::{canonical_bytes, event_hash};
+    let store = db.store().await;
+    let events = store.stream_events("platform", 0, 10_000).await.unwrap();
+    let mut e = events.last().expect("a platform event").clone();
+    e.seq += 1;
+    e.event_type = event_type.to_owned();
+    e.idem_key = None;
+    e.content_hash = None;
+    e.actor = "operator:bob".to_owned();
+    e.payload = payload.to_string();
+    e.prev_hash = e.hash.clone();
+    e.hash = event_hash(&e.prev_hash, &canonical_bytes(&e)).to_vec();
+    sqlx::query(
+        "INSERT INTO events (stream, seq, event_type, version, idem_key, content_hash, actor, \
+         recorded_at_ms, payload, lines, prev_hash, hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(&e.stream)
+    .bind(e.seq)
+    .bind(&e.event_type)
+    .bind(e.version)
+    .bind(&e.idem_key)
+    .bind(&e.content_hash)
+    .bind(&e.actor)
+    .bind(e.recorded_at_ms)
+    .bind(&e.payload)
+    .bind(&e.lines)
+    .bind(&e.prev_hash)
+    .bind(&e.hash)
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.close().await;
+}
+
+#[tokio::test]
+async fn verify_names_a_decision_a_database_writer_inserted_without_a_second_operator() {
+    let (db, keys) = with_operators().await;
+    let alice_file = key_of(&keys, "alice");
+    let (_dir, file) = ndjson(&[adjustment("adj-forged", "prv_a", "5000.000000")]);
+    let (code, report, stderr) =
+        as_operator(&db.url, "alice", Some(&alice_file), &["import", &file]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    let id = report["lines"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "a signed request verifies: {v}");
+
+    // A well-hashed decision with no signature, in bob's name.
+    append_forged(
+        &db,
+        "approval.decided",
+        json!({"approval_id": id, "decision": "approved", "decided_by": "operator:bob"}),
+    )
+    .await;
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 1, "{v}");
+    assert!(problem_kinds(&v).contains(&"unsigned_decision"), "{v}");
+
+    // Alice's own valid signature of the approval, under her name or bob's.
+    let alice = signing_key(&alice_file);
+    let (_, shown, _) = as_operator(&db.url, "x", None, &["approvals", "show", &id]);
+    let hash = shown[0]["content_hash"].as_str().unwrap().to_owned();
+    let sig = signature(&alice, &format!("settle/control/v1/approve:{id}:{hash}"));
+    for (who, kind) in [
+        ("alice", "self_approved"),
+        ("bob", "invalid_decision_signature"),
+    ] {
+        append_forged(
+            &db,
+            "approval.decided",
+            json!({"approval_id": id, "decision": "approved", "decided_by": "operator:bob",
+                   "decider_operator": who, "decider_signature": sig}),
+        )
+        .await;
+        let (_, v) = verify(&db.url);
+        assert!(problem_kinds(&v).contains(&kind), "{who}: {v}");
+    }
+}
+
+/// The kinds of the problems a `verify --format json` report lists.
+fn problem_kinds(report: &Value) -> Vec<&str> {
+    report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn operators_are_added_rotated_and_removed_only_by_an_approved_request() {
+    let (db, keys) = with_operators().await;
+    let (alice, bob) = (key_of(&keys, "alice"), key_of(&keys, "bob"));
+    let keygen = |name: &str| {
+        let path = key_of(&keys, name);
+        let (code, public, stderr) = run_cli(&db.url, &["operator", "keygen", "--out", &path]);
+        assert_eq!(code, 0, "{stderr}");
+        (path, public.trim().to_owned())
+    };
+    let request = |key: &str, args: &[&str]| {
+        let mut all = vec!["--operator-key", key, "operator"];
+        all.extend(args);
+        let (code, out, stderr) = run_cli(&db.url, &all);
+        assert_eq!(code, 0, "{stderr}");
+        out.trim()
+            .strip_prefix("pending_approval ")
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned()
+    };
+    let approve = |key: &str, id: &str| {
+        as_operator(
+            &db.url,
+            "approver",
+            Some(key),
+            &["approvals", "approve", id],
+        )
+    };
+    let names = || {
+        let (_, listed, _) = as_operator(&db.url, "x", None, &["operator", "list"]);
+        let mut names: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["operator"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    // Carol joins: requested by alice, approved by bob. Until then her key is no one's.
+    let (carol, carol_public) = keygen("carol");
+    let id = request(
+        &alice,
+        &["add", "--name", "carol", "--public-key", &carol_public],
+    );
+    let (code, _, stderr) = approve(&carol, &id);
+    assert!(code != 0 && stderr.contains("unknown_operator"), "{stderr}");
+    let (code, _, stderr) = approve(&alice, &id);
+    assert!(
+        code == 2 && stderr.contains("approver_is_requester"),
+        "{stderr}"
+    );
+    let (code, decided, stderr) = approve(&bob, &id);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    assert_eq!(names(), ["alice", "bob", "carol"]);
+
+    // Bob's key leaks: replaced on alice's request with carol's approval.
+    let (bob2, bob2_public) = keygen("bob2");
+    let id = request(
+        &alice,
+        &["rotate-key", "--name", "bob", "--public-key", &bob2_public],
+    );
+    let (code, _, stderr) = approve(&carol, &id);
+    assert_eq!(code, 0, "{stderr}");
+    let (_dir, file) = ndjson(&[adjustment("adj-rot", "prv_a", "5000.000000")]);
+    let (code, report, _) = as_operator(&db.url, "bob", Some(&bob), &["import", &file]);
+    assert_ne!(code, 0, "bob's old key still signs: {report}");
+    let (code, report, stderr) = as_operator(&db.url, "bob", Some(&bob2), &["import", &file]);
+    assert_eq!(code, 0, "{report}{stderr}");
+    let adj = report["lines"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, _, stderr) = approve(&carol, &adj);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+
+    // Carol leaves; then no removal may leave fewer than two.
+    let id = request(&alice, &["remove", "--name", "carol"]);
+    let (code, _, stderr) = approve(&bob2, &id);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(names(), ["alice", "bob"]);
+    let id = request(&alice, &["remove", "--name", "bob"]);
+    let (code, _, stderr) = approve(&bob2, &id);
+    assert!(
+        code == 2 && stderr.contains("operators_too_few"),
+        "{stderr}"
+    );
+    assert_eq!(names(), ["alice", "bob"]);
+
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+    common::assert_events_match_schemas(&db.store().await).await;
+}

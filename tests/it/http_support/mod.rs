@@ -42,10 +42,16 @@ pub async fn spawn_app(now: &str) -> TestApp {
     spawn_app_with(now, HttpConfig::default()).await
 }
 
-pub async fn spawn_app_with(now: &str, mut config: HttpConfig) -> TestApp {
+pub async fn spawn_app_with(now: &str, config: HttpConfig) -> TestApp {
     let db = TestDb::new().await;
+    let app = serve_db(db, now, config).await;
+    seed(&app.ledger, REGISTRY).await;
+    app
+}
+
+/// A server over `db` as it is, whose ledger clock stands at `now`.
+pub async fn serve_db(db: TestDb, now: &str, mut config: HttpConfig) -> TestApp {
     let (ledger, clock) = db.ledger_at(now).await;
-    seed(&ledger, REGISTRY).await;
     config.bind = "127.0.0.1:0".into();
     let app = Application::build(config, ledger.clone())
         .await

@@ -1,0 +1,251 @@
+//! `settle operator keygen | bootstrap | list | add | rotate-key | remove`, and the operator key that signs requests
+//! and decisions (`--operator-key FILE`, `SETTLE_OPERATOR_KEY`; SPEC §9).
+//!
+//! A key file is a solana-keygen JSON array of 64 bytes (the Ed25519 secret, then its public
+//! half), readable by its owner only: `settle operator keygen` writes one with mode 0600,
+//! and a file that group or others may read is refused.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use ed25519_dalek::{Signer, SigningKey};
+use serde_json::json;
+
+use crate::control::Sign;
+use crate::domain::operator::{OperatorKey, OperatorName};
+use crate::domain::time::format_ms;
+use crate::ledger::Ledger;
+use crate::ledger::operators::OperatorChange;
+use crate::report::output::{Format, Rows};
+
+#[derive(Subcommand, Debug)]
+pub enum OperatorCmd {
+    /// Write a new operator key file (mode 0600) and print its public key, to be put in
+    /// force by `operator bootstrap` (or, later, an approved request).
+    Keygen {
+        /// Where to write the key; an existing file is never overwritten.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Put the first operators in force on a ledger that has none (at least two):
+    /// `--operator alice=PUBKEY --operator bob=PUBKEY`.
+    Bootstrap {
+        /// NAME=PUBLIC_KEY (base58), once per operator.
+        #[arg(long = "operator", required = true)]
+        operators: Vec<String>,
+    },
+    /// The operators in force.
+    List,
+    /// Request a new operator (signed with your `--operator-key`; a different operator
+    /// approves it with `approvals approve`).
+    Add {
+        #[arg(long)]
+        name: String,
+        /// Its Ed25519 public key, base58 (`operator keygen` prints it).
+        #[arg(long)]
+        public_key: String,
+    },
+    /// Request the replacement of an operator's key (a lost or leaked key).
+    RotateKey {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        public_key: String,
+    },
+    /// Request the removal of an operator (at least two stay).
+    Remove {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+pub async fn operator_cmd(
+    ledger: &Ledger,
+    cmd: &OperatorCmd,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    match cmd {
+        OperatorCmd::Keygen { .. } => unreachable!("handled before opening the database"),
+        OperatorCmd::Bootstrap { operators } => {
+            let mut first = Vec::new();
+            for text in operators {
+                let Some((name, key)) = text.split_once('=') else {
+                    bail!("invalid_arguments: --operator is NAME=PUBLIC_KEY, got {text:?}");
+                };
+                first.push((OperatorName::parse(name)?, OperatorKey::parse(key)?));
+            }
+            match ledger
+                .bootstrap_operators(&first, &super::cli_actor())
+                .await
+            {
+                Ok(_) => list(ledger, format, out).await,
+                Err(crate::ledger::LedgerError::Rejected(e)) => {
+                    eprintln!("rejected: {}: {}", e.code, e.message);
+                    Ok(2)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        OperatorCmd::List => list(ledger, format, out).await,
+        OperatorCmd::Add { name, public_key } => {
+            let change = OperatorChange::Add {
+                name: OperatorName::parse(name)?,
+                key: OperatorKey::parse(public_key)?,
+            };
+            request_change(ledger, &change, out).await
+        }
+        OperatorCmd::RotateKey { name, public_key } => {
+            let change = OperatorChange::RotateKey {
+                name: OperatorName::parse(name)?,
+                key: OperatorKey::parse(public_key)?,
+            };
+            request_change(ledger, &change, out).await
+        }
+        OperatorCmd::Remove { name } => {
+            let change = OperatorChange::Remove {
+                name: OperatorName::parse(name)?,
+            };
+            request_change(ledger, &change, out).await
+        }
+    }
+}
+
+/// Books the request of an operator change as this process's operator; prints
+/// `pending_approval ID` (exit 0) or the refusal (exit 2).
+async fn request_change(
+    ledger: &Ledger,
+    change: &OperatorChange,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let signer = super::cli_signer(ledger).await?;
+    let submitted = crate::control::submit_operator_change(
+        ledger,
+        change,
+        &super::cli_actor(),
+        signer.as_ref().map(|s| s as &dyn Sign),
+    )
+    .await;
+    match submitted {
+        Ok(crate::control::Submitted::Pending(row)) => {
+            writeln!(out, "pending_approval {}", row.approval_id)?;
+            Ok(0)
+        }
+        Ok(crate::control::Submitted::Applied(applied)) => {
+            writeln!(out, "{}", applied.as_str())?;
+            Ok(0)
+        }
+        Err(crate::ledger::LedgerError::Rejected(e)) => {
+            eprintln!("rejected: {}: {}", e.code, e.message);
+            Ok(2)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn list(ledger: &Ledger, format: Format, out: &mut impl Write) -> anyhow::Result<i32> {
+    let mut rows = Rows::new(vec!["operator", "public_key", "added_at"]);
+    for o in ledger.operators().await?.iter() {
+        rows.push(vec![
+            json!(o.name.as_str()),
+            json!(o.key.to_base58()),
+            json!(format_ms(o.added_at_ms)),
+        ]);
+    }
+    write!(out, "{}", rows.render(format))?;
+    Ok(0)
+}
+
+/// `settle operator keygen --out FILE`: needs no database.
+pub fn keygen(path: &Path, out: &mut impl Write) -> anyhow::Result<i32> {
+    use rand::RngCore;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut seed = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut seed);
+    let key = SigningKey::from_bytes(&seed);
+    seed.fill(0);
+    let bytes: Vec<u8> = key.to_keypair_bytes().to_vec();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "creating {} (an existing key is never overwritten)",
+                path.display()
+            )
+        })?;
+    file.write_all(serde_json::to_string(&bytes)?.as_bytes())?;
+    file.sync_all()?;
+    writeln!(
+        out,
+        "{}",
+        OperatorKey::from_verifying_key(key.verifying_key()).to_base58()
+    )?;
+    Ok(0)
+}
+
+/// The operator key of this process, with the name of the operator that holds it on the
+/// ledger.
+pub struct OperatorSigner {
+    name: String,
+    key: SigningKey,
+}
+
+impl Sign for OperatorSigner {
+    fn operator(&self) -> &str {
+        &self.name
+    }
+
+    fn sign(&self, message: &[u8]) -> String {
+        bs58::encode(self.key.sign(message).to_bytes()).into_string()
+    }
+}
+
+/// The key file at `path`, as the operator of `ledger` that holds its public key
+/// (`unknown_operator` when none does).
+pub async fn load_signer(ledger: &Ledger, path: &Path) -> anyhow::Result<OperatorSigner> {
+    let key = read_key(path)?;
+    let public = OperatorKey::from_verifying_key(key.verifying_key());
+    let operators = ledger.operators().await?;
+    let Some(operator) = operators.iter().find(|o| o.key == public) else {
+        bail!(
+            "unknown_operator: the key in {} ({}) is no operator's key on this ledger",
+            path.display(),
+            public.to_base58()
+        );
+    };
+    Ok(OperatorSigner {
+        name: operator.name.as_str().to_owned(),
+        key,
+    })
+}
+
+fn read_key(path: &Path) -> anyhow::Result<SigningKey> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "insecure_operator_key: {} has mode {mode:04o}: group and others must have no \
+             access (chmod 600 {})",
+            path.display(),
+            path.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let invalid = || {
+        anyhow::anyhow!(
+            "invalid_operator_key: {} is not a JSON array of 64 bytes holding an Ed25519 key",
+            path.display()
+        )
+    };
+    let bytes: Vec<u8> = serde_json::from_str(&text).map_err(|_| invalid())?;
+    let bytes: [u8; 64] = bytes.try_into().map_err(|_| invalid())?;
+    SigningKey::from_keypair_bytes(&bytes).map_err(|_| invalid())
+}
