@@ -712,6 +712,9 @@ pub struct ControlConfig {
     pub fx_step_max_pct: u32,
     /// Requests listed at most by one `approvals list`.
     pub list_max: i64,
+    /// A request not decided within this many hours expires: it can no longer be decided
+    /// (`approval_expired`), and the same command sent again opens a new request.
+    pub approval_expiry_hours: i64,
 }
 
 impl ControlConfig {
@@ -735,6 +738,7 @@ impl Default for ControlConfig {
             fx_eur_per_usd_max: rust_decimal::Decimal::new(20, 1),
             fx_step_max_pct: 10,
             list_max: 1_000,
+            approval_expiry_hours: 72,
         }
     }
 }

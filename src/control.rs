@@ -205,9 +205,9 @@ fn register_request(c: &RegisterProvider) -> NewRequest {
             "payout_method": c.payout_method,
         }),
         format!(
-            "register {} with a {} payout method",
+            "register {} with the payout method {}",
             c.provider_id,
-            method_kind(c.payout_method.as_ref())
+            method_detail(c.payout_method.as_ref())
         ),
         Some(c.provider_id.to_string()),
         None,
@@ -238,7 +238,7 @@ fn update_request(c: &UpdateProvider) -> NewRequest {
         format!(
             "change the payout method of {} to {}",
             c.provider_id,
-            method_kind(c.payout_method.as_ref())
+            method_detail(c.payout_method.as_ref())
         ),
         Some(c.provider_id.to_string()),
         None,
@@ -297,13 +297,27 @@ async fn fx_request(
     )))
 }
 
-fn method_kind(method: Option<&crate::domain::event::PayoutMethod>) -> &'static str {
+/// The payout method a request sets, in full (what the approver must see: SPEC §9).
+fn method_detail(method: Option<&crate::domain::event::PayoutMethod>) -> String {
     use crate::domain::event::PayoutMethod;
     match method {
-        Some(PayoutMethod::Solana { .. }) => "solana",
-        Some(PayoutMethod::Sepa { .. }) => "sepa",
-        Some(PayoutMethod::Ach { .. }) => "ach",
-        None => "no",
+        Some(PayoutMethod::Solana { wallet }) => format!("solana wallet {wallet}"),
+        Some(PayoutMethod::Sepa { iban, bic, holder }) => format!(
+            "sepa IBAN {iban}{} held by {holder}",
+            bic.as_deref()
+                .map(|b| format!(" (BIC {b})"))
+                .unwrap_or_default()
+        ),
+        Some(PayoutMethod::Ach {
+            routing,
+            account,
+            account_type,
+            holder,
+            entity,
+        }) => format!(
+            "ach routing {routing} {account_type} account {account} held by {holder} ({entity})"
+        ),
+        None => "no payout method".to_owned(),
     }
 }
 
@@ -370,6 +384,11 @@ async fn pending_or_done(
     actor: &Actor,
     signer: Option<&dyn Sign>,
 ) -> Result<Submitted, LedgerError> {
+    let generation = match current_request(ledger, request).await? {
+        Current::Open(row) => return Ok(Submitted::Pending(Box::new(row))),
+        Current::Done(row) => return done(row),
+        Current::Next(generation) => generation,
+    };
     let operators = ledger.operators().await?;
     let signed = operator_proof(
         &operators,
@@ -377,11 +396,77 @@ async fn pending_or_done(
         &request_message(&request.content_hash_hex()),
     )?;
     let (row, _) = ledger
-        .request_approval(request, actor, signed.as_ref())
+        .request_approval(request, generation, actor, signed.as_ref())
         .await?;
     match row.status.as_str() {
+        "approved" | "rejected" => done(row),
+        _ => Ok(Submitted::Pending(Box::new(row))),
+    }
+}
+
+/// How the requests of a command stand.
+enum Current {
+    /// A pending request that has not expired: the same command finds it.
+    Open(ApprovalRow),
+    /// A decided request that answers the command: rejected (refused for good), or approved
+    /// for a command with its own idempotency key (a replay: a duplicate).
+    Done(ApprovalRow),
+    /// The generation of the next request: none yet (0), or the latest was used (approved,
+    /// for a command without its own key, which ran under that approval's id) or expired.
+    Next(u32),
+}
+
+/// Requests of one command, each generation after the last used or expired one
+/// (`NewRequest::approval_id_at`): an approval is used once.
+async fn current_request(ledger: &Ledger, request: &NewRequest) -> Result<Current, LedgerError> {
+    let keyed = has_own_key(&request.command);
+    for generation in 0..REQUEST_GENERATIONS_MAX {
+        let Some(row) = ledger
+            .find_approval(&request.approval_id_at(generation))
+            .await?
+        else {
+            return Ok(Current::Next(generation));
+        };
+        match row.status.as_str() {
+            "pending" if ledger.check_not_expired(&row, ledger.now_ms()).is_ok() => {
+                return Ok(Current::Open(row));
+            }
+            "rejected" => return Ok(Current::Done(row)),
+            "approved" if keyed => return Ok(Current::Done(row)),
+            _ => {}
+        }
+    }
+    reject(
+        "too_many_requests_for_command",
+        format!(
+            "this command was requested {REQUEST_GENERATIONS_MAX} times; give it its own key \
+             (update_id, fx_id)"
+        ),
+    )
+}
+
+/// Requests of one identical command at most (each used or expired before the next).
+const REQUEST_GENERATIONS_MAX: u32 = 1_000;
+
+/// Whether a command carries its own idempotency key, so running it again is a duplicate:
+/// an adjustment (`adjustment_id`), an update with `update_id`, an FX rate with `fx_id`, a
+/// registration (`provider_id`), a release (the payout).
+fn has_own_key(command: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(command) else {
+        return false;
+    };
+    matches!(
+        v["type"].as_str(),
+        Some("adjustment" | "provider.register" | "payout.release")
+    ) || v.get("update_id").is_some()
+        || v.get("fx_id").is_some()
+}
+
+/// The answer of a decided request to its command sent again.
+fn done(row: ApprovalRow) -> Result<Submitted, LedgerError> {
+    match row.status.as_str() {
         "approved" => Ok(Submitted::Applied(Applied::Duplicate)),
-        "rejected" => reject(
+        _ => reject(
             "approval_rejected",
             format!(
                 "this command was rejected by {} (approval {}): {}",
@@ -390,7 +475,6 @@ async fn pending_or_done(
                 row.reason.as_deref().unwrap_or("")
             ),
         ),
-        _ => Ok(Submitted::Pending(Box::new(row))),
     }
 }
 
@@ -407,6 +491,7 @@ pub async fn approve(
     let row = ledger.approval(approval_id).await?;
     let signed = decider_proof(ledger, &row, true, signer).await?;
     Ledger::check_decider(&row, actor, signed.as_ref())?;
+    ledger.check_not_expired(&row, ledger.now_ms())?;
     let on_behalf = Actor(format!("{} approved by {}", row.requested_by, actor.0));
     // What the approver looked at may lie outside a band (that is why it waited).
     let mut approved = ledger.clone();

@@ -230,6 +230,8 @@ pub struct DemoReport {
     pub payouts: Vec<Value>,
     pub chain: Value,
     pub bank_files: Vec<Value>,
+    /// The operators put in force and the request one made and the other approved.
+    pub dual_control: Value,
     /// What to run next, printed under "Explore it".
     #[serde(flatten)]
     pub next: NextSteps,
@@ -340,12 +342,18 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let generated =
         crate::rails::bank::generate_batches(&ledger, &bank_config, &Actor::system("bank")).await?;
 
+    // Dual control, provable: a payout method change requested by one operator, approved by
+    // the other, both signatures on the chain.
+    clock.advance(60_000);
+    let dual_control = dual_control(&ledger, &dir).await?;
+
     // What a provider's dashboard shows, and the books.
     let earnings_per_gpu = earnings_per_gpu(&ledger, week, monday).await?;
     let payouts = payout_rows(&ledger).await?;
     let balances = solana_balances(&chain);
     let bank_files = bank_file_rows(&ledger, &generated).await?;
-    let verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
+    let mut verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
+    verify.check_control(&ledger.store).await?;
     anyhow::ensure!(
         verify.ok(),
         "the demo ledger does not verify: {:?}",
@@ -364,11 +372,76 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
         payouts,
         chain: chain_summary(&chain, &paid, balances),
         bank_files,
+        dual_control,
         next: NextSteps::new(program, &url, &serve_config, dashboard_token),
     };
     ledger.store.close().await;
     drop(chain);
     Ok(demo)
+}
+
+/// Two operators with Ed25519 keys (files in `DIR/operators/`, derived from fixed seeds: a
+/// demo's keys are samples, never for a real ledger) put in force; then, with control
+/// enforced on this simulated ledger, alice requests a new wallet for prv_atlas (after the
+/// week's run, so the run is unchanged) and bob approves it.
+async fn dual_control(ledger: &Ledger, dir: &Path) -> anyhow::Result<Value> {
+    use crate::operator_key::{load_signer, write_key_file};
+    use sha2::{Digest, Sha256};
+    let keys_dir = dir.join("operators");
+    std::fs::create_dir_all(&keys_dir)?;
+    let mut first = Vec::new();
+    let mut files = Vec::new();
+    for name in ["alice", "bob"] {
+        let seed: [u8; 32] = Sha256::digest(format!("settle-demo-operator:{name}")).into();
+        let path = keys_dir.join(format!("{name}.json"));
+        let public = write_key_file(&path, &ed25519_dalek::SigningKey::from_bytes(&seed))?;
+        first.push((crate::domain::operator::OperatorName::parse(name)?, public));
+        files.push(path);
+    }
+    ledger
+        .bootstrap_operators(&first, &Actor::operator("demo"))
+        .await?;
+    let config = crate::config::ControlConfig {
+        enforce: crate::config::Enforce::Always,
+        ..crate::config::ControlConfig::default()
+    };
+    let wallet = demo_wallet("prv_atlas:2").pubkey().to_string();
+    let line = json!({"type": "provider.update", "provider_id": "prv_atlas",
+                      "payout_method": {"kind": "solana", "wallet": wallet}});
+    let command =
+        crate::wire::import::parse_line(&line.to_string()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let alice = load_signer(ledger, &files[0]).await?;
+    let submitted = crate::control::submit(
+        ledger,
+        &config,
+        &command,
+        &Actor::operator("alice"),
+        Some(&alice),
+    )
+    .await?;
+    let crate::control::Submitted::Pending(request) = submitted else {
+        anyhow::bail!("the demo's payout method change did not wait for a second operator");
+    };
+    let bob = load_signer(ledger, &files[1]).await?;
+    let (decided, applied) = crate::control::approve(
+        ledger,
+        &RunConfig::default(),
+        &request.approval_id,
+        &Actor::operator("bob"),
+        Some(&bob),
+    )
+    .await?;
+    Ok(json!({
+        "operators": first.iter().zip(&files).map(|((name, key), file)| json!({
+            "operator": name.as_str(), "public_key": key.to_base58(), "key_file": file.display().to_string(),
+        })).collect::<Vec<_>>(),
+        "approval_id": request.approval_id,
+        "summary": request.summary,
+        "requester_operator": decided.requester_operator,
+        "decider_operator": decided.decider_operator,
+        "status": decided.status,
+        "result": applied.as_str(),
+    }))
 }
 
 /// Creates `dir` and removes an earlier demo's database and outbox from it; returns its
@@ -380,6 +453,7 @@ fn prepare_dir(dir: &Path) -> anyhow::Result<PathBuf> {
         let _ = std::fs::remove_file(dir.join(f));
     }
     let _ = std::fs::remove_dir_all(dir.join("outbox"));
+    let _ = std::fs::remove_dir_all(dir.join("operators"));
     Ok(dir)
 }
 
@@ -573,6 +647,7 @@ pub fn render_table(d: &DemoReport) -> String {
     render_booking(&mut out, d);
     render_run(&mut out, d);
     render_payments(&mut out, d);
+    render_dual_control(&mut out, d);
     render_next_steps(&mut out, d);
     out
 }
@@ -689,6 +764,34 @@ fn render_payments(out: &mut String, d: &DemoReport) {
             f["sha256"].as_str().unwrap_or("")
         );
     }
+}
+
+/// The operators and the request one made and the other approved.
+fn render_dual_control(out: &mut String, d: &DemoReport) {
+    use std::fmt::Write;
+    let c = &d.dual_control;
+    let _ = writeln!(
+        out,
+        "\nDual control (control enforced; every request and decision signed by an operator's Ed25519 key):"
+    );
+    for o in c["operators"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  operator {:<6} key {}  ({})",
+            o["operator"].as_str().unwrap_or(""),
+            o["public_key"].as_str().unwrap_or(""),
+            o["key_file"].as_str().unwrap_or("")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {} requested: {} ({})\n  {} approved it: {}",
+        c["requester_operator"].as_str().unwrap_or(""),
+        c["summary"].as_str().unwrap_or(""),
+        c["approval_id"].as_str().unwrap_or(""),
+        c["decider_operator"].as_str().unwrap_or(""),
+        c["result"].as_str().unwrap_or("")
+    );
 }
 
 /// How to explore the demo's ledger: every command as the user's shell runs it.

@@ -22,6 +22,7 @@ pub mod http;
 pub mod jobs;
 pub mod ledger;
 pub mod metrics;
+pub mod operator_key;
 pub mod rails;
 pub mod report;
 pub mod store;

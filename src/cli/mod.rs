@@ -239,9 +239,11 @@ fn nix_uid() -> u32 {
 static OPERATOR_KEY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
 /// The operator key of this process as `ledger`'s operator, when `--operator-key` names one.
-pub async fn cli_signer(ledger: &Ledger) -> anyhow::Result<Option<operator::OperatorSigner>> {
+pub async fn cli_signer(
+    ledger: &Ledger,
+) -> anyhow::Result<Option<crate::operator_key::OperatorSigner>> {
     match OPERATOR_KEY.get().and_then(|p| p.as_deref()) {
-        Some(path) => Ok(Some(operator::load_signer(ledger, path).await?)),
+        Some(path) => Ok(Some(crate::operator_key::load_signer(ledger, path).await?)),
         None => Ok(None),
     }
 }

@@ -24,7 +24,18 @@ impl NewRequest {
     /// The request's id: a digest of its kind and command, so the same command sent again
     /// finds its request instead of opening a second one.
     pub fn approval_id(&self) -> String {
-        let digest = super::content_hash(&format!("approval|{}|{}", self.kind, self.command));
+        self.approval_id_at(0)
+    }
+
+    /// The id of the `generation`-th request of this command: the first (0) as before
+    /// generations existed; a later one once the one before was used (approved) or expired,
+    /// so an approval is used once.
+    pub fn approval_id_at(&self, generation: u32) -> String {
+        let text = match generation {
+            0 => format!("approval|{}|{}", self.kind, self.command),
+            g => format!("approval|{}|{}|{g}", self.kind, self.command),
+        };
+        let digest = super::content_hash(&text);
         format!("apr_{}", hex::encode(&digest[..12]))
     }
 
@@ -45,10 +56,11 @@ impl Ledger {
     pub async fn request_approval(
         &self,
         request: &NewRequest,
+        generation: u32,
         actor: &Actor,
         signed: Option<&Signed>,
     ) -> Result<(ApprovalRow, Applied), LedgerError> {
-        let approval_id = request.approval_id();
+        let approval_id = request.approval_id_at(generation);
         let key = format!("approval:{approval_id}:requested");
         let now = self.now_ms();
         let applied = crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
@@ -79,6 +91,35 @@ impl Ledger {
         Ok((row, applied))
     }
 
+    /// A request by id, if there is one.
+    pub async fn find_approval(
+        &self,
+        approval_id: &str,
+    ) -> Result<Option<ApprovalRow>, LedgerError> {
+        Ok(approval(&mut self.store.acquire().await?, approval_id).await?)
+    }
+
+    /// When a pending request expires (`control.approval_expiry_hours` after it was booked).
+    pub fn approval_expires_at_ms(&self, row: &ApprovalRow) -> i64 {
+        row.requested_at_ms + self.config.control.approval_expiry_hours * 3_600_000
+    }
+
+    /// Refuses a pending request whose time is up at `now_ms` (`approval_expired`).
+    pub fn check_not_expired(&self, row: &ApprovalRow, now_ms: i64) -> Result<(), LedgerError> {
+        let expires_at_ms = self.approval_expires_at_ms(row);
+        if row.status == "pending" && now_ms >= expires_at_ms {
+            return reject(
+                "approval_expired",
+                format!(
+                    "approval {} expired at {}: send the command again for a new request",
+                    row.approval_id,
+                    crate::domain::time::format_ms(expires_at_ms)
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// A request by id (`unknown_approval` when there is none).
     pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRow, LedgerError> {
         match approval(&mut self.store.acquire().await?, approval_id).await? {
@@ -101,6 +142,7 @@ impl Ledger {
                 format!("approval {} is already {}", row.approval_id, row.status),
             );
         }
+
         if let (Some(requester), Some(decider)) = (&row.requester_operator, signed)
             && *requester == decider.operator
         {
@@ -145,6 +187,7 @@ impl Ledger {
                 return reject("unknown_approval", format!("no approval {approval_id}"));
             };
             Ledger::check_decider(&row, actor, signed)?;
+            self.check_not_expired(&row, now)?;
             if find_idem(tx, &key).await?.is_some() {
                 return reject(
                     "approval_decided",

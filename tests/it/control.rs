@@ -1073,3 +1073,100 @@ async fn operators_are_added_rotated_and_removed_only_by_an_approved_request() {
     assert_eq!(code, 0, "{v}");
     common::assert_events_match_schemas(&db.store().await).await;
 }
+
+/// A simulated-clock ledger whose configuration (the returned file) enforces control, with
+/// `prv_a` and the operators `alice` and `bob` (key files in the returned directory).
+async fn replay_with_operators(now: &str) -> (TestDb, tempfile::TempDir, String) {
+    let db = TestDb::new().await;
+    let keys = tempfile::tempdir().unwrap();
+    let config = keys.path().join("settle.toml");
+    std::fs::write(&config, "[control]\nenforce = \"always\"\n").unwrap();
+    let config = config.display().to_string();
+    let (code, _, stderr) = run_cli(&db.url, &["migrate", "--simulated-clock"]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut bootstrap = vec![
+        "--now".to_owned(),
+        now.to_owned(),
+        "operator".into(),
+        "bootstrap".into(),
+    ];
+    for name in ["alice", "bob"] {
+        let path = key_of(&keys, name);
+        let (code, public, stderr) = run_cli(&db.url, &["operator", "keygen", "--out", &path]);
+        assert_eq!(code, 0, "{stderr}");
+        bootstrap.extend(["--operator".to_owned(), format!("{name}={}", public.trim())]);
+    }
+    let args: Vec<&str> = bootstrap.iter().map(String::as_str).collect();
+    let (code, _, stderr) = run_cli(&db.url, &args);
+    assert_eq!(code, 0, "{stderr}");
+    let (_dir, file) = ndjson(&[provider("prv_a")]);
+    let (code, _, stderr) = run_cli(
+        &db.url,
+        &["--config", &config, "--now", now, "import", &file],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    (db, keys, config)
+}
+
+#[tokio::test]
+async fn a_request_expires_and_an_approval_is_used_once() {
+    let t0 = "2026-11-02T09:00:00Z";
+    let (db, keys, config) = replay_with_operators(t0).await;
+    let (alice, bob) = (key_of(&keys, "alice"), key_of(&keys, "bob"));
+    let at = |hours: i64| format_ms(parse_rfc3339_ms(t0).unwrap() + hours * 3_600_000);
+    let send = |key: &str, now: &str, args: &[&str]| {
+        let mut all = vec!["--config", config.as_str(), "--now", now];
+        all.extend(args);
+        let actor = std::path::Path::new(key)
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        as_operator(&db.url, actor, Some(key), &all)
+    };
+    let wallet = |w: &str| json!({"type":"provider.update","provider_id":"prv_a","payout_method":{"kind":"solana","wallet":w}});
+    let (w2, w3) = (
+        "4Nd1mYwTjT7JvAPP2Pb5ZsXWV8Xw6YwbVsyrAjc5d7Hk",
+        "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin",
+    );
+    let request = |now: &str, line: Value| {
+        let (_dir, file) = ndjson(&[line]);
+        let (code, report, stderr) = send(&alice, now, &["import", &file]);
+        assert_eq!(code, 0, "{report}{stderr}");
+        assert_eq!(report["lines"][0]["status"], "pending", "{report}");
+        report["lines"][0]["approval_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    // Not decided within 72 hours: expired; the same command again is a new request.
+    let first = request(&at(0), wallet(w2));
+    let (code, _, stderr) = send(&bob, &at(72), &["approvals", "approve", &first]);
+    assert!(code == 2 && stderr.contains("approval_expired"), "{stderr}");
+    let second = request(&at(72), wallet(w2));
+    assert_ne!(first, second, "an expired request is not reopened");
+    let (code, _, stderr) = send(&bob, &at(73), &["approvals", "approve", &second]);
+    assert_eq!(code, 0, "{stderr}");
+
+    // W2 → W3 → W2 again: the last is a new request (the approval of the first W2 was used),
+    // not a silent duplicate.
+    let third = request(&at(74), wallet(w3));
+    let (code, _, stderr) = send(&bob, &at(74), &["approvals", "approve", &third]);
+    assert_eq!(code, 0, "{stderr}");
+    let fourth = request(&at(75), wallet(w2));
+    assert!(![&first, &second, &third].contains(&&fourth), "{fourth}");
+    let (code, _, stderr) = send(&bob, &at(75), &["approvals", "approve", &fourth]);
+    assert_eq!(code, 0, "{stderr}");
+    let updates = actors_of(&db, "provider.updated").await;
+    assert_eq!(updates.len(), 3, "{updates:?}");
+    // A keyed command replayed after its approval is a duplicate, not a new request.
+    let big = adjustment("adj-once", "prv_a", "5000.000000");
+    let id = request(&at(76), big.clone());
+    let (code, _, stderr) = send(&bob, &at(76), &["approvals", "approve", &id]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_dir, file) = ndjson(&[big]);
+    let (_, replay, _) = send(&alice, &at(77), &["import", &file]);
+    assert_eq!(replay["lines"][0]["status"], "duplicate", "{replay}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+}

@@ -70,6 +70,7 @@ fn the_demo_pays_what_an_independent_computation_says() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    the_demo_shows_a_signed_request_and_its_approval(&report, dir.path());
 
     // Read the generated input the way a provider's accountant would.
     let input = std::fs::read_to_string(dir.path().join("demo-input.ndjson")).unwrap();
@@ -284,4 +285,35 @@ fn the_demo_pays_what_an_independent_computation_says() {
             other => panic!("unexpected rail {other}"),
         }
     }
+}
+
+/// The demo's dual control: two operators whose key files only their owner may read, a
+/// payout method change that names the new wallet in full, requested by alice and approved
+/// by bob, and a ledger whose signatures `settle verify` checks.
+fn the_demo_shows_a_signed_request_and_its_approval(report: &Value, dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let c = &report["dual_control"];
+    let operators = c["operators"].as_array().expect("operators");
+    assert_eq!(operators.len(), 2, "{c}");
+    for o in operators {
+        let file = o["key_file"].as_str().unwrap();
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
+    }
+    assert_eq!(c["requester_operator"], "alice", "{c}");
+    assert_eq!(c["decider_operator"], "bob", "{c}");
+    assert_eq!(c["status"], "approved", "{c}");
+    assert_eq!(c["result"], "accepted", "{c}");
+    let wallet = c["summary"].as_str().unwrap();
+    assert!(
+        wallet.starts_with("change the payout method of prv_atlas to solana wallet ")
+            && wallet.len() > 70,
+        "the approver sees the new wallet in full: {wallet}"
+    );
+    let url = format!("sqlite://{}", dir.join("settle.db").display());
+    let (code, out, err) = common::run_cli(&url, &["--format", "json", "verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = common::run_cli(&url, &["--format", "json", "operator", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("alice") && out.contains("bob"), "{out}");
 }

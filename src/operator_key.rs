@@ -1,0 +1,97 @@
+//! Operator key files (SPEC §9): a solana-keygen JSON array of 64 bytes (the Ed25519 secret,
+//! then its public half), readable by its owner only, kept by its operator. Written by
+//! `settle operator keygen` (and the demo), read by `--operator-key FILE` to sign requests
+//! and decisions as the operator of the ledger that holds its public key.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use ed25519_dalek::{Signer, SigningKey};
+
+use crate::control::Sign;
+use crate::domain::operator::OperatorKey;
+use crate::ledger::Ledger;
+
+/// Writes `key` as a new key file at `path` (mode 0600; an existing file is never
+/// overwritten); returns its public key.
+pub fn write_key_file(path: &Path, key: &SigningKey) -> anyhow::Result<OperatorKey> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let bytes: Vec<u8> = key.to_keypair_bytes().to_vec();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "creating {} (an existing key is never overwritten)",
+                path.display()
+            )
+        })?;
+    file.write_all(serde_json::to_string(&bytes)?.as_bytes())?;
+    file.sync_all()?;
+    Ok(OperatorKey::from_verifying_key(key.verifying_key()))
+}
+
+/// The operator key of this process, with the name of the operator that holds it on the
+/// ledger.
+pub struct OperatorSigner {
+    name: String,
+    key: SigningKey,
+}
+
+impl Sign for OperatorSigner {
+    fn operator(&self) -> &str {
+        &self.name
+    }
+
+    fn sign(&self, message: &[u8]) -> String {
+        bs58::encode(self.key.sign(message).to_bytes()).into_string()
+    }
+}
+
+/// The key file at `path`, as the operator of `ledger` that holds its public key
+/// (`unknown_operator` when none does).
+pub async fn load_signer(ledger: &Ledger, path: &Path) -> anyhow::Result<OperatorSigner> {
+    let key = read_key(path)?;
+    let public = OperatorKey::from_verifying_key(key.verifying_key());
+    let operators = ledger.operators().await?;
+    let Some(operator) = operators.iter().find(|o| o.key == public) else {
+        bail!(
+            "unknown_operator: the key in {} ({}) is no operator's key on this ledger",
+            path.display(),
+            public.to_base58()
+        );
+    };
+    Ok(OperatorSigner {
+        name: operator.name.as_str().to_owned(),
+        key,
+    })
+}
+
+fn read_key(path: &Path) -> anyhow::Result<SigningKey> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "insecure_operator_key: {} has mode {mode:04o}: group and others must have no \
+             access (chmod 600 {})",
+            path.display(),
+            path.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let invalid = || {
+        anyhow::anyhow!(
+            "invalid_operator_key: {} is not a JSON array of 64 bytes holding an Ed25519 key",
+            path.display()
+        )
+    };
+    let bytes: Vec<u8> = serde_json::from_str(&text).map_err(|_| invalid())?;
+    let bytes: [u8; 64] = bytes.try_into().map_err(|_| invalid())?;
+    SigningKey::from_keypair_bytes(&bytes).map_err(|_| invalid())
+}
