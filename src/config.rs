@@ -77,6 +77,12 @@ pub struct LedgerConfig {
     /// (not a key of `[ledger]`).
     #[serde(skip)]
     pub control: ControlConfig,
+    /// The approval the commands of this ledger handle run under: set by
+    /// `control::approve` on its own copy of the ledger, never by configuration; the
+    /// events a gated command books name it (`approval_id`), so `verify` can tie them to a
+    /// signed approval.
+    #[serde(skip)]
+    pub approval_id: Option<String>,
 }
 
 impl LedgerConfig {
@@ -127,6 +133,7 @@ impl Default for LedgerConfig {
             usage_rate_band_max_pct: Self::DEFAULT_USAGE_RATE_BAND_MAX_PCT,
             usage_rate_without_price_book: WithoutPriceBook::Reject,
             control: ControlConfig::default(),
+            approval_id: None,
         }
     }
 }

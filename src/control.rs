@@ -496,6 +496,7 @@ pub async fn approve(
     // What the approver looked at may lie outside a band (that is why it waited).
     let mut approved = ledger.clone();
     approved.config.lift_bands();
+    approved.config.approval_id = Some(row.approval_id.clone());
     let applied = execute(&approved, runs, &row, &on_behalf).await?;
     let row = ledger
         .decide_approval(approval_id, true, None, actor, signed.as_ref())

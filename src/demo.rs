@@ -353,7 +353,12 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let balances = solana_balances(&chain);
     let bank_files = bank_file_rows(&ledger, &generated).await?;
     let mut verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
-    verify.check_control(&ledger.store).await?;
+    verify
+        .check_control(
+            &ledger.store,
+            crate::config::ControlConfig::default().adjustment_approval_micro_usdc,
+        )
+        .await?;
     anyhow::ensure!(
         verify.ok(),
         "the demo ledger does not verify: {:?}",

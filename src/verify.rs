@@ -34,6 +34,10 @@ pub struct VerifyReport {
     /// The ledger's clock mode (`real`, `simulated`; absent while undecided).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clock: Option<crate::store::ClockMode>,
+    /// The adjustments met by the walk, `(stream, seq, recorded_at_ms, event)`, for
+    /// [`VerifyReport::check_control`].
+    #[serde(skip)]
+    adjustments: Vec<(String, i64, i64, crate::domain::event::AdjustmentPosted)>,
 }
 
 impl VerifyReport {
@@ -78,7 +82,16 @@ impl VerifyReport {
     /// Dual control on the chain (`domain::operator::check_control`): once the ledger has
     /// operators, every request and decision carries a valid signature of a distinct
     /// operator in force.
-    pub async fn check_control(&mut self, store: &Store) -> Result<(), StoreError> {
+    ///
+    /// On a real-clock ledger (where control is enforced) with operators, every adjustment
+    /// at or above `adjustment_approval_micro_usdc` booked since the first operator must run
+    /// under a verified approval of exactly it (`unapproved_gated_event`): an adjustment a
+    /// database writer inserts is named.
+    pub async fn check_control(
+        &mut self,
+        store: &Store,
+        adjustment_approval_micro_usdc: i64,
+    ) -> Result<(), StoreError> {
         use crate::domain::event::PLATFORM_STREAM;
         let mut events = Vec::new();
         let kinds = crate::domain::operator::OPERATOR_EVENTS
@@ -89,21 +102,37 @@ impl VerifyReport {
         }
         events.sort_by_key(|e| e.seq);
         // An unreadable payload is reported by the walk (`invalid_payload`).
-        let bodies: Vec<(i64, EventBody)> = events
+        let bodies: Vec<(i64, i64, EventBody)> = events
             .iter()
             .filter_map(|e| {
                 EventBody::from_json(&e.event_type, e.version as u32, &e.payload)
                     .ok()
-                    .map(|b| (e.seq, b))
+                    .map(|b| (e.seq, e.recorded_at_ms, b))
             })
             .collect();
-        for p in crate::domain::operator::check_control(bodies.iter().map(|(s, b)| (*s, b))) {
+        let proof =
+            crate::domain::operator::check_control(bodies.iter().map(|(s, t, b)| (*s, *t, b)));
+        for p in &proof.problems {
             self.push(Problem {
                 stream: PLATFORM_STREAM.to_owned(),
                 seq: Some(p.seq),
                 kind: p.kind,
-                detail: p.detail,
+                detail: p.detail.clone(),
             });
+        }
+        if self.clock == Some(crate::store::ClockMode::Real) {
+            for (stream, seq, recorded_at_ms, a) in std::mem::take(&mut self.adjustments) {
+                if let Some(detail) =
+                    proof.unapproved_adjustment(recorded_at_ms, &a, adjustment_approval_micro_usdc)
+                {
+                    self.push(Problem {
+                        stream,
+                        seq: Some(seq),
+                        kind: "unapproved_gated_event",
+                        detail,
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -456,6 +485,11 @@ fn check_and_fold(
                     "lines_mismatch",
                     "stored lines differ from the lines the event posts".into(),
                 ));
+            }
+            if let EventBody::AdjustmentPosted(a) = &body {
+                report
+                    .adjustments
+                    .push((stream.to_owned(), e.seq, e.recorded_at_ms, a.clone()));
             }
             aggregates.apply(e.recorded_at_ms, &body);
             match folded_to {

@@ -539,7 +539,12 @@ async fn verify_cmd(
             ledger.config.clock_skew_ms,
         )
         .await?;
-    report.check_control(&ledger.store).await?;
+    report
+        .check_control(
+            &ledger.store,
+            ledger.config.control.adjustment_approval_micro_usdc,
+        )
+        .await?;
     print_report(&report, cli.format, out)?;
     Ok(if report.ok() { 0 } else { 1 })
 }

@@ -322,6 +322,9 @@ pub struct AdjustmentPosted {
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
+    /// The approval it was booked under (a gated adjustment, SPEC §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 /// One candidate's decision in a payout run.
@@ -938,6 +941,7 @@ pub(crate) mod tests {
                     amount_micro_usdc: -30,
                     reason: "r".into(),
                     reference: None,
+                    approval_id: None,
                 }),
                 vec![l("provider:p:payable", -30), l("platform:adjustments", 30)],
             ),

@@ -259,39 +259,100 @@ pub struct ControlProblem {
 }
 
 /// Checks the platform stream's `operator.*`, `approval.requested` and `approval.decided`
-/// events, in stream order: once a ledger has operators, every request
-/// carries its command's content hash and its requester's valid signature, and every
-/// decision a different operator's valid signature of that hash, each against the keys in
-/// force at that point of the chain. A row written behind the engine's back (a decision
-/// without a signature, a command changed under its hash) is named.
+/// events (`(seq, recorded_at_ms, event)`), in stream order: once a ledger has operators,
+/// every request carries its command's content hash and its requester's valid signature,
+/// and every decision a different operator's valid signature of that hash, each against the
+/// keys in force at that point of the chain. A row written behind the engine's back (a
+/// decision without a signature, a command changed under its hash) is named. The proof it
+/// returns also ties gated events to their approvals ([`ControlProof::unapproved_adjustment`]).
 pub fn check_control<'a>(
-    events: impl IntoIterator<Item = (i64, &'a super::event::EventBody)>,
-) -> Vec<ControlProblem> {
+    events: impl IntoIterator<Item = (i64, i64, &'a super::event::EventBody)>,
+) -> ControlProof {
     use super::event::EventBody;
     let mut check = ControlCheck::default();
-    for (seq, body) in events {
+    for (seq, recorded_at_ms, body) in events {
         let found = match body {
             EventBody::OperatorAdded(_)
             | EventBody::OperatorKeyRotated(_)
-            | EventBody::OperatorRemoved(_) => check.operator_event(body),
+            | EventBody::OperatorRemoved(_) => {
+                check.proof.operators_since_ms.get_or_insert(recorded_at_ms);
+                check.operator_event(body)
+            }
             EventBody::ApprovalRequested(r) => check.requested(r),
             EventBody::ApprovalDecided(d) => check.decided(d),
             _ => None,
         };
         if let Some((kind, detail)) = found {
-            check.problems.push(ControlProblem { seq, kind, detail });
+            check
+                .proof
+                .problems
+                .push(ControlProblem { seq, kind, detail });
         }
     }
-    check.problems
+    check.proof
+}
+
+/// What [`check_control`] found: the problems, since when the ledger has operators, and
+/// the commands of the approvals whose signatures verify.
+#[derive(Clone, Debug, Default)]
+pub struct ControlProof {
+    pub problems: Vec<ControlProblem>,
+    /// When the first operator was put in force: gated events booked from then on must
+    /// run under a signed approval.
+    pub operators_since_ms: Option<i64>,
+    /// Approval id → the command a verified approval executed.
+    approved: BTreeMap<String, String>,
+}
+
+impl ControlProof {
+    /// Why an adjustment of `amount ≥ threshold_micro_usdc` booked at `recorded_at_ms` is
+    /// not proven: booked once the ledger had operators, it must name a verified approval
+    /// of exactly this adjustment (`None` when it does, or when it was not gated).
+    pub fn unapproved_adjustment(
+        &self,
+        recorded_at_ms: i64,
+        a: &super::event::AdjustmentPosted,
+        threshold_micro_usdc: i64,
+    ) -> Option<String> {
+        let gated = a.amount_micro_usdc.unsigned_abs() >= threshold_micro_usdc.unsigned_abs()
+            && self.operators_since_ms.is_some_and(|t| recorded_at_ms >= t);
+        if !gated {
+            return None;
+        }
+        let Some(approval_id) = &a.approval_id else {
+            return Some(format!(
+                "adjustment {} of {} µUSDC names no approval",
+                a.adjustment_id, a.amount_micro_usdc
+            ));
+        };
+        let Some(command) = self.approved.get(approval_id) else {
+            return Some(format!(
+                "adjustment {} names {approval_id}, which is no approval with valid signatures",
+                a.adjustment_id
+            ));
+        };
+        let c: serde_json::Value = serde_json::from_str(command).unwrap_or_default();
+        let same = c["type"] == "adjustment"
+            && c["adjustment_id"] == a.adjustment_id.as_str()
+            && c["provider_id"] == a.provider_id.as_str()
+            && c["amount_usdc"] == super::money::format_micro_usdc(a.amount_micro_usdc).as_str();
+        (!same).then(|| {
+            format!(
+                "adjustment {} is not the command approval {approval_id} approved",
+                a.adjustment_id
+            )
+        })
+    }
 }
 
 /// The state [`check_control`] folds: the operators in force and the requests seen.
 #[derive(Default)]
 struct ControlCheck {
     operators: Operators,
-    /// Approval id → (the content hash its request recorded, its requesting operator).
-    requests: BTreeMap<String, (Option<String>, Option<String>)>,
-    problems: Vec<ControlProblem>,
+    /// Approval id → (the content hash its request recorded, its requesting operator, its
+    /// command).
+    requests: BTreeMap<String, (Option<String>, Option<String>, String)>,
+    proof: ControlProof,
 }
 
 type Found = Option<(&'static str, String)>;
@@ -308,7 +369,11 @@ impl ControlCheck {
         let hash = hex::encode(content_hash(&r.kind, &r.command));
         self.requests.insert(
             r.approval_id.clone(),
-            (r.content_hash.clone(), r.requester_operator.clone()),
+            (
+                r.content_hash.clone(),
+                r.requester_operator.clone(),
+                r.command.clone(),
+            ),
         );
         if self.operators.is_empty() {
             return None;
@@ -361,7 +426,7 @@ impl ControlCheck {
                 ),
             ));
         };
-        let Some((Some(hash), requester)) = self.requests.get(&d.approval_id) else {
+        let Some((Some(hash), requester, command)) = self.requests.get(&d.approval_id) else {
             return Some((
                 "unknown_request",
                 format!(
@@ -383,13 +448,20 @@ impl ControlCheck {
             operator: operator.clone(),
             signature: signature.clone(),
         };
-        let message = decision_message(d.decision == "approved", &d.approval_id, hash);
-        self.operators.check(&signed, &message).err().map(|e| {
-            (
+        let approved = d.decision == "approved";
+        let message = decision_message(approved, &d.approval_id, hash);
+        if let Err(e) = self.operators.check(&signed, &message) {
+            return Some((
                 "invalid_decision_signature",
                 format!("approval {}: {}", d.approval_id, e.message),
-            )
-        })
+            ));
+        }
+        if approved {
+            self.proof
+                .approved
+                .insert(d.approval_id.clone(), command.clone());
+        }
+        None
     }
 }
 

@@ -1509,6 +1509,7 @@ mod tests {
                 amount_micro_usdc: 500,
                 reason: "credit".into(),
                 reference: None,
+                approval_id: None,
             }),
         );
         assert_eq!(
@@ -1892,6 +1893,7 @@ mod tests {
                 amount_micro_usdc: 1,
                 reason: "r".into(),
                 reference: None,
+                approval_id: None,
             }),
         );
         assert_eq!(adj.len(), 3);

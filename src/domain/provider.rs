@@ -193,6 +193,9 @@ pub struct PostAdjustment {
     pub amount_micro_usdc: i64,
     pub reason: String,
     pub reference: Option<String>,
+    /// The approval it runs under, when gated (not part of its content: a replay without
+    /// it is the same adjustment).
+    pub approval_id: Option<String>,
 }
 
 impl PostAdjustment {
@@ -203,6 +206,7 @@ impl PostAdjustment {
             amount_micro_usdc: self.amount_micro_usdc,
             reason: self.reason.trim().to_owned(),
             reference: self.reference.as_deref().map(|r| r.trim().to_owned()),
+            approval_id: self.approval_id.clone(),
         }
     }
 }
@@ -438,6 +442,7 @@ mod tests {
             amount_micro_usdc: amount,
             reason: " goodwill ".into(),
             reference: None,
+            approval_id: None,
         }
     }
 
@@ -672,6 +677,7 @@ mod tests {
                 amount_micro_usdc: -5,
                 reason: "goodwill".into(),
                 reference: None,
+                approval_id: None,
             })]),
         );
         let a = adjustment(0);

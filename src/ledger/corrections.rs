@@ -92,12 +92,18 @@ impl Ledger {
             amount_micro_usdc,
             reason: reason.to_owned(),
             reference: reference.map(str::to_owned),
+            approval_id: None,
         };
+        // The content a replay is compared with leaves the approval out.
         let idem = Idem::new(
             format!("adj:{adjustment_id}"),
             &EventBody::AdjustmentPosted(cmd.event()).to_json(),
             format!("adjustment {adjustment_id}"),
         );
+        let cmd = PostAdjustment {
+            approval_id: self.config.approval_id.clone(),
+            ..cmd
+        };
         let command = ProviderCommand::PostAdjustment(&cmd);
         self.provider_command(provider_id.as_str(), command, Some(idem), actor)
             .await

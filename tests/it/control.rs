@@ -898,26 +898,7 @@ async fn append_forged(db: &TestDb, event_type: &str, payload: Value) {
     e.payload = payload.to_string();
     e.prev_hash = e.hash.clone();
     e.hash = event_hash(&e.prev_hash, &canonical_bytes(&e)).to_vec();
-    sqlx::query(
-        "INSERT INTO events (stream, seq, event_type, version, idem_key, content_hash, actor, \
-         recorded_at_ms, payload, lines, prev_hash, hash) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-    )
-    .bind(&e.stream)
-    .bind(e.seq)
-    .bind(&e.event_type)
-    .bind(e.version)
-    .bind(&e.idem_key)
-    .bind(&e.content_hash)
-    .bind(&e.actor)
-    .bind(e.recorded_at_ms)
-    .bind(&e.payload)
-    .bind(&e.lines)
-    .bind(&e.prev_hash)
-    .bind(&e.hash)
-    .execute(store.pool())
-    .await
-    .unwrap();
+    common::insert_raw_event(store.pool(), &e).await;
     store.close().await;
 }
 
@@ -1169,4 +1150,62 @@ async fn a_request_expires_and_an_approval_is_used_once() {
     let (_, replay, _) = send(&alice, &at(77), &["import", &file]);
     assert_eq!(replay["lines"][0]["status"], "duplicate", "{replay}");
     assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+}
+
+#[tokio::test]
+async fn verify_names_an_adjustment_a_database_writer_inserted_without_an_approval() {
+    use settle::domain::event::{AdjustmentPosted, EventBody, lines_to_json};
+    use settle::store::{canonical_bytes, event_hash};
+    let (db, keys) = with_operators().await;
+    let (alice, bob) = (key_of(&keys, "alice"), key_of(&keys, "bob"));
+    // An approved adjustment names its approval, and verifies.
+    let (_dir, file) = ndjson(&[adjustment("adj-real", "prv_a", "5000.000000")]);
+    let (_, report, _) = as_operator(&db.url, "alice", Some(&alice), &["import", &file]);
+    let id = report["lines"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, _, stderr) = as_operator(&db.url, "bob", Some(&bob), &["approvals", "approve", &id]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, v) = verify(&db.url);
+    assert_eq!(code, 0, "{v}");
+
+    // A database writer appends a 50,000 USDC adjustment to prv_a's stream, well hashed and
+    // balanced: with no approval, then naming the approval of another adjustment.
+    for (n, approval) in [(1, None), (2, Some(id.clone()))] {
+        let store = db.store().await;
+        let events = store
+            .stream_events("provider:prv_a", 0, 10_000)
+            .await
+            .unwrap();
+        let mut e = events.last().unwrap().clone();
+        let body = EventBody::AdjustmentPosted(AdjustmentPosted {
+            adjustment_id: format!("adj-forged-{n}"),
+            provider_id: "prv_a".into(),
+            amount_micro_usdc: 50_000_000_000,
+            reason: "goodwill credit".into(),
+            reference: None,
+            approval_id: approval,
+        });
+        e.seq += 1;
+        e.event_type = "adjustment.posted".into();
+        e.idem_key = Some(format!("adj:adj-forged-{n}"));
+        e.content_hash = None;
+        e.payload = body.to_json();
+        e.lines = lines_to_json(&body.lines());
+        e.prev_hash = e.hash.clone();
+        e.hash = event_hash(&e.prev_hash, &canonical_bytes(&e)).to_vec();
+        common::insert_raw_event(store.pool(), &e).await;
+        store.close().await;
+        let (code, v) = verify(&db.url);
+        assert_eq!(code, 1, "{v}");
+        let named: Vec<&Value> = v["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "unapproved_gated_event")
+            .collect();
+        assert_eq!(named.len(), n, "{v}");
+        assert_eq!(named[n - 1]["stream"], "provider:prv_a", "{v}");
+    }
 }

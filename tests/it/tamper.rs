@@ -112,26 +112,7 @@ async fn tamper(db: &TestDb, edit: impl FnOnce(&mut Vec<StoredEvent>)) {
         .await
         .unwrap();
     for e in &events {
-        sqlx::query(
-            "INSERT INTO events (stream, seq, event_type, version, idem_key, content_hash, actor, \
-             recorded_at_ms, payload, lines, prev_hash, hash) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-        )
-        .bind(&e.stream)
-        .bind(e.seq)
-        .bind(&e.event_type)
-        .bind(e.version)
-        .bind(&e.idem_key)
-        .bind(&e.content_hash)
-        .bind(&e.actor)
-        .bind(e.recorded_at_ms)
-        .bind(&e.payload)
-        .bind(&e.lines)
-        .bind(&e.prev_hash)
-        .bind(&e.hash)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+        common::insert_raw_event(&mut *tx, e).await;
     }
     tx.commit().await.unwrap();
     store.close().await;

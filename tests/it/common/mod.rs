@@ -148,6 +148,34 @@ pub async fn upgrade_through(store: &Store, version: i64, undo: &[&str]) {
         .unwrap_or_else(|e| panic!("migration {version}: {e}"));
 }
 
+/// Inserts `e` into `events` as a database writer could, with no engine in between (the
+/// tamper and forgery tests).
+pub async fn insert_raw_event<'c, E>(conn: E, e: &settle::store::StoredEvent)
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    sqlx::query(
+        "INSERT INTO events (stream, seq, event_type, version, idem_key, content_hash, actor, \
+         recorded_at_ms, payload, lines, prev_hash, hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(&e.stream)
+    .bind(e.seq)
+    .bind(&e.event_type)
+    .bind(e.version)
+    .bind(&e.idem_key)
+    .bind(&e.content_hash)
+    .bind(&e.actor)
+    .bind(e.recorded_at_ms)
+    .bind(&e.payload)
+    .bind(&e.lines)
+    .bind(&e.prev_hash)
+    .bind(&e.hash)
+    .execute(conn)
+    .await
+    .expect("insert an event behind the engine");
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
