@@ -4,6 +4,7 @@
 //! - `adjustment` whose absolute amount is at or above `control.adjustment_approval_micro_usdc`;
 //! - `provider.register` or `provider.update` that sets a payout method (an operator
 //!   redirecting money; the provider's own change is out of this engine's reach);
+//! - `provider.update` that changes the tier (the tier decides the fee);
 //! - `fee_schedule.set`;
 //! - `fx.rate_set` outside `control.fx_eur_per_usd_min..=max` or moving more than
 //!   `control.fx_step_max_pct` from the latest rate (`domain::bands::fx_check`);
@@ -135,7 +136,9 @@ pub async fn request_for(
             ))
         }
         Command::RegisterProvider(c) if c.payout_method.is_some() => Some(register_request(c)),
-        Command::UpdateProvider(c) if c.payout_method.is_some() => Some(update_request(c)),
+        Command::UpdateProvider(c) if c.payout_method.is_some() || c.tier.is_some() => {
+            Some(update_request(c))
+        }
         Command::SetFee(c) => Some(fee_request(c)),
         Command::SetFx { fx_id, eur_per_usd } => {
             fx_request(ledger, config, fx_id.as_ref(), *eur_per_usd).await?
@@ -214,8 +217,9 @@ fn register_request(c: &RegisterProvider) -> NewRequest {
     )
 }
 
-/// The request of a provider update that sets a payout method: the line carries the
-/// fields the update sets, and only those.
+/// The request of a provider update that sets a payout method (kind `payout_method`) or a
+/// tier (kind `tier`: the tier decides the platform's fee): the line carries the fields the
+/// update sets, and only those.
 fn update_request(c: &UpdateProvider) -> NewRequest {
     let mut line = json!({"type": "provider.update", "provider_id": c.provider_id.as_str()});
     let fields: [(&str, Option<Value>); 7] = [
@@ -232,14 +236,30 @@ fn update_request(c: &UpdateProvider) -> NewRequest {
             line[name] = v;
         }
     }
-    request(
-        "payout_method",
-        line,
-        format!(
-            "change the payout method of {} to {}",
+    let mut changes = Vec::new();
+    if c.payout_method.is_some() {
+        changes.push(format!(
+            "the payout method of {} to {}",
             c.provider_id,
             method_detail(c.payout_method.as_ref())
-        ),
+        ));
+    }
+    if let Some(tier) = c.tier {
+        changes.push(format!(
+            "the tier of {} to {}",
+            c.provider_id,
+            tier.as_str()
+        ));
+    }
+    let kind = if c.payout_method.is_some() {
+        "payout_method"
+    } else {
+        "tier"
+    };
+    request(
+        kind,
+        line,
+        format!("change {}", changes.join(" and ")),
         Some(c.provider_id.to_string()),
         None,
     )

@@ -1209,3 +1209,31 @@ async fn verify_names_an_adjustment_a_database_writer_inserted_without_an_approv
         assert_eq!(named[n - 1]["stream"], "provider:prv_a", "{v}");
     }
 }
+
+#[tokio::test]
+async fn a_tier_change_waits_for_a_second_actor() {
+    let db = production().await;
+    // Enterprise pays a lower fee: the tier decides money, so it waits like a payout method.
+    let line = json!({"type":"provider.update","provider_id":"prv_a","tier":"enterprise"});
+    let (code, report, stderr) = import(&db.url, "alice", None, std::slice::from_ref(&line));
+    assert_eq!(code, 0, "{report}{stderr}");
+    assert_eq!(report["lines"][0]["status"], "pending", "{report}");
+    let id = report["lines"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(actors_of(&db, "provider.updated").await.is_empty());
+    let (_, shown, _) = as_operator(&db.url, "x", None, &["approvals", "show", &id]);
+    assert_eq!(shown[0]["kind"], "tier", "{shown}");
+    assert_eq!(
+        shown[0]["summary"], "change the tier of prv_a to enterprise",
+        "{shown}"
+    );
+    let (code, decided, stderr) = approve(&db.url, "bob", &id);
+    assert_eq!(code, 0, "{decided}{stderr}");
+    assert_eq!(
+        actors_of(&db, "provider.updated").await,
+        vec!["operator:alice approved by operator:bob".to_owned()]
+    );
+    common::assert_events_match_schemas(&db.store().await).await;
+}
