@@ -93,14 +93,13 @@ impl VerifyReport {
         adjustment_approval_micro_usdc: i64,
     ) -> Result<(), StoreError> {
         use crate::domain::event::PLATFORM_STREAM;
-        let mut events = Vec::new();
-        let kinds = crate::domain::operator::OPERATOR_EVENTS
+        let kinds: Vec<&str> = crate::domain::operator::OPERATOR_EVENTS
             .into_iter()
-            .chain(["approval.requested", "approval.decided"]);
-        for kind in kinds {
-            events.extend(store.stream_events_of_type(PLATFORM_STREAM, kind).await?);
-        }
-        events.sort_by_key(|e| e.seq);
+            .chain(["approval.requested", "approval.decided"])
+            .collect();
+        let events = store
+            .stream_events_of_types(PLATFORM_STREAM, &kinds)
+            .await?;
         // An unreadable payload is reported by the walk (`invalid_payload`).
         let bodies: Vec<(i64, i64, EventBody)> = events
             .iter()

@@ -403,7 +403,7 @@ async fn spawn_workers(
     Ok(workers)
 }
 
-/// Starts the projector (issue 13): it folds the aggregates of booked usage behind the
+/// Starts the projector, so that a usage booking writes only the ledger: it folds the aggregates of booked usage behind the
 /// appends; a sweep at start and every `projector_sweep_interval_ms` finds what other
 /// processes (`settle ingest FILE`) booked.
 fn spawn_projector(

@@ -361,7 +361,7 @@ impl ProjOp {
 
     /// Whether the projector folds this op behind the append (`store::fold`) instead of the
     /// append's transaction writing it: the additive aggregates, and the segments of a usage
-    /// event (issue 13: the ledger is the only synchronous write of a usage event). A
+    /// event (the ledger is the only synchronous write of a usage event, for booking speed). A
     /// segment row is keyed by its GPU and start, a GPU lies on its owner's stream only, and
     /// a stream is folded in sequence order, so folding later writes the same rows. What
     /// reads segments to decide (the overlap check, a GPU's latest booked end) first folds

@@ -122,7 +122,7 @@ impl Ledger {
 
     /// A request by id (`unknown_approval` when there is none).
     pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRow, LedgerError> {
-        match approval(&mut self.store.acquire().await?, approval_id).await? {
+        match self.find_approval(approval_id).await? {
             Some(row) => Ok(row),
             None => reject("unknown_approval", format!("no approval {approval_id}")),
         }

@@ -17,15 +17,10 @@ const BOOTSTRAP_KEY: &str = "operator:bootstrap";
 impl Ledger {
     /// The operators in force: a fold of the platform stream's `operator.*` events.
     pub async fn operators(&self) -> Result<Operators, LedgerError> {
-        let mut events = Vec::new();
-        for kind in OPERATOR_EVENTS {
-            events.extend(
-                self.store
-                    .stream_events_of_type(PLATFORM_STREAM, kind)
-                    .await?,
-            );
-        }
-        events.sort_by_key(|e| e.seq);
+        let events = self
+            .store
+            .stream_events_of_types(PLATFORM_STREAM, &OPERATOR_EVENTS)
+            .await?;
         let mut operators = Operators::default();
         for e in events {
             let body = EventBody::from_json(&e.event_type, e.version as u32, &e.payload)

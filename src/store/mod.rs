@@ -828,21 +828,26 @@ impl Store {
         })?)
     }
 
-    /// The events of `stream` whose type is `event_type`, in stream order (a scan of the
-    /// stream: for the platform stream's rare kinds, such as `operator.added`).
-    pub async fn stream_events_of_type(
+    /// The events of `stream` whose type is one of `event_types`, in stream order (one scan
+    /// of the stream: for the platform stream's rare kinds, such as `operator.added`).
+    pub async fn stream_events_of_types(
         &self,
         stream: &str,
-        event_type: &str,
+        event_types: &[&str],
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        let placeholders: Vec<String> = (0..event_types.len())
+            .map(|i| format!("${}", i + 2))
+            .collect();
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND event_type IN ({}) ORDER BY seq",
+            placeholders.join(", ")
+        );
         Ok(on!(&self.db, |c| {
-            sqlx::query_as(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND event_type = $2 ORDER BY seq"
-        ))
-        .bind(stream)
-        .bind(event_type)
-        .fetch_all(c)
-        .await
+            event_types
+                .iter()
+                .fold(sqlx::query_as(&sql).bind(stream), |q, t| q.bind(*t))
+                .fetch_all(c)
+                .await
         })?)
     }
 

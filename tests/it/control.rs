@@ -836,37 +836,30 @@ async fn over_http_two_tokens_of_one_operator_are_one_person() {
     let decision = format!("settle/control/v1/approve:{id}:{hash}");
     let approve = format!("/v1/admin/approvals/{id}/approve");
 
-    // The second token with alice's signature: the same person.
-    let r = send_signed(
-        &app,
-        &second,
-        &approve,
-        "",
-        Some(("alice", signature(&alice, &decision))),
-    )
-    .await;
-    assert_problem(r, 422, "approver_is_requester").await;
-    // Alice's signature under bob's name, or a signature of another message: forged.
-    let r = send_signed(
-        &app,
-        &second,
-        &approve,
-        "",
-        Some(("bob", signature(&alice, &decision))),
-    )
-    .await;
-    assert_problem(r, 403, "invalid_signature").await;
-    let r = send_signed(
-        &app,
-        &second,
-        &approve,
-        "",
-        Some(("bob", signature(&bob, &message))),
-    )
-    .await;
-    assert_problem(r, 403, "invalid_signature").await;
-    let r = send_signed(&app, &second, &approve, "", None).await;
-    assert_problem(r, 428, "operator_signature_required").await;
+    // The second token with alice's signature: the same person. Alice's signature under
+    // bob's name, or a signature of another message: forged. No signature: asked for.
+    let refusals = [
+        (
+            Some(("alice", signature(&alice, &decision))),
+            422,
+            "approver_is_requester",
+        ),
+        (
+            Some(("bob", signature(&alice, &decision))),
+            403,
+            "invalid_signature",
+        ),
+        (
+            Some(("bob", signature(&bob, &message))),
+            403,
+            "invalid_signature",
+        ),
+        (None, 428, "operator_signature_required"),
+    ];
+    for (who, status, code) in refusals {
+        let r = send_signed(&app, &second, &approve, "", who).await;
+        assert_problem(r, status, code).await;
+    }
 
     // Bob's signature of the decision: approved and booked.
     let r = send_signed(

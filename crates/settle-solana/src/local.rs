@@ -649,7 +649,7 @@ impl Inner {
     /// is written through `set_sysvar` or `warp_to_slot` (fixed upstream by litesvm pull
     /// request 391, in releases built on a later Solana set): 2 ms a block at 100,000
     /// accounts, and at 1.5 million the copy took most of a million-payout pass
-    /// (`ops/bench/solana.md`, round 7). So the clock's account is stored as it is, and the
+    /// (measured in `ops/bench/solana.md`). So the clock's account is stored as it is, and the
     /// `SlotHashes` write after it refreshes the runtime's sysvar cache, which programs
     /// read: litesvm's hook for every sysvar but the clock re-reads all of them from the
     /// stored accounts without copying them. The order is what makes programs see this
