@@ -141,6 +141,8 @@ pub enum AuthError {
     Expired,
     #[error("token revoked")]
     Revoked,
+    #[error("token waits for a second operator's approval")]
+    PendingApproval,
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -157,6 +159,8 @@ pub struct NewToken {
     pub expires_in_days: Option<i64>,
     /// Who creates it (`operator:NAME` from the CLI).
     pub created_by: Actor,
+    /// Created waiting for a second operator's approval (`control::submit_token`).
+    pub needs_approval: bool,
 }
 
 /// A token as listed (never with its secret or hash).
@@ -175,15 +179,19 @@ pub struct TokenInfo {
     pub revoked_at_ms: Option<i64>,
     /// The revoker's actor when revoked (`unknown` for revocations of before).
     pub revoked_by: Option<String>,
+    /// Waits for a second operator's approval: authenticates nothing yet.
+    pub pending_approval: bool,
 }
 
 impl TokenInfo {
-    /// `active`, `expired` or `revoked` at `now_ms`.
+    /// `active`, `expired`, `revoked` or `pending_approval` at `now_ms`.
     pub fn status(&self, now_ms: i64) -> &'static str {
         if self.revoked_at_ms.is_some() {
             "revoked"
         } else if self.expires_at_ms.is_some_and(|e| e <= now_ms) {
             "expired"
+        } else if self.pending_approval {
+            "pending_approval"
         } else {
             "active"
         }
@@ -363,6 +371,7 @@ pub async fn create_token(
         expires_at_ms,
         name: &new.name,
         created_by: &new.created_by.0,
+        needs_approval: new.needs_approval,
     };
     if let Err(holder) = tokens::insert_named(store, &insert).await? {
         return Err(DomainError::new(
@@ -387,6 +396,7 @@ pub async fn create_token(
             expires_at_ms,
             revoked_at_ms: None,
             revoked_by: None,
+            pending_approval: new.needs_approval,
         },
     })
 }
@@ -426,6 +436,7 @@ fn token_info(row: tokens::StoredToken) -> Result<TokenInfo, sqlx::Error> {
         name: row.name,
         created_by: row.created_by,
         revoked_by: row.revoked_by,
+        pending_approval: row.pending_approval != 0,
     })
 }
 
@@ -471,14 +482,17 @@ pub async fn still_valid(store: &Store, token_id: &str, now_ms: i64) -> Result<(
     check_live(&token_info(row)?, now_ms)
 }
 
-/// A token is live while never revoked (a revocation counts whatever its date) and not
-/// expired at `now_ms`.
+/// A token is live while never revoked (a revocation counts whatever its date), not
+/// expired at `now_ms` and not waiting for its approval.
 fn check_live(info: &TokenInfo, now_ms: i64) -> Result<(), AuthError> {
     if info.revoked_at_ms.is_some() {
         return Err(AuthError::Revoked);
     }
     if info.expires_at_ms.is_some_and(|e| e <= now_ms) {
         return Err(AuthError::Expired);
+    }
+    if info.pending_approval {
+        return Err(AuthError::PendingApproval);
     }
     Ok(())
 }

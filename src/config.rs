@@ -168,6 +168,10 @@ pub struct RunConfig {
     /// transaction of its whole length would be (connections dropped every 150 ms in
     /// `tests/it/faults.rs`); under the locks only the rest is folded.
     pub catch_up_events_per_tx: usize,
+    /// Set by the run itself, never by configuration: the providers whose balance an
+    /// unproven gated event touches (`ledger::proof`), held with `control_unproven`.
+    #[serde(skip)]
+    pub control_unproven: std::collections::BTreeSet<String>,
 }
 
 impl RunConfig {
@@ -192,6 +196,7 @@ impl Default for RunConfig {
             candidates_in_flight: Self::DEFAULT_CANDIDATES_IN_FLIGHT,
             candidates_per_tx: Self::DEFAULT_CANDIDATES_PER_TX,
             catch_up_events_per_tx: Self::DEFAULT_CATCH_UP_EVENTS_PER_TX,
+            control_unproven: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -685,20 +690,8 @@ pub struct Config {
 }
 
 /// Where the production guards apply (`control.enforce`): dual control, and the bands of
-/// usage rates and FX rates (`LedgerConfig::lift_bands`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Enforce {
-    /// On every ledger.
-    Always,
-    /// On real-clock ledgers (production); a simulated-clock ledger replays history for
-    /// demos and tests without approvals.
-    #[default]
-    RealClock,
-    /// No approvals (a single-operator installation that accepts the risk); the bands hold
-    /// everywhere, an FX rate outside its band is rejected (`fx_rate_out_of_band`).
-    Never,
-}
+/// usage rates and FX rates (`LedgerConfig::lift_bands`). Part of the ledger's policy.
+pub use crate::domain::policy::Enforce;
 
 /// Dual control (src/control.rs): which commands wait for a second actor.
 #[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -722,6 +715,17 @@ pub struct ControlConfig {
     /// A request not decided within this many hours expires: it can no longer be decided
     /// (`approval_expired`), and the same command sent again opens a new request.
     pub approval_expiry_hours: i64,
+    /// A provider's adjustments within this many hours are added up (absolute amounts):
+    /// one that brings the sum to `adjustment_approval_micro_usdc` waits for approval.
+    pub adjustment_window_hours: i64,
+    /// A void of a usage event whose amount is at or above this waits for approval.
+    pub void_approval_micro_usdc: i64,
+    /// An FX rate moving more than this percentage from the rate in force 7 days earlier
+    /// waits for approval (a walk in small steps adds up).
+    pub fx_week_step_max_pct: u32,
+    /// A `rate.set` outside this band, in percent of the price book, waits for approval.
+    pub rate_set_band_min_pct: u32,
+    pub rate_set_band_max_pct: u32,
 }
 
 impl ControlConfig {
@@ -746,7 +750,67 @@ impl Default for ControlConfig {
             fx_step_max_pct: 10,
             list_max: 1_000,
             approval_expiry_hours: 72,
+            adjustment_window_hours: 24,
+            void_approval_micro_usdc: 1_000 * 1_000_000,
+            fx_week_step_max_pct: 10,
+            rate_set_band_min_pct: 50,
+            rate_set_band_max_pct: 200,
         }
+    }
+}
+
+impl Config {
+    /// The control policy a new ledger is seeded with: this configuration's values
+    /// (`control.policy_set` version 1). Afterwards the ledger's policy decides.
+    pub fn seed_policy(&self) -> crate::domain::policy::Policy {
+        let c = &self.control;
+        crate::domain::policy::Policy {
+            enforce: c.enforce,
+            adjustment_approval_micro_usdc: c.adjustment_approval_micro_usdc,
+            adjustment_window_hours: c.adjustment_window_hours,
+            void_approval_micro_usdc: c.void_approval_micro_usdc,
+            release_approval_micro_usdc: c.release_approval_micro_usdc,
+            fx_eur_per_usd_min: c.fx_eur_per_usd_min,
+            fx_eur_per_usd_max: c.fx_eur_per_usd_max,
+            fx_step_max_pct: c.fx_step_max_pct,
+            fx_week_step_max_pct: c.fx_week_step_max_pct,
+            rate_set_band_min_pct: c.rate_set_band_min_pct,
+            rate_set_band_max_pct: c.rate_set_band_max_pct,
+            usage_rate_band_min_pct: self.ledger.usage_rate_band_min_pct,
+            usage_rate_band_max_pct: self.ledger.usage_rate_band_max_pct,
+            approval_expiry_hours: c.approval_expiry_hours,
+            payout_limit_micro_usdc: self.runs.payout_limit_micro_usdc,
+            cooling_off_hours: self.runs.cooling_off_hours,
+        }
+    }
+
+    /// Puts the ledger's policy in place of this configuration's values.
+    pub fn apply_policy(&mut self, p: &crate::domain::policy::Policy) {
+        self.control.apply_policy(p);
+        self.ledger.usage_rate_band_min_pct = p.usage_rate_band_min_pct;
+        self.ledger.usage_rate_band_max_pct = p.usage_rate_band_max_pct;
+        self.runs.payout_limit_micro_usdc = p.payout_limit_micro_usdc;
+        self.runs.cooling_off_hours = p.cooling_off_hours;
+        self.ledger.control = self.control.clone();
+    }
+}
+
+impl ControlConfig {
+    /// Puts the ledger's policy in place of this section's policy values.
+    pub fn apply_policy(&mut self, p: &crate::domain::policy::Policy) {
+        let c = self;
+        c.enforce = p.enforce;
+        c.adjustment_approval_micro_usdc = p.adjustment_approval_micro_usdc;
+        c.adjustment_window_hours = p.adjustment_window_hours;
+        c.void_approval_micro_usdc = p.void_approval_micro_usdc;
+        c.release_approval_micro_usdc = p.release_approval_micro_usdc;
+        c.fx_eur_per_usd_min = p.fx_eur_per_usd_min;
+        c.fx_eur_per_usd_max = p.fx_eur_per_usd_max;
+        c.fx_step_max_pct = p.fx_step_max_pct;
+        c.fx_week_step_max_pct = p.fx_week_step_max_pct;
+        c.rate_set_band_min_pct = p.rate_set_band_min_pct;
+        c.rate_set_band_max_pct = p.rate_set_band_max_pct;
+        c.approval_expiry_hours = p.approval_expiry_hours;
     }
 }
 

@@ -19,16 +19,18 @@ use serde_json::{Value, json};
 
 use crate::config::{ControlConfig, Enforce, RunConfig};
 use crate::domain::DomainError;
+use crate::domain::event::EventBody;
 use crate::domain::ids::{AdjustmentId, FxId, ProviderId};
 use crate::domain::money::format_micro_usdc;
 use crate::domain::operator::{
     OperatorKey, OperatorName, Operators, Signed, decision_message, request_message,
 };
+use crate::domain::policy::Policy;
 use crate::domain::time::format_ms;
-use crate::ledger::approvals::NewRequest;
+use crate::ledger::approvals::{DecisionToBook, NewRequest};
 use crate::ledger::ingest::UsageInput;
 use crate::ledger::operators::OperatorChange;
-use crate::ledger::registry::{RegisterProvider, SetFee, UpdateProvider};
+use crate::ledger::registry::{RegisterProvider, SetFee, SetRate, UpdateProvider};
 use crate::ledger::{Actor, Applied, Ledger, LedgerError, reject};
 use crate::store::ClockMode;
 use crate::store::read::ApprovalRow;
@@ -92,6 +94,22 @@ fn operator_proof(
     }))
 }
 
+/// The operators who request and decide on this ledger. A real-clock ledger without any
+/// is refused (`no_operators`): there, `--actor` and token names are labels, never
+/// identities (SPEC §9), and only keys tell two people apart. A simulated-clock ledger
+/// without operators (a replay, a test) tells actors apart by their labels.
+async fn identities(ledger: &Ledger) -> Result<Operators, LedgerError> {
+    let operators = ledger.operators().await?;
+    if operators.is_empty() && ledger.store.clock_mode().await? == Some(ClockMode::Real) {
+        return reject(
+            "no_operators",
+            "this real-clock ledger has no operators: put the first two in force with \
+             `settle operator bootstrap`; gated commands are requested and approved by them",
+        );
+    }
+    Ok(operators)
+}
+
 /// What became of a command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Submitted {
@@ -101,14 +119,26 @@ pub enum Submitted {
     Pending(Box<ApprovalRow>),
 }
 
-/// Whether dual control applies to this ledger: `always`, `never`, or (the default)
-/// on real-clock ledgers only: a simulated-clock ledger replays history for demos and tests.
+/// Whether dual control applies to this ledger: always on a real-clock ledger, whatever
+/// any configuration says (SPEC §9); on a simulated-clock one (replays, demos, tests) when
+/// the policy says `always`.
 pub async fn enforced(ledger: &Ledger, config: &ControlConfig) -> Result<bool, LedgerError> {
-    Ok(match config.enforce {
-        Enforce::Always => true,
-        Enforce::Never => false,
-        Enforce::RealClock => ledger.store.clock_mode().await? == Some(ClockMode::Real),
-    })
+    Ok(ledger.store.clock_mode().await? == Some(ClockMode::Real)
+        || config.enforce == Enforce::Always)
+}
+
+/// `config` with the ledger's policy (`control.policy_set`) in place of its policy values:
+/// the thresholds and bands a gated command is judged by are the ledger's, read now, not a
+/// process's (a server started before a policy change judges by the new one).
+pub async fn effective(
+    ledger: &Ledger,
+    config: &ControlConfig,
+) -> Result<ControlConfig, LedgerError> {
+    let mut config = config.clone();
+    if let Some(in_force) = ledger.policy().await? {
+        config.apply_policy(&in_force.policy);
+    }
+    Ok(config)
 }
 
 /// The request a command needs, `None` when it may run at once.
@@ -124,27 +154,193 @@ pub async fn request_for(
             amount_micro_usdc,
             reason,
             reference,
-        } if amount_micro_usdc.unsigned_abs()
-            >= config.adjustment_approval_micro_usdc.unsigned_abs() =>
-        {
-            Some(adjustment_request(
+        } => adjustment_gate(
+            ledger,
+            config,
+            adjustment_id,
+            provider_id,
+            *amount_micro_usdc,
+        )
+        .await?
+        .map(|why| {
+            adjustment_request(
                 adjustment_id,
                 provider_id,
                 *amount_micro_usdc,
                 reason,
                 reference.as_deref(),
-            ))
-        }
+                &why,
+            )
+        }),
         Command::RegisterProvider(c) if c.payout_method.is_some() => Some(register_request(c)),
         Command::UpdateProvider(c) if c.payout_method.is_some() || c.tier.is_some() => {
-            Some(update_request(c))
+            Some(update_request(ledger, c).await?)
         }
-        Command::SetFee(c) => Some(fee_request(c)),
+        Command::SetFee(c) => Some(fee_request(ledger, c).await?),
         Command::SetFx { fx_id, eur_per_usd } => {
             fx_request(ledger, config, fx_id.as_ref(), *eur_per_usd).await?
         }
+        Command::SetRate(c) => rate_request(ledger, config, c).await?,
+        Command::VoidUsage {
+            event_id,
+            provider_id,
+            reason,
+        } => void_request(ledger, config, event_id, provider_id.as_ref(), reason).await?,
         _ => None,
     })
+}
+
+/// Why an adjustment of `amount` to `provider` waits (`None` when it does not): at or above
+/// the threshold, or bringing the provider's adjustments of the window (absolute amounts,
+/// this one included) to it, so one threshold is not split into many smaller ones.
+async fn adjustment_gate(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    adjustment_id: &AdjustmentId,
+    provider: &ProviderId,
+    amount: i64,
+) -> Result<Option<String>, LedgerError> {
+    let threshold = config.adjustment_approval_micro_usdc.unsigned_abs();
+    if amount.unsigned_abs() >= threshold {
+        return Ok(Some(format!(
+            "at or above the approval threshold of {} USDC",
+            format_micro_usdc(config.adjustment_approval_micro_usdc)
+        )));
+    }
+    let since = ledger.now_ms() - config.adjustment_window_hours * 3_600_000;
+    let mut earlier: u64 = 0;
+    for payload in ledger
+        .store
+        .payloads_since(
+            &crate::domain::event::provider_stream(provider.as_str()),
+            "adjustment.posted",
+            since,
+        )
+        .await?
+    {
+        if let Ok(EventBody::AdjustmentPosted(a)) =
+            EventBody::from_json("adjustment.posted", 1, &payload)
+        {
+            if a.adjustment_id == adjustment_id.as_str() {
+                // Booked already: the command answers duplicate (or conflict) by itself.
+                return Ok(None);
+            }
+            earlier += a.amount_micro_usdc.unsigned_abs();
+        }
+    }
+    Ok((earlier + amount.unsigned_abs() >= threshold).then(|| {
+        format!(
+            "{provider}'s adjustments of the last {} hours would add up to {} USDC, at or above \
+             the approval threshold of {} USDC",
+            config.adjustment_window_hours,
+            format_micro_usdc(i64::try_from(earlier + amount.unsigned_abs()).unwrap_or(i64::MAX)),
+            format_micro_usdc(config.adjustment_approval_micro_usdc)
+        )
+    }))
+}
+
+/// The request of a `rate.set` outside the band around the price book: the provider's rate
+/// for the model in force at its start, else the median of other providers' rates of the
+/// model; a first rate of a model nobody prices has nothing to bound it and waits too.
+async fn rate_request(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    c: &SetRate,
+) -> Result<Option<NewRequest>, LedgerError> {
+    let new: rust_decimal::Decimal = c.rate.to_string().parse().unwrap_or_default();
+    let (own, others) = {
+        let mut conn = ledger.store.acquire().await?;
+        crate::store::providers::price_book(
+            &mut conn,
+            c.provider_id.as_str(),
+            c.model.as_str(),
+            c.effective_from_ms,
+            PRICE_BOOK_SAMPLE_MAX,
+        )
+        .await?
+    };
+    let parse = |t: &String| t.parse::<rust_decimal::Decimal>().ok();
+    let (reference, source) = match own.as_ref().and_then(parse) {
+        Some(r) => (Some(r), "the rate in force"),
+        None => (
+            crate::domain::bands::median(others.iter().filter_map(parse).collect()),
+            "the median rate of other providers",
+        ),
+    };
+    let why = match reference {
+        Some(r)
+            if crate::domain::bands::within_pct(
+                r,
+                new,
+                config.rate_set_band_min_pct,
+                config.rate_set_band_max_pct,
+            ) =>
+        {
+            return Ok(None);
+        }
+        Some(r) => format!(
+            "outside {}–{} % of {source} ({r} USDC/h)",
+            config.rate_set_band_min_pct, config.rate_set_band_max_pct
+        ),
+        None => "the first rate of this model: nothing in the price book bounds it".to_owned(),
+    };
+    Ok(Some(request(
+        "rate",
+        json!({
+            "type": "rate.set",
+            "provider_id": c.provider_id.as_str(),
+            "model": c.model.as_str(),
+            "rate_usdc_per_hour": c.rate.to_string(),
+            "effective_from": format_ms(c.effective_from_ms),
+        }),
+        format!(
+            "rate of {} for {} {} USDC/h from {}: {why}",
+            c.provider_id,
+            c.model.as_str(),
+            c.rate,
+            format_ms(c.effective_from_ms)
+        ),
+        Some(c.provider_id.to_string()),
+        None,
+    )))
+}
+
+/// Other providers' rates a `rate.set` reads at most for the median of the price book.
+const PRICE_BOOK_SAMPLE_MAX: i64 = 101;
+
+/// The request of a void whose usage earned at least the void threshold (gross).
+async fn void_request(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    event_id: &crate::domain::ids::EventId,
+    provider_id: Option<&ProviderId>,
+    reason: &str,
+) -> Result<Option<NewRequest>, LedgerError> {
+    let Ok((_, usage)) = ledger.usage_to_void(event_id, provider_id).await else {
+        // The void itself answers (unknown_event, ambiguous_event_id).
+        return Ok(None);
+    };
+    let gross: i64 = usage.segments.iter().map(|s| s.gross_micro_usdc).sum();
+    if gross.unsigned_abs() < config.void_approval_micro_usdc.unsigned_abs() {
+        return Ok(None);
+    }
+    let mut line = json!({"type": "usage.void", "event_id": event_id.as_str(), "reason": reason});
+    if let Some(p) = provider_id {
+        line["provider_id"] = json!(p.as_str());
+    }
+    Ok(Some(request(
+        "void",
+        line,
+        format!(
+            "void usage {event_id} of {} ({} USDC gross, at or above the void threshold of {} \
+             USDC): {reason}",
+            usage.provider_id,
+            format_micro_usdc(gross),
+            format_micro_usdc(config.void_approval_micro_usdc)
+        ),
+        Some(usage.provider_id.clone()),
+        Some(-gross),
+    )))
 }
 
 /// A request of `kind` to run the import line `line`.
@@ -171,6 +367,7 @@ fn adjustment_request(
     amount_micro_usdc: i64,
     reason: &str,
     reference: Option<&str>,
+    why: &str,
 ) -> NewRequest {
     let mut line = json!({
         "type": "adjustment",
@@ -186,7 +383,7 @@ fn adjustment_request(
         "adjustment",
         line,
         format!(
-            "adjustment {adjustment_id} of {} USDC to {provider_id}: {reason}",
+            "adjustment {adjustment_id} of {} USDC to {provider_id}: {reason} ({why})",
             format_micro_usdc(amount_micro_usdc)
         ),
         Some(provider_id.to_string()),
@@ -219,8 +416,12 @@ fn register_request(c: &RegisterProvider) -> NewRequest {
 
 /// The request of a provider update that sets a payout method (kind `payout_method`) or a
 /// tier (kind `tier`: the tier decides the platform's fee): the line carries the fields the
-/// update sets, and only those.
-fn update_request(c: &UpdateProvider) -> NewRequest {
+/// update sets, and only those; the summary shows each beside the value in force.
+async fn update_request(ledger: &Ledger, c: &UpdateProvider) -> Result<NewRequest, LedgerError> {
+    let current = {
+        let mut conn = ledger.store.acquire().await?;
+        crate::store::providers::load_provider(&mut conn, c.provider_id.as_str()).await?
+    };
     let mut line = json!({"type": "provider.update", "provider_id": c.provider_id.as_str()});
     let fields: [(&str, Option<Value>); 7] = [
         ("update_id", c.update_id.as_ref().map(|u| json!(u.as_str()))),
@@ -236,38 +437,82 @@ fn update_request(c: &UpdateProvider) -> NewRequest {
             line[name] = v;
         }
     }
-    let mut changes = Vec::new();
-    if c.payout_method.is_some() {
-        changes.push(format!(
-            "the payout method of {} to {}",
-            c.provider_id,
-            method_detail(c.payout_method.as_ref())
-        ));
-    }
-    if let Some(tier) = c.tier {
-        changes.push(format!(
-            "the tier of {} to {}",
-            c.provider_id,
-            tier.as_str()
-        ));
-    }
+    let changes = update_changes(c, current.as_ref());
     let kind = if c.payout_method.is_some() {
         "payout_method"
     } else {
         "tier"
     };
-    request(
+    Ok(request(
         kind,
         line,
-        format!("change {}", changes.join(" and ")),
+        format!("change {}", changes.join(", ")),
         Some(c.provider_id.to_string()),
         None,
-    )
+    ))
 }
 
-/// The request of a fee schedule change (always gated).
-fn fee_request(c: &SetFee) -> NewRequest {
-    request(
+/// Each field a provider update sets, beside the value in force (`current`).
+fn update_changes(
+    c: &UpdateProvider,
+    current: Option<&crate::ledger::registry::ProviderRecord>,
+) -> Vec<String> {
+    let was = |f: &dyn Fn(&crate::ledger::registry::ProviderRecord) -> String| {
+        current.map_or_else(|| "no such provider".to_owned(), f)
+    };
+    let mut changes = Vec::new();
+    if c.payout_method.is_some() {
+        changes.push(format!(
+            "the payout method of {} to {} (in force: {})",
+            c.provider_id,
+            method_detail(c.payout_method.as_ref()),
+            was(&|p| method_detail(p.payout_method.as_ref()))
+        ));
+    }
+    if let Some(tier) = c.tier {
+        changes.push(format!(
+            "the tier of {} to {} (in force: {})",
+            c.provider_id,
+            tier.as_str(),
+            was(&|p| p.tier.as_str().to_owned())
+        ));
+    }
+    if let Some(name) = &c.name {
+        changes.push(format!(
+            "the name to {name:?} (in force: {})",
+            was(&|p| format!("{:?}", p.name))
+        ));
+    }
+    if let Some(email) = &c.email {
+        changes.push(format!(
+            "the email to {email} (in force: {})",
+            was(&|p| p.email.clone())
+        ));
+    }
+    if let Some(schedule) = c.schedule {
+        changes.push(format!(
+            "the schedule to {} (in force: {})",
+            schedule.as_str(),
+            was(&|p| p.schedule.as_str().to_owned())
+        ));
+    }
+    if let Some(status) = c.status {
+        changes.push(format!(
+            "the status to {} (in force: {})",
+            status.as_str(),
+            was(&|p| p.status.as_str().to_owned())
+        ));
+    }
+    changes
+}
+
+/// The request of a fee schedule change (always gated), beside the fee in force then.
+async fn fee_request(ledger: &Ledger, c: &SetFee) -> Result<NewRequest, LedgerError> {
+    let in_force = {
+        let mut conn = ledger.store.acquire().await?;
+        crate::store::providers::fee_in_force(&mut conn, c.tier, c.effective_from_ms).await?
+    };
+    Ok(request(
         "fee_schedule",
         json!({
             "type": "fee_schedule.set",
@@ -276,14 +521,15 @@ fn fee_request(c: &SetFee) -> NewRequest {
             "effective_from": format_ms(c.effective_from_ms),
         }),
         format!(
-            "{} fee {} bps from {}",
+            "{} fee {} bps from {} (in force then: {})",
             c.tier.as_str(),
             c.fee.get(),
-            format_ms(c.effective_from_ms)
+            format_ms(c.effective_from_ms),
+            in_force.map_or_else(|| "the default".to_owned(), |f| format!("{f} bps"))
         ),
         None,
         None,
-    )
+    ))
 }
 
 /// The request of an FX rate outside the band (against the latest rate), `None` inside it.
@@ -293,16 +539,52 @@ async fn fx_request(
     fx_id: Option<&FxId>,
     eur_per_usd: rust_decimal::Decimal,
 ) -> Result<Option<NewRequest>, LedgerError> {
-    let latest = {
+    let week_ago = ledger.now_ms() - WEEK_MS;
+    let (latest, mut week) = {
         let mut conn = ledger.store.acquire().await?;
-        crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?
+        let week: Vec<rust_decimal::Decimal> =
+            crate::store::runs::fx_rates_after(&mut conn, week_ago)
+                .await?
+                .iter()
+                .filter_map(|t| t.parse().ok())
+                .collect();
+        (
+            crate::ledger::runs::latest_fx_rate(&mut conn, i64::MAX).await?,
+            week,
+        )
     };
-    let Err(why) =
-        crate::domain::bands::fx_check(latest.map(|(_, r)| r), eur_per_usd, &config.fx_band())
-    else {
-        return Ok(None);
+    if let Some((_, before)) = {
+        let mut conn = ledger.store.acquire().await?;
+        crate::ledger::runs::latest_fx_rate(&mut conn, week_ago).await?
+    } {
+        week.push(before);
+    }
+    let why = match crate::domain::bands::fx_check(
+        latest.map(|(_, r)| r),
+        eur_per_usd,
+        &config.fx_band(),
+    ) {
+        Err(why) => why.message,
+        // A walk in steps each inside the band still waits once it has gone too far
+        // from where the rate stood a week before.
+        // (or any rate booked since).
+        Ok(()) => match week.into_iter().find(|before| {
+            *before > rust_decimal::Decimal::ZERO
+                && crate::domain::bands::moves_more_than(
+                    *before,
+                    eur_per_usd,
+                    config.fx_week_step_max_pct,
+                )
+        }) {
+            Some(before) => format!(
+                "eur_per_usd {} moves more than {}% from {before}, a rate in force within the \
+                 last 7 days (control.fx_week_step_max_pct)",
+                eur_per_usd.normalize(),
+                config.fx_week_step_max_pct
+            ),
+            None => return Ok(None),
+        },
     };
-    let why = why.message;
     let mut line =
         json!({"type": "fx.rate_set", "eur_per_usd": eur_per_usd.normalize().to_string()});
     if let Some(id) = fx_id {
@@ -316,6 +598,8 @@ async fn fx_request(
         None,
     )))
 }
+
+const WEEK_MS: i64 = 7 * 24 * 3_600_000;
 
 /// The payout method a request sets, in full (what the approver must see: SPEC §9).
 fn method_detail(method: Option<&crate::domain::event::PayoutMethod>) -> String {
@@ -349,6 +633,7 @@ pub async fn submit(
     actor: &Actor,
     signer: Option<&dyn Sign>,
 ) -> Result<Submitted, LedgerError> {
+    let config = &effective(ledger, config).await?;
     if enforced(ledger, config).await?
         && let Some(request) = request_for(ledger, config, command).await?
     {
@@ -366,6 +651,7 @@ pub async fn submit_release(
     actor: &Actor,
     signer: Option<&dyn Sign>,
 ) -> Result<Submitted, LedgerError> {
+    let config = &effective(ledger, config).await?;
     if enforced(ledger, config).await? {
         let payout = crate::ledger::payouts::payout(&ledger.store, payout_id).await?;
         if let Some(p) = payout
@@ -409,7 +695,7 @@ async fn pending_or_done(
         Current::Done(row) => return done(row),
         Current::Next(generation) => generation,
     };
-    let operators = ledger.operators().await?;
+    let operators = identities(ledger).await?;
     let signed = operator_proof(
         &operators,
         signer,
@@ -499,8 +785,10 @@ fn done(row: ApprovalRow) -> Result<Submitted, LedgerError> {
 }
 
 /// Approves a pending request: a different actor runs its command (the events name
-/// `{requester} approved by {approver}`), then the decision is booked. Idempotent commands
-/// make a crash in between safe: approving again finds the command already booked.
+/// `{requester} approved by {approver}`) and the decision is booked in the command's own
+/// transaction (`Ledger::book_decision_in`): both or neither. An approval racing a
+/// rejection finds the request decided under the platform stream's lock and books
+/// nothing. A command that writes nothing (booked already) gets its decision alone.
 pub async fn approve(
     ledger: &Ledger,
     runs: &RunConfig,
@@ -509,6 +797,8 @@ pub async fn approve(
     signer: Option<&dyn Sign>,
 ) -> Result<(ApprovalRow, Applied), LedgerError> {
     let row = ledger.approval(approval_id).await?;
+    // A decided request answers so before any signature is asked for.
+    Ledger::check_pending(&row)?;
     let signed = decider_proof(ledger, &row, true, signer).await?;
     Ledger::check_decider(&row, actor, signed.as_ref())?;
     ledger.check_not_expired(&row, ledger.now_ms())?;
@@ -517,11 +807,19 @@ pub async fn approve(
     let mut approved = ledger.clone();
     approved.config.lift_bands();
     approved.config.approval_id = Some(row.approval_id.clone());
+    let decision = std::sync::Arc::new(DecisionToBook::new(
+        row.approval_id.clone(),
+        actor.clone(),
+        signed.clone(),
+    ));
+    approved.decision = Some(decision.clone());
     let applied = execute(&approved, runs, &row, &on_behalf).await?;
-    let row = ledger
-        .decide_approval(approval_id, true, None, actor, signed.as_ref())
-        .await?;
-    Ok((row, applied))
+    if !decision.committed() {
+        ledger
+            .decide_approval(approval_id, true, None, actor, signed.as_ref())
+            .await?;
+    }
+    Ok((ledger.approval(approval_id).await?, applied))
 }
 
 /// The deciding operator's checked signature of the decision, on a ledger with operators:
@@ -534,7 +832,7 @@ async fn decider_proof(
     approved: bool,
     signer: Option<&dyn Sign>,
 ) -> Result<Option<Signed>, LedgerError> {
-    let operators = ledger.operators().await?;
+    let operators = identities(ledger).await?;
     if operators.is_empty() {
         return Ok(None);
     }
@@ -564,6 +862,7 @@ pub async fn reject_request(
     signer: Option<&dyn Sign>,
 ) -> Result<ApprovalRow, LedgerError> {
     let row = ledger.approval(approval_id).await?;
+    Ledger::check_pending(&row)?;
     let signed = decider_proof(ledger, &row, false, signer).await?;
     ledger
         .decide_approval(approval_id, false, Some(reason), actor, signed.as_ref())
@@ -588,6 +887,21 @@ async fn execute(
     if value["type"] == "payout.release" {
         let payout_id = value["payout_id"].as_str().unwrap_or_default();
         return ledger.release_payout(payout_id, runs, actor).await;
+    }
+    if value["type"] == "token.activate" {
+        let text = |key: &str| value[key].as_str().unwrap_or_default();
+        return ledger
+            .activate_token(text("name"), text("scope"), actor)
+            .await;
+    }
+    if value["type"] == "control.policy_set" {
+        let policy: Policy = serde_json::from_value(value["policy"].clone()).map_err(|e| {
+            LedgerError::Rejected(DomainError::new(
+                "invalid_approval",
+                format!("approval {} holds no policy: {e}", row.approval_id),
+            ))
+        })?;
+        return ledger.set_policy(&policy, actor).await;
     }
     if let Some(change) = operator_change_of(&value).map_err(LedgerError::Rejected)? {
         return ledger
@@ -655,6 +969,121 @@ pub async fn submit_operator_change(
         amount_micro_usdc: None,
     };
     pending_or_done(ledger, &request, actor, signer).await
+}
+
+/// Requests a new control policy: gated wherever control is enforced (a real-clock ledger
+/// always), run at once elsewhere. The approver sees every value that changes beside the
+/// value in force.
+pub async fn submit_policy(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    policy: &Policy,
+    actor: &Actor,
+    signer: Option<&dyn Sign>,
+) -> Result<Submitted, LedgerError> {
+    ledger.check_policy(policy).await?;
+    let config = &effective(ledger, config).await?;
+    if !enforced(ledger, config).await? {
+        return ledger
+            .set_policy(policy, actor)
+            .await
+            .map(Submitted::Applied);
+    }
+    let current = ledger.policy().await?;
+    let changes: Vec<String> = match &current {
+        Some(c) => c
+            .policy
+            .values()
+            .into_iter()
+            .zip(policy.values())
+            .filter(|(a, b)| a.1 != b.1)
+            .map(|(a, b)| format!("{} {} (in force: {})", a.0, b.1, a.1))
+            .collect(),
+        None => vec!["the first policy".to_owned()],
+    };
+    if changes.is_empty() {
+        return Ok(Submitted::Applied(Applied::Duplicate));
+    }
+    let request = NewRequest {
+        kind: "policy",
+        command: json!({"type": "control.policy_set", "policy": policy}).to_string(),
+        summary: format!(
+            "control policy version {}: {}",
+            current.map_or(1, |c| c.version + 1),
+            changes.join(", ")
+        ),
+        provider_id: None,
+        amount_micro_usdc: None,
+    };
+    pending_or_done(ledger, &request, actor, signer).await
+}
+
+/// Creates an API token; one of scope `admin` or `metering` on a controlled ledger is
+/// created waiting for a second operator (SPEC §9): its secret goes to its requester now,
+/// and it authenticates nothing (`token_pending_approval`) until a different operator
+/// approves the request returned beside it.
+pub async fn submit_token(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    new: &crate::auth::NewToken,
+    policy: &crate::config::AuthConfig,
+    actor: &Actor,
+    signer: Option<&dyn Sign>,
+) -> Result<(crate::auth::CreatedToken, Option<ApprovalRow>), LedgerError> {
+    use crate::auth::Scope;
+    let config = &effective(ledger, config).await?;
+    let gated =
+        matches!(new.scope, Scope::Admin | Scope::Metering) && enforced(ledger, config).await?;
+    if gated {
+        // Refused before anything is created (`no_operators`,
+        // `operator_signature_required`).
+        let operators = identities(ledger).await?;
+        if !operators.is_empty() && signer.is_none() {
+            operator_proof(&operators, signer, b"token")?;
+        }
+    }
+    let mut new = new.clone();
+    new.needs_approval = gated;
+    let created = crate::auth::create_token(&ledger.store, &new, policy, ledger.now_ms())
+        .await
+        .map_err(|e| match e {
+            crate::auth::TokenError::Rejected(d) => LedgerError::Rejected(d),
+            crate::auth::TokenError::Database(e) => LedgerError::Store(e.into()),
+        })?;
+    if !gated {
+        return Ok((created, None));
+    }
+    let i = &created.info;
+    let mut request = token_request(&i.name, i.scope);
+    request.summary = format!(
+        "activate the {} token {:?} ({}) created by {}{}",
+        i.scope.as_str(),
+        i.name,
+        i.token_id,
+        i.created_by,
+        i.expires_at_ms.map_or_else(
+            || ", never expiring".to_owned(),
+            |e| format!(", expiring {}", format_ms(e))
+        )
+    );
+    match pending_or_done(ledger, &request, actor, signer).await? {
+        Submitted::Pending(row) => Ok((created, Some(*row))),
+        Submitted::Applied(_) => Ok((created, None)),
+    }
+}
+
+/// The request that activates the token named `name` of `scope` once approved: keyed by
+/// the name (unique among live tokens), so its first approval id is known before the token
+/// exists (the demo prints the approving line).
+pub fn token_request(name: &str, scope: crate::auth::Scope) -> NewRequest {
+    NewRequest {
+        kind: "token",
+        command: json!({"type": "token.activate", "name": name, "scope": scope.as_str()})
+            .to_string(),
+        summary: format!("activate the {} token {name:?}", scope.as_str()),
+        provider_id: None,
+        amount_micro_usdc: None,
+    }
 }
 
 /// The operator change an approved command holds (`operator.add`, `operator.rotate_key`,

@@ -250,13 +250,24 @@ pub struct NextSteps {
     pub dashboard_token: String,
     /// `curl` reading `prv_atlas`'s summary from the served API with `dashboard_token`.
     pub summary_curl: String,
-    /// `settle token create` of an admin token for the demo's database.
+    /// `settle token create` of an admin token for the demo's database, requested by the
+    /// operator alice (signed with her key file): control is enforced on the demo's ledger,
+    /// so the token waits for a second operator.
     pub admin_token_create: String,
+    /// bob's approval of that request (its approval id is known before: a token's request
+    /// is keyed by its name); the token works from then on.
+    pub admin_token_approve: String,
 }
 
 impl NextSteps {
     /// The steps for the demo's database `url` served with the configuration `config`.
-    fn new(program: &str, url: &str, config: &Path, dashboard_token: String) -> NextSteps {
+    fn new(
+        program: &str,
+        url: &str,
+        config: &Path,
+        keys: &Path,
+        dashboard_token: String,
+    ) -> NextSteps {
         let config = config.to_string_lossy();
         let api = format!("http://{}", crate::config::HttpConfig::default().bind);
         NextSteps {
@@ -276,12 +287,31 @@ impl NextSteps {
                 &[
                     "--database",
                     url,
+                    "--actor",
+                    "alice",
+                    "--operator-key",
+                    &keys.join("alice.json").to_string_lossy(),
                     "token",
                     "create",
                     "--scope",
                     "admin",
                     "--name",
-                    "demo-admin",
+                    ADMIN_TOKEN_NAME,
+                ],
+            ),
+            admin_token_approve: command_line(
+                program,
+                &[
+                    "--database",
+                    url,
+                    "--actor",
+                    "bob",
+                    "--operator-key",
+                    &keys.join("bob.json").to_string_lossy(),
+                    "approvals",
+                    "approve",
+                    &crate::control::token_request(ADMIN_TOKEN_NAME, crate::auth::Scope::Admin)
+                        .approval_id(),
                 ],
             ),
         }
@@ -307,6 +337,7 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
         arrivals.first().map(|a| a.at_ms).unwrap_or(0),
     ));
     let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    seed_policy(&ledger).await?;
     let counts = book_arrivals(&ledger, &clock, &arrivals).await?;
 
     // The Monday run at 00:05 UTC.
@@ -352,18 +383,7 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let payouts = payout_rows(&ledger).await?;
     let balances = solana_balances(&chain);
     let bank_files = bank_file_rows(&ledger, &generated).await?;
-    let mut verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
-    verify
-        .check_control(
-            &ledger.store,
-            crate::config::ControlConfig::default().adjustment_approval_micro_usdc,
-        )
-        .await?;
-    anyhow::ensure!(
-        verify.ok(),
-        "the demo ledger does not verify: {:?}",
-        verify.problems
-    );
+    check_books(&ledger).await?;
     let dashboard_token = dashboard_token(&ledger).await?;
     let serve_config = write_serve_config(&dir, &bank_config)?;
     let demo = DemoReport {
@@ -378,7 +398,13 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
         chain: chain_summary(&chain, &paid, balances),
         bank_files,
         dual_control,
-        next: NextSteps::new(program, &url, &serve_config, dashboard_token),
+        next: NextSteps::new(
+            program,
+            &url,
+            &serve_config,
+            &dir.join("operators"),
+            dashboard_token,
+        ),
     };
     ledger.store.close().await;
     drop(chain);
@@ -403,13 +429,15 @@ async fn dual_control(ledger: &Ledger, dir: &Path) -> anyhow::Result<Value> {
         first.push((crate::domain::operator::OperatorName::parse(name)?, public));
         files.push(path);
     }
+    // From here on control is enforced on this ledger too (its policy says so, on the
+    // chain): every gated command needs two operators.
+    let mut policy = crate::config::Config::default().seed_policy();
+    policy.enforce = crate::config::Enforce::Always;
+    ledger.set_policy(&policy, &Actor::operator("demo")).await?;
     ledger
         .bootstrap_operators(&first, &Actor::operator("demo"))
         .await?;
-    let config = crate::config::ControlConfig {
-        enforce: crate::config::Enforce::Always,
-        ..crate::config::ControlConfig::default()
-    };
+    let config = crate::config::ControlConfig::default();
     let wallet = demo_wallet("prv_atlas:2").pubkey().to_string();
     let line = json!({"type": "provider.update", "provider_id": "prv_atlas",
                       "payout_method": {"kind": "solana", "wallet": wallet}});
@@ -462,14 +490,33 @@ fn prepare_dir(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The demo's ledger verifies, its control included, or the demo fails.
+async fn check_books(ledger: &Ledger) -> anyhow::Result<()> {
+    let mut verify = crate::verify::verify(&ledger.store, &|_| {}).await?;
+    verify.check_control(&ledger.store).await?;
+    anyhow::ensure!(
+        verify.ok(),
+        "the demo ledger does not verify: {:?}",
+        verify.problems
+    );
+    Ok(())
+}
+
+/// Books the control policy on the demo's ledger like on any other: seeded with the
+/// defaults (a simulated-clock ledger replays its history without approvals).
+async fn seed_policy(ledger: &Ledger) -> anyhow::Result<()> {
+    ledger
+        .policy_or_seed(&crate::config::Config::default().seed_policy(), 0)
+        .await?;
+    Ok(())
+}
+
 /// Opens and migrates the demo database, fixed to the simulated clock.
 async fn open_store(url: &str) -> anyhow::Result<Store> {
     let store = Store::open(url, &StoreOptions::default()).await?;
     store.migrate().await?;
     // The demo replays a week as it arrives, at the instants it happened.
-    store
-        .fix_clock_mode(ClockMode::Simulated, chrono::Utc::now().timestamp_millis())
-        .await?;
+    crate::ledger::policy::fix_clock_mode(&store, ClockMode::Simulated, 0).await?;
     Ok(store)
 }
 
@@ -620,6 +667,7 @@ async fn dashboard_token(ledger: &Ledger) -> anyhow::Result<String> {
             label: "settle demo: the dashboard of prv_atlas".into(),
             expires_in_days: Some(7),
             created_by: crate::ledger::Actor::operator("demo"),
+            needs_approval: false,
         },
         &crate::config::AuthConfig::default(),
         chrono::Utc::now().timestamp_millis(),
@@ -823,10 +871,14 @@ fn render_next_steps(out: &mut String, d: &DemoReport) {
     );
     let _ = writeln!(
         out,
-        "  4. Create an admin token for the admin API (printed once):\n     {}",
-        d.next.admin_token_create
+        "  4. Create an admin token for the admin API: alice requests it (the token is printed \
+         once and works after approval), bob approves it:\n     {}\n     {}",
+        d.next.admin_token_create, d.next.admin_token_approve
     );
 }
+
+/// The name of the admin token the demo's last step creates.
+const ADMIN_TOKEN_NAME: &str = "demo-admin";
 
 /// Where `settle demo` works by default.
 pub fn default_dir() -> PathBuf {

@@ -34,10 +34,25 @@ pub struct VerifyReport {
     /// The ledger's clock mode (`real`, `simulated`; absent while undecided).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clock: Option<crate::store::ClockMode>,
-    /// The adjustments met by the walk, `(stream, seq, recorded_at_ms, event)`, for
-    /// [`VerifyReport::check_control`].
-    #[serde(skip)]
-    adjustments: Vec<(String, i64, i64, crate::domain::event::AdjustmentPosted)>,
+    /// Gated events booked before the ledger had operators ([`VerifyReport::check_control`]):
+    /// control was not provable then; listed for the auditor, not a problem.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub before_control: Vec<BeforeControl>,
+    /// How many there are (the first 100 are listed).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub before_control_total: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// A gated event booked before control was provable.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BeforeControl {
+    pub stream: String,
+    pub seq: i64,
+    pub event_type: &'static str,
 }
 
 impl VerifyReport {
@@ -79,39 +94,16 @@ impl VerifyReport {
         Ok(())
     }
 
-    /// Dual control on the chain (`domain::operator::check_control`): once the ledger has
-    /// operators, every request and decision carries a valid signature of a distinct
-    /// operator in force.
-    ///
-    /// On a real-clock ledger (where control is enforced) with operators, every adjustment
-    /// at or above `adjustment_approval_micro_usdc` booked since the first operator must run
-    /// under a verified approval of exactly it (`unapproved_gated_event`): an adjustment a
-    /// database writer inserts is named.
-    pub async fn check_control(
-        &mut self,
-        store: &Store,
-        adjustment_approval_micro_usdc: i64,
-    ) -> Result<(), StoreError> {
+    /// Dual control on the chain (`ledger::proof`): once the ledger has operators, every
+    /// request and decision carries a valid signature of a distinct operator in force; and
+    /// where control is enforced, every gated event booked since the first operator ran
+    /// under a verified approval listing it (`unapproved_gated_event`): an event a database
+    /// writer inserts is named. Gated events booked before the first operator are listed
+    /// apart (`before_control`), not as problems.
+    pub async fn check_control(&mut self, store: &Store) -> Result<(), crate::ledger::LedgerError> {
         use crate::domain::event::PLATFORM_STREAM;
-        let kinds: Vec<&str> = crate::domain::operator::OPERATOR_EVENTS
-            .into_iter()
-            .chain(["approval.requested", "approval.decided"])
-            .collect();
-        let events = store
-            .stream_events_of_types(PLATFORM_STREAM, &kinds)
-            .await?;
-        // An unreadable payload is reported by the walk (`invalid_payload`).
-        let bodies: Vec<(i64, i64, EventBody)> = events
-            .iter()
-            .filter_map(|e| {
-                EventBody::from_json(&e.event_type, e.version as u32, &e.payload)
-                    .ok()
-                    .map(|b| (e.seq, e.recorded_at_ms, b))
-            })
-            .collect();
-        let proof =
-            crate::domain::operator::check_control(bodies.iter().map(|(s, t, b)| (*s, *t, b)));
-        for p in &proof.problems {
+        let findings = crate::ledger::proof::control_findings(store).await?;
+        for p in &findings.problems {
             self.push(Problem {
                 stream: PLATFORM_STREAM.to_owned(),
                 seq: Some(p.seq),
@@ -119,20 +111,25 @@ impl VerifyReport {
                 detail: p.detail.clone(),
             });
         }
-        if self.clock == Some(crate::store::ClockMode::Real) {
-            for (stream, seq, recorded_at_ms, a) in std::mem::take(&mut self.adjustments) {
-                if let Some(detail) =
-                    proof.unapproved_adjustment(recorded_at_ms, &a, adjustment_approval_micro_usdc)
-                {
-                    self.push(Problem {
-                        stream,
-                        seq: Some(seq),
-                        kind: "unapproved_gated_event",
-                        detail,
-                    });
-                }
-            }
+        for u in findings.unproven {
+            self.push(Problem {
+                stream: u.stream,
+                seq: Some(u.seq),
+                kind: "unapproved_gated_event",
+                detail: u.detail,
+            });
         }
+        self.before_control_total = findings.before_control.len();
+        self.before_control = findings
+            .before_control
+            .into_iter()
+            .take(PROBLEMS_LISTED_MAX)
+            .map(|u| BeforeControl {
+                stream: u.stream,
+                seq: u.seq,
+                event_type: u.event_type,
+            })
+            .collect();
         Ok(())
     }
 
@@ -484,11 +481,6 @@ fn check_and_fold(
                     "lines_mismatch",
                     "stored lines differ from the lines the event posts".into(),
                 ));
-            }
-            if let EventBody::AdjustmentPosted(a) = &body {
-                report
-                    .adjustments
-                    .push((stream.to_owned(), e.seq, e.recorded_at_ms, a.clone()));
             }
             aggregates.apply(e.recorded_at_ms, &body);
             match folded_to {

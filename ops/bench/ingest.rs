@@ -518,6 +518,7 @@ async fn book_through_http(args: &Args, w: &Workload, ledger: &Ledger) -> Sent {
             label: "bench".into(),
             expires_in_days: None,
             created_by: Actor::operator("bench"),
+            needs_approval: false,
         },
         &settle::config::AuthConfig::default(),
         ledger.now_ms(),

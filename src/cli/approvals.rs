@@ -48,7 +48,7 @@ pub async fn approvals_cmd(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let config = crate::config::Config::load(config_path, std::env::vars())?;
+    let config = super::config_of(config_path)?;
     let actor = cli_actor();
     let signer = super::cli_signer(ledger).await?;
     let signer = signer.as_ref().map(|s| s as &dyn crate::control::Sign);

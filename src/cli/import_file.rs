@@ -14,7 +14,7 @@ pub(super) async fn import(
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let format = cli.format;
-    let config = crate::config::Config::load(cli.config.as_deref(), std::env::vars())?;
+    let config = super::config_of(cli.config.as_deref())?;
     let control = config.control;
     let reader: Box<dyn BufRead> = if file == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))

@@ -5,6 +5,7 @@ pub mod approvals;
 pub mod bank;
 mod import_file;
 pub mod operator;
+pub mod policy;
 pub mod reads;
 pub mod runs;
 pub mod serve;
@@ -104,14 +105,14 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
-    /// Create or upgrade the database schema (writes no ledger event).
+    /// Create or upgrade the database schema. A new ledger is made a real-clock ledger (its
+    /// clock mode and control policy booked on the chain) unless `--simulated-clock`.
     Migrate {
         /// Make this new ledger a simulated-clock ledger: any `--now` is accepted (replays,
         /// demos, tests). Never for production.
         #[arg(long)]
         simulated_clock: bool,
-        /// Fix this ledger's clock to the real clock (what its first booking without
-        /// `--now` would do).
+        /// Fix this ledger's clock to the real clock (what plain `migrate` does too).
         #[arg(long)]
         real_clock: bool,
     },
@@ -183,6 +184,10 @@ pub enum Cmd {
     /// Operators, who request and approve what moves money: keygen, bootstrap, list.
     #[command(subcommand)]
     Operator(operator::OperatorCmd),
+    /// The control policy on the ledger: `control policy` shows it, `control set-policy
+    /// NAME=VALUE…` requests a change.
+    #[command(subcommand)]
+    Control(policy::ControlCmd),
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
@@ -270,6 +275,8 @@ fn may_book(cmd: &Cmd) -> bool {
             | Cmd::Pay(_)
             | Cmd::Approvals(_)
             | Cmd::Operator(_)
+            | Cmd::Control(_)
+            | Cmd::Token(_)
     )
 }
 
@@ -280,9 +287,14 @@ fn may_book(cmd: &Cmd) -> bool {
 /// - A **real-clock** ledger books on the real clock only: `--now` further than
 ///   `ledger.clock_skew_ms` ahead of it is refused (`now_off_clock`), and so is any `--now`
 ///   off the clock for a command that may book.
-/// - An undecided ledger (new, or created before clock modes) is fixed by its first
-///   command that may book: with `--now` simulated, without real.
-pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
+/// - An undecided ledger (new, or created before clock modes) is fixed by `settle migrate`
+///   (real unless `--simulated-clock`) or by its first command that may book: with `--now`
+///   simulated (a replay starts on an empty ledger), without real.
+///
+/// The ledger's control policy (`control.policy_set`) then replaces the policy values of
+/// `config`: this process's configuration seeds a ledger that has none, and nothing more
+/// (a difference is warned about once).
+pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledger> {
     let store = Store::open(&cli.database, &config.store)
         .await
         .with_context(|| format!("opening database {}", redact(&cli.database)))?;
@@ -292,7 +304,7 @@ pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
         None => None,
     };
     let real_now = SystemClock.now_ms();
-    let mode = decide_clock_mode(&store, &cli.command, now.is_some(), real_now).await?;
+    let mode = decide_clock_mode(&store, &cli.command, now, real_now).await?;
     let clock: Arc<dyn Clock> = match (mode, now) {
         (_, None) => Arc::new(SystemClock),
         (Some(ClockMode::Simulated) | None, Some(now)) => manual_clock(&store, now).await?,
@@ -320,6 +332,25 @@ pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
             }
         }
     };
+    let mut ledger = Ledger::new(store, clock, config.ledger.clone());
+    if mode.is_some() || matches!(cli.command, Cmd::Migrate { .. }) {
+        let seed = config.seed_policy();
+        let at_ms = match mode {
+            Some(ClockMode::Simulated) => simulated_setting_at(&ledger.store).await?,
+            _ => ledger.now_ms(),
+        };
+        let in_force = ledger.policy_or_seed(&seed, at_ms).await?;
+        let differs = in_force.policy.differences(&seed);
+        if !differs.is_empty() {
+            tracing::warn!(
+                values = %differs.join(","),
+                version = in_force.version,
+                "this process's configuration differs from the ledger's control policy: the ledger's is used (`settle control policy`)"
+            );
+        }
+        config.apply_policy(&in_force.policy);
+        let _ = LEDGER_POLICY.set(in_force.policy);
+    }
     let mut ledger_config = config.ledger.clone();
     if mode != Some(ClockMode::Real) && config.control.enforce == crate::config::Enforce::RealClock
     {
@@ -328,7 +359,22 @@ pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
         // keep them everywhere).
         ledger_config.lift_bands();
     }
-    Ok(Ledger::new(store, clock, ledger_config))
+    ledger.config = ledger_config;
+    Ok(ledger)
+}
+
+/// The policy of the ledger this process opened, once read (`open_ledger`).
+static LEDGER_POLICY: std::sync::OnceLock<crate::domain::policy::Policy> =
+    std::sync::OnceLock::new();
+
+/// The configuration of `path` and the environment, with the opened ledger's control
+/// policy in place of its own policy values: what every command of this process decides by.
+pub fn config_of(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    let mut config = Config::load(path, std::env::vars())?;
+    if let Some(policy) = LEDGER_POLICY.get() {
+        config.apply_policy(policy);
+    }
+    Ok(config)
 }
 
 /// The ledger's clock mode, fixed now when `command` decides it: `settle migrate
@@ -337,7 +383,7 @@ pub async fn open_ledger(cli: &Cli, config: &Config) -> anyhow::Result<Ledger> {
 async fn decide_clock_mode(
     store: &Store,
     command: &Cmd,
-    now_given: bool,
+    now_given: Option<i64>,
     real_now: i64,
 ) -> anyhow::Result<Option<ClockMode>> {
     let mut mode = store.clock_mode().await?;
@@ -350,7 +396,14 @@ async fn decide_clock_mode(
             (true, true) => bail!("invalid_arguments: --simulated-clock or --real-clock, not both"),
             (true, false) => Some(ClockMode::Simulated),
             (false, true) => Some(ClockMode::Real),
-            (false, false) => None,
+            // Plain `migrate` makes a new ledger a real-clock one: a simulated clock is
+            // asked for by name, never fallen into.
+            (false, false) => match mode {
+                None => Some(ClockMode::Real),
+                // A ledger of an earlier release: book the mode it kept.
+                Some(kept) if !store.clock_mode_booked().await? => Some(kept),
+                Some(_) => None,
+            },
         };
         if let Some(wanted) = wanted {
             if mode.is_none() && wanted == ClockMode::Simulated && store.event_count().await? > 0 {
@@ -358,7 +411,12 @@ async fn decide_clock_mode(
                     "ledger_not_empty: only a new ledger can be made a simulated-clock ledger; this one holds events"
                 );
             }
-            let fixed = store.fix_clock_mode(wanted, real_now).await?;
+            let at = if wanted == ClockMode::Simulated {
+                0
+            } else {
+                real_now
+            };
+            let fixed = crate::ledger::policy::fix_clock_mode(store, wanted, at).await?;
             if fixed != wanted {
                 bail!(
                     "clock_mode_fixed: this ledger's clock is {} and stays so",
@@ -367,15 +425,33 @@ async fn decide_clock_mode(
             }
             mode = Some(fixed);
         }
-    } else if mode.is_none() && may_book(command) {
-        let wanted = if now_given {
-            ClockMode::Simulated
-        } else {
-            ClockMode::Real
+    } else if let Some(kept) = mode
+        && may_book(command)
+        && !store.clock_mode_booked().await?
+    {
+        // A ledger of an earlier release: its mode is booked on the chain as it kept it.
+        let at = match kept {
+            ClockMode::Simulated => simulated_setting_at(store).await?,
+            ClockMode::Real => real_now,
         };
-        mode = Some(store.fix_clock_mode(wanted, real_now).await?);
+        crate::ledger::policy::fix_clock_mode(store, kept, at).await?;
+    } else if mode.is_none() && may_book(command) {
+        mode = Some(match now_given {
+            Some(_) => {
+                let at = simulated_setting_at(store).await?;
+                crate::ledger::policy::fix_clock_mode(store, ClockMode::Simulated, at).await?
+            }
+            None => crate::ledger::policy::fix_clock_mode(store, ClockMode::Real, real_now).await?,
+        });
     }
     Ok(mode)
+}
+
+/// When a simulated-clock ledger's settings (its clock mode, its seeded policy) are booked:
+/// at its latest booking (0 on an empty one), so booking them moves its replay's time
+/// nowhere: a later `--now` may still be any instant from there.
+async fn simulated_setting_at(store: &Store) -> anyhow::Result<i64> {
+    Ok(store.max_recorded_at_ms().await?.unwrap_or(0))
 }
 
 /// A clock standing at `--now`, refused when it is earlier than the latest booking.
@@ -420,8 +496,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
     // One loaded configuration for the ledger and the server (the other sections are read
     // by the commands that use them, from the same file and environment).
-    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
-    let ledger = open_ledger(&cli, &config).await?;
+    let mut config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    let ledger = open_ledger(&cli, &mut config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
         Cmd::Demo { .. } => unreachable!("handled before opening the database"),
@@ -434,9 +510,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             import_file::import(&ledger, &cli, file, false, &mut stdout).await?
         }
         Cmd::Ingest { file } => import_file::import(&ledger, &cli, file, true, &mut stdout).await?,
-        Cmd::Approvals(cmd) => {
-            approvals::approvals_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
-                .await?
+        Cmd::Approvals(_) | Cmd::Operator(_) | Cmd::Control(_) => {
+            control_cmds(&ledger, &cli, &mut stdout).await?
         }
         Cmd::Verify { anchors } => {
             let per_page = config.store.verify_streams_per_page;
@@ -479,12 +554,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             solana::reconcile_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
                 .await?
         }
-        Cmd::Operator(cmd) => operator::operator_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
         // Handled above, before a database is opened.
         Cmd::Chain(cmd) => solana::chain_cmd(cmd, cli.format).await?,
     };
     ledger.store.close().await;
     Ok(code)
+}
+
+/// The commands of dual control (SPEC §9): `approvals`, `operator`, `control`.
+async fn control_cmds(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyhow::Result<i32> {
+    let config = cli.config.as_deref();
+    match &cli.command {
+        Cmd::Approvals(cmd) => approvals::approvals_cmd(ledger, cmd, config, cli.format, out).await,
+        Cmd::Operator(cmd) => operator::operator_cmd(ledger, cmd, cli.format, out).await,
+        Cmd::Control(cmd) => policy::control_cmd(ledger, cmd, config, cli.format, out).await,
+        _ => unreachable!("called for the control commands only"),
+    }
 }
 
 /// `settle demo`: runs the demo in `dir` and prints its report.
@@ -542,12 +627,7 @@ async fn verify_cmd(
             ledger.config.clock_skew_ms,
         )
         .await?;
-    report
-        .check_control(
-            &ledger.store,
-            ledger.config.control.adjustment_approval_micro_usdc,
-        )
-        .await?;
+    report.check_control(&ledger.store).await?;
     print_report(&report, cli.format, out)?;
     Ok(if report.ok() { 0 } else { 1 })
 }
@@ -647,6 +727,20 @@ fn print_report(
                     out,
                     "FAILED: {} problems in {} events",
                     report.problems_total, report.events
+                )?;
+            }
+            if !report.before_control.is_empty() {
+                let listed: Vec<String> = report
+                    .before_control
+                    .iter()
+                    .map(|b| format!("{} {}:{}", b.event_type, b.stream, b.seq))
+                    .collect();
+                writeln!(
+                    out,
+                    "before control: {} gated events were booked before the first operator \
+                     (not provable by signature): {}",
+                    report.before_control_total,
+                    listed.join(", ")
                 )?;
             }
         }

@@ -124,6 +124,15 @@ async fn request_change(
         signer.as_ref().map(|s| s as &dyn Sign),
     )
     .await;
+    print_submitted(submitted, out)
+}
+
+/// Prints what became of a gated command: `pending_approval ID` or its result (exit 0), or
+/// the refusal on stderr (exit 2).
+pub(super) fn print_submitted(
+    submitted: Result<crate::control::Submitted, crate::ledger::LedgerError>,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
     match submitted {
         Ok(crate::control::Submitted::Pending(row)) => {
             writeln!(out, "pending_approval {}", row.approval_id)?;

@@ -194,7 +194,7 @@ pub async fn token(
             label,
             expires_in_days,
         } => {
-            let policy = crate::config::Config::load(config, std::env::vars())?.auth;
+            let config = super::config_of(config)?;
             let new = NewToken {
                 scope: Scope::parse(scope)?,
                 provider_id: provider.as_deref().map(ProviderId::parse).transpose()?,
@@ -202,9 +202,24 @@ pub async fn token(
                 label: label.clone(),
                 expires_in_days: *expires_in_days,
                 created_by: super::cli_actor(),
+                needs_approval: false,
             };
-            let created = auth::create_token(store, &new, &policy, now_ms).await?;
-            print_created(&created, format, out)?;
+            let signer = super::cli_signer(ledger).await?;
+            let submitted = crate::control::submit_token(
+                ledger,
+                &config.control,
+                &new,
+                &config.auth,
+                &super::cli_actor(),
+                signer.as_ref().map(|s| s as &dyn crate::control::Sign),
+            )
+            .await;
+            let (created, request) = match submitted {
+                Ok(done) => done,
+                Err(crate::ledger::LedgerError::Rejected(e)) => return Err(e.into()),
+                Err(e) => return Err(e.into()),
+            };
+            print_created(&created, request.as_ref(), format, out)?;
             Ok(0)
         }
         TokenCmd::Revoke { token_id } => {
@@ -226,10 +241,12 @@ pub async fn token(
 /// Prints a created token, its secret once, with the warning to store it.
 fn print_created(
     created: &auth::CreatedToken,
+    request: Option<&crate::store::read::ApprovalRow>,
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let i = &created.info;
+    let approval_id = request.map(|r| r.approval_id.as_str());
     match format {
         Format::Json => writeln!(
             out,
@@ -244,9 +261,18 @@ fn print_created(
                 "created_at": format_ms(i.created_at_ms),
                 "created_by": i.created_by,
                 "expires_at": i.expires_at_ms.map(format_ms),
+                "status": if approval_id.is_some() { "pending_approval" } else { "active" },
+                "approval_id": approval_id,
             }))?
         )?,
         _ => {
+            if let Some(id) = approval_id {
+                writeln!(
+                    out,
+                    "pending_approval {id}: this {} token works once a different operator approves it",
+                    i.scope.as_str()
+                )?;
+            }
             writeln!(out, "token_id: {}", i.token_id)?;
             writeln!(out, "name: {}", i.name)?;
             writeln!(

@@ -95,7 +95,7 @@ pub async fn run_cmd(
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
     let calendar = Calendar::platform_default();
-    let config: RunConfig = crate::config::Config::load(config_path, std::env::vars())?.runs;
+    let config: RunConfig = super::config_of(config_path)?.runs;
     let key = match cmd {
         RunCmd::Weekly { date } => runs::weekly_key(date),
         RunCmd::Monthly { month } => runs::monthly_key(month),
@@ -254,7 +254,7 @@ pub async fn payout_cmd(
 ) -> anyhow::Result<i32> {
     let (payout_id, result) = match cmd {
         PayoutCmd::Release { payout_id } => {
-            let config = crate::config::Config::load(config_path, std::env::vars())?;
+            let config = super::config_of(config_path)?;
             let signer = super::cli_signer(ledger).await?;
             let submitted = crate::control::submit_release(
                 ledger,

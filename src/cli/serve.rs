@@ -250,7 +250,20 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
 
     if ledger.store.clock_mode().await? == Some(crate::store::ClockMode::Simulated) {
         tracing::warn!(
-            "this ledger has a simulated clock (replays, demos, tests): it accepts any --now and dual control is off by default; never serve production from it"
+            "this ledger has a simulated clock (replays, demos, tests): it accepts any --now and dual control is off unless its policy enforces it always; never serve production from it"
+        );
+    }
+    if let Some(in_force) = ledger.policy().await? {
+        let values: Vec<String> = in_force
+            .policy
+            .values()
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        tracing::info!(
+            version = in_force.version,
+            policy = %values.join(" "),
+            "control policy in force (the ledger's: `settle control policy`)"
         );
     }
     let app = Application::build_from(&config, ledger.clone())

@@ -68,6 +68,37 @@ pub struct FxBand {
     pub step_max_pct: u32,
 }
 
+/// Whether `new` lies more than `pct` percent away from `reference` (a positive reference;
+/// an overflow counts as away).
+pub fn moves_more_than(reference: Decimal, new: Decimal, pct: u32) -> bool {
+    match (
+        (new - reference).abs().checked_mul(Decimal::ONE_HUNDRED),
+        reference.checked_mul(Decimal::from(pct)),
+    ) {
+        (Some(change_x100), Some(limit)) => change_x100 > limit,
+        _ => true,
+    }
+}
+
+/// Whether `new` lies within `min_pct..=max_pct` percent of `reference` (an overflow
+/// counts as outside).
+pub fn within_pct(reference: Decimal, new: Decimal, min_pct: u32, max_pct: u32) -> bool {
+    match (
+        new.checked_mul(Decimal::ONE_HUNDRED),
+        reference.checked_mul(Decimal::from(min_pct)),
+        reference.checked_mul(Decimal::from(max_pct)),
+    ) {
+        (Some(new_x100), Some(low), Some(high)) => new_x100 >= low && new_x100 <= high,
+        _ => false,
+    }
+}
+
+/// The median of `values` (the lower middle one of an even count); `None` for none.
+pub fn median(mut values: Vec<Decimal>) -> Option<Decimal> {
+    values.sort();
+    values.get(values.len().saturating_sub(1) / 2).copied()
+}
+
 /// Checks a new EUR per USD rate against the band and against `previous`, the rate in force
 /// (none for the first rate): `min <= new <= max` and `|new − previous| × 100 <= previous ×
 /// step_max_pct`, exactly in decimals. "92" typed for "0.92" fails both.
@@ -81,26 +112,16 @@ pub fn fx_check(previous: Option<Decimal>, new: Decimal, band: &FxBand) -> Resul
             ),
         ));
     }
-    if let Some(previous) = previous.filter(|p| *p > Decimal::ZERO) {
-        let change = (new - previous).abs();
-        // Both sides are small (rates at most 10 fractional digits, within the band): no
-        // overflow; checked anyway, an overflow being out of band.
-        let within = match (
-            change.checked_mul(Decimal::ONE_HUNDRED),
-            previous.checked_mul(Decimal::from(band.step_max_pct)),
-        ) {
-            (Some(change_x100), Some(limit)) => change_x100 <= limit,
-            _ => false,
-        };
-        if !within {
-            return Err(DomainError::new(
-                "fx_rate_out_of_band",
-                format!(
-                    "eur_per_usd {new} moves more than {}% from the rate in force {previous} (control.fx_step_max_pct)",
-                    band.step_max_pct
-                ),
-            ));
-        }
+    if let Some(previous) = previous.filter(|p| *p > Decimal::ZERO)
+        && moves_more_than(previous, new, band.step_max_pct)
+    {
+        return Err(DomainError::new(
+            "fx_rate_out_of_band",
+            format!(
+                "eur_per_usd {new} moves more than {}% from the rate in force {previous} (control.fx_step_max_pct)",
+                band.step_max_pct
+            ),
+        ));
     }
     Ok(())
 }

@@ -438,6 +438,9 @@ pub struct PayoutRunCompleted {
     pub candidates: i64,
     /// Per decision: `[count, amount_micro_usdc]`.
     pub totals: std::collections::BTreeMap<String, (i64, i64)>,
+    /// The version of the control policy the run decided under (`control.policy_set`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -497,7 +500,8 @@ pub struct SolanaTxResolved {
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRequested {
     pub approval_id: String,
-    /// `adjustment`, `payout_method`, `fee_schedule`, `fx_rate` or `payout_release`.
+    /// `adjustment`, `payout_method`, `tier`, `fee_schedule`, `fx_rate`, `rate`, `void`,
+    /// `payout_release`, `operator`, `policy` or `token`.
     pub kind: String,
     /// The command as an import line (SPEC §8; `payout.release` for a release), canonical
     /// JSON: what is executed on approval.
@@ -536,6 +540,19 @@ pub struct ApprovalDecided {
     pub decider_operator: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decider_signature: Option<String>,
+    /// The events an approval's command appended, booked in the same transaction as this
+    /// decision: how `verify` ties a gated event to the approval that ran it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub executed: Vec<ExecutedEvent>,
+}
+
+/// An event an approved command appended: its position and hash (hex).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutedEvent {
+    pub stream: String,
+    pub seq: i64,
+    pub hash: String,
 }
 
 /// An operator put in force: one of the first ones (`settle operator bootstrap`), or added
@@ -566,6 +583,26 @@ pub struct OperatorKeyRotated {
 pub struct OperatorRemoved {
     pub operator: String,
     pub approval_id: String,
+}
+
+/// The control policy put in force (`domain::policy`): the seed of a new ledger (version
+/// 1, from its creator's configuration), or a change approved by two operators.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySet {
+    /// 1 for the seed, one more for each change.
+    pub version: i64,
+    pub policy: super::policy::Policy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+/// The ledger's clock mode, booked once when the ledger is created: `real` (bookings carry
+/// the real clock) or `simulated` (replays and demos at `--now`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockSet {
+    pub mode: String,
 }
 
 /// Every event the ledger knows, by type.
@@ -599,6 +636,8 @@ pub enum EventBody {
     OperatorAdded(OperatorAdded),
     OperatorKeyRotated(OperatorKeyRotated),
     OperatorRemoved(OperatorRemoved),
+    PolicySet(PolicySet),
+    ClockSet(ClockSet),
 }
 
 /// Every event type with its current schema version.
@@ -631,6 +670,8 @@ pub const EVENT_TYPES: &[(&str, u32)] = &[
     ("operator.added", 1),
     ("operator.key_rotated", 1),
     ("operator.removed", 1),
+    ("control.policy_set", 1),
+    ("ledger.clock_set", 1),
 ];
 
 macro_rules! body_dispatch {
@@ -691,6 +732,8 @@ body_dispatch! {
     OperatorAdded => "operator.added",
     OperatorKeyRotated => "operator.key_rotated",
     OperatorRemoved => "operator.removed",
+    PolicySet => "control.policy_set",
+    ClockSet => "ledger.clock_set",
 }
 
 impl EventBody {

@@ -276,6 +276,7 @@ pub fn check_control<'a>(
             | EventBody::OperatorKeyRotated(_)
             | EventBody::OperatorRemoved(_) => {
                 check.proof.operators_since_ms.get_or_insert(recorded_at_ms);
+                check.proof.operators_since_seq.get_or_insert(seq);
                 check.operator_event(body)
             }
             EventBody::ApprovalRequested(r) => check.requested(r),
@@ -300,8 +301,14 @@ pub struct ControlProof {
     /// When the first operator was put in force: gated events booked from then on must
     /// run under a signed approval.
     pub operators_since_ms: Option<i64>,
+    /// The platform-stream position of that first operator event: a platform event before
+    /// it was booked before control, whatever its time.
+    pub operators_since_seq: Option<i64>,
     /// Approval id → the command a verified approval executed.
     approved: BTreeMap<String, String>,
+    /// `(stream, seq)` of each event a verified approval's command appended (listed on its
+    /// decision) → (its hash in hex, the request's kind, the approval id).
+    pub executed: BTreeMap<(String, i64), (String, String, String)>,
 }
 
 impl ControlProof {
@@ -350,8 +357,8 @@ impl ControlProof {
 struct ControlCheck {
     operators: Operators,
     /// Approval id → (the content hash its request recorded, its requesting operator, its
-    /// command).
-    requests: BTreeMap<String, (Option<String>, Option<String>, String)>,
+    /// command, its kind).
+    requests: BTreeMap<String, (Option<String>, Option<String>, String, String)>,
     proof: ControlProof,
 }
 
@@ -373,6 +380,7 @@ impl ControlCheck {
                 r.content_hash.clone(),
                 r.requester_operator.clone(),
                 r.command.clone(),
+                r.kind.clone(),
             ),
         );
         if self.operators.is_empty() {
@@ -426,7 +434,7 @@ impl ControlCheck {
                 ),
             ));
         };
-        let Some((Some(hash), requester, command)) = self.requests.get(&d.approval_id) else {
+        let Some((Some(hash), requester, command, kind)) = self.requests.get(&d.approval_id) else {
             return Some((
                 "unknown_request",
                 format!(
@@ -460,6 +468,12 @@ impl ControlCheck {
             self.proof
                 .approved
                 .insert(d.approval_id.clone(), command.clone());
+            for e in &d.executed {
+                self.proof.executed.insert(
+                    (e.stream.clone(), e.seq),
+                    (e.hash.clone(), kind.clone(), d.approval_id.clone()),
+                );
+            }
         }
         None
     }

@@ -267,12 +267,14 @@ pub const TABLES: &[TableSpec] = &[
             "reason",
             "signed_at_ms",
             "resolved_at_ms",
+            "signed_seq",
         ],
         ints: &[
             "last_valid_block_height",
             "slot",
             "signed_at_ms",
             "resolved_at_ms",
+            "signed_seq",
         ],
     },
     // Which batch holds a payout: a bank generation's look-up of the payouts in no batch.
@@ -460,7 +462,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         | EventBody::BankBatchStatusChanged(_)
         | EventBody::SolanaTxSigned(_)
         | EventBody::SolanaTxResolved(_) => {
-            rail_ops(&mut out, recorded_at_ms, body);
+            rail_ops(&mut out, seq, recorded_at_ms, body);
         }
         EventBody::ApprovalRequested(_) | EventBody::ApprovalDecided(_) => {
             approval_ops(&mut out, recorded_at_ms, body);
@@ -469,6 +471,9 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::OperatorAdded(_)
         | EventBody::OperatorKeyRotated(_)
         | EventBody::OperatorRemoved(_) => {}
+        // Read from the chain where needed (`Ledger::policy`, `Store::clock_mode`): one
+        // event each, no table a writer could change beside the chain.
+        EventBody::PolicySet(_) | EventBody::ClockSet(_) => {}
     }
     out
 }
@@ -725,7 +730,7 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
 }
 
 /// What the rails record: bank batches and Solana attempts.
-fn rail_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
+fn rail_ops(out: &mut Vec<ProjOp>, seq: i64, recorded_at_ms: i64, body: &EventBody) {
     match body {
         EventBody::BankBatchGenerated(b) => {
             out.extend(b.payout_ids.iter().map(|payout_id| ProjOp::Put {
@@ -749,7 +754,7 @@ fn rail_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 key: vec![payout_id.as_str().into(), s.attempt_id.as_str().into()],
                 vals: vec![recorded_at_ms.into()],
             }));
-            out.push(solana_attempt_put(s, recorded_at_ms));
+            out.push(solana_attempt_put(s, seq, recorded_at_ms));
         }
         EventBody::SolanaTxResolved(r) => out.push(patch(
             "solana_attempts",
@@ -1080,7 +1085,14 @@ fn bank_batch_put(b: &crate::domain::event::BankBatchGenerated, recorded_at_ms: 
 }
 
 /// The `solana_attempts` row a signed attempt puts.
-fn solana_attempt_put(s: &crate::domain::event::SolanaTxSigned, recorded_at_ms: i64) -> ProjOp {
+/// An attempt's row; `seq` (its `solana_tx.signed` on the platform stream) orders the
+/// attempts signed within one millisecond (a lookup table's extensions, in the order they
+/// filled it).
+fn solana_attempt_put(
+    s: &crate::domain::event::SolanaTxSigned,
+    seq: i64,
+    recorded_at_ms: i64,
+) -> ProjOp {
     ProjOp::Put {
         table: "solana_attempts",
         key: vec![s.attempt_id.as_str().into()],
@@ -1096,6 +1108,7 @@ fn solana_attempt_put(s: &crate::domain::event::SolanaTxSigned, recorded_at_ms: 
             Val::Null,
             recorded_at_ms.into(),
             Val::Null,
+            seq.into(),
         ],
     }
 }
@@ -1687,6 +1700,7 @@ mod tests {
                 cutoff_ms: 15,
                 candidates: 2,
                 totals,
+                policy_version: None,
             }),
         );
         assert_eq!(
@@ -1790,7 +1804,8 @@ mod tests {
                     Val::Null,
                     Val::Null,
                     i(30),
-                    Val::Null
+                    Val::Null,
+                    i(3)
                 ]
             )]
         );
@@ -1807,7 +1822,7 @@ mod tests {
         );
         assert_eq!(
             rows(&p, "solana_attempts")[0].1[6..],
-            [t("landed"), i(9), t("ok"), i(30), i(40)]
+            [t("landed"), i(9), t("ok"), i(30), i(40), i(3)]
         );
         p.fold(
             "platform",
@@ -1859,6 +1874,7 @@ mod tests {
                 reason: Some("no".into()),
                 decider_operator: Some("bob".into()),
                 decider_signature: Some("sig".into()),
+                executed: Vec::new(),
             }),
         );
         assert_eq!(

@@ -239,7 +239,8 @@ pub struct PendingApproval {
 pub struct ApprovalView {
     #[schema(example = "apr_3f1c0a9b8e7d6c5b4a392817")]
     pub approval_id: String,
-    /// `adjustment`, `payout_method`, `fee_schedule`, `fx_rate` or `payout_release`.
+    /// `adjustment`, `payout_method`, `tier`, `fee_schedule`, `fx_rate`, `rate`, `void`,
+    /// `payout_release`, `operator`, `policy` or `token`.
     pub kind: String,
     /// `pending`, `approved` or `rejected`.
     pub status: String,

@@ -171,6 +171,10 @@ pub(crate) fn auth_problem(e: AuthError) -> Problem {
         AuthError::Revoked => {
             Problem::unauthorized("token_revoked", "the bearer token has been revoked")
         }
+        AuthError::PendingApproval => Problem::unauthorized(
+            "token_pending_approval",
+            "the bearer token waits for a second operator's approval (`settle approvals approve`)",
+        ),
         AuthError::Database(e) => e.into(),
     }
 }

@@ -3,10 +3,15 @@
 //! requester approves it (`approval.decided`). Which commands wait, and executing them,
 //! is the control module's (above the ledger); this one books the requests and decisions.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::{Actor, Applied, Ledger, LedgerError, find_idem, reject};
-use crate::domain::event::{ApprovalDecided, ApprovalRequested, EventBody, PLATFORM_STREAM};
+use crate::domain::event::{
+    ApprovalDecided, ApprovalRequested, EventBody, ExecutedEvent, PLATFORM_STREAM,
+};
 use crate::domain::operator::Signed;
 use crate::store::NewEvent;
+use crate::store::WriteTx;
 use crate::store::read::{ApprovalRow, approval};
 
 /// A request before it is booked.
@@ -48,7 +53,112 @@ impl NewRequest {
     }
 }
 
+/// An approval to book with the first write of its command (`Ledger::decision`).
+#[derive(Debug)]
+pub struct DecisionToBook {
+    pub approval_id: String,
+    /// The approving actor and its operator's checked signature of the decision.
+    pub actor: Actor,
+    pub signed: Option<Signed>,
+    committed: AtomicBool,
+}
+
+impl DecisionToBook {
+    pub fn new(approval_id: String, actor: Actor, signed: Option<Signed>) -> DecisionToBook {
+        DecisionToBook {
+            approval_id,
+            actor,
+            signed,
+            committed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a write committed the decision with its command.
+    pub fn committed(&self) -> bool {
+        self.committed.load(Ordering::SeqCst)
+    }
+}
+
 impl Ledger {
+    /// Inside a command's write transaction `tx`, before its commit: books the approval
+    /// this handle carries (`Ledger::decision`) unless an earlier write committed it, under
+    /// the platform stream's lock, after checking that the request is still pending, not
+    /// expired and decided by someone else. The decision lists the events the command
+    /// appended in `tx` (`executed`): `verify` ties each gated event to the approval that
+    /// ran it. Returns whether it booked one.
+    pub(crate) async fn book_decision_in(&self, tx: &mut WriteTx) -> Result<bool, LedgerError> {
+        let Some(decision) = self.decision.as_ref().filter(|d| !d.committed()) else {
+            return Ok(false);
+        };
+        let executed: Vec<ExecutedEvent> = tx
+            .pending()
+            .iter()
+            .map(|e| ExecutedEvent {
+                stream: e.stream.clone(),
+                seq: e.seq,
+                hash: hex::encode(&e.hash),
+            })
+            .collect();
+        let back = tx.stream().to_owned();
+        tx.lock_stream(PLATFORM_STREAM).await?;
+        tx.use_stream(PLATFORM_STREAM);
+        let approval_id = &decision.approval_id;
+        let now = self.now_ms();
+        self.check_decidable_in(
+            tx,
+            approval_id,
+            &decision.actor,
+            decision.signed.as_ref(),
+            now,
+        )
+        .await?;
+        tx.append(decided_event(
+            approval_id,
+            true,
+            None,
+            &decision.actor,
+            decision.signed.as_ref(),
+            executed,
+            now,
+        ));
+        tx.use_stream(&back);
+        Ok(true)
+    }
+
+    /// Inside `tx` (holding the platform stream's lock): the request exists, is pending, not
+    /// expired at `now`, decided by someone other than its requester, and not decided yet.
+    async fn check_decidable_in(
+        &self,
+        tx: &mut WriteTx,
+        approval_id: &str,
+        actor: &Actor,
+        signed: Option<&Signed>,
+        now: i64,
+    ) -> Result<(), LedgerError> {
+        let Some(row) = approval(tx.conn(), approval_id).await? else {
+            return reject("unknown_approval", format!("no approval {approval_id}"));
+        };
+        Ledger::check_decider(&row, actor, signed)?;
+        self.check_not_expired(&row, now)?;
+        if find_idem(tx, &format!("approval:{approval_id}:decided"))
+            .await?
+            .is_some()
+        {
+            return reject(
+                "approval_decided",
+                format!("approval {approval_id} is already decided"),
+            );
+        }
+        Ok(())
+    }
+
+    /// Notes that the decision this handle carries committed.
+    pub(crate) fn decision_committed(&self) {
+        if let Some(d) = &self.decision {
+            d.committed.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// Books a request unless one for the same command exists; returns the request as
     /// it stands (pending, or already decided) and whether it was booked now.
     /// `signed`: the requesting operator's signature of the request (checked by the
@@ -128,6 +238,17 @@ impl Ledger {
         }
     }
 
+    /// Refuses a request decided already (`approval_decided`).
+    pub fn check_pending(row: &ApprovalRow) -> Result<(), LedgerError> {
+        if row.status != "pending" {
+            return reject(
+                "approval_decided",
+                format!("approval {} is already {}", row.approval_id, row.status),
+            );
+        }
+        Ok(())
+    }
+
     /// Checks that `actor` (the operator of `signed`, on a ledger with operators) may
     /// decide the request: it is pending and neither the actor nor the operator is its
     /// requester (`approver_is_requester`).
@@ -136,12 +257,7 @@ impl Ledger {
         actor: &Actor,
         signed: Option<&Signed>,
     ) -> Result<(), LedgerError> {
-        if row.status != "pending" {
-            return reject(
-                "approval_decided",
-                format!("approval {} is already {}", row.approval_id, row.status),
-            );
-        }
+        Ledger::check_pending(row)?;
 
         if let (Some(requester), Some(decider)) = (&row.requester_operator, signed)
             && *requester == decider.operator
@@ -167,8 +283,9 @@ impl Ledger {
         Ok(())
     }
 
-    /// Books the decision on a pending request (the caller has executed an approved
-    /// request's command just before). Deciding twice is refused (`approval_decided`).
+    /// Books the decision on a pending request alone: a rejection, or an approval whose
+    /// command wrote nothing (it was booked already). Deciding twice is refused
+    /// (`approval_decided`).
     pub async fn decide_approval(
         &self,
         approval_id: &str,
@@ -180,36 +297,48 @@ impl Ledger {
         if let Some(r) = reason {
             super::corrections::check_text(r, "reason", self.config.text_len_max)?;
         }
-        let key = format!("approval:{approval_id}:decided");
         let now = self.now_ms();
         crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
-            let Some(row) = approval(tx.conn(), approval_id).await? else {
-                return reject("unknown_approval", format!("no approval {approval_id}"));
-            };
-            Ledger::check_decider(&row, actor, signed)?;
-            self.check_not_expired(&row, now)?;
-            if find_idem(tx, &key).await?.is_some() {
-                return reject(
-                    "approval_decided",
-                    format!("approval {approval_id} is already decided"),
-                );
-            }
-            tx.append(NewEvent {
-                body: EventBody::ApprovalDecided(ApprovalDecided {
-                    approval_id: approval_id.to_owned(),
-                    decision: if approved { "approved" } else { "rejected" }.to_owned(),
-                    decided_by: actor.0.clone(),
-                    reason: reason.map(|r| r.trim().to_owned()),
-                    decider_operator: signed.map(|s| s.operator.clone()),
-                    decider_signature: signed.map(|s| s.signature.clone()),
-                }),
-                actor: actor.0.clone(),
-                recorded_at_ms: now,
-                idem_key: Some(key.clone()),
-                content_hash: None,
-            });
+            self.check_decidable_in(tx, approval_id, actor, signed, now)
+                .await?;
+            tx.append(decided_event(
+                approval_id,
+                approved,
+                reason,
+                actor,
+                signed,
+                Vec::new(),
+                now,
+            ));
             Ok(())
         })?;
         self.approval(approval_id).await
+    }
+}
+
+/// The `approval.decided` event of `approval_id`.
+fn decided_event(
+    approval_id: &str,
+    approved: bool,
+    reason: Option<&str>,
+    actor: &Actor,
+    signed: Option<&Signed>,
+    executed: Vec<ExecutedEvent>,
+    now: i64,
+) -> NewEvent {
+    NewEvent {
+        body: EventBody::ApprovalDecided(ApprovalDecided {
+            approval_id: approval_id.to_owned(),
+            decision: if approved { "approved" } else { "rejected" }.to_owned(),
+            decided_by: actor.0.clone(),
+            reason: reason.map(|r| r.trim().to_owned()),
+            decider_operator: signed.map(|s| s.operator.clone()),
+            decider_signature: signed.map(|s| s.signature.clone()),
+            executed,
+        }),
+        actor: actor.0.clone(),
+        recorded_at_ms: now,
+        idem_key: Some(format!("approval:{approval_id}:decided")),
+        content_hash: None,
     }
 }

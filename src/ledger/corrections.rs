@@ -25,14 +25,14 @@ impl Ledger {
     /// An event_id is unique per provider (SPEC §4): `provider_id` names whose event is
     /// meant; without it the id must be booked under one provider only
     /// (`ambiguous_event_id` otherwise).
-    pub async fn void_usage(
+    /// The usage event a void of `event_id` (of `provider_id`, when named) reverses, with
+    /// its stream: `unknown_event`, or `ambiguous_event_id` when several providers booked
+    /// that id and none is named.
+    pub async fn usage_to_void(
         &self,
         event_id: &EventId,
         provider_id: Option<&ProviderId>,
-        reason: &str,
-        actor: &Actor,
-    ) -> Result<Applied, LedgerError> {
-        check_text(reason, "reason", self.config.text_len_max)?;
+    ) -> Result<(String, crate::domain::event::UsageRecorded), LedgerError> {
         let mut originals =
             crate::store::keys::payloads_by_key(&self.store, &format!("usage:{event_id}")).await?;
         if let Some(p) = provider_id {
@@ -55,6 +55,18 @@ impl Ledger {
         else {
             return reject("unknown_event", format!("{event_id} is not a usage event"));
         };
+        Ok((stream, usage))
+    }
+
+    pub async fn void_usage(
+        &self,
+        event_id: &EventId,
+        provider_id: Option<&ProviderId>,
+        reason: &str,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        check_text(reason, "reason", self.config.text_len_max)?;
+        let (stream, usage) = self.usage_to_void(event_id, provider_id).await?;
         let idem = Idem::new(
             format!("void:{event_id}"),
             &format!("void|{event_id}"),

@@ -10,6 +10,8 @@ pub mod ingest;
 pub mod methods;
 pub mod operators;
 pub mod payouts;
+pub mod policy;
+pub mod proof;
 pub mod rails;
 pub mod registry;
 pub mod runs;
@@ -188,6 +190,10 @@ pub struct Ledger {
     pub store: Store,
     pub clock: Arc<dyn Clock>,
     pub config: LedgerConfig,
+    /// The approval decision the next write of this handle books in its own transaction
+    /// (`control::approve` on its own copy): the approved command and its decision commit
+    /// together or not at all.
+    pub(crate) decision: Option<Arc<approvals::DecisionToBook>>,
 }
 
 impl Ledger {
@@ -196,6 +202,7 @@ impl Ledger {
             store,
             clock,
             config,
+            decision: None,
         }
     }
 
@@ -250,7 +257,11 @@ macro_rules! write_stream {
                     $body
                 })
                 .await?;
+                let decided = ledger.book_decision_in(&mut tx).await?;
                 tx.commit().await?;
+                if decided {
+                    ledger.decision_committed();
+                }
                 Ok::<_, $crate::ledger::LedgerError>(value)
             }
             .await;

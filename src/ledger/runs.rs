@@ -395,6 +395,8 @@ impl Ledger {
         actor: &Actor,
     ) -> Result<RunReport, LedgerError> {
         run.validate().map_err(calendar_error)?;
+        let (config, policy_version) = self.run_config(config).await?;
+        let config = &config;
         let cutoff = cutoff_ms(&run)?;
         let run_date = run.run_date(calendar).map_err(calendar_error)?;
         let now = self.now_ms();
@@ -469,11 +471,33 @@ impl Ledger {
                 .await?;
         }
         failpoint(failpoints::BEFORE_COMPLETE);
-        self.complete_run(&run, cutoff, actor).await?;
+        self.complete_run(&run, cutoff, policy_version, actor)
+            .await?;
         failpoint(failpoints::AFTER_COMPLETE);
         let report = self.report_of(calendar, run).await?;
         tracing::info!(run = %run, payouts = report.payouts, amount_micro_usdc = report.payouts_micro_usdc, "payout run completed");
         Ok(report)
+    }
+
+    /// What a run decides by: the hold limit and the cooling-off of the ledger's policy (not
+    /// a process's), with its version; and the providers whose balance includes a gated
+    /// event no verified approval ran, held (SPEC §9: a well-hashed row inserted behind the
+    /// engine pays nobody).
+    async fn run_config(
+        &self,
+        config: &RunConfig,
+    ) -> Result<(RunConfig, Option<i64>), LedgerError> {
+        let in_force = self.policy().await?;
+        let mut config = config.clone();
+        if let Some(p) = &in_force {
+            config.payout_limit_micro_usdc = p.policy.payout_limit_micro_usdc;
+            config.cooling_off_hours = p.policy.cooling_off_hours;
+        }
+        let findings = super::proof::control_findings(&self.store).await?;
+        if findings.enforced {
+            config.control_unproven = findings.unproven_providers();
+        }
+        Ok((config, in_force.map(|p| p.version)))
     }
 
     /// Decides `todo` in chunks of `per_tx`, one after another (SQLite's one writer), each
@@ -649,7 +673,9 @@ impl Ledger {
                 figures.get(*provider_id).copied().unwrap_or_default(),
             );
             let mut rate: Option<Decimal> = None;
-            if provider.payout_method.as_ref().map(PayoutMethod::rail) == Some(Rail::Sepa) {
+            if config.control_unproven.contains(*provider_id) {
+                facts.external_hold_reason = Some("control_unproven".to_owned());
+            } else if provider.payout_method.as_ref().map(PayoutMethod::rail) == Some(Rail::Sepa) {
                 match fx {
                     Some((at, r)) if now - at <= fx_stale_ms => rate = Some(r),
                     _ => facts.external_hold_reason = Some("fx_stale".to_owned()),
@@ -678,6 +704,7 @@ impl Ledger {
         &self,
         run: &RunKey,
         cutoff_ms: i64,
+        policy_version: Option<i64>,
         actor: &Actor,
     ) -> Result<(), LedgerError> {
         let key = completion_key(run);
@@ -706,6 +733,7 @@ impl Ledger {
                     cutoff_ms,
                     candidates,
                     totals,
+                    policy_version,
                 }),
                 actor: actor.0.clone(),
                 recorded_at_ms: now,

@@ -172,6 +172,18 @@ pub enum ClockMode {
     Simulated,
 }
 
+/// The idempotency key of the ledger's `ledger.clock_set` event on the platform stream.
+pub const CLOCK_KEY: &str = "ledger:clock";
+
+/// The mode a booked `ledger.clock_set` payload names.
+fn clock_of_payload(payload: &str) -> Result<ClockMode, StoreError> {
+    match EventBody::from_json("ledger.clock_set", 1, payload) {
+        Ok(EventBody::ClockSet(c)) => ClockMode::parse(&c.mode),
+        _ => None,
+    }
+    .ok_or_else(|| StoreError::Corrupt("ledger.clock_set names no clock mode".into()))
+}
+
 impl ClockMode {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -828,6 +840,63 @@ impl Store {
         })?)
     }
 
+    /// Every event of one of `event_types` (never `usage.recorded`), on any stream, by
+    /// stream and sequence: the index `events_control_types` leaves usage out, so this
+    /// reads the ledger's rare kinds without a scan of its usage.
+    pub async fn events_of_types(
+        &self,
+        event_types: &[&str],
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE event_type <> 'usage.recorded' AND event_type IN ({}) ORDER BY stream, seq",
+            self.dialect().placeholders(0, event_types.len())
+        );
+        Ok(on!(&self.db, |c| {
+            event_types
+                .iter()
+                .fold(sqlx::query_as(&sql), |q, t| q.bind(*t))
+                .fetch_all(c)
+                .await
+        })?)
+    }
+
+    /// The payloads of `stream`'s events of `event_type` booked after `after_ms` (a
+    /// provider's adjustments within the control window).
+    pub async fn payloads_since(
+        &self,
+        stream: &str,
+        event_type: &str,
+        after_ms: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(on!(&self.db, |c| {
+            sqlx::query_scalar(
+            "SELECT payload FROM events WHERE event_type <> 'usage.recorded' AND event_type = $2 AND stream = $1 AND recorded_at_ms > $3 ORDER BY seq"
+        )
+        .bind(stream)
+        .bind(event_type)
+        .bind(after_ms)
+        .fetch_all(c)
+        .await
+        })?)
+    }
+
+    /// The payload of the latest event of `event_type` on `stream` (the policy in force).
+    pub async fn latest_payload_of_type(
+        &self,
+        stream: &str,
+        event_type: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(on!(&self.db, |c| {
+            sqlx::query_scalar(
+            "SELECT payload FROM events WHERE stream = $1 AND event_type = $2 ORDER BY seq DESC LIMIT 1"
+        )
+        .bind(stream)
+        .bind(event_type)
+        .fetch_optional(c)
+        .await
+        })?)
+    }
+
     /// The events of `stream` whose type is one of `event_types`, in stream order (one scan
     /// of the stream: for the platform stream's rare kinds, such as `operator.added`).
     pub async fn stream_events_of_types(
@@ -835,12 +904,9 @@ impl Store {
         stream: &str,
         event_types: &[&str],
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let placeholders: Vec<String> = (0..event_types.len())
-            .map(|i| format!("${}", i + 2))
-            .collect();
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND event_type IN ({}) ORDER BY seq",
-            placeholders.join(", ")
+            self.dialect().placeholders(1, event_types.len())
         );
         Ok(on!(&self.db, |c| {
             event_types
@@ -851,8 +917,47 @@ impl Store {
         })?)
     }
 
-    /// The ledger's clock mode (`ledger_settings.clock`); `None` until fixed.
+    /// The ledger's clock mode, as booked on the chain (`ledger.clock_set`, idempotency key
+    /// [`CLOCK_KEY`] on the platform stream); `None` until fixed. A ledger created before
+    /// the mode was booked keeps it in `ledger_settings` until `ledger::policy::fix_clock_mode`
+    /// books it: a row changed by SQL after that changes nothing.
+    ///
+    /// The event is read with its neighbour and must hash to its stored hash, and the next
+    /// platform event must chain from it: a mode rewritten by SQL (even with its hash
+    /// recomputed) fails closed (`Corrupt`) instead of turning a real-clock ledger into a
+    /// simulated one.
     pub async fn clock_mode(&self) -> Result<Option<ClockMode>, StoreError> {
+        let platform = crate::domain::event::PLATFORM_STREAM;
+        let booked: Option<StoredEvent> = on!(&self.db, |c| sqlx::query_as(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE idem_key = $1 AND stream = $2"
+        ))
+        .bind(CLOCK_KEY)
+        .bind(platform)
+        .fetch_optional(c)
+        .await)?;
+        let Some(e) = booked else {
+            return self.legacy_clock_mode().await;
+        };
+        let next: Option<Vec<u8>> = on!(&self.db, |c| sqlx::query_scalar(
+            "SELECT prev_hash FROM events WHERE stream = $1 AND seq = $2"
+        )
+        .bind(platform)
+        .bind(e.seq + 1)
+        .fetch_optional(c)
+        .await)?;
+        let hashes = event_hash(&e.prev_hash, &canonical_bytes(&e)).as_slice() == e.hash;
+        if !hashes || next.is_some_and(|prev| prev != e.hash) {
+            return Err(StoreError::Corrupt(format!(
+                "the ledger's clock mode (platform event {}) does not verify against its chain: \
+                 it was changed behind the engine",
+                e.seq
+            )));
+        }
+        clock_of_payload(&e.payload).map(Some)
+    }
+
+    /// The mode a ledger of an earlier release kept in `ledger_settings`.
+    async fn legacy_clock_mode(&self) -> Result<Option<ClockMode>, StoreError> {
         let value: Option<String> = on!(&self.db, |c| sqlx::query_scalar(
             "SELECT value FROM ledger_settings WHERE name = 'clock'"
         )
@@ -866,22 +971,34 @@ impl Store {
         })
     }
 
-    /// Fixes the clock mode unless it is fixed already; returns the mode in force.
-    pub async fn fix_clock_mode(
-        &self,
-        mode: ClockMode,
-        at_ms: i64,
-    ) -> Result<ClockMode, StoreError> {
-        on!(&self.db, |c| {
-            sqlx::query(
-            "INSERT INTO ledger_settings (name, value, set_at_ms) VALUES ('clock', $1, $2) ON CONFLICT (name) DO NOTHING",
+    /// The mode of the booked `ledger.clock_set` event, read in the transaction `tx`
+    /// (which holds the platform stream's lock).
+    pub async fn booked_clock_mode_in(tx: &mut WriteTx) -> Result<Option<ClockMode>, StoreError> {
+        let booked: Option<String> = on!(tx.conn(), |c| sqlx::query_scalar(
+            "SELECT payload FROM events WHERE idem_key = $1 AND stream = $2"
         )
-        .bind(mode.as_str())
-        .bind(at_ms)
-        .execute(c)
-        .await.map(|r| r.rows_affected())
-        })?;
-        Ok(self.clock_mode().await?.unwrap_or(mode))
+        .bind(CLOCK_KEY)
+        .bind(crate::domain::event::PLATFORM_STREAM)
+        .fetch_optional(c)
+        .await)?;
+        booked.as_deref().map(clock_of_payload).transpose()
+    }
+
+    /// The mode a ledger of an earlier release kept in `ledger_settings`, if any.
+    pub async fn kept_clock_mode(&self) -> Result<Option<ClockMode>, StoreError> {
+        self.legacy_clock_mode().await
+    }
+
+    /// Whether the clock mode is booked on the chain (a ledger of an earlier release keeps
+    /// it in `ledger_settings` until `settle migrate` or its next booking books it).
+    pub async fn clock_mode_booked(&self) -> Result<bool, StoreError> {
+        row_exists(
+            &self.db,
+            "SELECT 1 FROM events WHERE idem_key = $1 AND stream = 'platform'",
+            CLOCK_KEY,
+        )
+        .await
+        .map_err(StoreError::from)
     }
 
     /// Events booked after `after_ms` (`recorded_at`): how many, and the first few by
@@ -1203,6 +1320,36 @@ impl WriteTx {
         let previous = std::mem::replace(&mut self.head, head);
         let previous_stream = std::mem::replace(&mut self.stream, stream.to_owned());
         self.others.insert(previous_stream, previous);
+    }
+
+    /// Takes the write lock of one more stream in this transaction and reads its head (a
+    /// no-op for a stream it holds): for an approval's decision, booked on the platform
+    /// stream with its command's events on another. Appends still go to the current stream
+    /// until [`WriteTx::use_stream`].
+    pub async fn lock_stream(&mut self, stream: &str) -> Result<(), StoreError> {
+        if self.head_of(stream).is_some() {
+            return Ok(());
+        }
+        if self.dialect == Dialect::Postgres {
+            on!(&mut *self.tx, |c| sqlx::query(
+                "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l",
+            )
+            .bind(stream)
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))
+            .map_err(classify)?;
+        }
+        let head: Option<Head> = on!(&mut *self.tx, |c| sqlx::query_as(
+            "SELECT seq, hash, recorded_at_ms FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(stream)
+        .fetch_optional(c)
+        .await)
+        .map_err(classify)?;
+        self.others
+            .insert(stream.to_owned(), head.unwrap_or_else(Head::genesis));
+        Ok(())
     }
 
     /// Folds the aggregates of every stream this transaction locked up to its head, so a

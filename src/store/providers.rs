@@ -117,6 +117,57 @@ pub async fn rate_from(
     })?)
 }
 
+/// The price book a `rate.set` is judged by (SPEC §9): the provider's own rate for `model`
+/// in force at `at_ms`, and the rates of other providers for the model in force by then,
+/// the latest `sample_max` of them (the index `rates_by_model` reads them).
+pub async fn price_book(
+    conn: &mut Conn,
+    provider_id: &str,
+    model: &str,
+    at_ms: i64,
+    sample_max: i64,
+) -> Result<(Option<String>, Vec<String>), StoreError> {
+    let own: Option<String> = on!(&mut *conn, |c| {
+        sqlx::query_scalar(
+        "SELECT rate_usdc_per_hour FROM rates WHERE provider_id = $1 AND model = $2 AND effective_from_ms <= $3 ORDER BY effective_from_ms DESC LIMIT 1",
+    )
+    .bind(provider_id)
+    .bind(model)
+    .bind(at_ms)
+    .fetch_optional(c)
+    .await
+    })?;
+    let others: Vec<String> = on!(&mut *conn, |c| {
+        sqlx::query_scalar(
+        "SELECT rate_usdc_per_hour FROM rates WHERE model = $1 AND effective_from_ms <= $2 AND provider_id <> $3 ORDER BY effective_from_ms DESC LIMIT $4",
+    )
+    .bind(model)
+    .bind(at_ms)
+    .bind(provider_id)
+    .bind(sample_max)
+    .fetch_all(c)
+    .await
+    })?;
+    Ok((own, others))
+}
+
+/// The fee (bps) a tier's schedule has in force at `at_ms`, if the schedule sets one.
+pub async fn fee_in_force(
+    conn: &mut Conn,
+    tier: Tier,
+    at_ms: i64,
+) -> Result<Option<i64>, StoreError> {
+    Ok(on!(&mut *conn, |c| {
+        sqlx::query_scalar(
+        "SELECT fee_bps FROM fee_schedules WHERE tier = $1 AND effective_from_ms <= $2 ORDER BY effective_from_ms DESC LIMIT 1",
+    )
+    .bind(tier.as_str())
+    .bind(at_ms)
+    .fetch_optional(c)
+    .await
+    })?)
+}
+
 /// The fee (bps) a tier's schedule has from exactly `effective_from_ms`.
 pub async fn fee_from(
     conn: &mut Conn,

@@ -342,7 +342,7 @@ pub async fn attempts(store: &Store, which: Attempts) -> Result<Vec<AttemptRow>,
     let pool = store.db();
     let rows: Vec<StoredAttempt> = on!(pool, |c| {
         sqlx::query_as(&format!(
-        "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE {} ORDER BY signed_at_ms, attempt_id",
+        "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE {} ORDER BY signed_at_ms, signed_seq, attempt_id",
         which.condition()
     ))
     .fetch_all(c)

@@ -132,6 +132,16 @@ pub async fn latest_fx_rate(
     Ok(row.map(|r| (r.recorded_at_ms, r.eur_per_usd)))
 }
 
+/// The EUR per USD rates booked after `after_ms` (the control's week of FX history).
+pub async fn fx_rates_after(conn: &mut Conn, after_ms: i64) -> Result<Vec<String>, StoreError> {
+    Ok(on!(&mut *conn, |c| sqlx::query_scalar(
+        "SELECT eur_per_usd FROM fx_rates WHERE recorded_at_ms > $1 ORDER BY recorded_at_ms",
+    )
+    .bind(after_ms)
+    .fetch_all(c)
+    .await)?)
+}
+
 #[derive(sqlx::FromRow)]
 struct FxRow {
     recorded_at_ms: i64,

@@ -6,7 +6,10 @@ use super::{Dialect, Store, TxConn};
 
 /// A token's columns; a token of before migration 0004 has no stored name and reads as its
 /// id.
-const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id) AS name, t.created_by, r.revoked_by";
+const TOKEN_COLUMNS: &str = "t.token_id, t.scope, t.provider_id, t.label, t.created_at_ms, t.expires_at_ms, r.revoked_at_ms, COALESCE(t.name, t.token_id) AS name, t.created_by, r.revoked_by, CASE WHEN t.needs_approval <> 0 AND a.token_id IS NULL THEN 1 ELSE 0 END AS pending_approval";
+
+/// The tables [`TOKEN_COLUMNS`] reads: a token, its revocation and its activation.
+const TOKEN_TABLES: &str = "api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id LEFT JOIN api_token_activations a ON a.token_id = t.token_id";
 
 /// The live token holding a name at an instant: not revoked, not expired.
 const LIVE_NAME_SQL: &str = "SELECT t.token_id FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE COALESCE(t.name, t.token_id) = $1 AND r.token_id IS NULL AND (t.expires_at_ms IS NULL OR t.expires_at_ms > $2)";
@@ -24,6 +27,9 @@ pub struct StoredToken {
     pub name: String,
     pub created_by: String,
     pub revoked_by: Option<String>,
+    /// 1 while a token that needs a second operator's approval (scope `admin` or `metering`
+    /// on a controlled ledger) waits for it: it authenticates nothing.
+    pub pending_approval: i32,
 }
 
 /// A token with its stored secret hash.
@@ -46,6 +52,8 @@ pub struct TokenInsert<'a> {
     pub expires_at_ms: Option<i64>,
     pub name: &'a str,
     pub created_by: &'a str,
+    /// Created waiting for a second operator's approval (`activate_in`).
+    pub needs_approval: bool,
 }
 
 /// Inserts `token` unless a live token holds its name at its `created_at_ms`: then
@@ -76,7 +84,7 @@ pub async fn insert_named(
     }
     on!(&mut *tx, |c| {
         sqlx::query(
-        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms, name, created_by, needs_approval) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(token.token_id)
     .bind(token.token_hash.to_vec())
@@ -87,11 +95,55 @@ pub async fn insert_named(
     .bind(token.expires_at_ms)
     .bind(token.name)
     .bind(token.created_by)
+    .bind(i32::from(token.needs_approval))
     .execute(c)
     .await.map(|r| r.rows_affected())
     })?;
     tx.commit().await?;
     Ok(Ok(()))
+}
+
+/// Activates a token created waiting for approval, inside the approval's transaction
+/// (`conn` of the ledger's write): the approval and the activation commit together. `false`
+/// when it was active already.
+pub async fn activate_in(
+    conn: &mut super::Conn,
+    token_id: &str,
+    approval_id: &str,
+    at_ms: i64,
+    by: &str,
+) -> Result<bool, super::StoreError> {
+    let inserted = on!(&mut *conn, |c| {
+        sqlx::query(
+        "INSERT INTO api_token_activations (token_id, approval_id, activated_at_ms, activated_by) VALUES ($1, $2, $3, $4) ON CONFLICT (token_id) DO NOTHING",
+    )
+    .bind(token_id)
+    .bind(approval_id)
+    .bind(at_ms)
+    .bind(by)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected())
+    })?;
+    Ok(inserted == 1)
+}
+
+/// The tokens named `name` of `scope` that wait for their approval (not revoked, not
+/// activated), read in the approval's transaction.
+pub async fn pending_named_in(
+    conn: &mut super::Conn,
+    name: &str,
+    scope: &str,
+) -> Result<Vec<String>, super::StoreError> {
+    Ok(on!(&mut *conn, |c| {
+        sqlx::query_scalar(&format!(
+        "SELECT t.token_id FROM {TOKEN_TABLES} WHERE COALESCE(t.name, t.token_id) = $1 AND t.scope = $2 AND t.needs_approval <> 0 AND a.token_id IS NULL AND r.token_id IS NULL"
+    ))
+    .bind(name)
+    .bind(scope)
+    .fetch_all(c)
+    .await
+    })?)
 }
 
 /// Whether a token id was ever issued.
@@ -130,10 +182,10 @@ pub async fn list(store: &Store) -> Result<Vec<StoredToken>, sqlx::Error> {
     let pool = store.db();
     on!(pool, |c| {
         sqlx::query_as(&format!(
-        "SELECT {TOKEN_COLUMNS} FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id ORDER BY t.created_at_ms, t.token_id"
-    ))
-    .fetch_all(c)
-    .await
+            "SELECT {TOKEN_COLUMNS} FROM {TOKEN_TABLES} ORDER BY t.created_at_ms, t.token_id"
+        ))
+        .fetch_all(c)
+        .await
     })
 }
 
@@ -145,11 +197,11 @@ pub async fn with_hash(
     let pool = store.db();
     let row: Option<TokenWithHash> = on!(pool, |c| {
         sqlx::query_as(&format!(
-        "SELECT {TOKEN_COLUMNS}, t.token_hash FROM api_tokens t LEFT JOIN api_token_revocations r ON r.token_id = t.token_id WHERE t.token_id = $1"
-    ))
-    .bind(token_id)
-    .fetch_optional(c)
-    .await
+            "SELECT {TOKEN_COLUMNS}, t.token_hash FROM {TOKEN_TABLES} WHERE t.token_id = $1"
+        ))
+        .bind(token_id)
+        .fetch_optional(c)
+        .await
     })?;
     Ok(row.map(|r| (r.token, r.token_hash)))
 }

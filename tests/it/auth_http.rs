@@ -598,6 +598,7 @@ async fn tokens_of_before_0004_migrate_forward() {
         label: String::new(),
         expires_in_days: None,
         created_by: Actor::operator("test"),
+        needs_approval: false,
     };
     match create_token(&store, &new, &AuthConfig::default(), now_ms).await {
         Err(TokenError::Rejected(e)) => assert_eq!(e.code, "token_name_taken", "{e}"),

@@ -265,7 +265,7 @@ async fn the_usage_route_rejects_an_out_of_band_rate_per_event() {
 /// `settle ingest --config F` and `settle import --config F` book with F's `[ledger]` and
 /// `[control]`, not the defaults.
 #[tokio::test]
-async fn the_config_file_reaches_cli_ingest_and_import() {
+async fn the_ledgers_policy_decides_cli_ingest_and_import_not_the_process_config() {
     let db = TestDb::new().await;
     {
         let (ledger, _clock) = db.ledger_at(NOW).await;
@@ -321,7 +321,29 @@ async fn the_config_file_reaches_cli_ingest_and_import() {
     let (code, out, err) = cli(&["ingest", &defaults]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(lines(&out), [("accepted".to_owned(), Value::Null)]);
+    // A process configured otherwise does not move the ledger's policy: its configuration
+    // seeded the ledger at the first command and decides nothing since (SPEC §9).
     let (code, out, err) = cli(&["--config", config, "ingest", &configured]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(lines(&out), [("accepted".to_owned(), Value::Null)]);
+    // The policy changes on the ledger: at once on this simulated-clock ledger that does
+    // not enforce approvals (a real-clock one waits for a second operator).
+    let (code, out, err) = cli(&["control", "set-policy", "usage_rate_band_max_pct=150"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, out, _) = cli(&["control", "policy"]);
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        shown
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "usage_rate_band_max_pct", "value": "150"})),
+        "{out}"
+    );
+    let configured = file(
+        "configured2.ndjson",
+        &[usage("c2", "2026-11-19T02:00:00Z", "2026-11-19T03:00:00Z")],
+    );
+    let (code, out, err) = cli(&["ingest", &configured]);
     assert_eq!(code, 2, "{out}{err}");
     assert_eq!(
         lines(&out),
@@ -342,6 +364,13 @@ async fn the_config_file_reaches_cli_ingest_and_import() {
         ]
     );
     let second = file("fx2.ndjson", &[fx("1.05"), fx("1.6")]);
+    let (code, out, err) = cli(&[
+        "control",
+        "set-policy",
+        "fx_step_max_pct=20",
+        "fx_eur_per_usd_max=1.5",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
     // A minute later: one FX rate per instant.
     let (code, out, err) = run_cli(
         &db.url,
@@ -487,6 +516,7 @@ async fn token(ledger: &Ledger, scope: Scope) -> String {
             label: "bands test".into(),
             expires_in_days: None,
             created_by: settle::ledger::Actor::operator("test"),
+            needs_approval: false,
         },
         &settle::config::AuthConfig::default(),
         ledger.now_ms(),

@@ -21,6 +21,7 @@ async fn token(w: &World, scope: Scope, provider: Option<&str>) -> String {
             label: "bank test".into(),
             expires_in_days: None,
             created_by: settle::ledger::Actor::operator("test"),
+            needs_approval: false,
         },
         &settle::config::AuthConfig::default(),
         w.ledger.now_ms(),

@@ -15,12 +15,12 @@ use http_support::{assert_problem, spawn_app};
 
 const DAY_MS: i64 = 86_400_000;
 
-fn real_now_ms() -> i64 {
+pub(super) fn real_now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
 /// Writes `lines` to a file in a temporary directory and returns both.
-fn ndjson(lines: &[Value]) -> (tempfile::TempDir, String) {
+pub(super) fn ndjson(lines: &[Value]) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("in.ndjson");
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
@@ -30,9 +30,18 @@ fn ndjson(lines: &[Value]) -> (tempfile::TempDir, String) {
 }
 
 /// `settle import` of `lines` as `actor`, `--format json`; returns (exit code, report, stderr).
-fn import(url: &str, actor: &str, now: Option<&str>, lines: &[Value]) -> (i32, Value, String) {
+pub(super) fn import(
+    url: &str,
+    actor: &str,
+    now: Option<&str>,
+    lines: &[Value],
+) -> (i32, Value, String) {
     let (_dir, path) = ndjson(lines);
+    let key = key_file(url, actor);
     let mut args = vec!["--actor", actor, "--format", "json"];
+    if let Some(key) = &key {
+        args.extend(["--operator-key", key.as_str()]);
+    }
     if let Some(now) = now {
         args.extend(["--now", now]);
     }
@@ -42,16 +51,70 @@ fn import(url: &str, actor: &str, now: Option<&str>, lines: &[Value]) -> (i32, V
     (code, report, stderr)
 }
 
-fn provider(id: &str) -> Value {
+pub(super) fn provider(id: &str) -> Value {
     json!({"type":"provider.register","provider_id":id,"name":"Acme GPU","email":"ops@acme.test","tier":"community","schedule":"weekly"})
 }
 
-fn adjustment(id: &str, provider: &str, usdc: &str) -> Value {
+pub(super) fn adjustment(id: &str, provider: &str, usdc: &str) -> Value {
     json!({"type":"adjustment","adjustment_id":id,"provider_id":provider,"amount_usdc":usdc,"reason":"goodwill credit"})
 }
 
+/// Appends, behind the engine, a well-hashed, balanced 50,000 USDC adjustment `id` to
+/// `provider`'s stream, naming `approval` (or none): what a database writer could insert.
+pub(super) async fn forge_adjustment(
+    db: &TestDb,
+    provider: &str,
+    id: &str,
+    approval: Option<String>,
+) {
+    use settle::domain::event::{AdjustmentPosted, EventBody, lines_to_json};
+    use settle::store::{canonical_bytes, event_hash};
+    let store = db.store().await;
+    let events = store
+        .stream_events(&format!("provider:{provider}"), 0, 10_000)
+        .await
+        .unwrap();
+    let mut e = events.last().unwrap().clone();
+    let body = EventBody::AdjustmentPosted(AdjustmentPosted {
+        adjustment_id: id.into(),
+        provider_id: provider.into(),
+        amount_micro_usdc: 50_000_000_000,
+        reason: "goodwill credit".into(),
+        reference: None,
+        approval_id: approval,
+    });
+    e.seq += 1;
+    e.event_type = "adjustment.posted".into();
+    e.idem_key = Some(format!("adj:{id}"));
+    e.content_hash = None;
+    e.payload = body.to_json();
+    e.lines = lines_to_json(&body.lines());
+    e.prev_hash = e.hash.clone();
+    e.hash = event_hash(&e.prev_hash, &canonical_bytes(&e)).to_vec();
+    common::insert_raw_event(store.pool(), &e).await;
+    store.close().await;
+}
+
+/// Every payout of `provider` (`settle payouts --status all --format json`).
+pub(super) fn payouts_of(url: &str, provider: &str) -> Value {
+    let (code, stdout, stderr) = run_cli(
+        url,
+        &[
+            "--format",
+            "json",
+            "payouts",
+            "--provider",
+            provider,
+            "--status",
+            "all",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
 /// The payable balance of `provider` in µUSDC (`settle balance --format json`).
-fn payable(url: &str, provider: &str) -> i64 {
+pub(super) fn payable(url: &str, provider: &str) -> i64 {
     let (code, stdout, stderr) = run_cli(
         url,
         &["--format", "json", "balance", "--provider", provider],
@@ -65,7 +128,7 @@ fn payable(url: &str, provider: &str) -> i64 {
     settle::domain::money::parse_micro_usdc(text).unwrap()
 }
 
-fn verify(url: &str) -> (i32, Value) {
+pub(super) fn verify(url: &str) -> (i32, Value) {
     let (code, stdout, stderr) = run_cli(url, &["--format", "json", "verify"]);
     (
         code,
@@ -73,7 +136,7 @@ fn verify(url: &str) -> (i32, Value) {
     )
 }
 
-async fn actors_of(db: &TestDb, event_type: &str) -> Vec<String> {
+pub(super) async fn actors_of(db: &TestDb, event_type: &str) -> Vec<String> {
     let store = db.store().await;
     let mut actors = Vec::new();
     for stream in store.streams().await.unwrap() {
@@ -212,28 +275,57 @@ async fn verify_reports_events_booked_ahead_of_the_clock_on_a_real_clock_ledger(
 // ----- dual control ---------------------------------------------------------------------
 
 /// A real-clock ledger with one provider.
-async fn production() -> TestDb {
+pub(super) async fn production() -> TestDb {
     let db = TestDb::new().await;
     let (code, _, stderr) = run_cli(&db.url, &["migrate", "--real-clock"]);
     assert_eq!(code, 0, "{stderr}");
+    // A real-clock ledger tells people apart by their keys only: alice and bob are its
+    // first operators, their key files in `keys_path(url)` (the helpers sign with them).
+    let keys = keys_path(&db.url);
+    let _ = std::fs::remove_dir_all(&keys);
+    std::fs::create_dir_all(&keys).unwrap();
+    let mut bootstrap = vec!["operator".to_owned(), "bootstrap".to_owned()];
+    for name in ["alice", "bob"] {
+        let path = keys.join(format!("{name}.json"));
+        let (code, public, stderr) = run_cli(
+            &db.url,
+            &["operator", "keygen", "--out", path.to_str().unwrap()],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        bootstrap.extend(["--operator".to_owned(), format!("{name}={}", public.trim())]);
+    }
+    let args: Vec<&str> = bootstrap.iter().map(String::as_str).collect();
+    let (code, listed, stderr) = run_cli(&db.url, &args);
+    assert_eq!(code, 0, "{listed}{stderr}");
     let (code, report, stderr) = import(&db.url, "alice", None, &[provider("prv_a")]);
     assert_eq!(code, 0, "{report}{stderr}");
     db
 }
 
-fn approve(url: &str, actor: &str, id: &str) -> (i32, Value, String) {
-    let (code, stdout, stderr) = run_cli(
-        url,
-        &[
-            "--actor",
-            actor,
-            "--format",
-            "json",
-            "approvals",
-            "approve",
-            id,
-        ],
-    );
+/// Where the operator key files of the test ledger at `url` lie (one directory per ledger).
+pub(super) fn keys_path(url: &str) -> std::path::PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    url.hash(&mut h);
+    std::env::temp_dir()
+        .join("settle-test-keys")
+        .join(format!("{:016x}", h.finish()))
+}
+
+/// The key file of `actor` on the ledger at `url`, when it is one of its operators'.
+pub(super) fn key_file(url: &str, actor: &str) -> Option<String> {
+    let path = keys_path(url).join(format!("{actor}.json"));
+    path.exists().then(|| path.display().to_string())
+}
+
+pub(super) fn approve(url: &str, actor: &str, id: &str) -> (i32, Value, String) {
+    let key = key_file(url, actor);
+    let mut args = vec!["--actor", actor, "--format", "json"];
+    if let Some(key) = &key {
+        args.extend(["--operator-key", key.as_str()]);
+    }
+    args.extend(["approvals", "approve", id]);
+    let (code, stdout, stderr) = run_cli(url, &args);
     (
         code,
         serde_json::from_str(&stdout).unwrap_or(Value::Null),
@@ -289,15 +381,24 @@ async fn an_adjustment_above_the_threshold_waits_for_a_different_actor() {
     assert_eq!(replay["lines"][0]["status"], "duplicate", "{replay}");
     assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
 
-    // Below the threshold: booked at once.
+    // Below the threshold, for a provider without other adjustments in the last 24 hours:
+    // booked at once. For prv_a, whose 5,000 USDC were booked minutes ago, the same small
+    // amount brings the day's adjustments over the threshold: it waits too (one large
+    // adjustment is not split into small ones).
     let (_, small, _) = import(
         &db.url,
         "alice",
         None,
-        &[adjustment("adj-small", "prv_a", "999.999999")],
+        &[
+            provider("prv_b"),
+            adjustment("adj-small-b", "prv_b", "999.999999"),
+            adjustment("adj-small", "prv_a", "999.999999"),
+        ],
     );
-    assert_eq!(small["lines"][0]["status"], "accepted", "{small}");
-    assert_eq!(payable(&db.url, "prv_a"), 5_999_999_999);
+    assert_eq!(small["lines"][1]["status"], "accepted", "{small}");
+    assert_eq!(payable(&db.url, "prv_b"), 999_999_999);
+    assert_eq!(small["lines"][2]["status"], "pending", "{small}");
+    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
     let (code, v) = verify(&db.url);
     assert_eq!(code, 0, "{v}");
     common::assert_events_match_schemas(&db.store().await).await;
@@ -371,11 +472,14 @@ async fn payout_method_fee_and_fx_changes_wait_and_a_rejection_sticks() {
 
     // Reject the 92: nothing booked, and the same line is refused from then on.
     let fx_id = report["lines"][3]["approval_id"].as_str().unwrap();
+    let bob_key = key_file(&db.url, "bob").unwrap();
     let (code, stdout, stderr) = run_cli(
         &db.url,
         &[
             "--actor",
             "bob",
+            "--operator-key",
+            &bob_key,
             "--format",
             "json",
             "approvals",
@@ -417,35 +521,70 @@ async fn a_simulated_ledger_replays_without_approvals_unless_enforced() {
     assert_eq!(report["lines"][1]["status"], "accepted", "{report}");
     assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
 
-    // `control.enforce = "always"` applies it there too.
-    let (_dir, path) = ndjson(&[adjustment("adj-big-2", "prv_a", "5000.000000")]);
-    let out = std::process::Command::new(common::settle_bin())
-        .env("SETTLE_CONTROL__ENFORCE", "always")
-        .args([
-            "--database",
-            &db.url,
-            "--format",
-            "json",
-            "--now",
-            now,
-            "import",
-            &path,
-        ])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["lines"][0]["status"], "pending", "{report}");
-    assert_eq!(payable(&db.url, "prv_a"), 5_000_000_000);
+    // The environment changes nothing: the ledger's policy (seeded by its first command)
+    // decides, here and on a real-clock ledger alike.
+    let import_with_env = |id: &str| {
+        let (_dir, path) = ndjson(&[adjustment(id, "prv_a", "5000.000000")]);
+        let out = std::process::Command::new(common::settle_bin())
+            .env("SETTLE_CONTROL__ENFORCE", "always")
+            .args([
+                "--database",
+                &db.url,
+                "--format",
+                "json",
+                "--now",
+                now,
+                "import",
+                &path,
+            ])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["lines"][0]["status"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(import_with_env("adj-big-2"), "accepted");
+    assert_eq!(payable(&db.url, "prv_a"), 10_000_000_000);
+
+    // `enforce = "always"` in the ledger's policy applies control there too.
+    let (code, out, stderr) = run_cli(
+        &db.url,
+        &["--now", now, "control", "set-policy", "enforce=always"],
+    );
+    assert_eq!(code, 0, "{out}{stderr}");
+    assert_eq!(import_with_env("adj-big-3"), "pending");
+    assert_eq!(payable(&db.url, "prv_a"), 10_000_000_000);
 }
 
 #[tokio::test]
-async fn over_http_an_adjustment_waits_and_only_another_admin_token_approves_it() {
+async fn over_http_a_real_clock_ledger_without_operators_books_nothing_gated() {
     let app = spawn_app("2026-11-02T00:00:00Z").await;
-    app.ledger
-        .store
-        .fix_clock_mode(ClockMode::Real, real_now_ms())
+    settle::ledger::policy::fix_clock_mode(&app.ledger.store, ClockMode::Real, real_now_ms())
         .await
         .unwrap();
+    let admin = app.token(Scope::Admin, None).await;
+    let before = app.get_json(&admin, "/v1/providers/prv_a/summary").await;
+    let body = json!({"adjustment_id":"adj-h0","provider_id":"prv_a","amount_usdc":"2500.000000","reason":"SLA credit"});
+    let r = app
+        .post(Some(&admin), "/v1/admin/adjustments", body.to_string())
+        .await;
+    assert_problem(r, 422, "no_operators").await;
+    let after = app.get_json(&admin, "/v1/providers/prv_a/summary").await;
+    assert_eq!(
+        before["balances"]["available_usdc"],
+        after["balances"]["available_usdc"]
+    );
+    let list = app.get_json(&admin, "/v1/admin/approvals").await;
+    assert_eq!(list["approvals"], json!([]), "{list}");
+}
+
+/// On a simulated-clock ledger without operators whose policy enforces control (a replay,
+/// a test), actors are told apart by their labels: another admin token approves.
+#[tokio::test]
+async fn over_http_an_adjustment_waits_and_only_another_admin_token_approves_it() {
+    let app = spawn_app("2026-11-02T00:00:00Z").await;
+    let mut policy = settle::config::Config::default().seed_policy();
+    policy.enforce = settle::config::Enforce::Always;
+    app.ledger.policy_or_seed(&policy, 0).await.unwrap();
     let (maker, maker_id) = app.token_with(Scope::Admin, None, None).await;
     let checker = app.token(Scope::Admin, None).await;
     let body = json!({"adjustment_id":"adj-h1","provider_id":"prv_a","amount_usdc":"2500.000000","reason":"SLA credit"});
@@ -525,28 +664,26 @@ async fn the_release_of_a_held_payout_waits_for_a_second_actor() {
         ],
     );
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let (code, stdout, stderr) = run_cli(
-        &db.url,
-        &[
-            "--format",
-            "json",
-            "payouts",
-            "--provider",
-            "prv_h",
-            "--status",
-            "all",
-        ],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    let payouts: Value = serde_json::from_str(&stdout).unwrap();
+    let payouts = payouts_of(&db.url, "prv_h");
     let payout = payouts.as_array().unwrap()[0].clone();
     assert_eq!(payout["status"], "held", "{payouts}");
     let id = payout["payout_id"].as_str().unwrap().to_owned();
 
-    // With dual control enforced, alice's release waits; bob's approval releases it.
+    // With dual control enforced by the ledger's policy, alice's release waits; bob's
+    // approval releases it.
+    let (code, out, stderr) = run_cli(
+        &db.url,
+        &[
+            "--now",
+            "2026-11-09T10:00:00Z",
+            "control",
+            "set-policy",
+            "enforce=always",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{stderr}");
     let release = |actor: &str| {
         let out = std::process::Command::new(common::settle_bin())
-            .env("SETTLE_CONTROL__ENFORCE", "always")
             .args([
                 "--database",
                 &db.url,
@@ -615,38 +752,32 @@ async fn the_release_of_a_held_payout_waits_for_a_second_actor() {
 
 /// A real-clock ledger with one provider and two operators, `alice` and `bob`, whose key
 /// files (mode 0600) lie in the returned directory.
-async fn with_operators() -> (TestDb, tempfile::TempDir) {
+async fn with_operators() -> (TestDb, std::path::PathBuf) {
     let db = production().await;
-    let keys = tempfile::tempdir().unwrap();
-    let mut bootstrap = vec!["operator".to_owned(), "bootstrap".to_owned()];
-    for name in ["alice", "bob"] {
-        let path = keys.path().join(format!("{name}.json"));
-        let (code, public, stderr) = run_cli(
-            &db.url,
-            &["operator", "keygen", "--out", path.to_str().unwrap()],
-        );
-        assert_eq!(code, 0, "{stderr}");
-        bootstrap.extend(["--operator".to_owned(), format!("{name}={}", public.trim())]);
-    }
-    let args: Vec<&str> = bootstrap.iter().map(String::as_str).collect();
-    let (code, listed, stderr) = run_cli(&db.url, &args);
+    let (code, listed, stderr) = run_cli(&db.url, &["operator", "list"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         listed.contains("alice") && listed.contains("bob"),
         "{listed}"
     );
+    let keys = keys_path(&db.url);
     (db, keys)
 }
 
-fn key_of(keys: &tempfile::TempDir, name: &str) -> String {
-    keys.path()
+pub(super) fn key_of(keys: impl AsRef<std::path::Path>, name: &str) -> String {
+    keys.as_ref()
         .join(format!("{name}.json"))
         .display()
         .to_string()
 }
 
 /// `settle --actor ACTOR [--operator-key KEY] --format json ARGS…`.
-fn as_operator(url: &str, actor: &str, key: Option<&str>, args: &[&str]) -> (i32, Value, String) {
+pub(super) fn as_operator(
+    url: &str,
+    actor: &str,
+    key: Option<&str>,
+    args: &[&str],
+) -> (i32, Value, String) {
     let mut all = vec!["--actor", actor, "--format", "json"];
     if let Some(key) = key {
         all.extend(["--operator-key", key]);
@@ -722,7 +853,7 @@ async fn an_operator_key_is_refused_when_others_may_read_it_or_it_is_nobody_s() 
     assert!(stderr.contains("insecure_operator_key"), "{stderr}");
 
     // A key of no operator of this ledger.
-    let stranger = keys.path().join("stranger.json");
+    let stranger = keys.join("stranger.json");
     let (code, _, _) = run_cli(
         &db.url,
         &["operator", "keygen", "--out", stranger.to_str().unwrap()],
@@ -878,7 +1009,7 @@ async fn over_http_two_tokens_of_one_operator_are_one_person() {
 
 /// Appends an event to the tail of the platform stream as a database writer could: a copy
 /// of the stream's last event with `event_type` and `payload`, correctly chained and hashed.
-async fn append_forged(db: &TestDb, event_type: &str, payload: Value) {
+pub(super) async fn append_forged(db: &TestDb, event_type: &str, payload: Value) {
     use settle::store::{canonical_bytes, event_hash};
     let store = db.store().await;
     let events = store.stream_events("platform", 0, 10_000).await.unwrap();
@@ -943,7 +1074,7 @@ async fn verify_names_a_decision_a_database_writer_inserted_without_a_second_ope
 }
 
 /// The kinds of the problems a `verify --format json` report lists.
-fn problem_kinds(report: &Value) -> Vec<&str> {
+pub(super) fn problem_kinds(report: &Value) -> Vec<&str> {
     report["problems"]
         .as_array()
         .unwrap()
@@ -1050,13 +1181,16 @@ async fn operators_are_added_rotated_and_removed_only_by_an_approved_request() {
 
 /// A simulated-clock ledger whose configuration (the returned file) enforces control, with
 /// `prv_a` and the operators `alice` and `bob` (key files in the returned directory).
-async fn replay_with_operators(now: &str) -> (TestDb, tempfile::TempDir, String) {
+pub(super) async fn replay_with_operators(now: &str) -> (TestDb, tempfile::TempDir, String) {
     let db = TestDb::new().await;
     let keys = tempfile::tempdir().unwrap();
     let config = keys.path().join("settle.toml");
     std::fs::write(&config, "[control]\nenforce = \"always\"\n").unwrap();
     let config = config.display().to_string();
-    let (code, _, stderr) = run_cli(&db.url, &["migrate", "--simulated-clock"]);
+    let (code, _, stderr) = run_cli(
+        &db.url,
+        &["--config", &config, "migrate", "--simulated-clock"],
+    );
     assert_eq!(code, 0, "{stderr}");
     let mut bootstrap = vec![
         "--now".to_owned(),
@@ -1147,8 +1281,6 @@ async fn a_request_expires_and_an_approval_is_used_once() {
 
 #[tokio::test]
 async fn verify_names_an_adjustment_a_database_writer_inserted_without_an_approval() {
-    use settle::domain::event::{AdjustmentPosted, EventBody, lines_to_json};
-    use settle::store::{canonical_bytes, event_hash};
     let (db, keys) = with_operators().await;
     let (alice, bob) = (key_of(&keys, "alice"), key_of(&keys, "bob"));
     // An approved adjustment names its approval, and verifies.
@@ -1166,30 +1298,7 @@ async fn verify_names_an_adjustment_a_database_writer_inserted_without_an_approv
     // A database writer appends a 50,000 USDC adjustment to prv_a's stream, well hashed and
     // balanced: with no approval, then naming the approval of another adjustment.
     for (n, approval) in [(1, None), (2, Some(id.clone()))] {
-        let store = db.store().await;
-        let events = store
-            .stream_events("provider:prv_a", 0, 10_000)
-            .await
-            .unwrap();
-        let mut e = events.last().unwrap().clone();
-        let body = EventBody::AdjustmentPosted(AdjustmentPosted {
-            adjustment_id: format!("adj-forged-{n}"),
-            provider_id: "prv_a".into(),
-            amount_micro_usdc: 50_000_000_000,
-            reason: "goodwill credit".into(),
-            reference: None,
-            approval_id: approval,
-        });
-        e.seq += 1;
-        e.event_type = "adjustment.posted".into();
-        e.idem_key = Some(format!("adj:adj-forged-{n}"));
-        e.content_hash = None;
-        e.payload = body.to_json();
-        e.lines = lines_to_json(&body.lines());
-        e.prev_hash = e.hash.clone();
-        e.hash = event_hash(&e.prev_hash, &canonical_bytes(&e)).to_vec();
-        common::insert_raw_event(store.pool(), &e).await;
-        store.close().await;
+        forge_adjustment(&db, "prv_a", &format!("adj-forged-{n}"), approval).await;
         let (code, v) = verify(&db.url);
         assert_eq!(code, 1, "{v}");
         let named: Vec<&Value> = v["problems"]
@@ -1219,7 +1328,7 @@ async fn a_tier_change_waits_for_a_second_actor() {
     let (_, shown, _) = as_operator(&db.url, "x", None, &["approvals", "show", &id]);
     assert_eq!(shown[0]["kind"], "tier", "{shown}");
     assert_eq!(
-        shown[0]["summary"], "change the tier of prv_a to enterprise",
+        shown[0]["summary"], "change the tier of prv_a to enterprise (in force: community)",
         "{shown}"
     );
     let (code, decided, stderr) = approve(&db.url, "bob", &id);

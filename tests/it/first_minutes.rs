@@ -33,11 +33,18 @@ fn demo(cwd: &Path, path: &std::ffi::OsStr, extra: &[&str]) -> Output {
 
 /// The command line printed under the step that starts with `step` ("1.", "2.", …).
 fn printed_under<'a>(report: &'a str, step: &str) -> &'a str {
+    printed_lines_under(report, step, 1)[0]
+}
+
+/// The `n` command lines printed under step `step`.
+fn printed_lines_under<'a>(report: &'a str, step: &str, n: usize) -> Vec<&'a str> {
     let mut lines = report.lines();
     lines
         .find(|l| l.trim_start().starts_with(step))
         .unwrap_or_else(|| panic!("no step {step} in the report:\n{report}"));
-    lines.next().expect("a line under the step").trim()
+    (0..n)
+        .map(|_| lines.next().expect("a line under the step").trim())
+        .collect()
 }
 
 /// Runs `line` as a shell would from `cwd` (`exec`, so the process is the command itself).
@@ -140,7 +147,8 @@ async fn what_the_demo_prints_works_when_pasted() {
     let serve = printed_under(&report, "1.");
     let token = printed_under(&report, "2.");
     let curl = printed_under(&report, "3.");
-    let admin = printed_under(&report, "4.");
+    let admin_lines = printed_lines_under(&report, "4.", 2);
+    let (admin, approve) = (admin_lines[0], admin_lines[1]);
     let program = settle_bin().canonicalize().unwrap();
     assert!(
         serve.starts_with(&format!("{} --database ", program.display())),
@@ -204,6 +212,20 @@ async fn what_the_demo_prints_works_when_pasted() {
         .split_whitespace()
         .find(|w| w.starts_with("stl_"))
         .unwrap_or_else(|| panic!("no token in {created}"));
+    // Control is enforced on the demo's ledger: the token waits for the second operator.
+    assert!(created.contains("pending_approval apr_"), "{created}");
+    let r = client
+        .get(format!("{base}/v1/admin/approvals"))
+        .bearer_auth(admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401, "a token waiting for its approval");
+    let approved = pasted(
+        &shell(home.path(), approve, &path, &[]).output().unwrap(),
+        "approvals approve",
+    );
+    assert!(approved.contains("approved"), "{approved}");
     let r = client
         .get(format!("{base}/v1/admin/approvals"))
         .bearer_auth(admin_token)

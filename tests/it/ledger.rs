@@ -382,6 +382,9 @@ async fn indexed_identifiers_compare_as_bytes_after_an_upgrade() {
     let undo: Vec<&str> = undo.iter().map(String::as_str).collect();
     let before = all_projections(&ledger.store).await;
     common::upgrade_through(&ledger.store, 9, &undo).await;
+    // A schema from before 0009 runs every later migration too: 0011 sets the columns it
+    // indexes to byte order as well.
+    common::upgrade_through(&ledger.store, 11, &[]).await;
     assert_eq!(
         keys_not_in_byte_order(&db, &ledger.store).await,
         Vec::<String>::new()

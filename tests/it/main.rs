@@ -15,6 +15,7 @@ mod bands;
 mod bank;
 mod bank_http;
 mod control;
+mod control_gates;
 mod core_dump;
 mod crash_runs;
 mod crash_solana;

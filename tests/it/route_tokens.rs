@@ -355,6 +355,10 @@ fn operations(doc: &Value) -> BTreeSet<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_of_the_openapi_document_answers_each_bearer_as_scoped() {
     let db = TestDb::new().await;
+    // A simulated-clock ledger: its admin and metering tokens work at once (on a real-clock
+    // ledger each waits for a second operator: tests/it/control.rs).
+    let (code, out, err) = run_cli(&db.url, &["migrate", "--simulated-clock"]);
+    assert_eq!(code, 0, "{out}{err}");
     let dir = tempfile::tempdir().unwrap();
     // An admin token that expired yesterday: created two days ago on an empty ledger.
     let two_days_ago = (chrono::Utc::now() - chrono::Duration::days(2)).to_rfc3339();

@@ -987,7 +987,7 @@ async fn the_cli_runs_shows_releases_cancels_and_lists_the_calendar() {
         "--date",
         "2026-11-24",
     ]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("not_monday"), "{err}");
     let (code, _, err) = cli(&[
         "--now",

@@ -9,8 +9,8 @@
 //!   [`RpcChain`] can be exercised end to end.
 //! - [`pack`]: transfers, wallet validation, packing into 1,232-byte transactions (legacy,
 //!   or v0 against lookup tables), keyed memo references.
-//! - [`lookup`]: the treasury's address lookup tables and the maintenance transactions
-//!   that create and extend them.
+//! - [`lookup`]: the treasury's address lookup tables, the maintenance transactions
+//!   that create and extend them, and the check of a node's tables against them.
 //! - [`treasury`]: keypair loading (permission check, redacted), the memo key, mint check,
 //!   recipient token account check, preflight.
 //! - [`payer`]: the exactly-once protocol, the [`Journal`] trait and two journals.
@@ -36,7 +36,7 @@ pub use chain::{
 };
 pub use cluster::{Cluster, ClusterError, check_cluster};
 pub use local::{Delay, LocalChain, LocalChainConfig};
-pub use lookup::{LookupTables, maintained_table};
+pub use lookup::{LookupTables, TableHistory, TableRefusal, maintained_table};
 pub use pack::{MemoKey, Transfer, WalletError, memo_ref, validate_wallet};
 pub use payer::{
     AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Payer,

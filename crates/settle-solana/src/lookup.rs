@@ -13,7 +13,18 @@
 //!
 //! A maintenance transaction holds compute-budget instructions and lookup-table
 //! instructions naming one table, nothing else ([`maintained_table`] tells them apart from
-//! payments); it carries no payout.
+//! payments); it carries no payout. A table has at most one live maintenance transaction
+//! (one per table and round, and the journal refuses a second:
+//! [`maintenance_conflicts`]), so the order its transactions were signed in is the order
+//! their addresses are in the table.
+//!
+//! A v0 message names a table's account by its position, and the signature covers the
+//! position, not the address: packed against a table that a node describes wrongly, a
+//! transfer pays whatever the table really holds there. So the payer never packs against
+//! a table as the node describes it without checking it against what the treasury itself
+//! put in it ([`TableHistory`], from the journaled maintenance transactions): any
+//! difference, a foreign or missing authority or a deactivation is a [`TableRefusal`], and
+//! nothing is signed against the table.
 
 use std::collections::{HashMap, HashSet};
 
@@ -60,7 +71,9 @@ impl LookupTables {
     }
 
     /// Tables from their accounts: only lookup tables of `authority` that are not being
-    /// deactivated are kept (anyone could pass another table's address).
+    /// deactivated are kept (anyone could pass another table's address). The addresses are
+    /// taken as the accounts hold them, unchecked: for looking at tables. The payer packs
+    /// only against [`Self::verified`] tables.
     pub fn from_accounts(
         authority: &Pubkey,
         found: impl IntoIterator<Item = (Pubkey, Option<Account>)>,
@@ -86,7 +99,7 @@ impl LookupTables {
         out
     }
 
-    /// Read the tables `keys` from the chain (see [`Self::from_accounts`]).
+    /// Read the tables `keys` from the chain (see [`Self::from_accounts`]; unchecked).
     pub async fn load(
         chain: &dyn Chain,
         authority: &Pubkey,
@@ -100,6 +113,26 @@ impl LookupTables {
             authority,
             keys.iter().copied().zip(accounts),
         ))
+    }
+
+    /// The tables of `history`, from their accounts as a node describes them (`accounts[i]`
+    /// is the account of `history.tables()[i]`), each checked with [`TableHistory::check`]:
+    /// the first table that differs from what the treasury put in it refuses them all.
+    pub fn verified(
+        authority: &Pubkey,
+        history: &TableHistory,
+        accounts: &[Option<Account>],
+    ) -> Result<Self, TableRefusal> {
+        let mut out = Self::default();
+        for (at, key) in history.tables().iter().enumerate() {
+            let account = accounts.get(at).and_then(Option::as_ref);
+            let addresses = history.check(authority, key, account)?;
+            out.push(AddressLookupTableAccount {
+                key: *key,
+                addresses,
+            });
+        }
+        Ok(out)
     }
 
     fn push(&mut self, table: AddressLookupTableAccount) {
@@ -169,6 +202,237 @@ impl LookupTables {
         }
         out
     }
+}
+
+/// Why the payer does not pack against one of the treasury's lookup tables as a node
+/// describes it. [`TableRefusal::code`] is a stable code. Whatever the refusal, nothing is
+/// signed against the table and the pass stops (see [`crate::PayError::LookupTable`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableRefusal {
+    /// The node's addresses are not the ones the treasury's landed maintenance transactions
+    /// appended (followed at most by those of its open ones): at `index` the treasury put
+    /// `expected` (`None`: nothing) and the node reports `reported` (`None`: nothing). A
+    /// transfer packed against it would pay the account really at that position.
+    #[error(
+        "lookup_table_mismatch: table {table} index {index}: the treasury put {} there, the \
+         node reports {}; nothing is signed against it",
+        or_nothing(expected),
+        or_nothing(reported)
+    )]
+    Mismatch {
+        /// The table.
+        table: Pubkey,
+        /// Position of the first difference.
+        index: usize,
+        /// What the journaled maintenance transactions put there.
+        expected: Option<Pubkey>,
+        /// What the node says is there.
+        reported: Option<Pubkey>,
+    },
+    /// The node reports no lookup table at the address of a table the treasury created.
+    #[error(
+        "lookup_table_missing: table {table}: the node reports {found}, not the treasury's \
+         lookup table; nothing is signed against it"
+    )]
+    Missing {
+        /// The table.
+        table: Pubkey,
+        /// What the node reports instead.
+        found: String,
+    },
+    /// The table's authority is another key than the treasury.
+    #[error(
+        "lookup_table_authority_mismatch: table {table} has authority {authority}, not the \
+         treasury; nothing is signed against it"
+    )]
+    AuthorityMismatch {
+        /// The table.
+        table: Pubkey,
+        /// The authority the node reports.
+        authority: Pubkey,
+    },
+    /// The table is frozen (no authority): the treasury never freezes its tables.
+    #[error("lookup_table_frozen: table {table} has no authority; nothing is signed against it")]
+    Frozen {
+        /// The table.
+        table: Pubkey,
+    },
+    /// The table is being deactivated: the treasury never deactivates its tables.
+    #[error(
+        "lookup_table_deactivated: table {table} is deactivated since slot {slot}; nothing is \
+         signed against it"
+    )]
+    Deactivated {
+        /// The table.
+        table: Pubkey,
+        /// Its deactivation slot.
+        slot: u64,
+    },
+}
+
+impl TableRefusal {
+    /// Stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TableRefusal::Mismatch { .. } => "lookup_table_mismatch",
+            TableRefusal::Missing { .. } => "lookup_table_missing",
+            TableRefusal::AuthorityMismatch { .. } => "lookup_table_authority_mismatch",
+            TableRefusal::Frozen { .. } => "lookup_table_frozen",
+            TableRefusal::Deactivated { .. } => "lookup_table_deactivated",
+        }
+    }
+
+    /// The table refused.
+    pub fn table(&self) -> Pubkey {
+        match self {
+            TableRefusal::Mismatch { table, .. }
+            | TableRefusal::Missing { table, .. }
+            | TableRefusal::AuthorityMismatch { table, .. }
+            | TableRefusal::Frozen { table }
+            | TableRefusal::Deactivated { table, .. } => *table,
+        }
+    }
+}
+
+fn or_nothing(address: &Option<Pubkey>) -> String {
+    address.map_or_else(|| "nothing".to_owned(), |a| a.to_string())
+}
+
+/// What the treasury put in its lookup tables, from its journal: per table, the addresses
+/// its landed maintenance transactions appended, in the order they were signed (the order
+/// on chain: a table has one live maintenance transaction at a time), and the addresses of
+/// each of its maintenance transactions still open (signed, outcome not known yet: they
+/// may have landed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableHistory {
+    /// The tables, in the order of their first landed transaction.
+    tables: Vec<Pubkey>,
+    /// Per table, the addresses its landed transactions appended, in order.
+    landed: HashMap<Pubkey, Vec<Pubkey>>,
+    /// Per table, the addresses each of its open transactions appends.
+    open: HashMap<Pubkey, Vec<Vec<Pubkey>>>,
+}
+
+impl TableHistory {
+    /// The history of the landed maintenance transactions `landed`, in the order they were
+    /// signed, and of the open ones `open` (see [`maintenance_of`]). Only tables with a
+    /// landed transaction are known; an open transaction of another table is ignored.
+    pub fn new(
+        landed: impl IntoIterator<Item = TableWork>,
+        open: impl IntoIterator<Item = TableWork>,
+    ) -> Self {
+        let mut out = Self::default();
+        for work in landed {
+            match out.landed.get_mut(&work.table) {
+                Some(addresses) => addresses.extend(work.addresses),
+                None => {
+                    out.tables.push(work.table);
+                    out.landed.insert(work.table, work.addresses);
+                }
+            }
+        }
+        for work in open {
+            if out.landed.contains_key(&work.table) && !work.addresses.is_empty() {
+                out.open.entry(work.table).or_default().push(work.addresses);
+            }
+        }
+        out
+    }
+
+    /// The tables, in the order of their first landed transaction (as
+    /// [`crate::Journal::lookup_tables`] lists them).
+    pub fn tables(&self) -> &[Pubkey] {
+        &self.tables
+    }
+
+    /// What `table` holds after the treasury's landed transactions (empty for a table it
+    /// does not know).
+    pub fn expected(&self, table: &Pubkey) -> &[Pubkey] {
+        self.landed.get(table).map_or(&[], Vec::as_slice)
+    }
+
+    /// Check `account`, a node's description of the treasury's table `table`, and return
+    /// its addresses. It must be a lookup table of `authority` (not frozen, not being
+    /// deactivated) whose addresses are exactly [`Self::expected`], followed at most by
+    /// those of the table's open transactions (each at most once, whole): anything else is
+    /// refused, naming the first position that differs.
+    pub fn check(
+        &self,
+        authority: &Pubkey,
+        table: &Pubkey,
+        account: Option<&Account>,
+    ) -> Result<Vec<Pubkey>, TableRefusal> {
+        let table = *table;
+        let missing = |found: String| TableRefusal::Missing { table, found };
+        let account = account.ok_or_else(|| missing("no account".to_owned()))?;
+        if account.owner != LOOKUP_TABLE_PROGRAM_ID {
+            return Err(missing(format!("an account of program {}", account.owner)));
+        }
+        let state = AddressLookupTable::deserialize(&account.data)
+            .map_err(|e| missing(format!("an account that is no lookup table ({e})")))?;
+        match state.meta.authority {
+            None => return Err(TableRefusal::Frozen { table }),
+            Some(found) if found != *authority => {
+                return Err(TableRefusal::AuthorityMismatch {
+                    table,
+                    authority: found,
+                });
+            }
+            Some(_) => {}
+        }
+        if state.meta.deactivation_slot != u64::MAX {
+            return Err(TableRefusal::Deactivated {
+                table,
+                slot: state.meta.deactivation_slot,
+            });
+        }
+        let reported = &state.addresses[..];
+        let expected = self.expected(&table);
+        let mismatch = |index: usize, expected: Option<Pubkey>| TableRefusal::Mismatch {
+            table,
+            index,
+            expected,
+            reported: reported.get(index).copied(),
+        };
+        let same = common_prefix(expected, reported);
+        if same < expected.len() {
+            return Err(mismatch(same, expected.get(same).copied()));
+        }
+        // Beyond what landed: only whole open transactions of this table.
+        let mut open: Vec<&[Pubkey]> = self
+            .open
+            .get(&table)
+            .map(|o| o.iter().map(Vec::as_slice).collect())
+            .unwrap_or_default();
+        let mut at = expected.len();
+        while at < reported.len() {
+            let rest = &reported[at..];
+            match open.iter().position(|chunk| rest.starts_with(chunk)) {
+                Some(found) => {
+                    at += open[found].len();
+                    open.swap_remove(found);
+                }
+                None => {
+                    // Name the open transaction the node began, if any.
+                    let closest = open
+                        .iter()
+                        .map(|chunk| (common_prefix(chunk, rest), *chunk))
+                        .filter(|(same, _)| *same > 0)
+                        .max_by_key(|(same, _)| *same);
+                    return Err(match closest {
+                        Some((same, chunk)) => mismatch(at + same, chunk.get(same).copied()),
+                        None => mismatch(at, None),
+                    });
+                }
+            }
+        }
+        Ok(reported.to_vec())
+    }
+}
+
+/// How many leading addresses `a` and `b` share.
+fn common_prefix(a: &[Pubkey], b: &[Pubkey]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// What making `missing` loadable costs the treasury: every maintenance transaction of
@@ -274,13 +538,15 @@ impl TableWork {
     }
 }
 
-/// The transactions that make `missing` loadable: first the tables with room, in order,
-/// then as many new tables as the rest needs, named by the recent slots `recent_slot`,
-/// `recent_slot - 1`, … (at most [`TABLES_CREATED_PER_ROUND_MAX`], one transaction each
-/// that creates and extends it; what does not fit waits for the next round, when those
-/// tables exist). Each
-/// transaction stays within [`PACKET_DATA_SIZE`] with `budget` (the compute-budget
-/// instructions) in front.
+/// The transactions of one round that make `missing` loadable: one per table, so that a
+/// table has one live maintenance transaction at a time. First the tables with room, in
+/// order: each takes as many of the next addresses as fit in one transaction, and keeps
+/// its other free places for those after them, appended in its next rounds. Then as many
+/// new tables as the rest needs, named by the recent slots `recent_slot`,
+/// `recent_slot - 1`, … (at most [`TABLES_CREATED_PER_ROUND_MAX`]), each created by a
+/// transaction that appends what fits in it; their other addresses wait for the next
+/// rounds, when those tables exist. Each transaction stays within [`PACKET_DATA_SIZE`]
+/// with `budget` (the compute-budget instructions) in front.
 pub fn plan(
     tables: &LookupTables,
     authority: &Pubkey,
@@ -292,15 +558,11 @@ pub fn plan(
     let mut rest = missing.iter().copied().peekable();
     for table in &tables.tables {
         let free = ADDRESSES_PER_TABLE_MAX.saturating_sub(table.addresses.len());
-        fill(
-            &mut work,
-            &mut rest,
-            authority,
-            budget,
-            (table.key, None),
-            free,
-            false,
-        );
+        let before = rest.len();
+        work.extend(fill(&mut rest, authority, budget, (table.key, None), free));
+        // The table's other free places: its next rounds fill them.
+        let kept = free.saturating_sub(before - rest.len());
+        rest.by_ref().take(kept).for_each(drop);
     }
     // As few new tables as the rest needs: each is created with what fits in its creating
     // transaction and filled by extensions in the next rounds.
@@ -314,54 +576,47 @@ pub fn plan(
         .filter(|(table, _)| !existing.contains(table))
         .take(needed);
     for new in new_tables.collect::<Vec<_>>() {
-        // One transaction per new table and round: an extension sent alongside could land
-        // before the creation.
-        fill(
-            &mut work,
+        work.extend(fill(
             &mut rest,
             authority,
             budget,
             new,
             ADDRESSES_PER_TABLE_MAX,
-            true,
-        );
+        ));
     }
     work
 }
 
-/// Append to `work` the transactions that move addresses of `rest` into `table` (created
-/// first when its slot is given), up to `free` addresses, one transaction when `once`.
+/// The transaction that moves the next addresses of `rest` into `table` (created first
+/// when its slot is given): as many as fit in one transaction, up to `free`. `None` when
+/// there is nothing to move or no room.
 fn fill(
-    work: &mut Vec<TableWork>,
     rest: &mut std::iter::Peekable<impl ExactSizeIterator<Item = Pubkey>>,
     authority: &Pubkey,
     budget: &[Instruction],
-    (table, mut create_slot): (Pubkey, Option<u64>),
+    (table, create_slot): (Pubkey, Option<u64>),
     mut free: usize,
-    once: bool,
-) {
-    while (free > 0 || create_slot.is_some()) && rest.peek().is_some() {
-        let mut tx = TableWork {
-            table,
-            create_slot: create_slot.take(),
-            addresses: Vec::new(),
-        };
-        while free > 0
-            && let Some(next) = rest.peek()
-        {
-            tx.addresses.push(*next);
-            if tx.size(authority, budget) > PACKET_DATA_SIZE {
-                tx.addresses.pop();
-                break;
-            }
-            rest.next();
-            free -= 1;
-        }
-        work.push(tx);
-        if once {
+) -> Option<TableWork> {
+    if rest.peek().is_none() || (free == 0 && create_slot.is_none()) {
+        return None;
+    }
+    let mut tx = TableWork {
+        table,
+        create_slot,
+        addresses: Vec::new(),
+    };
+    while free > 0
+        && let Some(next) = rest.peek()
+    {
+        tx.addresses.push(*next);
+        if tx.size(authority, budget) > PACKET_DATA_SIZE {
+            tx.addresses.pop();
             break;
         }
+        rest.next();
+        free -= 1;
     }
+    Some(tx)
 }
 
 /// The table a maintenance transaction creates or extends: `Some` when each instruction
@@ -417,13 +672,14 @@ pub fn maintenance_of(tx: &VersionedTransaction) -> Option<TableWork> {
     Some(work)
 }
 
-/// Whether two maintenance transactions may not both be live: they create the same table
-/// or append a common address (two payers that each planned the same accounts). Within
-/// one plan the transactions are disjoint.
+/// Whether two maintenance transactions may not both be live: they name the same table
+/// (its addresses would be in the order the two land, which the signer cannot know, and
+/// [`TableHistory`] takes the order they were signed in) or append a common address (two
+/// payers that each planned the same accounts). Within one plan the transactions are
+/// disjoint.
 pub fn maintenance_conflicts(a: &TableWork, b: &TableWork) -> bool {
-    let created_twice = a.create_slot.is_some() && b.create_slot.is_some() && a.table == b.table;
     let shared: HashSet<&Pubkey> = a.addresses.iter().collect();
-    created_twice || b.addresses.iter().any(|address| shared.contains(address))
+    a.table == b.table || b.addresses.iter().any(|address| shared.contains(address))
 }
 
 /// [`maintenance_of`] of serialized transaction bytes.
@@ -444,4 +700,295 @@ pub fn budget_instructions(compute_unit_limit: u32, priority_fee: u64) -> Vec<In
 /// Budget instructions as sized for planning (the largest limit).
 pub fn budget_for_sizing(priority_fee: u64) -> Vec<Instruction> {
     budget_instructions(COMPUTE_UNIT_LIMIT_MAX, priority_fee)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use solana_address_lookup_table_interface::state::LookupTableMeta;
+
+    use super::*;
+
+    fn keys(n: usize) -> Vec<Pubkey> {
+        (0..n).map(|_| Pubkey::new_unique()).collect()
+    }
+
+    fn table_account(
+        authority: Option<Pubkey>,
+        deactivation_slot: u64,
+        addresses: &[Pubkey],
+    ) -> Account {
+        let meta = LookupTableMeta {
+            authority,
+            deactivation_slot,
+            ..LookupTableMeta::default()
+        };
+        let data = AddressLookupTable {
+            meta,
+            addresses: Cow::Borrowed(addresses),
+        }
+        .serialize_for_tests()
+        .expect("a table serializes");
+        Account {
+            lamports: 1,
+            data,
+            owner: LOOKUP_TABLE_PROGRAM_ID,
+            executable: false,
+            rent_epoch: 0,
+        }
+    }
+
+    fn work(table: Pubkey, create: bool, addresses: &[Pubkey]) -> TableWork {
+        TableWork {
+            table,
+            create_slot: create.then_some(7),
+            addresses: addresses.to_vec(),
+        }
+    }
+
+    /// A table created with `a` and extended with `b`, both landed; `c` open.
+    struct Case {
+        authority: Pubkey,
+        table: Pubkey,
+        a: Vec<Pubkey>,
+        b: Vec<Pubkey>,
+        c: Vec<Pubkey>,
+        history: TableHistory,
+    }
+
+    fn case() -> Case {
+        let (authority, table) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let (a, b, c) = (keys(3), keys(2), keys(2));
+        let other = Pubkey::new_unique();
+        let history = TableHistory::new(
+            [
+                work(table, true, &a),
+                work(other, true, &keys(1)),
+                work(table, false, &b),
+            ],
+            [
+                work(table, false, &c),
+                work(Pubkey::new_unique(), true, &keys(1)),
+            ],
+        );
+        Case {
+            authority,
+            table,
+            a,
+            b,
+            c,
+            history,
+        }
+    }
+
+    impl Case {
+        fn check(&self, addresses: &[Pubkey]) -> Result<Vec<Pubkey>, TableRefusal> {
+            let account = table_account(Some(self.authority), u64::MAX, addresses);
+            self.history
+                .check(&self.authority, &self.table, Some(&account))
+        }
+
+        fn landed(&self) -> Vec<Pubkey> {
+            [self.a.clone(), self.b.clone()].concat()
+        }
+    }
+
+    fn mismatch(
+        table: Pubkey,
+        index: usize,
+        expected: Option<Pubkey>,
+        reported: Option<Pubkey>,
+    ) -> Result<Vec<Pubkey>, TableRefusal> {
+        Err(TableRefusal::Mismatch {
+            table,
+            index,
+            expected,
+            reported,
+        })
+    }
+
+    #[test]
+    fn the_history_lists_the_tables_with_a_landed_transaction_and_their_addresses_in_order() {
+        let c = case();
+        assert_eq!(c.history.tables().len(), 2);
+        assert_eq!(c.history.tables()[0], c.table);
+        assert_eq!(c.history.expected(&c.table), &c.landed()[..]);
+        assert!(c.history.expected(&Pubkey::new_unique()).is_empty());
+    }
+
+    #[test]
+    fn a_table_holding_what_landed_and_its_open_extension_passes() {
+        let c = case();
+        assert_eq!(c.check(&c.landed()), Ok(c.landed()));
+        let with_open = [c.landed(), c.c.clone()].concat();
+        assert_eq!(c.check(&with_open), Ok(with_open.clone()));
+    }
+
+    #[test]
+    fn a_changed_address_is_refused_naming_its_position_and_both_addresses() {
+        let c = case();
+        let attacker = Pubkey::new_unique();
+        let mut lie = c.landed();
+        lie[3] = attacker;
+        assert_eq!(
+            c.check(&lie),
+            mismatch(c.table, 3, Some(c.b[0]), Some(attacker))
+        );
+        // Two of the treasury's own addresses swapped: a transfer would pay the other one.
+        let mut swapped = c.landed();
+        swapped.swap(1, 4);
+        assert_eq!(
+            c.check(&swapped),
+            mismatch(c.table, 1, Some(c.a[1]), Some(c.b[1]))
+        );
+        // The extensions in another order than they were signed (one live at a time).
+        let reordered = [c.b.clone(), c.a.clone()].concat();
+        assert_eq!(
+            c.check(&reordered),
+            mismatch(c.table, 0, Some(c.a[0]), Some(c.b[0]))
+        );
+    }
+
+    #[test]
+    fn fewer_addresses_or_more_than_the_journal_knows_are_refused() {
+        let c = case();
+        let landed = c.landed();
+        assert_eq!(
+            c.check(&landed[..4]),
+            mismatch(c.table, 4, Some(c.b[1]), None)
+        );
+        let stranger = Pubkey::new_unique();
+        let extra = [landed.clone(), vec![stranger]].concat();
+        assert_eq!(c.check(&extra), mismatch(c.table, 5, None, Some(stranger)));
+        // The open extension only whole and once.
+        let part = [landed.clone(), vec![c.c[0], stranger]].concat();
+        assert_eq!(
+            c.check(&part),
+            mismatch(c.table, 6, Some(c.c[1]), Some(stranger))
+        );
+        let twice = [landed.clone(), c.c.clone(), c.c.clone()].concat();
+        assert_eq!(c.check(&twice), mismatch(c.table, 7, None, Some(c.c[0])));
+        // An extension the journal does not hold (here `b`) is no open transaction.
+        let history = TableHistory::new([work(c.table, true, &c.a)], []);
+        let account = table_account(Some(c.authority), u64::MAX, &landed);
+        assert_eq!(
+            history.check(&c.authority, &c.table, Some(&account)),
+            mismatch(c.table, 3, None, Some(c.b[0]))
+        );
+    }
+
+    #[test]
+    fn a_table_that_is_not_the_treasurys_live_table_is_refused() {
+        let c = case();
+        let landed = c.landed();
+        let code = |account: Option<&Account>| {
+            c.history
+                .check(&c.authority, &c.table, account)
+                .map_err(|e| e.code())
+        };
+        let stranger = Pubkey::new_unique();
+        assert_eq!(
+            code(Some(&table_account(Some(stranger), u64::MAX, &landed))),
+            Err("lookup_table_authority_mismatch")
+        );
+        assert_eq!(
+            code(Some(&table_account(None, u64::MAX, &landed))),
+            Err("lookup_table_frozen")
+        );
+        assert_eq!(
+            code(Some(&table_account(Some(c.authority), 42, &landed))),
+            Err("lookup_table_deactivated")
+        );
+        assert_eq!(code(None), Err("lookup_table_missing"));
+        let mut foreign = table_account(Some(c.authority), u64::MAX, &landed);
+        foreign.owner = stranger;
+        assert_eq!(code(Some(&foreign)), Err("lookup_table_missing"));
+        let mut garbage = table_account(Some(c.authority), u64::MAX, &landed);
+        garbage.data.truncate(10);
+        assert_eq!(code(Some(&garbage)), Err("lookup_table_missing"));
+    }
+
+    #[test]
+    fn verified_tables_need_every_table_of_the_history() {
+        let c = case();
+        let other = c.history.tables()[1];
+        let fine = table_account(Some(c.authority), u64::MAX, &c.landed());
+        let other_account = table_account(Some(c.authority), u64::MAX, c.history.expected(&other));
+        let tables = LookupTables::verified(
+            &c.authority,
+            &c.history,
+            &[Some(fine.clone()), Some(other_account)],
+        )
+        .expect("honest tables pass");
+        assert_eq!(tables.tables().len(), 2);
+        assert_eq!(tables.position(&c.b[0]), Some((0, 3)));
+        // An answer without the second table's account.
+        let short = LookupTables::verified(&c.authority, &c.history, &[Some(fine)]);
+        assert_eq!(
+            short.map(|_| ()).map_err(|e| (e.code(), e.table())),
+            Err(("lookup_table_missing", other))
+        );
+    }
+
+    #[test]
+    fn two_transactions_of_one_table_may_not_both_be_live() {
+        let table = Pubkey::new_unique();
+        let other = Pubkey::new_unique();
+        assert!(maintenance_conflicts(
+            &work(table, true, &keys(2)),
+            &work(table, false, &keys(2))
+        ));
+        assert!(maintenance_conflicts(
+            &work(table, false, &keys(2)),
+            &work(table, false, &keys(2))
+        ));
+        assert!(!maintenance_conflicts(
+            &work(table, false, &keys(2)),
+            &work(other, false, &keys(2))
+        ));
+        let shared = keys(1);
+        assert!(maintenance_conflicts(
+            &work(table, true, &shared),
+            &work(other, true, &shared)
+        ));
+    }
+
+    #[test]
+    fn a_round_has_one_transaction_per_table_and_keeps_a_tables_room_for_its_next_rounds() {
+        let authority = Pubkey::new_unique();
+        let budget = budget_for_sizing(10_000);
+        let existing = Pubkey::new_unique();
+        let mut tables = LookupTables::none();
+        tables.push(AddressLookupTableAccount {
+            key: existing,
+            addresses: keys(200),
+        });
+        let missing = keys(100);
+        let work = plan(&tables, &authority, &missing, 1_000, &budget);
+        let mut named: Vec<Pubkey> = work.iter().map(|w| w.table).collect();
+        named.sort_unstable();
+        named.dedup();
+        assert_eq!(named.len(), work.len(), "one transaction per table");
+        assert_eq!(work[0].table, existing);
+        assert!(work[0].create_slot.is_none());
+        let first = work[0].addresses.len();
+        assert!(
+            first > 10 && first < 56,
+            "{first} addresses in one transaction"
+        );
+        assert_eq!(&work[0].addresses[..], &missing[..first]);
+        // The existing table keeps 56 places for the next 56 addresses: the new table
+        // starts after them.
+        assert_eq!(work.len(), 2);
+        assert_eq!(work[1].create_slot, Some(1_000));
+        assert_eq!(work[1].addresses[0], missing[56]);
+        for w in &work {
+            assert!(w.size(&authority, &budget) <= PACKET_DATA_SIZE);
+        }
+        // Round after round every address finds its place, each table holding each once.
+        let growth = growth(&tables, &authority, &missing, &budget);
+        assert_eq!(growth.addresses, 100);
+        assert_eq!(growth.tables_created, 1);
+    }
 }

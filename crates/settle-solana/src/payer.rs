@@ -6,7 +6,10 @@
 //!    driven to an outcome first (step 4).
 //! 2. **Tables, pack and sign.** The treasury's lookup tables are read and, for a large
 //!    enough call, created or extended first by maintenance transactions that follow
-//!    steps 3 and 4 themselves ([`crate::lookup`]; no two live ones share an address). New
+//!    steps 3 and 4 themselves ([`crate::lookup`]; no two live ones name the same table or
+//!    share an address). Each table as the node describes it must hold exactly what the
+//!    journaled maintenance transactions put in it ([`crate::lookup::TableHistory`]);
+//!    otherwise the call stops with [`PayError::LookupTable`] and signs nothing. New
 //!    transfers are packed ([`crate::pack`]) against the tables, at most
 //!    `transactions_in_flight_max` transactions at a time, simulated unsigned to size
 //!    the compute unit limit, then signed with a fresh blockhash.
@@ -60,8 +63,8 @@ use tokio::time::Instant;
 
 use crate::chain::{Chain, ChainError, Confirmation, SigStatus, Tip};
 use crate::lookup::{
-    LookupTables, TableGrowth, budget_for_sizing, budget_instructions, growth, maintained_table,
-    plan,
+    LookupTables, TableGrowth, TableHistory, TableRefusal, budget_for_sizing, budget_instructions,
+    growth, maintained_table, maintenance_of, plan,
 };
 use crate::pack::{
     Batch, COMPUTE_UNIT_LIMIT_MAX, PackParams, Transfer, compute_unit_limit_for, lookup_addresses,
@@ -185,6 +188,22 @@ pub trait Journal: Send + Sync {
     /// The lookup tables of landed maintenance attempts (attempts without transfers whose
     /// transaction [`maintained_table`] names), each once, in the order of their attempts.
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError>;
+    /// The landed maintenance attempts themselves (those [`Journal::lookup_tables`] takes its
+    /// tables from), in the order they were signed: what the treasury put in its tables.
+    /// The payer checks every table a node describes against them before it packs a
+    /// transaction against it ([`TableHistory`]).
+    ///
+    /// The default answers `lookup_table_history_unavailable`: a journal that cannot list
+    /// them cannot tell what the tables hold, so a payer with
+    /// [`PayerConfig::lookup_tables`] on stops there (with it off, nothing asks).
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        Err(JournalError(
+            "lookup_table_history_unavailable: this journal does not list its landed \
+             lookup-table transactions (Journal::landed_maintenance); the treasury's tables \
+             cannot be checked, so none is used"
+                .into(),
+        ))
+    }
 }
 
 /// The tables of the landed maintenance attempts among `attempts` (see
@@ -314,7 +333,8 @@ impl JournalState {
                 "payout {id} already has an open attempt"
             )));
         }
-        // Invariant: no two live lookup-table transactions touch the same address.
+        // Invariant: no two live lookup-table transactions name the same table or touch the
+        // same address.
         if attempt.transfers.is_empty() {
             let work = crate::lookup::maintenance_of_bytes(&attempt.tx_bytes).ok_or_else(|| {
                 JournalError(format!(
@@ -328,7 +348,7 @@ impl JournalState {
                         .is_some_and(|w| crate::lookup::maintenance_conflicts(&w, &work))
             }) {
                 return Err(JournalError(format!(
-                    "maintenance_conflict: lookup-table transaction {} is in flight with the same addresses",
+                    "maintenance_conflict: lookup-table transaction {} is in flight with the same table or addresses",
                     other.attempt_id
                 )));
             }
@@ -391,12 +411,17 @@ impl JournalState {
     }
 
     fn lookup_tables(&self) -> Vec<Pubkey> {
-        landed_tables(self.attempts.iter().filter(|a| {
-            matches!(
-                self.outcomes.get(&a.attempt_id),
-                Some(AttemptOutcome::Landed { .. })
-            )
-        }))
+        landed_tables(self.landed_maintenance())
+    }
+
+    fn landed_maintenance(&self) -> impl Iterator<Item = &SignedAttempt> {
+        self.attempts.iter().filter(|a| {
+            a.transfers.is_empty()
+                && matches!(
+                    self.outcomes.get(&a.attempt_id),
+                    Some(AttemptOutcome::Landed { .. })
+                )
+        })
     }
 
     fn resolved(&self, payout_ids: &[String]) -> Vec<String> {
@@ -507,6 +532,17 @@ impl Journal for MemoryJournal {
 
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
         Ok(self.state.lock().expect("journal lock").0.lookup_tables())
+    }
+
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        Ok(self
+            .state
+            .lock()
+            .expect("journal lock")
+            .0
+            .landed_maintenance()
+            .cloned()
+            .collect())
     }
 }
 
@@ -649,6 +685,17 @@ impl Journal for FileJournal {
 
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
         Ok(self.inner.lock().expect("journal lock").0.lookup_tables())
+    }
+
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        Ok(self
+            .inner
+            .lock()
+            .expect("journal lock")
+            .0
+            .landed_maintenance()
+            .cloned()
+            .collect())
     }
 }
 
@@ -836,6 +883,13 @@ pub enum PayError {
     /// Signing failed (wrong key for the stored transaction).
     #[error("signing failed: {0}")]
     Signing(String),
+    /// A lookup table of the treasury, as the node describes it, is not what the treasury
+    /// put in it (or is not the treasury's, or is frozen, deactivated or gone): nothing was
+    /// signed against it and the call stopped before signing any new transaction. A node
+    /// that lies about a table would otherwise have transfers pay the accounts really at
+    /// the positions it named. [`TableRefusal::code`] is a stable code.
+    #[error(transparent)]
+    LookupTable(#[from] TableRefusal),
 }
 
 /// An attempt being waited for.
@@ -1395,7 +1449,9 @@ impl Payer {
     /// call has at least `lookup_tables_min_transfers` transfers; at most
     /// `lookup_table_rounds_max` rounds of maintenance transactions, each awaited until
     /// final). Any trouble falls back to the tables there are, legacy packing at worst:
-    /// tables make transactions denser, they never decide whether a payout is paid.
+    /// tables make transactions denser, they never decide whether a payout is paid. The one
+    /// exception is a table the node describes otherwise than the journal
+    /// ([`PayError::LookupTable`]): that stops the call, before anything is signed.
     async fn lookup_tables_for(
         &self,
         transfers: &[Transfer],
@@ -1459,20 +1515,52 @@ impl Payer {
         }
     }
 
-    /// The treasury's tables as the chain holds them; `None` when they cannot be read (the
-    /// pass then packs legacy transactions).
+    /// The treasury's tables as the chain holds them, each checked against what the
+    /// journaled maintenance transactions put in it; `None` when they cannot be read (the
+    /// pass then packs legacy transactions). A table the node describes otherwise stops the
+    /// call ([`PayError::LookupTable`]): no table is used, and nothing is signed.
     async fn treasury_tables(&self, params: &PackParams) -> Result<Option<LookupTables>, PayError> {
-        let known = self.journal.lookup_tables().await?;
-        match self
-            .with_rpc_retries(|| LookupTables::load(self.chain.as_ref(), &params.treasury, &known))
+        let history = self.table_history().await?;
+        if history.tables().is_empty() {
+            return Ok(Some(LookupTables::none()));
+        }
+        let accounts = match self
+            .with_rpc_retries(|| self.chain.accounts(history.tables()))
             .await
         {
-            Ok(tables) => Ok(Some(tables)),
+            Ok(accounts) => accounts,
             Err(e) => {
                 tracing::warn!(error = %e, "lookup tables unreadable; packing legacy transactions");
-                Ok(None)
+                return Ok(None);
+            }
+        };
+        match LookupTables::verified(&params.treasury, &history, &accounts) {
+            Ok(tables) => Ok(Some(tables)),
+            Err(refused) => {
+                tracing::error!(
+                    code = refused.code(),
+                    table = %refused.table(),
+                    error = %refused,
+                    "lookup table differs from what the treasury put in it; signing nothing"
+                );
+                Err(refused.into())
             }
         }
+    }
+
+    /// What the treasury put in its tables: the maintenance transactions of the journal,
+    /// landed and open.
+    async fn table_history(&self) -> Result<TableHistory, PayError> {
+        let works = |attempts: Vec<SignedAttempt>| -> Result<Vec<_>, PayError> {
+            let mut works = Vec::new();
+            for attempt in attempts.iter().filter(|a| a.transfers.is_empty()) {
+                works.extend(maintenance_of(&attempt.transaction()?));
+            }
+            Ok(works)
+        };
+        let landed = works(self.journal.landed_maintenance().await?)?;
+        let open = works(self.journal.open_attempts().await?)?;
+        Ok(TableHistory::new(landed, open))
     }
 
     /// The table maintenance a pass over `transfers` will send first (what the preflight
@@ -1531,9 +1619,9 @@ impl Payer {
             };
             // Durable before sending, like a payment.
             if let Err(refused) = self.journal.record_signed(&attempt).await {
-                // Another payer's table transaction with the same addresses became visible
-                // (a killed payer's last record, committed late): it is resumed at the
-                // end of this call; plan no more.
+                // Another payer's table transaction with the same table or addresses became
+                // visible (a killed payer's last record, committed late): it is resumed at
+                // the end of this call; plan no more.
                 let open = self.journal.open_attempts().await?;
                 if open.iter().any(|a| {
                     a.transfers.is_empty()

@@ -42,6 +42,9 @@ impl Journal for CrashAfterRecord {
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
         self.0.lookup_tables().await
     }
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        self.0.landed_maintenance().await
+    }
 }
 
 #[tokio::test]
@@ -241,6 +244,9 @@ impl Journal for LaggingReads {
     }
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
         self.inner.lookup_tables().await
+    }
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        self.inner.landed_maintenance().await
     }
 }
 

@@ -1,7 +1,8 @@
 //! Dense v0 transactions against the treasury's address lookup tables, on the real
 //! Address Lookup Table, SPL Token and ATA programs (litesvm): how many payouts one
-//! transaction carries, what a payout costs in fees, and the tables' maintenance
-//! transactions exactly once through crashes.
+//! transaction carries, what a payout costs in fees, the tables' maintenance
+//! transactions exactly once through crashes, and nothing signed against a table that a
+//! node describes otherwise than the treasury filled it.
 //!
 //! `cargo test -p settle-solana --test lookup_tables -- --nocapture` prints the figures.
 
@@ -12,13 +13,17 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::{Env, SOL, USDC, fast_config, total, transfers, wallets};
-use settle_solana::lookup::{self, ADDRESSES_PER_TABLE_MAX, LookupTables, TableGrowth};
+use settle_solana::lookup::{
+    self, ADDRESSES_PER_TABLE_MAX, LookupTables, TableGrowth, TableRefusal,
+};
 use settle_solana::pack::{self, token_account_of};
 use settle_solana::{
-    AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport,
-    PreflightError, Pubkey, Signature, SignedAttempt, Transfer, VersionedTransaction,
+    Account, AttemptOutcome, Chain, ChainError, Confirmation, FileJournal, Hash, Journal,
+    JournalError, LocalChain, MemoryJournal, PayError, PayReport, Payer, PreflightError, Pubkey,
+    Signature, SignatureStatuses, SignedAttempt, Tip, TokenDelta, Transfer, VersionedTransaction,
     maintained_table, preflight, reconcile,
 };
+use solana_address_lookup_table_interface::state::{AddressLookupTable, LookupTableMeta};
 use solana_message::VersionedMessage;
 
 /// The priority fee of the default configuration (what the figures compare at).
@@ -436,6 +441,9 @@ impl<H: Hooks> Journal for Hooked<H> {
     async fn lookup_tables(&self) -> Result<Vec<Pubkey>, JournalError> {
         self.inner.lookup_tables().await
     }
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        self.inner.landed_maintenance().await
+    }
 }
 
 /// Makes the first maintenance record durable, then "crashes" (before it is sent), or
@@ -738,4 +746,380 @@ async fn a_table_transaction_committed_late_by_a_killed_payer_is_not_doubled() {
         addresses.len(),
         "an address is in two tables"
     );
+}
+
+/// What a lying node does to a lookup table account before it answers with it (`None`: it
+/// says there is no account).
+type Lie = Box<dyn Fn(Account) -> Option<Account> + Send + Sync>;
+
+/// A node that lies about lookup tables: every lookup table account it returns goes
+/// through [`Lie`] first. Everything else is the local chain's, which executes the real
+/// programs against the real tables.
+struct LyingNode {
+    chain: LocalChain,
+    lie: Lie,
+}
+
+/// `account`, a lookup table, with its metadata and addresses changed by `edit`.
+fn rewritten(account: Account, edit: impl Fn(&mut LookupTableMeta, &mut Vec<Pubkey>)) -> Account {
+    let table = AddressLookupTable::deserialize(&account.data).unwrap();
+    let mut meta = table.meta.clone();
+    let mut addresses = table.addresses.to_vec();
+    edit(&mut meta, &mut addresses);
+    let data = AddressLookupTable {
+        meta,
+        addresses: addresses.into(),
+    }
+    .serialize_for_tests()
+    .unwrap();
+    Account { data, ..account }
+}
+
+#[async_trait]
+impl Chain for LyingNode {
+    async fn latest_blockhash(&self) -> Result<(Hash, u64), ChainError> {
+        self.chain.latest_blockhash().await
+    }
+    async fn block_height(&self, commitment: Confirmation) -> Result<u64, ChainError> {
+        self.chain.block_height(commitment).await
+    }
+    async fn tip(&self, commitment: Confirmation) -> Result<Tip, ChainError> {
+        self.chain.tip(commitment).await
+    }
+    async fn send_transaction(&self, tx: &VersionedTransaction) -> Result<Signature, ChainError> {
+        self.chain.send_transaction(tx).await
+    }
+    async fn simulate_units(&self, tx: &VersionedTransaction) -> Result<u64, ChainError> {
+        self.chain.simulate_units(tx).await
+    }
+    async fn signature_statuses(
+        &self,
+        signatures: &[Signature],
+        search_history: bool,
+    ) -> Result<SignatureStatuses, ChainError> {
+        self.chain
+            .signature_statuses(signatures, search_history)
+            .await
+    }
+    async fn accounts(&self, keys: &[Pubkey]) -> Result<Vec<Option<Account>>, ChainError> {
+        let accounts = self.chain.accounts(keys).await?;
+        Ok(accounts
+            .into_iter()
+            .map(|account| match account {
+                Some(a) if a.owner == lookup::LOOKUP_TABLE_PROGRAM_ID => (self.lie)(a),
+                other => other,
+            })
+            .collect())
+    }
+    async fn token_balance(&self, token_account: &Pubkey) -> Result<Option<u64>, ChainError> {
+        self.chain.token_balance(token_account).await
+    }
+    async fn sol_balance(&self, key: &Pubkey) -> Result<u64, ChainError> {
+        self.chain.sol_balance(key).await
+    }
+    async fn transaction_token_deltas(
+        &self,
+        signature: &Signature,
+    ) -> Result<Option<Vec<TokenDelta>>, ChainError> {
+        self.chain.transaction_token_deltas(signature).await
+    }
+    async fn minimum_balance_for_rent_exemption(&self, data_len: usize) -> Result<u64, ChainError> {
+        self.chain
+            .minimum_balance_for_rent_exemption(data_len)
+            .await
+    }
+    async fn genesis_hash(&self) -> Result<Hash, ChainError> {
+        self.chain.genesis_hash().await
+    }
+}
+
+/// A treasury whose table holds the token account of an attacker, and the people it pays.
+struct Attacked {
+    env: Env,
+    journal: Arc<MemoryJournal>,
+    /// Honest recipients, paid once already; their token accounts are in the table.
+    recipients: Vec<Pubkey>,
+    /// The attacker's wallet: a recipient of the first pass, its token account in the table.
+    attacker: Pubkey,
+}
+
+impl Attacked {
+    /// A first pass, on an honest node, pays 70 recipients (the attacker the 41st) through
+    /// a table it creates; the attacker then empties its token account.
+    async fn new() -> Self {
+        let env = rich_env();
+        let mut recipients = with_accounts(&env, 70);
+        let journal = Arc::new(MemoryJournal::new());
+        let report = pay_with_tables(&env, journal.clone(), &transfers("week1", &recipients)).await;
+        assert_eq!(report.settled(), 70);
+        assert_eq!(journal.lookup_tables().await.unwrap().len(), 1);
+        let attacker = recipients.remove(40);
+        env.chain.plant_token_account(
+            &token_account_of(&attacker, &env.mint),
+            &env.mint,
+            &attacker,
+            0,
+        );
+        Self {
+            env,
+            journal,
+            recipients,
+            attacker,
+        }
+    }
+
+    fn account(&self, wallet: &Pubkey) -> Pubkey {
+        token_account_of(wallet, &self.env.mint)
+    }
+
+    /// Where the treasury's table really holds `wallet`'s token account (read from the
+    /// chain itself): the table and the position.
+    async fn position(&self, wallet: &Pubkey) -> (Pubkey, usize) {
+        let keys = self.journal.lookup_tables().await.unwrap();
+        let tables = LookupTables::load(&self.env.chain, &self.env.treasury.pubkey(), &keys)
+            .await
+            .unwrap();
+        let (table, index) = tables.position(&self.account(wallet)).unwrap();
+        (tables.tables()[table].key, index)
+    }
+
+    /// A payer whose node lies with `lie`.
+    fn payer_on(&self, lie: Lie, preflight: bool) -> Payer {
+        let mut config = payer_config(&self.env, true);
+        config.preflight = preflight;
+        let node = LyingNode {
+            chain: self.env.chain.clone(),
+            lie,
+        };
+        Payer::new(
+            Arc::new(node),
+            self.journal.clone(),
+            self.env.treasury.clone(),
+            config,
+        )
+    }
+
+    /// Pay `batch` through a node lying with `lie`: the call must stop with a
+    /// [`TableRefusal`], having signed nothing, sent nothing and paid nothing.
+    async fn refused(&self, batch: &[Transfer], lie: Lie, preflight: bool) -> TableRefusal {
+        let signed = self.journal.attempts().len();
+        let landed = self.env.chain.landed_signatures().len();
+        let balances: Vec<u64> = batch.iter().map(|t| self.env.balance(&t.wallet)).collect();
+        let refusal = match self.payer_on(lie, preflight).pay(batch.to_vec()).await {
+            Err(PayError::LookupTable(refusal)) => refusal,
+            Ok(report) => panic!(
+                "the pass went on despite the lying node's table (the attacker's token account \
+                 holds {} µUSDC): {report:?}",
+                self.env.balance(&self.attacker)
+            ),
+            Err(other) => panic!("another error than a table refusal: {other}"),
+        };
+        assert_eq!(self.journal.attempts().len(), signed, "nothing signed");
+        assert_eq!(
+            self.env.chain.landed_signatures().len(),
+            landed,
+            "nothing landed"
+        );
+        assert_eq!(
+            self.env.balance(&self.attacker),
+            0,
+            "the attacker got nothing"
+        );
+        let after: Vec<u64> = batch.iter().map(|t| self.env.balance(&t.wallet)).collect();
+        assert_eq!(after, balances, "no recipient was paid");
+        let ids: Vec<String> = batch.iter().map(|t| t.payout_id.clone()).collect();
+        assert!(
+            self.journal
+                .resolved_payouts(&ids)
+                .await
+                .unwrap()
+                .is_empty(),
+            "no payout is recorded as paid"
+        );
+        assert!(self.journal.holders(&ids).await.unwrap().is_empty());
+        refusal
+    }
+
+    /// The same payouts through the honest node: paid, through the table.
+    async fn paid_honestly(&self, batch: &[Transfer]) {
+        let before: Vec<u64> = batch.iter().map(|t| self.env.balance(&t.wallet)).collect();
+        let report = pay_with_tables(&self.env, self.journal.clone(), batch).await;
+        assert_eq!(report.settled(), batch.len(), "{report:?}");
+        for (t, before) in batch.iter().zip(before) {
+            assert_eq!(self.env.balance(&t.wallet), before + t.amount_micro_usdc);
+        }
+        assert_eq!(self.env.balance(&self.attacker), 0);
+        let (payments, maintenance) = landed(&self.env, &report);
+        assert!(maintenance.is_empty());
+        assert!(payments.iter().all(|l| l.v0), "paid through the table");
+    }
+}
+
+/// A node swaps, in its answer, the position of a victim's token account with the
+/// attacker's (both in the treasury's table). Packed against that answer, the victim's
+/// transfer would name the attacker's position and pay the attacker, and the journal would
+/// record the victim paid. The payer compares the table with what its own landed
+/// maintenance transactions put there and refuses the pass: nothing signed, nothing paid.
+#[tokio::test]
+async fn a_node_that_swaps_a_tables_addresses_gets_nothing_signed_and_the_attacker_nothing() {
+    let attacked = Attacked::new().await;
+    // Every honest recipient again: a pass large enough for the preflight to read the
+    // tables too.
+    let victims = &attacked.recipients[..];
+    let batch = transfers("week2", victims);
+    let (table, at_attacker) = attacked.position(&attacked.attacker).await;
+    let (victim_table, at_victim) = attacked.position(&victims[0]).await;
+    assert_eq!(table, victim_table, "one table holds both");
+    let (attacker_account, victim_account) = (
+        attacked.account(&attacked.attacker),
+        attacked.account(&victims[0]),
+    );
+    let swap = move || -> Lie {
+        Box::new(move |account| {
+            Some(rewritten(account, |_, addresses| {
+                addresses.swap(at_attacker, at_victim);
+            }))
+        })
+    };
+    // Refused by the preflight's reading of the tables, and without a preflight by the
+    // reading before packing.
+    for preflight in [true, false] {
+        let refusal = attacked.refused(&batch, swap(), preflight).await;
+        assert_eq!(refusal.code(), "lookup_table_mismatch");
+        let (index, expected, reported) = if at_attacker < at_victim {
+            (at_attacker, attacker_account, victim_account)
+        } else {
+            (at_victim, victim_account, attacker_account)
+        };
+        assert_eq!(
+            refusal,
+            TableRefusal::Mismatch {
+                table,
+                index,
+                expected: Some(expected),
+                reported: Some(reported),
+            }
+        );
+        let text = PayError::LookupTable(refusal).to_string();
+        for part in [
+            "lookup_table_mismatch".to_owned(),
+            table.to_string(),
+            format!("index {index}"),
+            expected.to_string(),
+            reported.to_string(),
+        ] {
+            assert!(text.contains(&part), "{part} not in {text}");
+        }
+    }
+    attacked.paid_honestly(&batch).await;
+}
+
+/// Any other difference between a table as the node describes it and what the treasury
+/// put in it, or a table that is not the treasury's live table, refuses the pass the same
+/// way; the honest node still pays through the table afterwards.
+#[tokio::test]
+async fn every_other_difference_from_what_the_treasury_put_in_its_table_is_refused() {
+    let attacked = Attacked::new().await;
+    let victims = &attacked.recipients[..3];
+    let batch = transfers("week2", victims);
+    let (table, at_victim) = attacked.position(&victims[0]).await;
+    let attacker_account = attacked.account(&attacked.attacker);
+    let victim_account = attacked.account(&victims[0]);
+    let held = LookupTables::load(
+        &attacked.env.chain,
+        &attacked.env.treasury.pubkey(),
+        &[table],
+    )
+    .await
+    .unwrap()
+    .tables()[0]
+        .addresses
+        .len();
+    let stranger = Pubkey::new_unique();
+    let edit = |edit: fn(&mut LookupTableMeta, &mut Vec<Pubkey>, usize, Pubkey)| -> Lie {
+        Box::new(move |account| {
+            Some(rewritten(account, |meta, addresses| {
+                edit(meta, addresses, at_victim, attacker_account)
+            }))
+        })
+    };
+    let lies: Vec<(&str, Lie, &str)> = vec![
+        (
+            "the victim's token account replaced by the attacker's",
+            edit(|_, addresses, at, attacker| addresses[at] = attacker),
+            "lookup_table_mismatch",
+        ),
+        (
+            "an address the treasury never appended",
+            edit(|_, addresses, _, attacker| addresses.push(attacker)),
+            "lookup_table_mismatch",
+        ),
+        (
+            "the last address left out",
+            edit(|_, addresses, _, _| {
+                addresses.pop();
+            }),
+            "lookup_table_mismatch",
+        ),
+        (
+            "another authority",
+            Box::new(move |account| {
+                Some(rewritten(account, |meta, _| {
+                    meta.authority = Some(stranger)
+                }))
+            }),
+            "lookup_table_authority_mismatch",
+        ),
+        (
+            "frozen",
+            edit(|meta, _, _, _| meta.authority = None),
+            "lookup_table_frozen",
+        ),
+        (
+            "deactivated",
+            edit(|meta, _, _, _| meta.deactivation_slot = 5),
+            "lookup_table_deactivated",
+        ),
+        ("no table", Box::new(|_| None), "lookup_table_missing"),
+    ];
+    for (lie, how, code) in lies {
+        let refusal = attacked.refused(&batch, how, true).await;
+        assert_eq!(refusal.code(), code, "{lie}: {refusal}");
+        assert_eq!(refusal.table(), table, "{lie}");
+        match (lie, &refusal) {
+            (
+                "the victim's token account replaced by the attacker's",
+                TableRefusal::Mismatch {
+                    index,
+                    expected,
+                    reported,
+                    ..
+                },
+            ) => {
+                assert_eq!(*index, at_victim);
+                assert_eq!(*expected, Some(victim_account));
+                assert_eq!(*reported, Some(attacker_account));
+            }
+            (
+                "an address the treasury never appended",
+                TableRefusal::Mismatch {
+                    index,
+                    expected,
+                    reported,
+                    ..
+                },
+            ) => assert_eq!(
+                (*index, *expected, *reported),
+                (held, None, Some(attacker_account))
+            ),
+            (
+                "the last address left out",
+                TableRefusal::Mismatch {
+                    index, reported, ..
+                },
+            ) => assert_eq!((*index, *reported), (held - 1, None)),
+            _ => {}
+        }
+    }
+    attacked.paid_honestly(&batch).await;
 }

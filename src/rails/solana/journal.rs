@@ -420,6 +420,15 @@ impl Journal for LedgerJournal {
         Ok(settle_solana::payer::landed_tables(&landed))
     }
 
+    async fn landed_maintenance(&self) -> Result<Vec<SignedAttempt>, JournalError> {
+        rows::attempts(&self.ledger.store, Attempts::LandedMaintenance)
+            .await
+            .map_err(|e| journal_error(e.into()))?
+            .iter()
+            .map(signed_attempt)
+            .collect()
+    }
+
     async fn holders(&self, payout_ids: &[String]) -> Result<Vec<(String, String)>, JournalError> {
         let claimed = self.claimed(payout_ids).await?;
         Ok(payout_ids

@@ -141,6 +141,7 @@ impl TestApp {
                 label: "test".into(),
                 expires_in_days,
                 created_by: Actor::operator("test"),
+                needs_approval: false,
             },
             &AuthConfig::default(),
             self.ledger.now_ms(),
