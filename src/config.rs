@@ -77,6 +77,10 @@ pub struct LedgerConfig {
     /// (not a key of `[ledger]`).
     #[serde(skip)]
     pub control: ControlConfig,
+    /// A copy of the `[reliability]` section, set by [`Config::load`] (not a key of
+    /// `[ledger]`).
+    #[serde(skip)]
+    pub reliability: ReliabilityConfig,
     /// The approval the commands of this ledger handle run under: set by
     /// `control::approve` on its own copy of the ledger, never by configuration; the
     /// events a gated command books name it (`approval_id`), so `verify` can tie them to a
@@ -133,6 +137,7 @@ impl Default for LedgerConfig {
             usage_rate_band_max_pct: Self::DEFAULT_USAGE_RATE_BAND_MAX_PCT,
             usage_rate_without_price_book: WithoutPriceBook::Reject,
             control: ControlConfig::default(),
+            reliability: ReliabilityConfig::default(),
             approval_id: None,
         }
     }
@@ -687,6 +692,30 @@ pub struct Config {
     pub control: ControlConfig,
     pub auth: AuthConfig,
     pub store: StoreConfig,
+    pub reliability: ReliabilityConfig,
+}
+
+/// The reliability score and listing (SPEC §12; the formula is `settle_reliability`'s).
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReliabilityConfig {
+    /// Per GPU model, the benchmark minimums under which a GPU is delisted until a
+    /// benchmark passes: `[reliability.benchmark_minimums."H100-80GB"]` with any of
+    /// `fp16_tflops`, `fp32_tflops`, `tensor_tflops` (decimal strings), `memory_gb_s`,
+    /// `network_mbit_s`, `storage_mb_s`. A model without minimums needs only a benchmark.
+    pub benchmark_minimums: std::collections::BTreeMap<String, BenchmarkMinimums>,
+}
+
+/// One model's benchmark minimums (absent: no minimum for that metric).
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BenchmarkMinimums {
+    pub fp16_tflops: Option<String>,
+    pub fp32_tflops: Option<String>,
+    pub tensor_tflops: Option<String>,
+    pub memory_gb_s: Option<u64>,
+    pub network_mbit_s: Option<u64>,
+    pub storage_mb_s: Option<u64>,
 }
 
 /// Where the production guards apply (`control.enforce`): dual control, and the bands of
@@ -1031,6 +1060,7 @@ impl Config {
             .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
         config.check()?;
         config.ledger.control = config.control.clone();
+        config.ledger.reliability = config.reliability.clone();
         Ok(config)
     }
 

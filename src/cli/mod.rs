@@ -154,6 +154,13 @@ pub enum Cmd {
         #[arg(long)]
         provider: Option<String>,
     },
+    /// A provider's reliability score (SPEC §12): the combined score, its three parts with
+    /// what lowered them, per GPU whether it is listed and why not; `--format json` adds
+    /// the 30-day trend.
+    Reliability {
+        #[arg(long)]
+        provider: String,
+    },
     /// Payout runs: run weekly --date, run monthly --month, run show, run list.
     #[command(subcommand)]
     Run(runs::RunCmd),
@@ -531,6 +538,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Calendar(cmd) => runs::calendar_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
         Cmd::Balance { provider } => {
             reads::balance(&ledger, provider.as_deref(), cli.format, &mut stdout).await?
+        }
+        Cmd::Reliability { provider } => {
+            reads::reliability(&ledger, provider, cli.format, &mut stdout).await?
         }
         Cmd::Earnings(args) => reads::earnings(&ledger, args, cli.format, &mut stdout).await?,
         Cmd::Payouts(args) => reads::payouts(&ledger, args, cli.format, &mut stdout).await?,

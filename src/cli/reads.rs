@@ -175,6 +175,71 @@ pub async fn balance(
     Ok(0)
 }
 
+/// `settle reliability --provider ID`: the provider's row, then one per GPU (JSON: the whole
+/// `ledger::reliability::ProviderReliability`, trend included).
+pub async fn reliability(
+    ledger: &Ledger,
+    provider: &str,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let r = match ledger.provider_reliability(provider).await {
+        Ok(r) => r,
+        Err(crate::ledger::LedgerError::Rejected(e)) => {
+            eprintln!("rejected: {}: {}", e.code, e.message);
+            return Ok(2);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if format == Format::Json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+        return Ok(0);
+    }
+    let pct = |bps: u16| format!("{}.{:02} %", bps / 100, bps % 100);
+    let mut rows = Rows::new(vec![
+        "gpu",
+        "score",
+        "uptime",
+        "jobs",
+        "benchmark",
+        "listed",
+        "why",
+    ]);
+    let mut push =
+        |who: &str, s: &crate::ledger::reliability::ScoreView, listed: &str, why: String| {
+            rows.push(vec![
+                json!(who),
+                json!(pct(s.score_bps)),
+                json!(pct(s.uptime.value_bps)),
+                json!(pct(s.jobs.value_bps)),
+                json!(pct(s.benchmark.value_bps)),
+                json!(listed),
+                json!(why),
+            ]);
+        };
+    push(&r.provider_id, &r.score, "", String::new());
+    for g in &r.gpus {
+        let lowered: Vec<&String> = [&g.score.uptime, &g.score.jobs, &g.score.benchmark]
+            .iter()
+            .flat_map(|p| p.reasons.iter())
+            .chain(g.not_listed.iter())
+            .collect();
+        let why = lowered
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        push(
+            &g.gpu_id,
+            &g.score,
+            if g.listed { "yes" } else { "no" },
+            why,
+        );
+    }
+    write!(out, "{}", rows.render(format))?;
+    Ok(0)
+}
+
 /// `settle token create | revoke | list`; the operator (`--actor`) is recorded as the creator
 /// or revoker; `[auth]` of the configuration gives the default lifetimes.
 pub async fn token(

@@ -605,6 +605,21 @@ pub struct ClockSet {
     pub mode: String,
 }
 
+/// A GPU delisted by a benchmark under its model's minimum, or listed again by one that
+/// passes (SPEC §12), on its provider's stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuListingChanged {
+    pub gpu_id: String,
+    pub provider_id: String,
+    pub listed: bool,
+    /// The benchmark that decided it.
+    pub benchmark_id: String,
+    /// Why it is delisted (`fp16 989.5 TFLOPS under the minimum 1000 TFLOPS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// Every event the ledger knows, by type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventBody {
@@ -638,6 +653,7 @@ pub enum EventBody {
     OperatorRemoved(OperatorRemoved),
     PolicySet(PolicySet),
     ClockSet(ClockSet),
+    GpuListingChanged(GpuListingChanged),
 }
 
 /// Every event type with its current schema version.
@@ -672,6 +688,7 @@ pub const EVENT_TYPES: &[(&str, u32)] = &[
     ("operator.removed", 1),
     ("control.policy_set", 1),
     ("ledger.clock_set", 1),
+    ("gpu.listing_changed", 1),
 ];
 
 macro_rules! body_dispatch {
@@ -734,6 +751,7 @@ body_dispatch! {
     OperatorRemoved => "operator.removed",
     PolicySet => "control.policy_set",
     ClockSet => "ledger.clock_set",
+    GpuListingChanged => "gpu.listing_changed",
 }
 
 impl EventBody {

@@ -474,6 +474,8 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         // Read from the chain where needed (`Ledger::policy`, `Store::clock_mode`): one
         // event each, no table a writer could change beside the chain.
         EventBody::PolicySet(_) | EventBody::ClockSet(_) => {}
+        // Read from the chain by the reliability view (`ledger::reliability`).
+        EventBody::GpuListingChanged(_) => {}
     }
     out
 }

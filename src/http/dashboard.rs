@@ -154,6 +154,33 @@ pub struct Figures {
     pub next_payout: Option<crate::ledger::runs::ProjectedPayout>,
 }
 
+/// A provider's reliability score (SPEC §12): the combined score and its three parts
+/// (uptime within the declared schedule, jobs not interrupted by the provider, benchmark
+/// consistency) in basis points, each with what lowered it; per GPU the same, whether it
+/// is listed now and why not; 30 daily trend points. The JSON shape is in the README
+/// ("Reliability score").
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{id}/reliability",
+    tag = "dashboard",
+    params(("id" = String, Path, description = "Provider id")),
+    responses(
+        (status = 200, body = Object, description = "The provider's reliability (README: Reliability score)"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn reliability(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<crate::ledger::reliability::ProviderReliability>, Problem> {
+    auth.read_provider(&state, &id).await?;
+    Ok(Json(state.ledger.provider_reliability(&id).await?))
+}
+
 /// The figures of a provider whose read was authorised (the summary route, the live stream
 /// and the page share them).
 pub async fn provider_figures(state: &AppState, id: &str) -> Result<Figures, Problem> {

@@ -12,6 +12,7 @@ pub mod load;
 pub mod openapi;
 pub mod page;
 pub mod problem;
+pub mod reliability;
 pub mod server;
 pub mod stream;
 pub mod usage;
@@ -90,7 +91,15 @@ pub fn router(state: AppState) -> Router {
             "/v1/usage",
             post(usage::post_usage).layer(DefaultBodyLimit::max(usage_bytes_max)),
         )
+        .route(
+            "/v1/gpus/online",
+            post(reliability::post_online).layer(DefaultBodyLimit::max(usage_bytes_max)),
+        )
         .route("/v1/providers/{id}/summary", get(dashboard::summary))
+        .route(
+            "/v1/providers/{id}/reliability",
+            get(dashboard::reliability),
+        )
         .route("/v1/providers/{id}/earnings", get(dashboard::earnings))
         .route(
             "/v1/providers/{id}/earnings.csv",

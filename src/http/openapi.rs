@@ -14,7 +14,9 @@ use super::{admin, dashboard, stream, usage};
     ),
     paths(
         usage::post_usage,
+        super::reliability::post_online,
         dashboard::summary,
+        dashboard::reliability,
         dashboard::earnings,
         dashboard::earnings_csv,
         dashboard::gpus,

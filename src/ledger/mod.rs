@@ -14,6 +14,7 @@ pub mod policy;
 pub mod proof;
 pub mod rails;
 pub mod registry;
+pub mod reliability;
 pub mod runs;
 
 use std::sync::Arc;

@@ -18,6 +18,7 @@ mod project;
 pub mod providers;
 pub mod rails;
 pub mod read;
+pub mod reliability;
 pub mod runs;
 pub mod snapshot;
 pub mod tokens;
@@ -170,6 +171,15 @@ pub enum ClockMode {
     Real,
     /// Replays, demos, tests: any `--now` (never earlier than the latest booking).
     Simulated,
+}
+
+/// `$first, $first+1, …`: `count` numbered placeholders (statements that mix them with
+/// other numbered parameters: [`Dialect::placeholders`] is anonymous on SQLite).
+fn numbered(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The idempotency key of the ledger's `ledger.clock_set` event on the platform stream.
@@ -849,7 +859,7 @@ impl Store {
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE event_type <> 'usage.recorded' AND event_type IN ({}) ORDER BY stream, seq",
-            self.dialect().placeholders(0, event_types.len())
+            numbered(1, event_types.len())
         );
         Ok(on!(&self.db, |c| {
             event_types
@@ -906,7 +916,7 @@ impl Store {
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 AND event_type IN ({}) ORDER BY seq",
-            self.dialect().placeholders(1, event_types.len())
+            numbered(2, event_types.len())
         );
         Ok(on!(&self.db, |c| {
             event_types

@@ -39,6 +39,9 @@ pub enum Command {
         fx_id: Option<FxId>,
         eur_per_usd: rust_decimal::Decimal,
     },
+    /// A reliability report (SPEC §12: `gpu.schedule`, `gpu.maintenance`, `gpu.online`,
+    /// `job.outcome`, `gpu.benchmark`).
+    Reliability(super::reliability::GpuReport),
 }
 
 #[derive(Deserialize)]
@@ -164,6 +167,11 @@ pub const LINE_TYPES: &[&str] = &[
     "usage.void",
     "adjustment",
     "fx.rate_set",
+    "gpu.schedule",
+    "gpu.maintenance",
+    "gpu.online",
+    "job.outcome",
+    "gpu.benchmark",
 ];
 
 /// Parses one NDJSON line into a command.
@@ -179,6 +187,9 @@ pub fn parse_line(line: &str) -> Result<Command, DomainError> {
         "usage.void" => fields::<VoidLine>(object, &kind)?.command(),
         "adjustment" => fields::<AdjustmentLine>(object, &kind)?.command(),
         "fx.rate_set" => fields::<FxLine>(object, &kind)?.command(),
+        k if super::reliability::RELIABILITY_LINE_TYPES.contains(&k) => Ok(Command::Reliability(
+            super::reliability::parse(k, Value::Object(object))?,
+        )),
         other => Err(DomainError::new(
             "unknown_type",
             format!(
@@ -387,6 +398,7 @@ pub async fn apply(
                 .set_fx_rate(*eur_per_usd, fx_id.as_ref(), actor)
                 .await
         }
+        Command::Reliability(r) => ledger.record_gpu_report(r, actor).await,
         Command::Usage(u) => {
             let results = ledger
                 .ingest_usage(
@@ -476,6 +488,17 @@ pub fn describe(command: &Command) -> (String, Option<String>) {
         Command::SetFx { fx_id, .. } => {
             ("fx.rate_set".into(), fx_id.as_ref().map(|f| f.to_string()))
         }
+        Command::Reliability(r) => (
+            match r.kind {
+                "schedule" => "gpu.schedule",
+                "maintenance" => "gpu.maintenance",
+                "online" => "gpu.online",
+                "job" => "job.outcome",
+                _ => "gpu.benchmark",
+            }
+            .into(),
+            Some(r.report_id.clone()),
+        ),
     }
 }
 

@@ -35,6 +35,7 @@ mod payouts;
 mod pg_restart;
 mod pricing;
 mod projector;
+mod reliability;
 mod route_tokens;
 mod rule_defects;
 mod runs;

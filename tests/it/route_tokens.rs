@@ -98,8 +98,20 @@ const ROUTES: &[Route] = &[
     route("GET", "/readyz", "", Rule::Open(OK)),
     route("POST", "/v1/usage", r#"{"events":[]}"#, Rule::Usage(OK)),
     route(
+        "POST",
+        "/v1/gpus/online",
+        r#"{"intervals":[]}"#,
+        Rule::Usage(OK),
+    ),
+    route(
         "GET",
         "/v1/providers/{id}/summary",
+        "",
+        Rule::ProviderRead(OK),
+    ),
+    route(
+        "GET",
+        "/v1/providers/{id}/reliability",
         "",
         Rule::ProviderRead(OK),
     ),

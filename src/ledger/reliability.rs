@@ -1,0 +1,404 @@
+//! Reliability (SPEC §12): the reports the platform's agent, orchestrator and benchmark
+//! runner send are recorded idempotently (`store::reliability`); a GPU's and a provider's
+//! score, listing and trend are computed from them by the pure core (`settle_reliability`),
+//! over the rolling window ending now. A benchmark that delists or relists a GPU books
+//! `gpu.listing_changed` on its provider's stream.
+
+use serde::Serialize;
+use settle_reliability as rel;
+
+use super::{Actor, Applied, Ledger, LedgerError, find_idem_in_stream, reject};
+use crate::config::{BenchmarkMinimums, ReliabilityConfig};
+use crate::domain::DomainError;
+use crate::domain::event::{EventBody, GpuListingChanged, provider_stream};
+use crate::domain::time::format_ms;
+use crate::store::NewEvent;
+use crate::store::reliability::{self as rows, ReportRow};
+
+/// A checked reliability report, ready to record (`wire::reliability` reads the lines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuReport {
+    /// `schedule`, `maintenance`, `online`, `job` or `benchmark`.
+    pub kind: &'static str,
+    pub report_id: String,
+    pub gpu_id: crate::domain::ids::GpuId,
+    pub at_ms: i64,
+    pub end_ms: Option<i64>,
+    /// Canonical JSON of the report's values (times in ms, TFLOPS in milli-TFLOPS).
+    pub body: String,
+}
+
+/// A GPU's reliability now: its score with the parts and what lowered them, whether it is
+/// listed and why not, and its 30 daily trend points.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuReliability {
+    pub gpu_id: String,
+    pub model: String,
+    #[serde(flatten)]
+    pub score: ScoreView,
+    pub listed: bool,
+    /// Why it is not listed (English), empty when listed.
+    pub not_listed: Vec<String>,
+    pub next_listed_at: Option<String>,
+    pub trend: Vec<TrendView>,
+}
+
+/// A provider's reliability: the combination over its GPUs, and each GPU's.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProviderReliability {
+    pub provider_id: String,
+    pub at: String,
+    #[serde(flatten)]
+    pub score: ScoreView,
+    pub trend: Vec<TrendView>,
+    pub gpus: Vec<GpuReliability>,
+}
+
+/// A score in basis points, its parts each with what lowered it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScoreView {
+    pub score_bps: u16,
+    pub uptime: PartView,
+    pub jobs: PartView,
+    pub benchmark: PartView,
+}
+
+/// One part: its value in basis points (the neutral prior blended in), the measured ratio
+/// when there is one, the evidence behind it, and what lowered it (English).
+#[derive(Clone, Debug, Serialize)]
+pub struct PartView {
+    pub value_bps: u16,
+    pub measured_bps: Option<u16>,
+    pub evidence_bps: u16,
+    pub reasons: Vec<String>,
+}
+
+/// A daily point of the trend.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrendView {
+    pub at: String,
+    pub score_bps: u16,
+}
+
+fn part(p: &rel::PartScore) -> PartView {
+    PartView {
+        value_bps: p.value_bps,
+        measured_bps: p.measured.as_ref().map(|m| m.bps()),
+        evidence_bps: p.evidence_bps,
+        reasons: p.reasons.iter().map(rel::render_en).collect(),
+    }
+}
+
+fn score_view(s: &rel::Score) -> ScoreView {
+    ScoreView {
+        score_bps: s.combined_bps,
+        uptime: part(&s.uptime),
+        jobs: part(&s.jobs),
+        benchmark: part(&s.benchmark),
+    }
+}
+
+fn trend_view(points: &[rel::TrendPoint]) -> Vec<TrendView> {
+    points
+        .iter()
+        .map(|p| TrendView {
+            at: format_ms(p.at_ms),
+            score_bps: p.score.combined_bps,
+        })
+        .collect()
+}
+
+fn invalid(e: rel::ReliabilityError) -> LedgerError {
+    LedgerError::Rejected(DomainError::new(e.code(), e.to_string()))
+}
+
+impl Ledger {
+    /// Records a reliability report of a registered GPU (`unknown_gpu` otherwise): the
+    /// same report again is a duplicate, other content under its id a conflict. A
+    /// benchmark that changes whether the GPU passes its model's minimums books
+    /// `gpu.listing_changed`.
+    pub async fn record_gpu_report(
+        &self,
+        report: &GpuReport,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        self.record_gpu_report_for(report, None, actor).await
+    }
+
+    /// [`Ledger::record_gpu_report`] for a sender bound to `own` provider (an agent's
+    /// token): only its GPUs' online intervals (`forbidden_gpu` otherwise).
+    pub async fn record_gpu_report_for(
+        &self,
+        report: &GpuReport,
+        own: Option<&str>,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        let Some((provider_id, model)) = rows::gpu(&self.store, report.gpu_id.as_str()).await?
+        else {
+            return reject("unknown_gpu", format!("no GPU {}", report.gpu_id));
+        };
+        if let Some(own) = own
+            && (own != provider_id || report.kind != "online")
+        {
+            return reject(
+                "forbidden_gpu",
+                format!(
+                    "an agent's token reports its own provider's GPUs' online intervals only, not {}",
+                    report.gpu_id
+                ),
+            );
+        }
+        let row = ReportRow {
+            kind: report.kind.to_owned(),
+            report_id: report.report_id.clone(),
+            gpu_id: report.gpu_id.to_string(),
+            provider_id: provider_id.clone(),
+            at_ms: report.at_ms,
+            end_ms: report.end_ms,
+            body: report.body.clone(),
+            recorded_at_ms: self.now_ms(),
+        };
+        match rows::record(&self.store, &row).await? {
+            Some(stored) if stored == row.body => return Ok(Applied::Duplicate),
+            Some(_) => {
+                return reject(
+                    "conflict",
+                    format!(
+                        "{} report {} was already recorded with different content",
+                        report.kind, report.report_id
+                    ),
+                );
+            }
+            None => {}
+        }
+        if report.kind == "benchmark" {
+            self.relist_by_benchmark(report, &provider_id, &model, actor)
+                .await?;
+        }
+        Ok(Applied::Accepted)
+    }
+
+    /// Books `gpu.listing_changed` when this benchmark turns the GPU's benchmark verdict:
+    /// under its model's minimums after passing (or after none: a first benchmark under
+    /// them delists), or passing after being under them.
+    async fn relist_by_benchmark(
+        &self,
+        report: &GpuReport,
+        provider_id: &str,
+        model: &str,
+        actor: &Actor,
+    ) -> Result<(), LedgerError> {
+        let history = self.gpu_history(report.gpu_id.as_str(), model, 0).await?;
+        let minimums = model_minimums(&self.config.reliability)?;
+        let verdict = |at: i64| -> Option<Vec<String>> {
+            let b = history.latest_benchmark(at)?;
+            let failures = minimums
+                .get(history.model())
+                .map(|m| m.failures(b.metrics()))
+                .unwrap_or_default();
+            Some(
+                failures
+                    .iter()
+                    .map(|(metric, minimum, measured)| {
+                        format!("{} {measured} under the minimum {minimum}", metric.code())
+                    })
+                    .collect(),
+            )
+        };
+        let now = verdict(report.at_ms).unwrap_or_default();
+        let before = verdict(report.at_ms - 1);
+        let listed = now.is_empty();
+        let changed = match &before {
+            None => !listed,
+            Some(b) => b.is_empty() != listed,
+        };
+        if !changed {
+            return Ok(());
+        }
+        let stream = provider_stream(provider_id);
+        let key = format!("listing:{}:{}", report.gpu_id, report.report_id);
+        let at = self.now_ms();
+        crate::ledger::write_stream!(self, &stream, |tx| {
+            if find_idem_in_stream(tx, &key).await?.is_some() {
+                return Ok(());
+            }
+            tx.append(NewEvent {
+                body: EventBody::GpuListingChanged(GpuListingChanged {
+                    gpu_id: report.gpu_id.to_string(),
+                    provider_id: provider_id.to_owned(),
+                    listed,
+                    benchmark_id: report.report_id.clone(),
+                    reason: (!listed).then(|| now.join("; ")),
+                }),
+                actor: actor.0.clone(),
+                recorded_at_ms: at,
+                idem_key: Some(key.clone()),
+                content_hash: None,
+            });
+            Ok(())
+        })
+    }
+
+    /// The normalized history of a GPU from its reports (those that matter from
+    /// `since_ms` on); `no_schedule` when it has declared none.
+    pub async fn gpu_history(
+        &self,
+        gpu_id: &str,
+        model: &str,
+        since_ms: i64,
+    ) -> Result<rel::GpuHistory, LedgerError> {
+        let mut events = rel::GpuEvents::default();
+        for (kind, at_ms, end_ms, body, recorded_at_ms) in
+            rows::gpu_reports(&self.store, gpu_id, since_ms).await?
+        {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            let end = end_ms.unwrap_or(at_ms);
+            match kind.as_str() {
+                "schedule" => {
+                    let schedule = rel::Schedule::parse(
+                        v["time_zone"].as_str().unwrap_or_default(),
+                        v["hours"].as_str().unwrap_or_default(),
+                    )
+                    .map_err(invalid)?;
+                    events
+                        .schedules
+                        .push(rel::ScheduleVersion::new(at_ms, schedule).map_err(invalid)?);
+                }
+                "maintenance" => events
+                    .maintenance
+                    .push(rel::Maintenance::new(recorded_at_ms, at_ms, end).map_err(invalid)?),
+                "online" => events
+                    .online
+                    .push(rel::Interval::new(at_ms, end).map_err(invalid)?),
+                "job" => {
+                    let result = match v["cause"].as_str() {
+                        None => rel::JobResult::Completed,
+                        Some(c) => rel::JobResult::Interrupted(
+                            rel::InterruptionCause::parse(c).map_err(invalid)?,
+                        ),
+                    };
+                    events
+                        .jobs
+                        .push(rel::JobOutcome::new(at_ms, result).map_err(invalid)?);
+                }
+                _ => {
+                    let m = &v["metrics"];
+                    let get = |k: &str| m[k].as_u64().unwrap_or(0);
+                    let metrics = rel::BenchmarkMetrics {
+                        fp16_milli_tflops: get("fp16_milli_tflops"),
+                        fp32_milli_tflops: get("fp32_milli_tflops"),
+                        tensor_milli_tflops: get("tensor_milli_tflops"),
+                        memory_gb_s: get("memory_gb_s"),
+                        network_mbit_s: get("network_mbit_s"),
+                        storage_mb_s: get("storage_mb_s"),
+                    };
+                    events
+                        .benchmarks
+                        .push(rel::Benchmark::new(at_ms, metrics).map_err(invalid)?);
+                }
+            }
+        }
+        let id = rel::GpuId::parse(gpu_id).map_err(invalid)?;
+        let model = rel::GpuModel::parse(model).map_err(invalid)?;
+        rel::GpuHistory::new(id, model, events).map_err(invalid)
+    }
+
+    /// A provider's reliability now, over its GPUs that declared a schedule (none: the
+    /// neutral figures and no GPU).
+    pub async fn provider_reliability(
+        &self,
+        provider_id: &str,
+    ) -> Result<ProviderReliability, LedgerError> {
+        let now = self.now_ms();
+        let config = rel::Config::default();
+        let since = now - config.window_ms() - rel::DAY_MS * rel::TREND_POINTS as i64;
+        let minimums = model_minimums(&self.config.reliability)?;
+        let (mut scores, mut trends, mut gpus) = (Vec::new(), Vec::new(), Vec::new());
+        for (gpu_id, model) in rows::provider_gpus(&self.store, provider_id).await? {
+            let history = match self.gpu_history(&gpu_id, &model, since).await {
+                Ok(h) => h,
+                // A GPU without a schedule is not on the marketplace yet: not scored.
+                Err(LedgerError::Rejected(e)) if e.code == "no_schedule" => continue,
+                Err(e) => return Err(e),
+            };
+            let score = rel::score(&history, &config, now);
+            let trend = rel::trend(&history, &config, now);
+            let listing = rel::listing(&history, &minimums, &config, now);
+            let (listed, not_listed, next) = match &listing {
+                rel::Listing::Listed => (true, Vec::new(), None),
+                rel::Listing::NotListed {
+                    reasons,
+                    next_listed_ms,
+                } => (
+                    false,
+                    reasons.iter().map(rel::render_not_listed_en).collect(),
+                    next_listed_ms.map(format_ms),
+                ),
+            };
+            gpus.push(GpuReliability {
+                gpu_id,
+                model,
+                score: score_view(&score.score),
+                listed,
+                not_listed,
+                next_listed_at: next,
+                trend: trend_view(&trend),
+            });
+            scores.push(score);
+            trends.push(trend);
+        }
+        let combined = rel::provider_score(&scores);
+        Ok(ProviderReliability {
+            provider_id: provider_id.to_owned(),
+            at: format_ms(now),
+            score: score_view(&combined.score),
+            trend: trend_view(&rel::provider_trend(&trends)),
+            gpus,
+        })
+    }
+}
+
+/// The configured minimums per model, in the core's units.
+fn model_minimums(config: &ReliabilityConfig) -> Result<rel::ModelMinimums, LedgerError> {
+    let mut out = rel::ModelMinimums::new();
+    for (model, m) in &config.benchmark_minimums {
+        out = out.with(rel::GpuModel::parse(model).map_err(invalid)?, minimum(m)?);
+    }
+    Ok(out)
+}
+
+fn minimum(m: &BenchmarkMinimums) -> Result<rel::BenchmarkMinimum, LedgerError> {
+    let milli = |t: &Option<String>| -> Result<Option<u64>, LedgerError> {
+        t.as_deref()
+            .map(|t| {
+                t.parse::<rust_decimal::Decimal>()
+                    .ok()
+                    .and_then(|d| {
+                        u64::try_from((d * rust_decimal::Decimal::from(1000)).trunc().mantissa())
+                            .ok()
+                    })
+                    .ok_or_else(|| {
+                        LedgerError::Rejected(DomainError::new(
+                            "invalid_config",
+                            format!("benchmark minimum {t:?} is no decimal"),
+                        ))
+                    })
+            })
+            .transpose()
+    };
+    let mut out = rel::BenchmarkMinimum::default();
+    let pairs = [
+        (rel::Metric::Fp16, milli(&m.fp16_tflops)?),
+        (rel::Metric::Fp32, milli(&m.fp32_tflops)?),
+        (rel::Metric::Tensor, milli(&m.tensor_tflops)?),
+        (rel::Metric::MemoryBandwidth, m.memory_gb_s),
+        (rel::Metric::Network, m.network_mbit_s),
+        (rel::Metric::Storage, m.storage_mb_s),
+    ];
+    for (metric, value) in pairs {
+        if let Some(v) = value {
+            out = out.with(metric, v);
+        }
+    }
+    Ok(out)
+}
