@@ -21,10 +21,30 @@ cat > "$work/seed.ndjson" <<SEED
 {"type":"gpu.register","gpu_id":"gpu_fuzz_0","provider_id":"prv_fuzz","model":"H100-80GB"}
 {"type":"rate.set","provider_id":"prv_fuzz","model":"H100-80GB","rate_usdc_per_hour":"2.49","effective_from":"2020-01-01T00:00:00Z"}
 SEED
-# A real-clock ledger, so dual control is on while fuzzing; the seed itself (a provider with a
-# payout method) is booked without approvals.
-SETTLE_CONTROL__ENFORCE=never "$BIN" --database "$db" --actor seed import "$work/seed.ndjson" >/dev/null
-token=$("$BIN" --database "$db" --format json token create --scope admin --name schemathesis | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+# A real-clock ledger, so dual control is on while fuzzing: two operators (keys in $work),
+# and the seed's gated lines (a payout method, the model's first rate, the admin token)
+# requested by alice and approved by bob, as an operator team would.
+"$BIN" --database "$db" migrate >/dev/null
+for who in alice bob; do
+    "$BIN" operator keygen --out "$work/$who.json" > "$work/$who.pub"
+done
+"$BIN" --database "$db" operator bootstrap --operator "alice=$(cat "$work/alice.pub")" \
+    --operator "bob=$(cat "$work/bob.pub")" >/dev/null
+as_alice() { "$BIN" --database "$db" --actor alice --operator-key "$work/alice.json" --format json "$@"; }
+approve_pending() {
+    python3 -c 'import json,sys; [print(l["approval_id"]) for l in json.load(sys.stdin).get("lines", []) if l.get("approval_id")]' |
+    while read -r id; do
+        "$BIN" --database "$db" --actor bob --operator-key "$work/bob.json" approvals approve "$id" >/dev/null
+    done
+}
+head -n 1 "$work/seed.ndjson" > "$work/seed1.ndjson"
+tail -n +2 "$work/seed.ndjson" > "$work/seed2.ndjson"
+{ as_alice import "$work/seed1.ndjson" || true; } | approve_pending
+{ as_alice import "$work/seed2.ndjson" || true; } | approve_pending
+created=$(as_alice token create --scope admin --name schemathesis)
+token=$(printf '%s' "$created" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+approval=$(printf '%s' "$created" | python3 -c 'import json,sys; print(json.load(sys.stdin)["approval_id"] or "")')
+[ -z "$approval" ] || "$BIN" --database "$db" --actor bob --operator-key "$work/bob.json" approvals approve "$approval" >/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # A fuzzing server: the built-in example bank originator is allowed (serve refuses it otherwise).
 SETTLE_BANK__ALLOW_EXAMPLE_ORIGINATOR=true SETTLE_BANK__OUTBOX_DIR="$work/outbox" \
