@@ -201,7 +201,12 @@ const ROUTES: &[Route] = &[
         "not a bank file",
         Rule::AdminOnly((400, Some("unknown_format"))),
     ),
-    route("GET", "/v1/admin/bank/reconciliation", "", Rule::AdminOnly(OK)),
+    route(
+        "GET",
+        "/v1/admin/bank/reconciliation",
+        "",
+        Rule::AdminOnly(OK),
+    ),
     route("GET", "/v1/admin/approvals", "", Rule::AdminOnly(OK)),
     route(
         "GET",
