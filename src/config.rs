@@ -487,6 +487,18 @@ pub struct BankConfig {
     /// start (`example_originator`) while any of them is unchanged: its bank routes and
     /// bank worker would write files a bank could accept.
     pub allow_example_originator: bool,
+    /// Folder `settle serve` watches for the bank's answer files (status reports,
+    /// notifications, statements, NACHA returns): each new file is imported, then moved to
+    /// `processed/` or `rejected/` beside it with its result. Empty: no watch.
+    pub inbox_dir: String,
+    /// How often `settle serve` looks into the inbox (milliseconds).
+    pub inbox_interval_ms: u64,
+    /// Largest answer file read (bytes), by the CLI, the API and the inbox.
+    pub answer_file_bytes_max: usize,
+    /// Business days (the rail's calendar: TARGET2 for SEPA, the Federal Reserve's for
+    /// ACH) after a batch's generation by which the bank should have answered each of its
+    /// payouts; `bank reconcile` reports those still open after it.
+    pub answer_due_business_days: u32,
 }
 
 impl Default for BankConfig {
@@ -506,6 +518,10 @@ impl Default for BankConfig {
             nacha_entry_description: "PAYOUT".to_owned(),
             batch_payouts_max: 10_000,
             allow_example_originator: false,
+            inbox_dir: "inbox/bank".to_owned(),
+            inbox_interval_ms: 5_000,
+            answer_file_bytes_max: 512 * 1024 * 1024,
+            answer_due_business_days: 3,
         }
     }
 }

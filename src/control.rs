@@ -642,6 +642,27 @@ pub async fn submit(
     apply(ledger, command, actor).await.map(Submitted::Applied)
 }
 
+/// Books the request of a gated command whatever the ledger's enforcement: a proposal
+/// (a bank's notification of change of a provider's bank details) that a second actor
+/// approves or rejects, never a change made at once. Re-proposing the same command finds
+/// its request. `not_gated` for a command that needs no approval.
+pub async fn propose(
+    ledger: &Ledger,
+    config: &ControlConfig,
+    command: &Command,
+    actor: &Actor,
+    signer: Option<&dyn Sign>,
+) -> Result<Submitted, LedgerError> {
+    let config = &effective(ledger, config).await?;
+    match request_for(ledger, config, command).await? {
+        Some(request) => pending_or_done(ledger, &request, actor, signer).await,
+        None => reject(
+            "not_gated",
+            "this command needs no approval: it cannot be proposed",
+        ),
+    }
+}
+
 /// Releases a held payout, or books the request it needs.
 pub async fn submit_release(
     ledger: &Ledger,

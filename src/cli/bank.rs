@@ -51,6 +51,32 @@ pub enum BankCmd {
         #[arg(long)]
         code: String,
     },
+    /// Read the bank's answers (pain.002, camt.054, camt.053, NACHA returns and
+    /// notifications of change) and book them: per file and per entry results.
+    Import {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Per batch what the bank confirmed and what is still open after
+    /// `bank.answer_due_business_days`; the entries that matched nothing or another amount.
+    Reconcile,
+    /// Answer the engine's batch files like a bank would (pain.002 + camt.054, or NACHA
+    /// returns), deterministically from a seed.
+    Simulate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Directory the answers are written to.
+        #[arg(long)]
+        out: PathBuf,
+        /// Share of SEPA payments rejected in the status report (0 to 1).
+        #[arg(long, default_value_t = 0.0)]
+        reject_share: f64,
+        /// Share of payments returned after booking (0 to 1).
+        #[arg(long, default_value_t = 0.0)]
+        return_share: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Rewrite a batch's file from the ledger (identical bytes, checked against the
     /// recorded SHA-256).
     Regenerate {
@@ -154,6 +180,28 @@ pub async fn bank_cmd(
             batch_id,
             out: dest,
         } => regenerate(ledger, &config, batch_id, dest.as_deref(), format, out).await,
+        BankCmd::Import { files } => {
+            super::bank_answers::import(ledger, &config, config_path, files, format, out).await
+        }
+        BankCmd::Reconcile => {
+            super::bank_answers::reconcile_cmd(ledger, &config, format, out).await
+        }
+        BankCmd::Simulate {
+            files,
+            out: dir,
+            reject_share,
+            return_share,
+            seed,
+        } => {
+            let args = super::bank_answers::SimulateArgs {
+                files,
+                out_dir: dir,
+                reject_share: *reject_share,
+                return_share: *return_share,
+                seed: *seed,
+            };
+            super::bank_answers::simulate_cmd(ledger, &config, &args, format, out).await
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod bank;
+pub mod bank_answers;
 mod import_file;
 pub mod operator;
 pub mod policy;

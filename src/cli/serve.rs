@@ -194,6 +194,49 @@ async fn solana_pass(rail: &crate::rails::solana::SolanaRail, ledger: &Ledger) {
     }
 }
 
+/// Starts the watch of the bank's inbox (`bank.inbox_dir`): every
+/// `bank.inbox_interval_ms`, each new answer file is imported and moved
+/// (`rails::bank::inbox`). Proposals of notifications of change are signed with the
+/// process's `--operator-key` when given.
+async fn spawn_inbox(
+    ledger: &Ledger,
+    config: &Config,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let signer = super::cli_signer(ledger).await?.map(std::sync::Arc::new);
+    let originator = std::sync::Arc::new(
+        crate::rails::bank::Originator::parse(&config.bank)
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.message))?,
+    );
+    let (ledger, bank, control) = (ledger.clone(), config.bank.clone(), config.control.clone());
+    let interval = Duration::from_millis(config.bank.inbox_interval_ms.max(1));
+    Ok(tokio::spawn(every(
+        interval,
+        stopped(stop_rx.clone()),
+        move || {
+            let (ledger, bank, control) = (ledger.clone(), bank.clone(), control.clone());
+            let (signer, originator) = (signer.clone(), originator.clone());
+            async move {
+                let cx = crate::rails::bank::answers::ImportContext {
+                    originator: &originator,
+                    control: &control,
+                    signer: signer.as_deref().map(|s| s as &dyn crate::control::Sign),
+                };
+                let actor = crate::ledger::Actor::system("bank-inbox");
+                match crate::rails::bank::inbox::pass(&ledger, &bank, &cx, &actor).await {
+                    Ok(done) if !done.is_empty() => {
+                        tracing::info!(files = done.len(), "bank answers imported from the inbox");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "bank inbox pass failed; retrying next pass");
+                    }
+                }
+            }
+        },
+    )))
+}
+
 /// One pass of the bank worker: writes the files of the created bank payouts.
 async fn bank_pass(ledger: &Ledger, bank: &crate::config::BankConfig) {
     match crate::rails::bank::generate_batches(ledger, bank, &crate::ledger::Actor::system("bank"))
@@ -398,6 +441,9 @@ async fn spawn_workers(
                 async move { bank_pass(&ledger, &bank).await }
             },
         )));
+    }
+    if !config.bank.inbox_dir.is_empty() {
+        workers.push(spawn_inbox(ledger, config, stop_rx).await?);
     }
     if !config.ledger.anchor_file.is_empty() {
         let ledger = ledger.clone();

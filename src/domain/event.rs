@@ -414,6 +414,10 @@ pub struct PayoutFailed {
     pub rail: Rail,
     pub amount_micro_usdc: i64,
     pub reason: String,
+    /// The bank rejected the payment for its details: they are blocked until updated
+    /// (absent, false, on every other failure).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub method_invalid: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -460,6 +464,49 @@ pub struct BankBatchGenerated {
 pub struct BankBatchStatus {
     pub batch_id: String,
     pub status: super::batch::BatchStatus,
+}
+
+/// One entry of a bank's answer that booked nothing: it matched no payout or batch, or
+/// matched one with another amount. Kept, keyed by the entry's own reference, so a file
+/// read again or a statement repeating a notification keeps it once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankAnswerException {
+    /// The entry's identity: the bank's reference of it, else the file's message id and
+    /// the entry's place in the file.
+    pub entry_key: String,
+    /// `unmatched`, `amount_mismatch`, `unknown_batch` or `state_conflict` (a payout the
+    /// bank booked after it said otherwise).
+    pub problem: String,
+    /// What the entry named: an end-to-end id, a payment information id, a trace number.
+    pub reference: String,
+    /// The batch it was matched to, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
+    /// The entry's amount in cents of `currency`.
+    pub amount_cents: i64,
+    pub currency: String,
+    /// The amount the engine sent, in cents, when it matched something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_cents: Option<i64>,
+    pub detail: String,
+}
+
+/// A bank's answer file was read and booked (status report, notification, statement,
+/// NACHA returns): once per file, keyed by its kind and message id, after its entries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BankAnswerImported {
+    /// `pain.002`, `camt.054`, `camt.053` or `nacha_returns`.
+    pub kind: String,
+    pub message_id: String,
+    /// Lower-case hex SHA-256 of the file's bytes.
+    pub sha256: String,
+    pub entries: i64,
+    /// Entries that matched a payout or a batch (booked now or before).
+    pub matched: i64,
+    /// Entries that booked nothing.
+    pub exceptions: Vec<BankAnswerException>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -643,6 +690,7 @@ pub enum EventBody {
     PayoutReturned(PayoutReturned),
     BankBatchGenerated(BankBatchGenerated),
     BankBatchStatusChanged(BankBatchStatus),
+    BankAnswerImported(BankAnswerImported),
     FxRateSet(FxRateSet),
     SolanaTxSigned(SolanaTxSigned),
     SolanaTxResolved(SolanaTxResolved),
@@ -678,6 +726,7 @@ pub const EVENT_TYPES: &[(&str, u32)] = &[
     ("payout.returned", 1),
     ("bank_batch.generated", 1),
     ("bank_batch.status_changed", 1),
+    ("bank_answer.imported", 1),
     ("fx.rate_set", 1),
     ("solana_tx.signed", 1),
     ("solana_tx.resolved", 1),
@@ -741,6 +790,7 @@ body_dispatch! {
     PayoutReturned => "payout.returned",
     BankBatchGenerated => "bank_batch.generated",
     BankBatchStatusChanged => "bank_batch.status_changed",
+    BankAnswerImported => "bank_answer.imported",
     FxRateSet => "fx.rate_set",
     SolanaTxSigned => "solana_tx.signed",
     SolanaTxResolved => "solana_tx.resolved",
@@ -1043,6 +1093,7 @@ pub(crate) mod tests {
                     rail: Rail::Solana,
                     amount_micro_usdc: 70,
                     reason: "expired".into(),
+                    method_invalid: false,
                 }),
                 vec![l("provider:p:in_transit", -70), l("provider:p:payable", 70)],
             ),

@@ -374,6 +374,11 @@ pub enum PayoutCommand {
     },
     Fail {
         reason: String,
+        /// The bank refused the payment for its details: block them until updated.
+        method_invalid: bool,
+        /// The bank itself refused the payment (a status report's rejection): a payout in
+        /// a bank file may fail only so, since the bank says the money never left.
+        by_bank: bool,
     },
     Return {
         reason_code: String,
@@ -417,7 +422,18 @@ impl PayoutCommand {
     pub fn content(&self) -> String {
         match self {
             PayoutCommand::Release { .. } => String::new(),
-            PayoutCommand::Cancel { reason } | PayoutCommand::Fail { reason } => reason.clone(),
+            PayoutCommand::Cancel { reason } => reason.clone(),
+            PayoutCommand::Fail {
+                reason,
+                method_invalid,
+                ..
+            } => {
+                if *method_invalid {
+                    format!("{reason}|method_invalid")
+                } else {
+                    reason.clone()
+                }
+            }
             PayoutCommand::Submit {
                 reference,
                 end_to_end_id,
@@ -490,6 +506,7 @@ pub fn decide(p: &PayoutRecord, cmd: &PayoutCommand) -> Result<Option<EventBody>
     }
     if step == PayoutStep::Fail
         && p.rail.is_bank()
+        && !matches!(cmd, PayoutCommand::Fail { by_bank: true, .. })
         && let Some(batch) = &p.reference
     {
         // The file may already be at the bank: the money can only come back through the
@@ -538,12 +555,17 @@ fn event_of(p: &PayoutRecord, cmd: &PayoutCommand) -> EventBody {
             amount_micro_usdc: p.amount_micro_usdc,
             reference: reference.clone(),
         }),
-        PayoutCommand::Fail { reason } => EventBody::PayoutFailed(PayoutFailed {
+        PayoutCommand::Fail {
+            reason,
+            method_invalid,
+            ..
+        } => EventBody::PayoutFailed(PayoutFailed {
             payout_id: p.payout_id.clone(),
             provider_id: p.provider_id.clone(),
             rail: p.rail,
             amount_micro_usdc: p.amount_micro_usdc,
             reason: reason.clone(),
+            method_invalid: *method_invalid,
         }),
         PayoutCommand::Return {
             reason_code,
@@ -771,6 +793,7 @@ mod tests {
                 rail: Rail::Solana,
                 amount_micro_usdc: 123_456_789,
                 reason: "expired".into(),
+                method_invalid: false,
             })
         }
 
@@ -823,6 +846,8 @@ mod tests {
             };
             let fail = C::Fail {
                 reason: text("expired"),
+                method_invalid: false,
+                by_bank: false,
             };
             let cancel = C::Cancel {
                 reason: text("fraud check"),

@@ -291,6 +291,37 @@ pub const TABLES: &[TableSpec] = &[
         vals: &["signed_at_ms"],
         ints: &["signed_at_ms"],
     },
+    // A bank's answer files, once each (`bank answer` reads which were booked).
+    TableSpec {
+        name: "bank_answer_files",
+        key: &["kind", "message_id"],
+        vals: &[
+            "sha256",
+            "entries",
+            "matched",
+            "exceptions",
+            "imported_at_ms",
+        ],
+        ints: &["entries", "matched", "exceptions", "imported_at_ms"],
+    },
+    // The entries of the bank's answers that booked nothing, once each by their reference.
+    TableSpec {
+        name: "bank_answer_exceptions",
+        key: &["entry_key"],
+        vals: &[
+            "problem",
+            "reference",
+            "batch_id",
+            "amount_cents",
+            "currency",
+            "expected_cents",
+            "detail",
+            "kind",
+            "message_id",
+            "recorded_at_ms",
+        ],
+        ints: &["amount_cents", "expected_cents", "recorded_at_ms"],
+    },
     TableSpec {
         name: "approvals",
         key: &["approval_id"],
@@ -467,6 +498,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::ApprovalRequested(_) | EventBody::ApprovalDecided(_) => {
             approval_ops(&mut out, recorded_at_ms, body);
         }
+        EventBody::BankAnswerImported(a) => bank_answer_ops(&mut out, recorded_at_ms, a),
         // Operators are few: read as a fold of their events (`Ledger::operators`), no table.
         EventBody::OperatorAdded(_)
         | EventBody::OperatorKeyRotated(_)
@@ -702,12 +734,17 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
             PayoutStep::Settle,
             vec![("reference", p.reference.as_str().into())],
         )),
-        EventBody::PayoutFailed(p) => out.push(payout_patch(
-            &p.payout_id,
-            recorded_at_ms,
-            PayoutStep::Fail,
-            vec![("failure_reason", p.reason.as_str().into())],
-        )),
+        EventBody::PayoutFailed(p) => {
+            out.push(payout_patch(
+                &p.payout_id,
+                recorded_at_ms,
+                PayoutStep::Fail,
+                vec![("failure_reason", p.reason.as_str().into())],
+            ));
+            if p.method_invalid {
+                out.push(method_invalid_patch(&p.provider_id));
+            }
+        }
         EventBody::PayoutReturned(p) => {
             out.push(payout_patch(
                 &p.payout_id,
@@ -719,16 +756,21 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 )],
             ));
             if p.method_invalid {
-                out.push(patch(
-                    "providers",
-                    vec![p.provider_id.as_str().into()],
-                    vec![("method_invalid", Val::Int(1))],
-                ));
+                out.push(method_invalid_patch(&p.provider_id));
             }
         }
         // Every other event is dispatched elsewhere by [`ops`].
         _ => {}
     }
+}
+
+/// A provider's bank details blocked until updated (a bank's rejection or return).
+fn method_invalid_patch(provider_id: &str) -> ProjOp {
+    patch(
+        "providers",
+        vec![provider_id.into()],
+        vec![("method_invalid", Val::Int(1))],
+    )
 }
 
 /// What the rails record: bank batches and Solana attempts.
@@ -1065,6 +1107,38 @@ impl Projections {
     pub fn rows(&self, table: &str) -> impl Iterator<Item = (&Vec<Val>, &Vec<Val>)> {
         self.tables.get(table).into_iter().flat_map(|t| t.iter())
     }
+}
+
+/// A bank answer file's row, and a row per entry that booked nothing (the same entry in a
+/// later file, a statement repeating a notification, replaces its row: kept once).
+fn bank_answer_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, a: &BankAnswerImported) {
+    out.push(ProjOp::Put {
+        table: "bank_answer_files",
+        key: vec![a.kind.as_str().into(), a.message_id.as_str().into()],
+        vals: vec![
+            a.sha256.as_str().into(),
+            a.entries.into(),
+            a.matched.into(),
+            i64::try_from(a.exceptions.len()).unwrap_or(i64::MAX).into(),
+            recorded_at_ms.into(),
+        ],
+    });
+    out.extend(a.exceptions.iter().map(|e| ProjOp::Put {
+        table: "bank_answer_exceptions",
+        key: vec![e.entry_key.as_str().into()],
+        vals: vec![
+            e.problem.as_str().into(),
+            e.reference.as_str().into(),
+            e.batch_id.clone().into(),
+            e.amount_cents.into(),
+            e.currency.as_str().into(),
+            e.expected_cents.into(),
+            e.detail.as_str().into(),
+            a.kind.as_str().into(),
+            a.message_id.as_str().into(),
+            recorded_at_ms.into(),
+        ],
+    }));
 }
 
 /// The `bank_batches` row a generated batch puts.
@@ -1658,6 +1732,7 @@ mod tests {
                 rail: Rail::Solana,
                 amount_micro_usdc: 400,
                 reason: "expired".into(),
+                method_invalid: false,
             }),
         );
         assert_eq!(

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use super::DomainError;
 use super::event::{
-    AdjustmentPosted, EventBody, GpuRegistered, PayoutMethod, ProviderRegistered, ProviderStatus,
-    ProviderUpdated, RateSet, Schedule, Tier,
+    AdjustmentPosted, EventBody, GpuRegistered, PayoutFailed, PayoutMethod, PayoutReturned,
+    ProviderRegistered, ProviderStatus, ProviderUpdated, RateSet, Schedule, Tier,
 };
 use super::ids::{AdjustmentId, GpuId, GpuModel, ProviderId, UpdateId};
 use super::money::Rate;
@@ -88,7 +88,14 @@ impl ProviderState {
                     p.method_invalid = false;
                 }
             }
-            EventBody::PayoutReturned(r) if r.method_invalid => {
+            EventBody::PayoutReturned(PayoutReturned {
+                method_invalid: true,
+                ..
+            })
+            | EventBody::PayoutFailed(PayoutFailed {
+                method_invalid: true,
+                ..
+            }) => {
                 if let Some(p) = &mut self.provider {
                     p.method_invalid = true;
                 }
@@ -353,7 +360,7 @@ fn decide_update(state: &ProviderState, c: &UpdateProvider) -> Result<Vec<EventB
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::event::{PayoutReturned, Rail};
+    use crate::domain::event::Rail;
 
     const AT: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 

@@ -30,8 +30,13 @@ use crate::ledger::LedgerError;
 use crate::rails::bank::{self, BankBatch, BankError, Originator};
 
 /// The bank routes, to merge into the API router (state `AppState`).
-pub fn routes() -> Router<AppState> {
+pub fn routes(answer_bytes_max: usize) -> Router<AppState> {
     Router::new()
+        .route(
+            "/v1/admin/bank/files",
+            post(post_answer_file).layer(axum::extract::DefaultBodyLimit::max(answer_bytes_max)),
+        )
+        .route("/v1/admin/bank/reconciliation", get(reconciliation))
         .route("/v1/admin/bank/batches", get(list_batches))
         .route("/v1/admin/bank/batches/generate", post(generate))
         .route("/v1/admin/bank/batches/{id}", get(show_batch))
@@ -50,7 +55,9 @@ pub fn routes() -> Router<AppState> {
     batch_file,
     submitted,
     settled,
-    post_return
+    post_return,
+    post_answer_file,
+    reconciliation
 ))]
 pub struct BankApiDoc;
 
@@ -474,5 +481,250 @@ pub async fn post_return(
         reason: o.reason,
         method_invalid: o.method_invalid,
         status: o.status.to_owned(),
+    }))
+}
+
+/// What became of one entry of an answer file.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AnswerEntryView {
+    /// The entry's identity (its bank reference, else its place in the file).
+    pub entry: String,
+    /// What it named: end-to-end id, payment information id, trace number.
+    pub reference: String,
+    pub payout_id: Option<String>,
+    pub batch_id: Option<String>,
+    /// `settled`, `rejected`, `returned`, `change_proposed`, `duplicate`, `ignored`,
+    /// `unmatched`, `amount_mismatch`, `unknown_batch` or `state_conflict`.
+    pub outcome: String,
+    pub code: Option<String>,
+    pub detail: String,
+}
+
+/// What an import did with an answer file.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AnswerImportView {
+    /// `pain.002`, `camt.054`, `camt.053` or `nacha_returns`.
+    pub kind: String,
+    pub message_id: String,
+    pub sha256: String,
+    /// `accepted` (booked now) or `duplicate` (booked before: nothing done).
+    pub status: String,
+    pub entries: usize,
+    pub settled: usize,
+    pub rejected: usize,
+    pub returned: usize,
+    pub changes_proposed: usize,
+    pub duplicates: usize,
+    pub exceptions: usize,
+    pub results: Vec<AnswerEntryView>,
+}
+
+/// Upload a bank's answer file (pain.002, camt.054, camt.053, NACHA returns and
+/// notifications of change; the body is the file) and book it: settled, rejected, returned
+/// payouts, proposed corrections of bank details; entries that match nothing are kept.
+/// Idempotent by the file's message id.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/bank/files",
+    tag = "admin",
+    request_body(content = String, content_type = "application/octet-stream", description = "The bank's file, as received"),
+    responses(
+        (status = 200, body = AnswerImportView),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "unknown_format and the other codes of an unreadable file"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "conflict: another file with this message id was booked"),
+        (status = 413, body = Problem, content_type = "application/problem+json", description = "body_too_large"),
+        (status = 422, body = Problem, content_type = "application/problem+json", description = "operator_signature_required and other refusals of a proposed correction"),
+        (status = 500, body = Problem, content_type = "application/problem+json", description = "invalid_bank_config, bank_file_mismatch"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn post_answer_file(
+    State(state): State<AppState>,
+    auth: Auth,
+    RawBody(body): RawBody,
+) -> Result<Json<AnswerImportView>, Problem> {
+    let principal = auth.require(&[Scope::Admin])?;
+    let config = bank_config(&state);
+    let originator = Originator::parse(&config).map_err(BankError::from)?;
+    let cx = bank::answers::ImportContext {
+        originator: &originator,
+        control: &state.control,
+        signer: None,
+    };
+    let r = match bank::answers::import_answer(&state.ledger, &body, &cx, &principal.actor()).await
+    {
+        Ok(r) => r,
+        // An unreadable file is the request's fault.
+        Err(BankError::Ledger(LedgerError::Rejected(d)))
+            if d.code != "conflict" && !is_ledger_code(d.code) =>
+        {
+            return Err(Problem::bad_request(d.code, d.message));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Json(AnswerImportView {
+        kind: r.kind.to_owned(),
+        message_id: r.message_id,
+        sha256: r.sha256,
+        status: r.status.to_owned(),
+        entries: r.entries,
+        settled: r.settled,
+        rejected: r.rejected,
+        returned: r.returned,
+        changes_proposed: r.changes_proposed,
+        duplicates: r.duplicates,
+        exceptions: r.exceptions,
+        results: r
+            .results
+            .into_iter()
+            .map(|e| AnswerEntryView {
+                entry: e.entry,
+                reference: e.reference,
+                payout_id: e.payout_id,
+                batch_id: e.batch_id,
+                outcome: e.outcome,
+                code: e.code,
+                detail: e.detail,
+            })
+            .collect(),
+    }))
+}
+
+/// Refusals of the ledger and of dual control (answered by their own status), as opposed
+/// to the codes of a file that cannot be read.
+fn is_ledger_code(code: &str) -> bool {
+    matches!(
+        code,
+        "operator_signature_required"
+            | "unknown_operator"
+            | "invalid_signature"
+            | "no_operators"
+            | "invalid_bank_config"
+            | "bank_file_mismatch"
+            | "corrupt_projection"
+    )
+}
+
+/// One batch, reconciled.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BatchReconciliationView {
+    pub batch_id: String,
+    pub rail: String,
+    pub currency: String,
+    pub payouts: usize,
+    pub total_cents: i64,
+    pub settled: usize,
+    pub settled_cents: i64,
+    pub returned: usize,
+    pub returned_cents: i64,
+    pub rejected: usize,
+    pub rejected_cents: i64,
+    pub open: usize,
+    pub open_cents: i64,
+    /// The business day by which the bank should have answered (`YYYY-MM-DD`).
+    pub answer_due: String,
+    pub overdue: bool,
+    pub open_payouts: Vec<String>,
+}
+
+/// An entry of the bank's answers that booked nothing.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AnswerExceptionView {
+    pub entry_key: String,
+    /// `unmatched`, `amount_mismatch`, `unknown_batch` or `state_conflict`.
+    pub problem: String,
+    pub reference: String,
+    pub batch_id: Option<String>,
+    pub amount_cents: i64,
+    pub currency: String,
+    pub expected_cents: Option<i64>,
+    pub detail: String,
+    pub kind: String,
+    pub message_id: String,
+    pub recorded_at_ms: i64,
+}
+
+/// The reconciliation of every batch against the bank's answers.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ReconciliationView {
+    pub as_of: String,
+    pub answer_due_business_days: u32,
+    pub batches: Vec<BatchReconciliationView>,
+    pub unmatched: Vec<AnswerExceptionView>,
+    pub amount_differences: Vec<AnswerExceptionView>,
+    pub overdue_payouts: usize,
+}
+
+fn exception_view(e: crate::store::bank_answers::ExceptionRow) -> AnswerExceptionView {
+    AnswerExceptionView {
+        entry_key: e.entry_key,
+        problem: e.problem,
+        reference: e.reference,
+        batch_id: e.batch_id,
+        amount_cents: e.amount_cents,
+        currency: e.currency,
+        expected_cents: e.expected_cents,
+        detail: e.detail,
+        kind: e.kind,
+        message_id: e.message_id,
+        recorded_at_ms: e.recorded_at_ms,
+    }
+}
+
+/// Per batch what the bank confirmed and what is still open after
+/// `bank.answer_due_business_days`, the entries that matched nothing and the amount
+/// differences.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/bank/reconciliation",
+    tag = "admin",
+    responses(
+        (status = 200, body = ReconciliationView),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn reconciliation(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<ReconciliationView>, Problem> {
+    auth.require(&[Scope::Admin])?;
+    let config = bank_config(&state);
+    let r = bank::reconcile::reconcile(&state.ledger, &config).await?;
+    Ok(Json(ReconciliationView {
+        as_of: r.as_of,
+        answer_due_business_days: r.answer_due_business_days,
+        batches: r
+            .batches
+            .into_iter()
+            .map(|b| BatchReconciliationView {
+                batch_id: b.batch_id,
+                rail: b.rail.as_str().to_owned(),
+                currency: b.currency,
+                payouts: b.payouts,
+                total_cents: b.total_cents,
+                settled: b.settled,
+                settled_cents: b.settled_cents,
+                returned: b.returned,
+                returned_cents: b.returned_cents,
+                rejected: b.rejected,
+                rejected_cents: b.rejected_cents,
+                open: b.open,
+                open_cents: b.open_cents,
+                answer_due: b.answer_due,
+                overdue: b.overdue,
+                open_payouts: b.open_payouts,
+            })
+            .collect(),
+        unmatched: r.unmatched.into_iter().map(exception_view).collect(),
+        amount_differences: r
+            .amount_differences
+            .into_iter()
+            .map(exception_view)
+            .collect(),
+        overdue_payouts: r.overdue_payouts,
     }))
 }

@@ -120,7 +120,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/approvals/{id}", get(admin::show_approval))
         .route("/v1/admin/approvals/{id}/approve", post(admin::approve))
         .route("/v1/admin/approvals/{id}/reject", post(admin::reject))
-        .merge(bank::routes())
+        .merge(bank::routes(state.bank.answer_file_bytes_max))
         .merge(page::routes())
         .route("/openapi.json", get(openapi_json))
         .route_layer(axum::middleware::from_fn_with_state(gate, load::gate))

@@ -295,8 +295,32 @@ impl Ledger {
         check_text(reason, "reason", self.config.text_len_max)?;
         let cmd = PayoutCommand::Fail {
             reason: reason.trim().to_owned(),
+            method_invalid: false,
+            by_bank: false,
         };
         self.payout_commands(&each(payout_ids, &cmd), actor).await
+    }
+
+    /// The bank rejected payouts before the money left (a `pain.002` `RJCT`): submitted →
+    /// failed with `reason` (the bank's code and its meaning), the amount back to payable;
+    /// with `method_invalid` the provider's bank details are blocked until updated. Each
+    /// payout with its own reason, together ([`Ledger::payout_commands`]).
+    pub async fn reject_payouts(
+        &self,
+        rejected: &[(&str, String, bool)],
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        let mut commands = Vec::with_capacity(rejected.len());
+        for (payout_id, reason, method_invalid) in rejected {
+            check_text(reason, "reason", self.config.text_len_max)?;
+            let cmd = PayoutCommand::Fail {
+                reason: reason.trim().to_owned(),
+                method_invalid: *method_invalid,
+                by_bank: true,
+            };
+            commands.push((*payout_id, cmd));
+        }
+        self.payout_commands(&commands, actor).await
     }
 
     /// Records that the money arrived: created/submitted → settled (in transit → treasury).

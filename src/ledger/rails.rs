@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use crate::domain::DomainError;
 use crate::domain::batch::BatchStatus;
 use crate::domain::event::{
-    BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail, SolanaTxResolved,
-    SolanaTxSigned,
+    BankAnswerImported, BankBatchGenerated, BankBatchStatus, EventBody, PLATFORM_STREAM, Rail,
+    SolanaTxResolved, SolanaTxSigned,
 };
 use crate::domain::time::day_number;
 use crate::failpoint::failpoint;
@@ -306,6 +306,36 @@ impl Ledger {
                 batch_id: batch_id.to_owned(),
                 status,
             });
+            tx.append(NewEvent::keyed(body, &actor.0, now, &key, &hash));
+            Ok(Applied::Accepted)
+        })
+    }
+
+    /// Records a bank answer file as booked (`bank_answer.imported`, key
+    /// `bank_answer:{kind}:{message_id}`), after its entries were: a duplicate when it was
+    /// recorded with the same bytes, `conflict` when with others.
+    pub async fn record_bank_answer(
+        &self,
+        answer: BankAnswerImported,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
+        let key = format!("bank_answer:{}:{}", answer.kind, answer.message_id);
+        let hash = content_hash(&format!("{key}|{}", answer.sha256));
+        let now = self.now_ms();
+        crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
+            if let Some(found) = find_idem(tx, &key).await? {
+                if found.as_deref() == Some(hash.as_slice()) {
+                    return Ok(Applied::Duplicate);
+                }
+                return reject(
+                    "conflict",
+                    format!(
+                        "another bank file with message id {} was booked",
+                        answer.message_id
+                    ),
+                );
+            }
+            let body = EventBody::BankAnswerImported(answer.clone());
             tx.append(NewEvent::keyed(body, &actor.0, now, &key, &hash));
             Ok(Applied::Accepted)
         })

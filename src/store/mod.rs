@@ -9,6 +9,7 @@
 //! hash chain and applies projection ops in the same transaction; it never decides anything.
 
 mod append;
+pub mod bank_answers;
 mod chain;
 mod checkpoint;
 mod fold;

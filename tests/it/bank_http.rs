@@ -38,7 +38,9 @@ async fn serve(w: &World) -> String {
         ..Default::default()
     };
     let state = AppState::new(w.ledger.clone(), &config);
-    let app = settle::http::bank::routes().with_state(state);
+    let app =
+        settle::http::bank::routes(settle::config::BankConfig::default().answer_file_bytes_max)
+            .with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });

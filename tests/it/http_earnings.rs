@@ -484,6 +484,7 @@ async fn book_payouts(app: &TestApp) {
                 rail: Rail::Solana,
                 amount_micro_usdc: 28_000_000,
                 reason: "custom program error: 0x1".into(),
+                method_invalid: false,
             }),
         ],
     )

@@ -13,6 +13,7 @@ mod auth_http;
 mod auth_limit;
 mod bands;
 mod bank;
+mod bank_answers;
 mod bank_http;
 mod control;
 mod control_gates;

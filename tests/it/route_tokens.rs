@@ -207,6 +207,18 @@ const ROUTES: &[Route] = &[
         r#"{"payout_id":"po-000000000000000000000000","code":"AC04"}"#,
         Rule::AdminOnly((404, Some("unknown_payout"))),
     ),
+    route(
+        "POST",
+        "/v1/admin/bank/files",
+        "not a bank file",
+        Rule::AdminOnly((400, Some("unknown_format"))),
+    ),
+    route(
+        "GET",
+        "/v1/admin/bank/reconciliation",
+        "",
+        Rule::AdminOnly(OK),
+    ),
     route("GET", "/v1/admin/approvals", "", Rule::AdminOnly(OK)),
     route(
         "GET",

@@ -26,7 +26,10 @@
 //! `recorded_at`) and the bank configuration; `regenerate` refuses to write a file whose
 //! SHA-256 differs from the one recorded.
 
+pub mod answers;
 pub mod files;
+pub mod inbox;
+pub mod reconcile;
 
 use std::collections::HashSet;
 use std::io::Write as _;
