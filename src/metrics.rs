@@ -184,6 +184,35 @@ pub fn ledger_gauges(figures: &LedgerFigures, now_ms: i64) -> String {
     metrics.render()
 }
 
+/// The bank's answers at scrape time (SPEC §10): payouts in sent bank batches still
+/// without an answer, those past their answer due day, and the entries of bank files that
+/// booked nothing, by problem (`unmatched`, `amount_mismatch`, `unknown_batch`,
+/// `state_conflict`).
+pub fn bank_gauges(open: i64, overdue: i64, unanswered: &[(String, i64)]) -> String {
+    let metrics = Metrics::default();
+    metrics.gauge(
+        "settle_bank_open_payouts",
+        "Payouts in sent bank batches the bank has not answered yet.",
+        &[],
+        open,
+    );
+    metrics.gauge(
+        "settle_bank_overdue_payouts",
+        "Open bank payouts past their answer due day (bank.answer_due_business_days).",
+        &[],
+        overdue,
+    );
+    for (problem, count) in unanswered {
+        metrics.gauge(
+            "settle_bank_unmatched_entries",
+            "Entries of the bank's files that booked nothing, by problem.",
+            &[("problem", problem.as_str())],
+            *count,
+        );
+    }
+    metrics.render()
+}
+
 /// Counts one usage event's result: `status` is `accepted`, `duplicate` or `rejected`,
 /// with the rejection's `code`.
 pub fn record_usage(status: &str, rejected_code: Option<&str>) {
@@ -292,6 +321,25 @@ pub fn record_usage_group(batches: usize, committed: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bank_gauges_count_open_overdue_and_unmatched_items() {
+        let text = bank_gauges(
+            3,
+            1,
+            &[("unmatched".into(), 2), ("amount_mismatch".into(), 1)],
+        );
+        assert!(text.contains("settle_bank_open_payouts 3"), "{text}");
+        assert!(text.contains("settle_bank_overdue_payouts 1"), "{text}");
+        assert!(
+            text.contains("settle_bank_unmatched_entries{problem=\"unmatched\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("settle_bank_unmatched_entries{problem=\"amount_mismatch\"} 1"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_the_text_format() {

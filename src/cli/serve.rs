@@ -16,7 +16,7 @@ use axum::routing::get;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, HttpConfig};
+use crate::config::{BankConfig, Config, HttpConfig};
 use crate::http::Application;
 use crate::http::server::{ServeLimits, serve as serve_http};
 use crate::jobs::scheduler::Scheduler;
@@ -44,11 +44,27 @@ pub async fn shutdown_signal() {
     }
 }
 
-async fn metrics(State(ledger): State<Ledger>) -> impl IntoResponse {
+async fn metrics(State((ledger, bank)): State<(Ledger, BankConfig)>) -> impl IntoResponse {
     let mut text = crate::metrics::global().render();
     match crate::store::read::ledger_figures(&ledger.store).await {
         Ok(figures) => text.push_str(&crate::metrics::ledger_gauges(&figures, ledger.now_ms())),
         Err(e) => tracing::warn!(error = %e, "metrics: cannot read the projections"),
+    }
+    match crate::rails::bank::reconcile::reconcile(&ledger, &bank).await {
+        Ok(r) => {
+            let open = r.batches.iter().map(|b| b.open as i64).sum();
+            let mut unanswered: std::collections::BTreeMap<String, i64> = Default::default();
+            for e in r.unmatched.iter().chain(&r.amount_differences) {
+                *unanswered.entry(e.problem.clone()).or_default() += 1;
+            }
+            let unanswered: Vec<(String, i64)> = unanswered.into_iter().collect();
+            text.push_str(&crate::metrics::bank_gauges(
+                open,
+                r.overdue_payouts as i64,
+                &unanswered,
+            ));
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: cannot reconcile the bank's answers"),
     }
     text.push_str(&crate::metrics::projection_lag(
         ledger.store.projection_lag(),
@@ -72,6 +88,7 @@ enum MetricsPlace {
 /// The `/metrics` routes (behind `http.metrics_token` when one is set) and where they go.
 async fn metrics_routes(
     ledger: &Ledger,
+    bank: &BankConfig,
     http: &HttpConfig,
     failures: std::sync::Arc<crate::http::limit::AuthFailures>,
 ) -> anyhow::Result<(Router, MetricsPlace)> {
@@ -81,7 +98,7 @@ async fn metrics_routes(
     }
     let mut routes = Router::new()
         .route("/metrics", get(metrics))
-        .with_state(ledger.clone());
+        .with_state((ledger.clone(), bank.clone()));
     if !token.is_empty() {
         let guard = crate::http::extract::StaticToken::new(
             token,
@@ -313,7 +330,7 @@ pub async fn serve(ledger: Ledger, config: Config, scheduler_enabled: bool) -> a
         .await
         .with_context(|| format!("binding {}", config.http.bind))?;
     let (metrics_routes, metrics_place) =
-        metrics_routes(&ledger, &config.http, app.auth_failures()).await?;
+        metrics_routes(&ledger, &config.bank, &config.http, app.auth_failures()).await?;
     let (app, metrics_http) =
         place_metrics(app, metrics_routes, metrics_place, &config.http, &stop_rx)?;
     tracing::info!(addr = %app.local_addr(), "settle serve: HTTP API on http://{}", app.local_addr());
