@@ -11,7 +11,7 @@ use serde_json::json;
 use settle_bank::simulate::{SimulatedAnswers, SimulationConfig, simulate};
 
 use super::cli_actor;
-use crate::config::{BankConfig, Config};
+use crate::config::BankConfig;
 use crate::domain::money::format_cents;
 use crate::ledger::{Ledger, LedgerError};
 use crate::rails::bank::answers::{ImportContext, ImportReport, import_answer};
@@ -43,7 +43,8 @@ pub async fn import(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let control = Config::load(config_path, std::env::vars())
+    // The ledger's control policy, not this process's (`cli::config_of`).
+    let control = super::config_of(config_path)
         .context("loading the configuration")?
         .control;
     let originator = Originator::parse(config).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -334,3 +334,78 @@ async fn a_notification_of_change_waits_for_a_second_operator() {
     );
     w.check().await;
 }
+
+/// The operator's loop through the CLI: `settle bank simulate` answers the batch files,
+/// `settle bank import` books the answers (per-file and per-entry JSON), importing the same
+/// files again books nothing twice, and `settle bank reconcile` shows the SEPA batch
+/// answered and the ACH batch still open (NACHA answers with returns only).
+#[tokio::test]
+async fn the_cli_simulates_imports_and_reconciles_the_banks_answers() {
+    let (w, batches) = sent_world().await;
+    let now = "2026-12-02T10:00:00Z";
+    let out = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = ["--now", now, "bank", "simulate"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(batches.iter().map(|o| o.path.display().to_string()));
+    args.extend([
+        "--out".into(),
+        out.path().display().to_string(),
+        "--seed".into(),
+        "7".into(),
+    ]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = crate::common::run_cli(&w.db.url, &refs);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let mut answers: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    answers.sort();
+    assert!(answers.len() >= 3, "{answers:?}");
+    let import = |files: &[String]| {
+        let mut args = vec!["--now", now, "--format", "json", "bank", "import"];
+        args.extend(files.iter().map(String::as_str));
+        let (code, stdout, stderr) = crate::common::run_cli(&w.db.url, &args);
+        let v: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
+        (code, v)
+    };
+    let (code, first) = import(&answers);
+    assert_eq!(code, 0, "{first}");
+    let files = first["files"].as_array().unwrap();
+    assert_eq!(files.len(), answers.len(), "{first}");
+    let settled: u64 = files
+        .iter()
+        .map(|f| f["report"]["settled"].as_u64().unwrap_or(0))
+        .sum();
+    // The SEPA payouts settle (a NACHA file answers only with returns: none here).
+    assert_eq!(settled, 2, "each SEPA payout settled once: {first}");
+    let (code, again) = import(&answers);
+    assert_eq!(code, 0, "{again}");
+    for f in again["files"].as_array().unwrap() {
+        assert_eq!(f["report"]["status"], "duplicate", "{again}");
+    }
+    let (code, stdout, stderr) = crate::common::run_cli(
+        &w.db.url,
+        &["--now", now, "--format", "json", "bank", "reconcile"],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let open = |rail: &str| {
+        r["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["rail"] == rail)
+            .map(|b| b["open"].as_u64().unwrap())
+    };
+    assert_eq!(open("sepa"), Some(0), "{r}");
+    assert_eq!(
+        open("ach"),
+        Some(2),
+        "ACH stays open until its due day: {r}"
+    );
+    assert_eq!(r["unmatched"], serde_json::json!([]), "{r}");
+}
