@@ -738,7 +738,7 @@ pub struct BenchmarkMinimums {
 /// usage rates and FX rates (`LedgerConfig::lift_bands`). Part of the ledger's policy.
 pub use crate::domain::policy::Enforce;
 
-/// Dual control (src/control.rs): which commands wait for a second actor.
+/// Dual control (src/control/): which commands wait for a second actor.
 #[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ControlConfig {

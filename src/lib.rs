@@ -6,7 +6,8 @@
 #![warn(clippy::too_many_lines)]
 
 /// Every binary that links settle (the `settle` command, its tests and benchmarks) allocates
-/// with mimalloc: see `Cargo.toml` and ops/bench/ingest.md round 15.
+/// with mimalloc: faster booking under the allocator's contention, see `Cargo.toml` and
+/// ops/bench/ingest.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,5 +1,5 @@
 //! `settle approvals list | show ID | approve ID… | reject ID --reason R`: dual control
-//! from the command line (src/control.rs). The deciding actor is `--actor` (default: the
+//! from the command line (src/control/). The deciding actor is `--actor` (default: the
 //! OS user) and must differ from the requester.
 
 use std::io::Write;

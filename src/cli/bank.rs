@@ -68,12 +68,12 @@ pub enum BankCmd {
         /// Directory the answers are written to.
         #[arg(long)]
         out: PathBuf,
-        /// Share of SEPA payments rejected in the status report (0 to 1).
-        #[arg(long, default_value_t = 0.0)]
-        reject_share: f64,
-        /// Share of payments returned after booking (0 to 1).
-        #[arg(long, default_value_t = 0.0)]
-        return_share: f64,
+        /// Per mille of SEPA payments rejected in the status report (0 to 1000).
+        #[arg(long, default_value_t = 0)]
+        reject_per_mille: u16,
+        /// Per mille of payments returned after booking (0 to 1000).
+        #[arg(long, default_value_t = 0)]
+        return_per_mille: u16,
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
@@ -189,15 +189,15 @@ pub async fn bank_cmd(
         BankCmd::Simulate {
             files,
             out: dir,
-            reject_share,
-            return_share,
+            reject_per_mille,
+            return_per_mille,
             seed,
         } => {
             let args = super::bank_answers::SimulateArgs {
                 files,
                 out_dir: dir,
-                reject_share: *reject_share,
-                return_share: *return_share,
+                reject_per_mille: *reject_per_mille,
+                return_per_mille: *return_per_mille,
                 seed: *seed,
             };
             super::bank_answers::simulate_cmd(ledger, &config, &args, format, out).await

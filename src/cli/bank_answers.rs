@@ -276,22 +276,23 @@ pub fn reconciliation_rows(r: &Reconciliation) -> Rows {
     rows
 }
 
-/// A share `0..=1` as per mille; `invalid_share` otherwise.
-fn per_mille(share: f64, what: &str) -> anyhow::Result<u16> {
+/// A per mille `0..=1000`; `invalid_share` otherwise.
+fn per_mille(value: u16, what: &str) -> anyhow::Result<u16> {
     anyhow::ensure!(
-        share.is_finite() && (0.0..=1.0).contains(&share),
-        "invalid_share: --{what} must be between 0 and 1, got {share}"
+        value <= 1000,
+        "invalid_share: --{what} must be between 0 and 1000, got {value}"
     );
-    // A share of files, not money: rounded to whole per mille.
-    Ok((share * 1000.0).round() as u16)
+    Ok(value)
 }
 
 /// The options of `bank simulate`.
 pub struct SimulateArgs<'a> {
     pub files: &'a [PathBuf],
     pub out_dir: &'a Path,
-    pub reject_share: f64,
-    pub return_share: f64,
+    /// Per mille of SEPA payments rejected (0 to 1000).
+    pub reject_per_mille: u16,
+    /// Per mille of payments returned (0 to 1000).
+    pub return_per_mille: u16,
     pub seed: u64,
 }
 
@@ -309,8 +310,8 @@ pub async fn simulate_cmd(
         .map(|t| t.naive_utc())
         .unwrap_or_default();
     let mut sim = SimulationConfig::new(args.seed, now.date(), now);
-    sim.rejections_per_mille = per_mille(args.reject_share, "reject-share")?;
-    sim.returns_per_mille = per_mille(args.return_share, "return-share")?;
+    sim.rejections_per_mille = per_mille(args.reject_per_mille, "reject-per-mille")?;
+    sim.returns_per_mille = per_mille(args.return_per_mille, "return-per-mille")?;
     let written = simulate_files(config, args.files, args.out_dir, &sim)?;
     let mut rows = Rows::new(vec!["batch_file", "answer_file"]);
     for (from, to) in &written {

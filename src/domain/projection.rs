@@ -438,7 +438,7 @@ fn json<T: serde::Serialize>(value: &T) -> Val {
 /// The projection changes of one event that its append writes in its own transaction: the
 /// ops of [`ops`] that are not [deferred](ProjOp::is_deferred). A usage event has none (all of
 /// its ops are aggregates or segments), so they are not built for it: on the booking path that
-/// was about a tenth of the process's CPU (`ops/bench/ingest.md`, round 11). The unit test
+/// was about a tenth of the process's CPU (measured in `ops/bench/ingest.md`). The unit test
 /// `a_usage_event_has_only_deferred_ops` holds the shortcut to [`ops`].
 pub fn immediate_ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec<ProjOp> {
     if matches!(body, EventBody::UsageRecorded(_)) {

@@ -123,7 +123,7 @@ pub fn decision_key(run: &RunKey, provider_id: &str) -> String {
 /// id makes it another candidate's decision key, and it sorts right after the decision's own
 /// key: the keys of a chunk of candidates (in provider order) land side by side in the
 /// `events (idem_key, stream)` index instead of at the random places of their payout ids (a
-/// hash), which wrote a page of that index per payout (`ops/bench/runs.md` round 12).
+/// hash), which wrote a page of that index per payout (measured in `ops/bench/runs.md`).
 fn payout_event_key(run: &RunKey, provider_id: &str, step: &str) -> String {
     format!("{}/{step}", decision_key(run, provider_id))
 }

@@ -247,7 +247,7 @@ fn only_the_ledger_appends() {
         ".begin_streams(",
         "store.begin(",
     ];
-    let found: Vec<String> = ["rails", "http", "cli", "jobs", "control.rs", "verify.rs"]
+    let found: Vec<String> = ["rails", "http", "cli", "jobs", "control", "verify.rs"]
         .into_iter()
         .flat_map(|dir| naming(&format!("src/{dir}"), &writes))
         .collect();
