@@ -2,10 +2,15 @@
 //! production. A SQLite file, sample providers (both tiers, weekly and monthly, Solana, SEPA
 //! and ACH) with GPUs of the provider guide's models, a generated week of usage (with late
 //! and duplicate events), the Monday run paying USDC on a local chain that executes the real
-//! SPL Token program (through the production RpcClient adapter), a SEPA and a NACHA file.
+//! SPL Token program (through the production RpcClient adapter), a SEPA and a NACHA file
+//! answered by the local bank simulator and imported (`answers`: one payout booked, one
+//! returned), and a week of reliability reports scored (`reliability`).
 //!
 //! The generated input is written to `DIR/demo-input.ndjson` (`{"at": RFC3339, "line": …}`
 //! per line, in arrival order) so that anyone can recompute what the demo prints.
+
+mod answers;
+mod reliability;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -205,6 +210,7 @@ pub fn generate(week: NaiveDate, wallets: &dyn Fn(&str) -> String, seed: u64) ->
             }
         }
     }
+    out.extend(reliability::week_reports(week));
     out.sort_by_key(|a| a.at_ms);
     out
 }
@@ -230,6 +236,10 @@ pub struct DemoReport {
     pub payouts: Vec<Value>,
     pub chain: Value,
     pub bank_files: Vec<Value>,
+    /// The bank's answers to those files, imported: one object per answer file.
+    pub bank_answers: Vec<Value>,
+    /// Each sample provider's reliability after the week (SPEC §12).
+    pub reliability: Vec<Value>,
     /// The operators put in force and the request one made and the other approved.
     pub dual_control: Value,
     /// What to run next, printed under "Explore it".
@@ -336,22 +346,15 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let clock = Arc::new(ManualClock::new(
         arrivals.first().map(|a| a.at_ms).unwrap_or(0),
     ));
-    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    let ledger = demo_ledger(store, clock.clone());
     seed_policy(&ledger).await?;
     let counts = book_arrivals(&ledger, &clock, &arrivals).await?;
 
     // The Monday run at 00:05 UTC.
     clock.set(monday_run_ms(week));
-    let calendar = settle_calendar::Calendar::platform_default();
-    let run_key = settle_calendar::RunKey::Weekly { monday };
-    let report = ledger
-        .run_payouts(
-            run_key,
-            &calendar,
-            &RunConfig::default(),
-            &Actor::system("scheduler"),
-        )
-        .await?;
+    let report = weekly_run(&ledger, monday).await?;
+    // The week's reliability, as the dashboard shows it at the run.
+    let reliability = reliability::scores(&ledger).await?;
 
     // USDC on a local chain running the real SPL Token program, through the RpcClient adapter.
     let chain = crate::rails::solana::dev::start_local_chain(
@@ -378,6 +381,10 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     clock.advance(60_000);
     let dual_control = dual_control(&ledger, &dir).await?;
 
+    // The bank answers on Tuesday morning: the SEPA payout booked, the ACH payout returned.
+    clock.set(monday_run_ms(week) + 33 * 3_600_000);
+    let bank_answers = answers::answer_batches(&ledger, &bank_config, &generated, &dir).await?;
+
     // What a provider's dashboard shows, and the books.
     let earnings_per_gpu = earnings_per_gpu(&ledger, week, monday).await?;
     let payouts = payout_rows(&ledger).await?;
@@ -397,6 +404,8 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
         payouts,
         chain: chain_summary(&chain, &paid, balances),
         bank_files,
+        bank_answers,
+        reliability,
         dual_control,
         next: NextSteps::new(
             program,
@@ -409,6 +418,30 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     ledger.store.close().await;
     drop(chain);
     Ok(demo)
+}
+
+/// The weekly run of `monday`, as the scheduler starts it.
+async fn weekly_run(
+    ledger: &Ledger,
+    monday: NaiveDate,
+) -> anyhow::Result<crate::ledger::runs::RunReport> {
+    Ok(ledger
+        .run_payouts(
+            settle_calendar::RunKey::Weekly { monday },
+            &settle_calendar::Calendar::platform_default(),
+            &RunConfig::default(),
+            &Actor::system("scheduler"),
+        )
+        .await?)
+}
+
+/// The demo's ledger on `store` at `clock`, with the demo's benchmark minimums.
+fn demo_ledger(store: Store, clock: Arc<ManualClock>) -> Ledger {
+    let config = LedgerConfig {
+        reliability: reliability::minimums(),
+        ..LedgerConfig::default()
+    };
+    Ledger::new(store, clock, config)
 }
 
 /// Two operators with Ed25519 keys (files in `DIR/operators/`, derived from fixed seeds: a
@@ -685,6 +718,11 @@ fn write_serve_config(dir: &Path, bank: &BankConfig) -> anyhow::Result<PathBuf> 
     section.insert("allow_example_originator".into(), true.into());
     let mut root = toml::Table::new();
     root.insert("bank".into(), section.into());
+    // The demo's benchmark minimums, so that the served dashboard lists what the demo printed.
+    root.insert(
+        "reliability".into(),
+        toml::Table::try_from(reliability::minimums())?.into(),
+    );
     let path = dir.join("settle.toml");
     let text = format!(
         "# settle serve over the demo's data (settle demo writes this file).\n{}",
@@ -700,6 +738,8 @@ pub fn render_table(d: &DemoReport) -> String {
     render_booking(&mut out, d);
     render_run(&mut out, d);
     render_payments(&mut out, d);
+    answers::render(&mut out, &d.bank_answers);
+    reliability::render(&mut out, &d.reliability);
     render_dual_control(&mut out, d);
     render_next_steps(&mut out, d);
     out

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use chrono::DateTime;
 use serde_json::json;
-use settle_bank::simulate::{SimulatedAnswers, SimulationConfig, simulate};
+use settle_bank::simulate::SimulationConfig;
 
 use super::cli_actor;
 use crate::config::BankConfig;
@@ -199,18 +199,18 @@ pub async fn reconcile_cmd(
         if format == Format::Table {
             writeln!(
                 out,
-                "as of {}: {} batches, {} payouts overdue (answer due after {} business days), {} unmatched entries, {} amount differences",
+                "as of {}: {} batches, {} payouts overdue (answer due after {} business days), {} unmatched entries, {} amount differences, {} changes to request",
                 r.as_of,
                 r.batches.len(),
                 r.overdue_payouts,
                 r.answer_due_business_days,
                 r.unmatched.len(),
-                r.amount_differences.len()
+                r.amount_differences.len(),
+                r.changes_unrequested.len()
             )?;
         }
     }
-    let clean = r.overdue_payouts == 0 && r.unmatched.is_empty() && r.amount_differences.is_empty();
-    Ok(if clean { 0 } else { EXIT_PROBLEMS })
+    Ok(if r.is_clean() { 0 } else { EXIT_PROBLEMS })
 }
 
 /// The reconciliation as rows: a row per batch, then a row per exception.
@@ -253,7 +253,7 @@ pub fn reconciliation_rows(r: &Reconciliation) -> Rows {
             json!(null),
         ]);
     }
-    for e in r.unmatched.iter().chain(&r.amount_differences) {
+    for e in r.exceptions() {
         rows.push(vec![
             json!(e.problem),
             json!(e.batch_id),
@@ -312,47 +312,12 @@ pub async fn simulate_cmd(
     let mut sim = SimulationConfig::new(args.seed, now.date(), now);
     sim.rejections_per_mille = per_mille(args.reject_per_mille, "reject-per-mille")?;
     sim.returns_per_mille = per_mille(args.return_per_mille, "return-per-mille")?;
-    let written = simulate_files(config, args.files, args.out_dir, &sim)?;
+    let written =
+        crate::rails::bank::inbox::simulate_files(config, args.files, args.out_dir, &sim)?;
     let mut rows = Rows::new(vec!["batch_file", "answer_file"]);
     for (from, to) in &written {
         rows.push(vec![json!(from), json!(to)]);
     }
     write!(out, "{}", rows.render(format))?;
     Ok(0)
-}
-
-/// Answers each of `files` with the simulator, writing the answers into `out_dir`; the
-/// pairs (batch file, answer file) written.
-pub fn simulate_files(
-    config: &BankConfig,
-    files: &[PathBuf],
-    out_dir: &Path,
-    sim: &SimulationConfig,
-) -> anyhow::Result<Vec<(String, String)>> {
-    let mut written = Vec::new();
-    for file in files {
-        let bytes = read_limited(file, config.answer_file_bytes_max)?;
-        let answers = simulate(&bytes, sim)
-            .map_err(|e| anyhow::anyhow!("{}: {}: {e}", file.display(), e.code()))?;
-        let stem = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let outputs = match answers {
-            SimulatedAnswers::Sepa {
-                status_report,
-                notification,
-            } => vec![
-                (format!("{stem}.pain002.xml"), status_report),
-                (format!("{stem}.camt054.xml"), notification),
-            ],
-            SimulatedAnswers::Nacha { returns } => vec![(format!("{stem}.returns.ach"), returns)],
-        };
-        for (name, contents) in outputs {
-            let path = out_dir.join(&name);
-            crate::rails::bank::write_atomic(&path, contents.as_bytes())?;
-            written.push((file.display().to_string(), path.display().to_string()));
-        }
-    }
-    Ok(written)
 }

@@ -54,7 +54,7 @@ async fn metrics(State((ledger, bank)): State<(Ledger, BankConfig)>) -> impl Int
         Ok(r) => {
             let open = r.batches.iter().map(|b| b.open as i64).sum();
             let mut unanswered: std::collections::BTreeMap<String, i64> = Default::default();
-            for e in r.unmatched.iter().chain(&r.amount_differences) {
+            for e in r.exceptions() {
                 *unanswered.entry(e.problem.clone()).or_default() += 1;
             }
             let unanswered: Vec<(String, i64)> = unanswered.into_iter().collect();

@@ -339,7 +339,16 @@ fn update_changes(
             "the payout method of {} to {} (in force: {})",
             c.provider_id,
             method_detail(c.payout_method.as_ref()),
-            was(&|p| method_detail(p.payout_method.as_ref()))
+            was(&|p| {
+                let detail = method_detail(p.payout_method.as_ref());
+                // The approver must know the details were blocked by a bank's return or
+                // rejection: that booked money back to payable on one importer's word.
+                if p.method_invalid {
+                    format!("{detail}, blocked since the bank returned or rejected a payout")
+                } else {
+                    detail
+                }
+            })
         ));
     }
     if let Some(tier) = c.tier {

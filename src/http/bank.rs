@@ -494,7 +494,8 @@ pub struct AnswerEntryView {
     pub payout_id: Option<String>,
     pub batch_id: Option<String>,
     /// `settled`, `rejected`, `returned`, `change_proposed`, `duplicate`, `ignored`,
-    /// `unmatched`, `amount_mismatch`, `unknown_batch` or `state_conflict`.
+    /// `unmatched`, `amount_mismatch`, `unknown_batch`, `state_conflict` or
+    /// `change_unrequested`.
     pub outcome: String,
     pub code: Option<String>,
     pub detail: String,
@@ -633,7 +634,8 @@ pub struct BatchReconciliationView {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct AnswerExceptionView {
     pub entry_key: String,
-    /// `unmatched`, `amount_mismatch`, `unknown_batch` or `state_conflict`.
+    /// `unmatched`, `amount_mismatch`, `unknown_batch`, `state_conflict` or
+    /// `change_unrequested`.
     pub problem: String,
     pub reference: String,
     pub batch_id: Option<String>,
@@ -654,6 +656,9 @@ pub struct ReconciliationView {
     pub batches: Vec<BatchReconciliationView>,
     pub unmatched: Vec<AnswerExceptionView>,
     pub amount_differences: Vec<AnswerExceptionView>,
+    /// Notifications of change no operator has requested yet (`change_unrequested`):
+    /// import the file again with `settle bank import --operator-key`.
+    pub changes_unrequested: Vec<AnswerExceptionView>,
     pub overdue_payouts: usize,
 }
 
@@ -722,6 +727,11 @@ pub async fn reconciliation(
         unmatched: r.unmatched.into_iter().map(exception_view).collect(),
         amount_differences: r
             .amount_differences
+            .into_iter()
+            .map(exception_view)
+            .collect(),
+        changes_unrequested: r
+            .changes_unrequested
             .into_iter()
             .map(exception_view)
             .collect(),

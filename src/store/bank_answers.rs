@@ -113,3 +113,20 @@ pub async fn exceptions(store: &Store) -> Result<Vec<ExceptionRow>, StoreError> 
     .await
     })?)
 }
+
+/// Whether a request of the provider update `update_id` was booked, pending or decided
+/// (a notification of change is requested as update `noc-{trace}`). The command is the
+/// request's canonical JSON line, so the id appears in it exactly as written here.
+pub async fn update_requested(store: &Store, update_id: &str) -> Result<bool, StoreError> {
+    let needle = format!("%\"update_id\":\"{update_id}\"%");
+    let pool = store.db();
+    let found: i64 = on!(pool, |c| {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM approvals WHERE kind = 'payout_method' AND command LIKE $1",
+        )
+        .bind(&needle)
+        .fetch_one(c)
+        .await
+    })?;
+    Ok(found > 0)
+}

@@ -758,7 +758,8 @@ async fn returns_are_checked_before_anything_is_booked() {
     );
 
     // A return that arrives before the batch is marked settled: the money left and came
-    // back; the details changed meanwhile are not blocked.
+    // back. The details entered meanwhile are blocked too: the funds back to payable go
+    // nowhere until someone confirms the details again (a gated command, SPEC §9).
     w.at("2026-12-02T10:00:00Z");
     w.update_method("us_biz", ACH_INDIVIDUAL).await;
     let r = bank::return_payout(&w.ledger, &po_biz, "R03", &w.actor())
@@ -766,9 +767,10 @@ async fn returns_are_checked_before_anything_is_booked() {
         .unwrap();
     assert_eq!(r.status, "accepted");
     assert!(
-        !r.method_invalid,
-        "the provider already entered other details"
+        r.method_invalid,
+        "details entered after the payout are blocked by its return as well"
     );
+    assert!(w.provider_record("us_biz").await.method_invalid);
     assert_eq!(w.payout(&po_biz).await.status.as_str(), "returned");
     assert_eq!(w.treasury_bank("us_biz").await, 0);
     assert_eq!(w.payable("us_biz").await, 40 * USDC + 12_345);

@@ -8,6 +8,7 @@ use crate::bank_support::*;
 
 use chrono::NaiveDate;
 use settle::config::ControlConfig;
+use settle::control::Sign;
 use settle::domain::event::Rail;
 use settle::domain::payout::PayoutStatus;
 use settle::rails::bank::answers::{ImportContext, ImportReport, import_answer};
@@ -59,12 +60,17 @@ fn answer_files(o: &BatchOutcome, config: &SimulationConfig) -> Vec<String> {
 }
 
 async fn import(w: &World, file: &str) -> ImportReport {
+    import_as(w, file, None).await
+}
+
+/// The import of `file` by the world's operator, signing requests with `signer` if given.
+async fn import_as(w: &World, file: &str, signer: Option<&dyn Sign>) -> ImportReport {
     let originator = Originator::parse(&w.bank).unwrap();
     let control = ControlConfig::default();
     let cx = ImportContext {
         originator: &originator,
         control: &control,
-        signer: None,
+        signer,
     };
     import_answer(&w.ledger, file.as_bytes(), &cx, &w.actor())
         .await
@@ -81,14 +87,6 @@ async fn statuses(w: &World, o: &BatchOutcome) -> Vec<PayoutStatus> {
         out.push(w.payout(&id).await.status);
     }
     out
-}
-
-async fn provider_record(w: &World, id: &str) -> settle::ledger::registry::ProviderRecord {
-    let mut conn = w.ledger.store.acquire().await.unwrap();
-    settle::store::providers::load_provider(&mut conn, id)
-        .await
-        .unwrap()
-        .unwrap()
 }
 
 async fn event_count(w: &World) -> i64 {
@@ -164,8 +162,37 @@ async fn a_rejected_sepa_payout_fails_with_the_banks_code_and_blocks_the_details
         w.payable(&provider).await,
         payable_before + p.amount_micro_usdc
     );
-    let prov = provider_record(&w, &provider).await;
+    let prov = w.provider_record(&provider).await;
     assert!(prov.method_invalid, "rejected details are blocked");
+    // Confirming them again is a gated command whose approver is told why they are blocked.
+    let confirm = settle::ledger::registry::UpdateProvider {
+        update_id: None,
+        provider_id: settle::domain::ids::ProviderId::parse(&provider).unwrap(),
+        name: None,
+        email: None,
+        tier: None,
+        schedule: None,
+        status: None,
+        payout_method: prov.payout_method.clone(),
+    };
+    let submitted = settle::control::propose(
+        &w.ledger,
+        &ControlConfig::default(),
+        &settle::wire::import::Command::UpdateProvider(confirm),
+        &w.actor(),
+        None,
+    )
+    .await
+    .unwrap();
+    let settle::control::Submitted::Pending(row) = submitted else {
+        panic!("confirming blocked details waits for a second operator");
+    };
+    assert!(
+        row.summary
+            .contains("blocked since the bank returned or rejected a payout"),
+        "{}",
+        row.summary
+    );
     w.check().await;
 }
 
@@ -287,7 +314,7 @@ async fn a_notification_of_change_waits_for_a_second_operator() {
     assert_eq!(r.changes_proposed, 2, "{:?}", r.results);
     let ids = w.batch_payout_ids(ach).await;
     let p = w.payout(&ids[0]).await;
-    let before = provider_record(&w, &p.provider_id).await;
+    let before = w.provider_record(&p.provider_id).await;
     assert_eq!(
         before.payout_method.as_ref(),
         Some(&p.method),
@@ -326,11 +353,94 @@ async fn a_notification_of_change_waits_for_a_second_operator() {
         .unwrap();
         assert_eq!(applied, settle::ledger::Applied::Accepted, "{row:?}");
     }
-    let after = provider_record(&w, &p.provider_id).await;
+    let after = w.provider_record(&p.provider_id).await;
     assert_ne!(
         after.payout_method.as_ref(),
         Some(&p.method),
         "changed once approved"
+    );
+    w.check().await;
+}
+
+/// On a ledger with operators, a notification of change uploaded or dropped in the inbox
+/// has no operator to sign its request: the entry is kept (`change_unrequested`) and
+/// reconciliation lists it until an operator imports the file again with their key, which
+/// requests each change once and books nothing else twice.
+#[tokio::test]
+async fn a_change_imported_without_a_key_waits_until_an_operator_imports_it_again() {
+    let (w, batches) = sent_world().await;
+    let keys = tempfile::tempdir().unwrap();
+    let mut first = Vec::new();
+    let mut paths = Vec::new();
+    for (seed, name) in [(7u8, "alice"), (9, "bob")] {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+        let path = keys.path().join(format!("{name}.json"));
+        let public = settle::operator_key::write_key_file(&path, &key).unwrap();
+        first.push((
+            settle::domain::operator::OperatorName::parse(name).unwrap(),
+            public,
+        ));
+        paths.push(path);
+    }
+    w.ledger
+        .bootstrap_operators(&first, &w.actor())
+        .await
+        .unwrap();
+    let ach = rail_batch(&batches, Rail::Ach);
+    let mut config = sim(6);
+    config.changes_per_mille = 1000;
+    let file = answer_files(ach, &config).remove(0);
+
+    let r = import(&w, &file).await;
+    assert_eq!(r.status, "accepted", "the file is booked: {:?}", r.results);
+    assert_eq!(
+        (r.changes_proposed, r.exceptions),
+        (0, 2),
+        "{:?}",
+        r.results
+    );
+    assert!(
+        r.results.iter().all(|e| e.outcome == "change_unrequested"),
+        "{:?}",
+        r.results
+    );
+    let open = bank::reconcile::reconcile(&w.ledger, &w.bank)
+        .await
+        .unwrap();
+    assert_eq!(open.changes_unrequested.len(), 2, "{open:?}");
+    assert!(!open.is_clean());
+
+    let alice = settle::operator_key::load_signer(&w.ledger, &paths[0])
+        .await
+        .unwrap();
+    let events = event_count(&w).await;
+    let r = import_as(&w, &file, Some(&alice)).await;
+    assert_eq!(r.status, "duplicate", "the file itself was booked before");
+    assert_eq!(r.changes_proposed, 2, "{:?}", r.results);
+    assert_eq!(
+        event_count(&w).await,
+        events + 2,
+        "two requests booked, nothing else"
+    );
+    let done = bank::reconcile::reconcile(&w.ledger, &w.bank)
+        .await
+        .unwrap();
+    assert!(done.changes_unrequested.is_empty(), "{done:?}");
+    let events = event_count(&w).await;
+    import_as(&w, &file, Some(&alice)).await;
+    assert_eq!(
+        event_count(&w).await,
+        events,
+        "each change is requested once"
+    );
+    let p = w.payout(&w.batch_payout_ids(ach).await[0]).await;
+    assert_eq!(
+        w.provider_record(&p.provider_id)
+            .await
+            .payout_method
+            .as_ref(),
+        Some(&p.method),
+        "requested, not rewritten"
     );
     w.check().await;
 }

@@ -82,6 +82,7 @@ fn the_demo_pays_what_an_independent_computation_says() {
     let mut eur_per_usd = String::new();
     let mut usage: Vec<(i64, Value)> = Vec::new();
     let mut seen = HashSet::new();
+    let mut reliability_lines = 0;
     for line in input.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         let (at, l) = (ms(v["at"].as_str().unwrap()), &v["line"]);
@@ -112,6 +113,9 @@ fn the_demo_pays_what_an_independent_computation_says() {
                 if seen.insert(l["event_id"].as_str().unwrap().to_owned()) {
                     usage.push((at, l.clone()));
                 }
+            }
+            "gpu.schedule" | "gpu.online" | "job.outcome" | "gpu.benchmark" => {
+                reliability_lines += 1;
             }
             other => panic!("unexpected line type {other}"),
         }
@@ -213,7 +217,13 @@ fn the_demo_pays_what_an_independent_computation_says() {
                 amount,
                 "{provider} payout"
             );
-            assert_eq!(p["status"], if bank { "submitted" } else { "settled" });
+            // The simulated bank books the SEPA payout and returns the ACH one.
+            let status = if rails[provider] == "ach" {
+                "returned"
+            } else {
+                "settled"
+            };
+            assert_eq!(p["status"], status, "{provider}");
         } else {
             assert!(
                 !payouts.contains_key(provider),
@@ -222,6 +232,7 @@ fn the_demo_pays_what_an_independent_computation_says() {
         }
     }
     assert_eq!(payouts.len(), expected_payouts);
+    the_bank_answers_and_the_week_of_reliability(&report, reliability_lines);
 
     // USDC on chain: each Solana provider's token balance equals its payout.
     for b in report["chain"]["balances"].as_array().unwrap() {
@@ -285,6 +296,58 @@ fn the_demo_pays_what_an_independent_computation_says() {
             other => panic!("unexpected rail {other}"),
         }
     }
+}
+
+/// The bank's answers the demo imported (the SEPA payout booked, the ACH payout returned
+/// with its code), and the week's reliability: Borealis's outage and Fjord's failed
+/// benchmark lower their scores and say so.
+fn the_bank_answers_and_the_week_of_reliability(report: &Value, reliability_lines: usize) {
+    let answers = report["bank_answers"].as_array().unwrap();
+    let kinds: Vec<&str> = answers
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["pain.002", "camt.054", "nacha_returns"],
+        "{answers:?}"
+    );
+    let returned: Vec<&Value> = answers
+        .iter()
+        .flat_map(|a| a["entries"].as_array().unwrap())
+        .filter(|e| e["outcome"] == "returned")
+        .collect();
+    assert_eq!(returned.len(), 1, "{answers:?}");
+    assert!(
+        ["R01", "R03"].contains(&returned[0]["code"].as_str().unwrap()),
+        "{returned:?}"
+    );
+
+    assert!(
+        reliability_lines > 100,
+        "{reliability_lines} reliability lines"
+    );
+    let scores: BTreeMap<&str, &Value> = report["reliability"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["provider_id"].as_str().unwrap(), r))
+        .collect();
+    assert_eq!(scores.len(), 6);
+    let bps = |p: &str| scores[p]["score_bps"].as_u64().unwrap();
+    let reasons = |p: &str| scores[p]["lowered_by"].to_string();
+    assert!(
+        reasons("prv_borealis").contains("offline 3 h 10 min inside your schedule"),
+        "{}",
+        reasons("prv_borealis")
+    );
+    assert!(bps("prv_borealis") < bps("prv_atlas"), "{scores:?}");
+    assert!(bps("prv_fjord") < bps("prv_equinox"), "{scores:?}");
+    let fjord = scores["prv_fjord"]["not_listed"].to_string();
+    assert!(
+        fjord.contains("prv_fjord_gpu0") && fjord.contains("benchmark"),
+        "{fjord}"
+    );
 }
 
 /// The demo's dual control: two operators whose key files only their owner may read, a

@@ -15,6 +15,7 @@ mod bands;
 mod bank;
 mod bank_answers;
 mod bank_http;
+mod bank_inbox;
 mod control;
 mod control_gates;
 mod core_dump;

@@ -60,7 +60,8 @@ pub struct EntryResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_id: Option<String>,
     /// `settled`, `rejected`, `returned`, `change_proposed`, `duplicate`, `ignored`, or a
-    /// problem: `unmatched`, `amount_mismatch`, `unknown_batch`, `state_conflict`.
+    /// problem: `unmatched`, `amount_mismatch`, `unknown_batch`, `state_conflict`,
+    /// `change_unrequested`.
     pub outcome: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
@@ -117,6 +118,10 @@ struct Item {
     action: Action,
 }
 
+/// The outcome of a notification of change no operator could request yet (an upload or
+/// the inbox on a ledger with operators): an exception until one does.
+pub const CHANGE_UNREQUESTED: &str = "change_unrequested";
+
 /// An entry's result before it is reported.
 struct Outcome {
     payout: Option<String>,
@@ -153,7 +158,11 @@ impl Outcome {
     fn is_exception(&self) -> bool {
         matches!(
             self.outcome,
-            "unmatched" | "amount_mismatch" | "unknown_batch" | "state_conflict"
+            "unmatched"
+                | "amount_mismatch"
+                | "unknown_batch"
+                | "state_conflict"
+                | CHANGE_UNREQUESTED
         )
     }
 }
@@ -329,7 +338,37 @@ struct Matcher<'a> {
     traces: HashMap<String, HashMap<String, String>>,
 }
 
-impl Matcher<'_> {
+impl<'a> Matcher<'a> {
+    /// A matcher of `items`: the payouts their end-to-end ids name, and the batches.
+    async fn new(
+        ledger: &'a Ledger,
+        cx: &'a ImportContext<'a>,
+        actor: &'a Actor,
+        items: &[Item],
+    ) -> Result<Matcher<'a>, BankError> {
+        let e2es: Vec<&str> = items
+            .iter()
+            .filter_map(|i| match &i.target {
+                Target::Payment { e2e, .. } => Some(e2e.as_str()),
+                Target::Batch { .. } => None,
+            })
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        Ok(Matcher {
+            ledger,
+            cx,
+            actor,
+            by_e2e: rows::payouts_by_end_to_end_ids(&ledger.store, &e2es)
+                .await
+                .map_err(LedgerError::from)?,
+            batches: rail_rows::batches(&ledger.store)
+                .await
+                .map_err(LedgerError::from)?,
+            traces: HashMap::new(),
+        })
+    }
+
     fn batch_named(&self, reference: &str) -> Option<&BankBatch> {
         // The original message id is the batch id; a `PmtInfId` is the first 26 characters
         // of it, `-` and the execution date.
@@ -444,6 +483,9 @@ pub async fn import_answer(
         .map_err(LedgerError::from)?
     {
         if known.sha256 == sha256 {
+            if cx.signer.is_some() {
+                request_changes(ledger, &answer, cx, actor, &mut report).await?;
+            }
             return Ok(report);
         }
         return rejected(
@@ -452,27 +494,7 @@ pub async fn import_answer(
         );
     }
     let items = items_of(&answer);
-    let e2es: Vec<&str> = items
-        .iter()
-        .filter_map(|i| match &i.target {
-            Target::Payment { e2e, .. } => Some(e2e.as_str()),
-            Target::Batch { .. } => None,
-        })
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
-    let mut m = Matcher {
-        ledger,
-        cx,
-        actor,
-        by_e2e: rows::payouts_by_end_to_end_ids(&ledger.store, &e2es)
-            .await
-            .map_err(LedgerError::from)?,
-        batches: rail_rows::batches(&ledger.store)
-            .await
-            .map_err(LedgerError::from)?,
-        traces: HashMap::new(),
-    };
+    let mut m = Matcher::new(ledger, cx, actor, &items).await?;
     let outcomes = book_items(&mut m, &items).await?;
     let exceptions = report_items(&mut report, &items, outcomes);
     let matched = report.results.len() - exceptions.len();
@@ -487,6 +509,29 @@ pub async fn import_answer(
     };
     report.status = ledger.record_bank_answer(imported, actor).await?.as_str();
     Ok(report)
+}
+
+/// A file booked before, imported again by an operator with their key: its notifications
+/// of change are requested now (each once: a request is keyed by its trace number); the
+/// rest was booked the first time and is not read again.
+async fn request_changes(
+    ledger: &Ledger,
+    answer: &BankAnswer,
+    cx: &ImportContext<'_>,
+    actor: &Actor,
+    report: &mut ImportReport,
+) -> Result<(), BankError> {
+    let changes: Vec<Item> = items_of(answer)
+        .into_iter()
+        .filter(|i| matches!(i.action, Action::Change { .. }))
+        .collect();
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut m = Matcher::new(ledger, cx, actor, &changes).await?;
+    let outcomes = book_items(&mut m, &changes).await?;
+    report.exceptions = report_items(report, &changes, outcomes).len();
+    Ok(())
 }
 
 /// The results of the items into the report; the entries that booked nothing.
@@ -652,14 +697,6 @@ fn reason_text(code: &str) -> String {
     }
 }
 
-/// Whether the provider still has the details `p` went to.
-async fn details_in_force(m: &Matcher<'_>, p: &PayoutRecord) -> Result<bool, BankError> {
-    let current = rail_rows::provider_method(&m.ledger.store, &p.provider_id)
-        .await
-        .map_err(LedgerError::from)?;
-    Ok(current.as_ref() == Some(&p.method))
-}
-
 async fn reject_one(
     m: &mut Matcher<'_>,
     p: &PayoutRecord,
@@ -668,11 +705,12 @@ async fn reject_one(
     let mut o = match p.status {
         PayoutStatus::Failed => Outcome::of(p, "duplicate", "rejected before"),
         PayoutStatus::Submitted | PayoutStatus::Created => {
-            let invalid = details_in_force(m, p).await?;
+            // Every rejection blocks the details (SPEC §10), as a return does
+            // (`super::return_payout`).
             let reason = reason_text(code);
             let answers = m
                 .ledger
-                .reject_payouts(&[(p.payout_id.as_str(), reason.clone(), invalid)], m.actor)
+                .reject_payouts(&[(p.payout_id.as_str(), reason.clone(), true)], m.actor)
                 .await?;
             m.remember(p, PayoutStatus::Failed);
             match answers.into_iter().next() {
@@ -786,14 +824,27 @@ async fn propose_change(
         status: None,
         payout_method: Some(method),
     };
-    let submitted = control::propose(
+    let submitted = match control::propose(
         m.ledger,
         m.cx.control,
         &Command::UpdateProvider(update),
         m.actor,
         m.cx.signer,
     )
-    .await?;
+    .await
+    {
+        Ok(s) => s,
+        // An upload or the inbox has no operator to sign the request: the entry waits,
+        // reported, until an operator imports the file again with their key.
+        Err(LedgerError::Rejected(e)) if e.code == "operator_signature_required" => {
+            o.outcome = CHANGE_UNREQUESTED;
+            o.detail = format!(
+                "{code}: the bank's corrected details wait for an operator's request: import this file again with `settle bank import --operator-key KEY_FILE`"
+            );
+            return Ok(o);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let Submitted::Pending(row) = submitted else {
         o.outcome = "duplicate";
         o.detail = format!("{code}: the proposed correction was decided before");

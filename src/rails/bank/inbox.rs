@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use settle_bank::simulate::{SimulatedAnswers, SimulationConfig, simulate};
+
 use super::answers::{ImportContext, ImportReport, import_answer};
 use super::{BankError, write_atomic};
 use crate::config::BankConfig;
@@ -91,6 +93,25 @@ fn free_name(dir: &Path, name: &str) -> PathBuf {
         .unwrap_or(first)
 }
 
+/// Removes what a process killed while it wrote `path` left beside it (`write_atomic`'s
+/// `.NAME.PID.tmp`): the result written since replaces it. Best effort: a leftover that
+/// cannot be removed is only clutter.
+fn remove_stale_temps(dir: &Path, path: &Path) {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let n = entry.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&prefix) && n.ends_with(".tmp") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Imports one inbox file and moves it with its result.
 pub async fn take(
     ledger: &Ledger,
@@ -137,6 +158,7 @@ pub async fn take(
     ));
     let text = serde_json::to_vec_pretty(&outcome).unwrap_or_default();
     write_atomic(&result_path, &text)?;
+    remove_stale_temps(&dir, &result_path);
     crate::failpoint::failpoint(INBOX_BEFORE_MOVE);
     std::fs::rename(file, &dest).map_err(io(file))?;
     Ok(outcome)
@@ -158,4 +180,40 @@ pub async fn pass(
         out.push(take(ledger, config, cx, actor, &file).await?);
     }
     Ok(out)
+}
+
+/// Answers each of `files` with the simulator, writing the answers into `out_dir`; the
+/// pairs (batch file, answer file) written.
+pub fn simulate_files(
+    config: &BankConfig,
+    files: &[PathBuf],
+    out_dir: &Path,
+    sim: &SimulationConfig,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut written = Vec::new();
+    for file in files {
+        let bytes = read_limited(file, config.answer_file_bytes_max)?;
+        let answers = simulate(&bytes, sim)
+            .map_err(|e| anyhow::anyhow!("{}: {}: {e}", file.display(), e.code()))?;
+        let stem = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let outputs = match answers {
+            SimulatedAnswers::Sepa {
+                status_report,
+                notification,
+            } => vec![
+                (format!("{stem}.pain002.xml"), status_report),
+                (format!("{stem}.camt054.xml"), notification),
+            ],
+            SimulatedAnswers::Nacha { returns } => vec![(format!("{stem}.returns.ach"), returns)],
+        };
+        for (name, contents) in outputs {
+            let path = out_dir.join(&name);
+            write_atomic(&path, contents.as_bytes())?;
+            written.push((file.display().to_string(), path.display().to_string()));
+        }
+    }
+    Ok(written)
 }

@@ -735,9 +735,9 @@ async fn returned_batch(
 }
 
 /// A bank returned a payout with reason `code` (`AC04`, `R03`, …): the payout is returned
-/// (`platform:treasury:bank` −, payable +). When the provider still has the details the
-/// payout was sent to, they are marked invalid whatever the reason code (the next run
-/// decides `no_method` until the provider sets or re-confirms them). A return
+/// (`platform:treasury:bank` −, payable +) and the provider's bank details are marked
+/// invalid (the next run decides `no_method` until a gated command sets or re-confirms
+/// them). A return
 /// that arrives before the batch was marked settled settles the payout first: the money
 /// left and came back.
 pub async fn return_payout(
@@ -791,24 +791,15 @@ pub async fn return_payout(
             );
         }
     }
-    let current_method = rows::provider_method(store, &p.provider_id)
-        .await
-        .map_err(LedgerError::from)?;
-    // SPEC §6: every return marks the bank details invalid, whatever its reason code (a
-    // closed account, a fraud suspicion and a refusal all mean: do not send there again
-    // until the provider confirms or replaces them). Only while they are the details the
-    // payout went to: details entered since are not proven wrong.
-    let method_invalid = current_method.as_ref() == Some(&p.method);
+    // SPEC §6 and §10: every return marks the bank details invalid, whatever its reason
+    // code and whatever details the provider entered since. A closed account, a fraud
+    // suspicion and a refusal all mean: do not send there again until confirmed. And the
+    // return puts money back to payable on one importer's word: re-confirming the details
+    // is a gated command, so no payout follows it without a second operator.
     let applied = ledger
-        .return_payout(
-            payout_id,
-            reason.code(),
-            reason.description(),
-            method_invalid,
-            actor,
-        )
+        .return_payout(payout_id, reason.code(), reason.description(), true, actor)
         .await?;
-    outcome.method_invalid = method_invalid;
+    outcome.method_invalid = true;
     outcome.status = applied.as_str();
     Ok(outcome)
 }

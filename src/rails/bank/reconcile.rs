@@ -7,6 +7,7 @@
 use chrono::{DateTime, NaiveDate};
 use settle_calendar::Calendar;
 
+use super::answers::CHANGE_UNREQUESTED;
 use super::{BankError, batch_payouts};
 use crate::config::BankConfig;
 use crate::domain::event::Rail;
@@ -57,8 +58,26 @@ pub struct Reconciliation {
     pub unmatched: Vec<ExceptionRow>,
     /// Entries that matched with another amount.
     pub amount_differences: Vec<ExceptionRow>,
+    /// Notifications of change that no operator has requested yet (imported by upload or
+    /// inbox on a ledger with operators): import the file again with an operator key.
+    pub changes_unrequested: Vec<ExceptionRow>,
     /// Open payouts past their due day, over all batches.
     pub overdue_payouts: usize,
+}
+
+impl Reconciliation {
+    /// Every entry that booked nothing: unmatched, amount differences, changes unrequested.
+    pub fn exceptions(&self) -> impl Iterator<Item = &ExceptionRow> {
+        self.unmatched
+            .iter()
+            .chain(&self.amount_differences)
+            .chain(&self.changes_unrequested)
+    }
+
+    /// Nothing overdue and no entry waiting for a person.
+    pub fn is_clean(&self) -> bool {
+        self.overdue_payouts == 0 && self.exceptions().next().is_none()
+    }
 }
 
 fn date_of(ms: i64) -> NaiveDate {
@@ -80,6 +99,34 @@ fn due_date(rail: Rail, from: NaiveDate, days: u32) -> Result<NaiveDate, BankErr
             .map_err(|e| crate::domain::DomainError::new(e.code(), e.to_string()))?;
     }
     Ok(day)
+}
+
+/// The entries that booked nothing, by kind: unmatched, amount differences, and the
+/// notifications of change not requested yet (one requested since is no longer listed).
+async fn exceptions(
+    ledger: &Ledger,
+) -> Result<(Vec<ExceptionRow>, Vec<ExceptionRow>, Vec<ExceptionRow>), BankError> {
+    let store = &ledger.store;
+    let mut unmatched = Vec::new();
+    let mut amount_differences = Vec::new();
+    let mut changes_unrequested = Vec::new();
+    for e in rows::exceptions(store).await.map_err(LedgerError::from)? {
+        match e.problem.as_str() {
+            "amount_mismatch" => amount_differences.push(e),
+            CHANGE_UNREQUESTED => {
+                // The request of a notification of change is update `noc-{trace}`.
+                let update_id = format!("noc-{}", e.entry_key.trim_start_matches("ach:"));
+                if !rows::update_requested(store, &update_id)
+                    .await
+                    .map_err(LedgerError::from)?
+                {
+                    changes_unrequested.push(e);
+                }
+            }
+            _ => unmatched.push(e),
+        }
+    }
+    Ok((unmatched, amount_differences, changes_unrequested))
 }
 
 /// Reconciles every batch against the answers booked, as of the ledger's clock.
@@ -139,17 +186,14 @@ pub async fn reconcile(ledger: &Ledger, config: &BankConfig) -> Result<Reconcili
         }
         batches.push(r);
     }
-    let (amount_differences, unmatched) = rows::exceptions(store)
-        .await
-        .map_err(LedgerError::from)?
-        .into_iter()
-        .partition(|e| e.problem == "amount_mismatch");
+    let (unmatched, amount_differences, changes_unrequested) = exceptions(ledger).await?;
     Ok(Reconciliation {
         as_of: today.format("%Y-%m-%d").to_string(),
         answer_due_business_days: config.answer_due_business_days,
         batches,
         unmatched,
         amount_differences,
+        changes_unrequested,
         overdue_payouts,
     })
 }

@@ -157,6 +157,15 @@ impl World {
             .unwrap_or_else(|e| panic!("monthly {month}: {e}"))
     }
 
+    /// The provider as the registry reads it (method, and whether it is blocked).
+    pub async fn provider_record(&self, id: &str) -> settle::ledger::registry::ProviderRecord {
+        let mut conn = self.ledger.store.acquire().await.unwrap();
+        settle::store::providers::load_provider(&mut conn, id)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     pub async fn payout(&self, payout_id: &str) -> PayoutRecord {
         settle::ledger::payouts::payout(&self.ledger.store, payout_id)
             .await
