@@ -34,7 +34,7 @@ use super::{admin, dashboard, stream, usage};
         super::healthz,
         super::readyz,
     ),
-    components(schemas(stream::StreamEntry)),
+    components(schemas(stream::StreamEntry, stream::ReliabilityMark)),
     modifiers(&BankRoutes, &BearerAuth, &Unavailable),
     tags(
         (name = "usage", description = "Metered usage ingestion (ingest, metering and admin tokens)"),

@@ -8,7 +8,13 @@
 //! - `event: summary`, `id: <seq>`: the whole summary (`GET …/summary`) after the entries
 //!   up to `seq`, and once on connect;
 //! - `event: problem`: a read failed (problem+json as data); the stream ends, and the client
-//!   reconnects with its last id.
+//!   reconnects with its last id;
+//! - `event: reliability` (no id: it is no ledger position): the reports of the provider's
+//!   GPUs moved (an online interval, a job, a benchmark, …; they are kept beside the chain,
+//!   so no entry tells): [`ReliabilityMark`], with the score now. Sent when the reports'
+//!   mark changes while the stream is open, and on connect when the client names a mark
+//!   (`?reports_mark=`, the page's) other than the current one, so a page that missed a
+//!   change while it was away catches up.
 //!
 //! A client that reconnects with `Last-Event-ID: n` (browsers do it by themselves) gets the
 //! entries after `n` and then a summary, or nothing while the ledger has not moved: no gap
@@ -174,6 +180,30 @@ impl StreamEntry {
     }
 }
 
+/// The data of a `reliability` event: the reports of the provider's GPUs moved.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ReliabilityMark {
+    pub provider_id: String,
+    /// The reports' mark now (`GET /v1/providers/{id}/reliability` has the same field):
+    /// an opaque token, compared for equality only.
+    #[schema(example = "1796083200000.3")]
+    pub reports_mark: String,
+    /// The provider's combined score now, basis points.
+    #[schema(example = 9121)]
+    pub score_bps: u16,
+    /// The instant the score was computed at (the ledger clock).
+    pub as_of: String,
+}
+
+/// The query of a stream.
+#[derive(Clone, Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StreamQuery {
+    /// The reports' mark the client shows: when it is not the current one, a
+    /// `reliability` event is sent on connect.
+    pub reports_mark: Option<String>,
+}
+
 /// `Last-Event-ID`: a ledger position this stream sent (400 `invalid_last_event_id` else).
 fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
     let Some(value) = headers.get("last-event-id") else {
@@ -204,12 +234,14 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, Problem> {
         ("id" = String, Path, description = "Provider id"),
         ("Last-Event-ID" = Option<i64>, Header,
          description = "The id of the last event received: resume after it"),
+        StreamQuery,
     ),
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
          description = "Server-Sent Events: `summary` (data: Summary), `entry` (data: \
                         StreamEntry), `problem` (data: Problem, then the stream ends); the id of \
-                        each is its ledger position. Comments are heartbeats."),
+                        each is its ledger position. `reliability` (data: ReliabilityMark, no \
+                        id): the reports of the provider's GPUs moved. Comments are heartbeats."),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -225,6 +257,7 @@ pub async fn stream(
     State(state): State<AppState>,
     auth: Auth,
     Path(id): Path<String>,
+    super::extract::Q(query): super::extract::Q<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     auth.read_provider(&state, &id).await?;
@@ -249,7 +282,7 @@ pub async fn stream(
         _permit: permit,
         token_slot,
     };
-    tokio::spawn(follow(state, id, last, held, tx));
+    tokio::spawn(follow(state, id, last, query.reports_mark, held, tx));
     let events =
         futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>)));
     Ok(Sse::new(events)
@@ -266,11 +299,18 @@ struct Held {
     token_slot: TokenSlot,
 }
 
-/// Sends what the client misses, then follows the provider's stream until the client
-/// leaves, the server shuts down, its token stops being valid (checked every
-/// `http.stream_auth_recheck_ms`) or a read fails (a `problem` event, then the end: the
-/// client reconnects with its last id).
-async fn follow(state: AppState, id: String, last: Option<i64>, held: Held, tx: Sender) {
+/// Sends what the client misses, then follows the provider's stream (and the reports of
+/// its GPUs: `reliability`) until the client leaves, the server shuts down, its token
+/// stops being valid (checked every `http.stream_auth_recheck_ms`) or a read fails (a
+/// `problem` event, then the end: the client reconnects with its last id).
+async fn follow(
+    state: AppState,
+    id: String,
+    last: Option<i64>,
+    shown_mark: Option<String>,
+    held: Held,
+    tx: Sender,
+) {
     state.streams.gauge();
     let mut closing = state.streams.closing.subscribe();
     let mut checked_at = tokio::time::Instant::now();
@@ -287,6 +327,10 @@ async fn follow(state: AppState, id: String, last: Option<i64>, held: Held, tx: 
                 position
             }
         };
+        let mut mark = reports_mark(&state, &id).await?;
+        if shown_mark.is_some_and(|shown| shown != mark) {
+            mark = send_reliability(&state, &id, &tx).await?;
+        }
         loop {
             if *closing.borrow() {
                 return Ok(());
@@ -303,22 +347,10 @@ async fn follow(state: AppState, id: String, last: Option<i64>, held: Held, tx: 
             }
             let head = state.ledger.store.stream_head(&stream).await?;
             if head > position {
-                while position < head {
-                    let events = state
-                        .ledger
-                        .store
-                        .stream_events(&stream, position, ENTRIES_PAGE)
-                        .await?;
-                    let Some(last) = events.last() else { break };
-                    let next = last.seq;
-                    for e in &events {
-                        send(&tx, entry_event(&StreamEntry::of(e))).await?;
-                    }
-                    position = next;
-                }
-                let summary = super::dashboard::provider_summary(&state, &id).await?;
-                // The summary was read after the entries: it includes at least `position`.
-                send(&tx, summary_event(&summary, position)).await?;
+                position = send_tail(&state, &id, position, head, &tx).await?;
+            }
+            if reports_mark(&state, &id).await? != mark {
+                mark = send_reliability(&state, &id, &tx).await?;
             }
             tokio::select! {
                 _ = tokio::time::sleep(state.streams.poll.min(state.streams.auth_recheck)) => {}
@@ -369,6 +401,64 @@ fn summary_event(summary: &super::dashboard::Summary, position: i64) -> Event {
         .event("summary")
         .id(position.to_string())
         .data(serde_json::to_string(summary).unwrap_or_default())
+}
+
+/// Sends the entries after `position` up to `head`, then the summary; returns the position
+/// sent.
+async fn send_tail(
+    state: &AppState,
+    id: &str,
+    mut position: i64,
+    head: i64,
+    tx: &Sender,
+) -> Result<i64, Ended> {
+    let stream = provider_stream(id);
+    while position < head {
+        let events = state
+            .ledger
+            .store
+            .stream_events(&stream, position, ENTRIES_PAGE)
+            .await?;
+        let Some(last) = events.last() else { break };
+        let next = last.seq;
+        for e in &events {
+            send(tx, entry_event(&StreamEntry::of(e))).await?;
+        }
+        position = next;
+    }
+    let summary = super::dashboard::provider_summary(state, id).await?;
+    // The summary was read after the entries: it includes at least `position`.
+    send(tx, summary_event(&summary, position)).await?;
+    Ok(position)
+}
+
+/// The mark of the reports of the provider's GPUs now.
+async fn reports_mark(state: &AppState, id: &str) -> Result<String, Ended> {
+    Ok(state.ledger.reports_mark(id).await.map_err(Problem::from)?)
+}
+
+/// Sends a `reliability` event with the provider's score now; returns the mark it carries
+/// (read before the score, so the score includes every report up to it).
+async fn send_reliability(state: &AppState, id: &str, tx: &Sender) -> Result<String, Ended> {
+    let r = state
+        .ledger
+        .provider_reliability(id)
+        .await
+        .map_err(Problem::from)?;
+    let data = ReliabilityMark {
+        provider_id: r.provider_id,
+        reports_mark: r.reports_mark.clone(),
+        score_bps: r.score.score_bps,
+        as_of: r.at,
+    };
+    send(
+        tx,
+        Event::default()
+            .event("reliability")
+            .data(serde_json::to_string(&data).unwrap_or_default()),
+    )
+    .await?;
+    Ok(r.reports_mark)
 }
 
 fn entry_event(entry: &StreamEntry) -> Event {

@@ -41,6 +41,10 @@ pub struct GpuReliability {
     pub not_listed: Vec<String>,
     pub next_listed_at: Option<String>,
     pub trend: Vec<TrendView>,
+    /// Whether it is listed and why not, as the core's data (the dashboard words it in
+    /// the provider's language).
+    #[serde(skip)]
+    pub listing: rel::Listing,
 }
 
 /// A provider's reliability: the combination over its GPUs, and each GPU's.
@@ -48,10 +52,19 @@ pub struct GpuReliability {
 pub struct ProviderReliability {
     pub provider_id: String,
     pub at: String,
+    /// Where the reports of the provider's GPUs stood when this was computed (read first,
+    /// so everything up to it is in the figures): an opaque token that changes when a
+    /// report is recorded. The live stream's `reliability` events carry the same token.
+    pub reports_mark: String,
+    /// The parts' `reasons` are their GPUs', each prefixed by the GPU's id.
     #[serde(flatten)]
     pub score: ScoreView,
     pub trend: Vec<TrendView>,
     pub gpus: Vec<GpuReliability>,
+    /// What lowered the provider's parts, as the core's data, GPU by GPU (the dashboard
+    /// words it in the provider's language).
+    #[serde(skip)]
+    pub lowered: Vec<rel::GpuReason>,
 }
 
 /// A score in basis points, its parts each with what lowered it.
@@ -78,6 +91,9 @@ pub struct PartView {
 pub struct TrendView {
     pub at: String,
     pub score_bps: u16,
+    /// `at` in milliseconds.
+    #[serde(skip)]
+    pub at_ms: i64,
 }
 
 fn part(p: &rel::PartScore) -> PartView {
@@ -104,6 +120,7 @@ fn trend_view(points: &[rel::TrendPoint]) -> Vec<TrendView> {
         .map(|p| TrendView {
             at: format_ms(p.at_ms),
             score_bps: p.score.combined_bps,
+            at_ms: p.at_ms,
         })
         .collect()
 }
@@ -303,12 +320,20 @@ impl Ledger {
         rel::GpuHistory::new(id, model, events).map_err(invalid)
     }
 
+    /// Where the reports of a provider's GPUs stand: an opaque token that changes when
+    /// one is recorded (`ProviderReliability::reports_mark`).
+    pub async fn reports_mark(&self, provider_id: &str) -> Result<String, LedgerError> {
+        let mark = rows::provider_reports_mark(&self.store, provider_id).await?;
+        Ok(format!("{}.{}", mark.recorded_at_ms, mark.reports))
+    }
+
     /// A provider's reliability now, over its GPUs that declared a schedule (none: the
     /// neutral figures and no GPU).
     pub async fn provider_reliability(
         &self,
         provider_id: &str,
     ) -> Result<ProviderReliability, LedgerError> {
+        let reports_mark = self.reports_mark(provider_id).await?;
         let now = self.now_ms();
         let config = rel::Config::default();
         let since = now - config.window_ms() - rel::DAY_MS * rel::TREND_POINTS as i64;
@@ -343,17 +368,33 @@ impl Ledger {
                 not_listed,
                 next_listed_at: next,
                 trend: trend_view(&trend),
+                listing,
             });
             scores.push(score);
             trends.push(trend);
         }
         let combined = rel::provider_score(&scores);
+        let mut score = score_view(&combined.score);
+        for r in &combined.reasons {
+            let part = match r.part {
+                rel::Part::Uptime => &mut score.uptime,
+                rel::Part::Jobs => &mut score.jobs,
+                rel::Part::Benchmark => &mut score.benchmark,
+            };
+            part.reasons.push(format!(
+                "{}: {}",
+                r.gpu_id.as_str(),
+                rel::render_en(&r.reason)
+            ));
+        }
         Ok(ProviderReliability {
             provider_id: provider_id.to_owned(),
             at: format_ms(now),
-            score: score_view(&combined.score),
+            reports_mark,
+            score,
             trend: trend_view(&rel::provider_trend(&trends)),
             gpus,
+            lowered: combined.reasons,
         })
     }
 }

@@ -97,3 +97,33 @@ pub async fn gpu(store: &Store, gpu_id: &str) -> Result<Option<(String, String)>
     .fetch_optional(c)
     .await)?)
 }
+
+/// Where the reports of a provider's GPUs stand (see [`provider_reports_mark`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReportsMark {
+    /// The latest `recorded_at_ms` of the provider's reports.
+    pub recorded_at_ms: i64,
+    /// The reports recorded at that instant.
+    pub reports: i64,
+}
+
+/// Where the reports of `provider_id`'s GPUs stand: the latest `recorded_at_ms` and how
+/// many reports were recorded at that instant (zeros without reports). It changes with
+/// every report recorded at or after the latest one (booking time moves forward), and
+/// reads only that instant's rows on the index `gpu_reports_by_provider`: the live stream
+/// polls it.
+pub async fn provider_reports_mark(
+    store: &Store,
+    provider_id: &str,
+) -> Result<ReportsMark, StoreError> {
+    let mark: Option<ReportsMark> = on!(store.db(), |c| sqlx::query_as(
+        "SELECT recorded_at_ms, CAST(COUNT(*) AS BIGINT) AS reports FROM gpu_reports \
+         WHERE provider_id = $1 AND recorded_at_ms = \
+         (SELECT MAX(recorded_at_ms) FROM gpu_reports WHERE provider_id = $1) \
+         GROUP BY recorded_at_ms"
+    )
+    .bind(provider_id)
+    .fetch_optional(c)
+    .await)?;
+    Ok(mark.unwrap_or_default())
+}

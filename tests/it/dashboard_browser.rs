@@ -1,8 +1,10 @@
 //! The dashboard in a real headless browser (Debian's Chromium, driven by its ChromeDriver
-//! over the W3C WebDriver protocol): sign in, see the JSON API's totals, book usage through
-//! `POST /v1/usage` and see the totals change without a reload, switch to German and
-//! Chinese, use it at 360 px and by keyboard, sign out. With `SETTLE_SCREENSHOTS_DIR` set,
-//! the screenshots of the README are written there (`ops/screenshots/`).
+//! over the W3C WebDriver protocol): sign in, see the JSON API's totals and reliability
+//! score, book usage through `POST /v1/usage` and an agent's online interval through
+//! `POST /v1/gpus/online` and see the totals and the reliability card change without a
+//! reload, switch to German and Chinese, use it at 360 px and by keyboard, sign out. With
+//! `SETTLE_SCREENSHOTS_DIR` set, the screenshots of the README are written there
+//! (`ops/screenshots/`), the reliability card's on its own (`dashboard-reliability.png`).
 //!
 //! Needs `chromium` and `chromedriver` (skipped with a reason on a machine without them,
 //! required in CI: `crates/settle-prereq`).
@@ -194,8 +196,19 @@ impl Browser {
     }
 
     async fn screenshot(&self, name: &str) {
+        self.save_screenshot("/screenshot", name).await;
+    }
+
+    /// A screenshot of the element of `css` alone.
+    async fn element_screenshot(&self, css: &str, name: &str) {
+        let e = self.find(css).await;
+        self.save_screenshot(&format!("/element/{e}/screenshot"), name)
+            .await;
+    }
+
+    async fn save_screenshot(&self, path: &str, name: &str) {
         let png = self
-            .call(reqwest::Method::GET, "/screenshot", None)
+            .call(reqwest::Method::GET, path, None)
             .await
             .as_str()
             .unwrap()
@@ -273,6 +286,7 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
         "2026-11-03T20:00:00Z",
     )
     .await;
+    http_support::seed(&app.ledger, crate::dashboard_page::RELIABILITY).await;
     let token = app.token(Scope::Provider, Some("prv_a")).await;
     let admin = app.token(Scope::Admin, None).await;
     let browser = Browser::start(&found).await;
@@ -296,8 +310,18 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
         browser.attribute("#month-net", "value").await,
         summary["month_to_date"]["net_usdc"]
     );
-    assert_eq!(week, "3.984 USDC");
-    assert_eq!(browser.text("#month-net").await, "21.264 USDC");
+    assert_eq!(week, "3.984000 USDC");
+    assert_eq!(browser.text("#month-net").await, "21.264000 USDC");
+    // The reliability card: the engine's score, visible.
+    let reliability = app
+        .get_json(&token, "/v1/providers/prv_a/reliability")
+        .await;
+    assert_eq!(browser.text("#h-reliability").await, "Reliability");
+    assert_eq!(
+        browser.attribute("#reliability-score data", "value").await,
+        reliability["score_bps"].to_string()
+    );
+    assert!(visible(&browser, "#reliability-score").await);
     // The token: not readable by the page's scripts, not in its source or address.
     let cookies = browser.script("return document.cookie;", json!([])).await;
     assert!(!cookies.as_str().unwrap().contains("stl_"), "{cookies}");
@@ -326,10 +350,12 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
         .await;
     assert_eq!(r.status(), 200);
     let (week, took) = browser
-        .wait_text("#week-net", Duration::from_secs(10), |t| t != "3.984 USDC")
+        .wait_text("#week-net", Duration::from_secs(10), |t| {
+            t != "3.984000 USDC"
+        })
         .await;
     // + 1 h at 2.49 less 20 %.
-    assert_eq!(week, "5.976 USDC");
+    assert_eq!(week, "5.976000 USDC");
     assert!(
         took <= Duration::from_secs(2),
         "the page took {took:?} to show the booking"
@@ -346,6 +372,49 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
     );
     browser.screenshot("dashboard-en.png").await;
 
+    // Live reliability: the agent reports the 3 h 10 min gpu_a0 was missing on 20 Nov. No
+    // ledger event: the stream's `reliability` event refreshes the card, without a reload.
+    let score_before = browser.text("#reliability-score").await;
+    let r = app
+        .post(
+            Some(&admin),
+            "/v1/gpus/online",
+            json!({"intervals": [{"report_id": "live-o1", "gpu_id": "gpu_a0",
+                "started_at": "2026-11-20T10:00:00Z", "ended_at": "2026-11-20T13:10:00Z"}]})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["accepted"], 1);
+    let (score, _) = browser
+        .wait_text("#reliability-score", Duration::from_secs(10), |t| {
+            t != score_before
+        })
+        .await;
+    assert_ne!(score, score_before, "the card did not follow the report");
+    let reliability = app
+        .get_json(&token, "/v1/providers/prv_a/reliability")
+        .await;
+    assert_eq!(
+        browser.attribute("#reliability-score data", "value").await,
+        reliability["score_bps"].to_string()
+    );
+    assert!(
+        !browser
+            .text("#reliability-uptime")
+            .await
+            .contains("3 h 10 min"),
+        "what lowered uptime is gone"
+    );
+    assert_eq!(
+        browser
+            .script("return window.__not_reloaded === true;", json!([]))
+            .await,
+        true
+    );
+    browser
+        .element_screenshot("#reliability", "dashboard-reliability.png")
+        .await;
+
     // Keyboard: the first Tab reaches the skip link.
     browser.press_tab().await;
     let focused = browser
@@ -361,8 +430,11 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
         })
         .await;
     assert_eq!(browser.attribute("html", "lang").await, "de");
-    assert_eq!(browser.text("#week-net").await, "5,976 USDC");
+    assert_eq!(browser.text("#week-net").await, "5,976000 USDC");
     assert_eq!(browser.text("#h-gpus").await, "Ihre GPUs");
+    assert_eq!(browser.text("#h-reliability").await, "Zuverlässigkeit");
+    assert!(browser.text("#reliability-score").await.ends_with(" %"));
+    assert!(visible(&browser, "#reliability-score").await);
     browser.screenshot("dashboard-de.png").await;
 
     // Chinese: labels and dates.
@@ -372,6 +444,8 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
         .await;
     assert_eq!(browser.text("#h-gpus").await, "您的 GPU");
     assert_eq!(browser.text(".asof").await, "截至 2026年11月25日 12:00 UTC");
+    assert_eq!(browser.text("#h-reliability").await, "可靠性");
+    assert!(visible(&browser, "#reliability-score").await);
     browser.screenshot("dashboard-zh.png").await;
 
     // The language stays chosen (cookie) and the stream still follows in Chinese.
@@ -385,9 +459,11 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
     )
     .await;
     let (week, _) = browser
-        .wait_text("#week-net", Duration::from_secs(5), |t| t != "5.976 USDC")
+        .wait_text("#week-net", Duration::from_secs(5), |t| {
+            t != "5.976000 USDC"
+        })
         .await;
-    assert_eq!(week, "7.416 USDC");
+    assert_eq!(week, "7.416000 USDC");
 
     // A phone 360 px wide: nothing wider than the screen.
     browser.goto(&app.url("/dashboard?lang=en")).await;
@@ -399,7 +475,39 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
         )
         .await;
     assert_eq!(fits, true, "the page scrolls sideways at 360 px");
+    for lang in ["en", "de", "zh-CN"] {
+        browser
+            .goto(&app.url(&format!("/dashboard?lang={lang}")))
+            .await;
+        assert!(live(&browser).await, "{lang}: the page did not go live");
+        let heading = browser.text("#h-reliability").await;
+        assert!(!heading.is_empty(), "{lang}: no reliability heading");
+        assert!(
+            visible(&browser, "#h-reliability").await
+                && visible(&browser, "#reliability-score").await,
+            "{lang}: the reliability card is not visible at 360 px"
+        );
+        let fits = browser
+            .script(
+                "return document.documentElement.scrollWidth <= window.innerWidth;",
+                json!([]),
+            )
+            .await;
+        assert_eq!(fits, true, "{lang}: the page scrolls sideways at 360 px");
+    }
+    browser.goto(&app.url("/dashboard?lang=en")).await;
+    if !live(&browser).await {
+        let r = app.get(Some(&token), "/v1/providers/prv_a/stream").await;
+        panic!(
+            "the page did not go live: {} {:?}",
+            browser.text("#live-status").await,
+            r.status()
+        );
+    }
     browser.screenshot("dashboard-360.png").await;
+    browser
+        .element_screenshot("#reliability", "dashboard-reliability-360.png")
+        .await;
 
     // Sign-out: back to the form, and the page is gone.
     browser.click(".signout button").await;
@@ -413,4 +521,38 @@ async fn a_provider_watches_earnings_change_live_in_three_languages() {
             .await
             .contains("Provider token")
     );
+}
+
+/// Whether the element of `css` is drawn: it has a size, lies within the viewport's width
+/// and is not hidden by CSS.
+async fn visible(browser: &Browser, css: &str) -> bool {
+    browser
+        .script(
+            "const e = document.querySelector(arguments[0]); if (!e) { return false; } \
+             const r = e.getBoundingClientRect(); const s = getComputedStyle(e); \
+             return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= window.innerWidth \
+             && s.visibility !== 'hidden' && s.display !== 'none';",
+            json!([css]),
+        )
+        .await
+        == json!(true)
+}
+
+/// Waits (up to 10 s) until the page says it follows its live stream.
+async fn live(browser: &Browser) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let on = browser
+            .script(
+                "const s = document.getElementById('live-status'); \
+                 return !!s && s.textContent === s.dataset.live;",
+                json!([]),
+            )
+            .await;
+        if on == json!(true) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }

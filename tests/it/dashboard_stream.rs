@@ -469,3 +469,98 @@ async fn a_stream_ends_once_its_token_is_revoked_or_has_expired() {
     let ended = expiring.expect("problem").await;
     assert_eq!(ended.data["code"], "token_expired", "{ended:?}");
 }
+
+/// The reports of a provider's GPUs (online intervals, jobs, benchmarks) are kept beside the
+/// chain, so no entry tells of them: the stream sends `reliability` (no id) when their mark
+/// moves, and on connect when the client's mark is not the current one.
+#[tokio::test]
+async fn the_stream_tells_when_the_gpus_reliability_reports_move() {
+    let app = spawn_app_with(NOW, config()).await;
+    http_support::seed(
+        &app.ledger,
+        r#"{"type":"gpu.schedule","schedule_id":"s-a0","gpu_id":"gpu_a0","effective_from":"2026-11-01T00:00:00Z","time_zone":"UTC","hours":"24/7"}"#,
+    )
+    .await;
+    let token = app.token(Scope::Provider, Some("prv_a")).await;
+    let admin = app.token(Scope::Admin, None).await;
+    let before = app
+        .get_json(&token, "/v1/providers/prv_a/reliability")
+        .await;
+    let mark = before["reports_mark"].as_str().unwrap().to_owned();
+
+    let mut s = reader(&app.base, "prv_a", &token, None).await;
+    let summary = s.expect("summary").await;
+    s.quiet(Duration::from_millis(400)).await;
+    // An agent's online interval: no ledger event, a `reliability` event with the new score.
+    let r = app
+        .post(
+            Some(&admin),
+            "/v1/gpus/online",
+            json!({"intervals": [{"report_id": "o1", "gpu_id": "gpu_a0",
+                "started_at": "2026-11-01T00:00:00Z", "ended_at": "2026-11-25T12:00:00Z"}]})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["accepted"], 1);
+    let moved = s.expect("reliability").await;
+    assert_eq!(moved.id, None, "not a ledger position");
+    let after = app
+        .get_json(&token, "/v1/providers/prv_a/reliability")
+        .await;
+    assert_eq!(moved.data["provider_id"], "prv_a");
+    assert_eq!(moved.data["reports_mark"], after["reports_mark"]);
+    assert_ne!(moved.data["reports_mark"], mark.as_str());
+    assert_eq!(moved.data["score_bps"], after["score_bps"]);
+    assert_ne!(
+        after["score_bps"], before["score_bps"],
+        "online time raised it"
+    );
+    s.quiet(Duration::from_millis(400)).await;
+    // The same interval again is a duplicate: nothing moved, nothing sent.
+    let r = app
+        .post(
+            Some(&admin),
+            "/v1/gpus/online",
+            json!({"intervals": [{"report_id": "o1", "gpu_id": "gpu_a0",
+                "started_at": "2026-11-01T00:00:00Z", "ended_at": "2026-11-25T12:00:00Z"}]})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["duplicate"], 1);
+    s.quiet(Duration::from_millis(400)).await;
+
+    // A page that shows an older mark hears of the change on connect, even when resuming at
+    // the ledger's head; one that shows the current mark hears nothing.
+    let stale = format!("{}/v1/providers/prv_a/stream?reports_mark={mark}", app.base);
+    let response = reqwest::Client::new()
+        .get(&stale)
+        .bearer_auth(&token)
+        .header("Last-Event-ID", id_of(&summary).to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut resumed = Reader {
+        response,
+        buffer: String::new(),
+    };
+    let caught_up = resumed.expect("reliability").await;
+    assert_eq!(caught_up.data["reports_mark"], after["reports_mark"]);
+    resumed.quiet(Duration::from_millis(400)).await;
+    let current = format!(
+        "{}/v1/providers/prv_a/stream?reports_mark={}",
+        app.base,
+        after["reports_mark"].as_str().unwrap()
+    );
+    let response = reqwest::Client::new()
+        .get(&current)
+        .bearer_auth(&token)
+        .header("Last-Event-ID", id_of(&summary).to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut shown = Reader {
+        response,
+        buffer: String::new(),
+    };
+    shown.quiet(Duration::from_millis(500)).await;
+}

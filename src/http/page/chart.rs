@@ -47,7 +47,7 @@ pub fn columns(bars: &[Bar], lang: Lang, label: &str) -> String {
         let mut chart = ChartBuilder::on(root)
             .margin(12)
             .x_label_area_size(30)
-            .y_label_area_size(96)
+            .y_label_area_size(110)
             .build_cartesian_2d(segments(bars.len()).into_segmented(), lo..hi)?;
         chart
             .configure_mesh()
@@ -115,6 +115,73 @@ pub fn rows(bars: &[Bar], lang: Lang, label: &str) -> String {
                         .enumerate()
                         .map(|(i, b)| (i as i32, b.micro_usdc)),
                 ),
+        )?;
+        Ok(())
+    })
+}
+
+/// One point of a score over time: its label (a date) and the score in basis points.
+pub struct Point {
+    pub label: String,
+    pub bps: u16,
+}
+
+/// The score axis: two points below the lowest and above the highest score, in whole
+/// percent, within 0–100 %.
+fn score_bounds(points: &[Point]) -> (i32, i32) {
+    let lo = points
+        .iter()
+        .map(|p| i32::from(p.bps))
+        .min()
+        .unwrap_or(9_000);
+    let hi = points
+        .iter()
+        .map(|p| i32::from(p.bps))
+        .max()
+        .unwrap_or(9_000);
+    let lo = ((lo - 200).max(0) / 100) * 100;
+    let hi = (((hi + 200).min(10_000) + 99) / 100) * 100;
+    (lo, hi.max(lo + 100))
+}
+
+/// A score over time (the reliability trend, oldest first): a line with a dot per point,
+/// the score axis in the page language's percent.
+pub fn line(points: &[Point], lang: Lang, label: &str) -> String {
+    render(WIDTH, 240, label, |root| {
+        let (lo, hi) = score_bounds(points);
+        let last = (points.len().max(2) - 1) as i32;
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0..last, lo..hi)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(TRANSPARENT)
+            .y_labels(5)
+            .y_label_formatter(&|v| lang.percent(u16::try_from(*v).unwrap_or(0)))
+            // Up to ten: plotters picks every fifth day of thirty.
+            .x_labels(10)
+            .x_label_formatter(&|i| {
+                usize::try_from(*i)
+                    .ok()
+                    .and_then(|i| points.get(i))
+                    .map(|p| p.label.clone())
+                    .unwrap_or_default()
+            })
+            .label_style(("sans-serif", 13))
+            .draw()?;
+        let at = |(i, p): (usize, &Point)| (i as i32, i32::from(p.bps));
+        chart.draw_series(LineSeries::new(
+            points.iter().enumerate().map(at),
+            BAR_COLOR.stroke_width(2),
+        ))?;
+        chart.draw_series(
+            points
+                .iter()
+                .enumerate()
+                .map(|p| Circle::new(at(p), 3, BAR_COLOR.filled())),
         )?;
         Ok(())
     })
@@ -205,10 +272,39 @@ mod tests {
     }
 
     #[test]
+    fn a_trend_is_a_line_with_a_dot_per_day_and_local_percentages() {
+        let points: Vec<Point> = (0..30)
+            .map(|i| Point {
+                label: format!("d{i}"),
+                bps: 9_000 + i * 10,
+            })
+            .collect();
+        let svg = line(&points, Lang::De, "Verlauf");
+        assert!(svg.starts_with("<svg role=\"img\" aria-label=\"Verlauf\""));
+        assert!(svg.contains("<polyline"), "{svg}");
+        assert_eq!(svg.matches("<circle").count(), 30, "{svg}");
+        assert!(svg.contains(",00 %"), "German percentages: {svg}");
+        for day in ["d0", "d5", "d25"] {
+            assert!(svg.contains(&format!("\n{day}\n")), "{day}: {svg}");
+        }
+        // Empty and flat trends still draw.
+        assert!(line(&[], Lang::En, "x").starts_with("<svg"));
+        assert_eq!(score_bounds(&points[..1]), (8_800, 9_200));
+        let full = [Point {
+            label: String::new(),
+            bps: 10_000,
+        }];
+        assert_eq!(score_bounds(&full), (9_800, 10_000));
+    }
+
+    #[test]
     fn an_empty_or_negative_chart_still_draws() {
         assert!(columns(&[], Lang::En, "x").starts_with("<svg"));
         let svg = columns(&bars(&[("a", -2_000_000), ("b", 1_000_000)]), Lang::En, "x");
-        assert!(svg.contains("-2.00") || svg.contains("-1.00"), "{svg}");
+        assert!(
+            svg.contains("-2.000000") || svg.contains("-1.000000"),
+            "{svg}"
+        );
         // One bar: one segment, drawn.
         let svg = rows(&bars(&[("gpu-a", 5_000_000)]), Lang::En, "x");
         assert_eq!(svg.matches("fill=\"#1F5FBF\"").count(), 1, "{svg}");

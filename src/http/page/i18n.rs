@@ -1,7 +1,14 @@
 //! The dashboard's languages: English, German and Chinese (Simplified). Labels come from
 //! the plain files in `i18n/` (one per language, same keys, edited by translators);
-//! numbers and dates are formatted here, exactly: money is never rounded for display (six
-//! decimals at most, trailing zeros dropped down to two).
+//! numbers and dates are formatted here, exactly: money is never rounded for display.
+//!
+//! One precision per quantity on the whole page: USDC always with its six decimals,
+//! EUR with two, GPU hours with three, percentages with two. USDC's own unit is the
+//! micro-USDC (the mint's six decimals, the ledger's and the API's integer): six fixed
+//! decimals show every amount exactly, equal digit for digit to the API's decimal in
+//! `<data value>` and to what arrives on chain, and amounts side by side line up. Two
+//! decimals would round (a card's net plus fee would not add up to its gross), and
+//! trimming trailing zeros gave one card `5.976` beside `7.47`.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -138,15 +145,27 @@ impl Lang {
     }
 
     /// An exact decimal of `scale` fractional digits (`123456` at scale 6 is 0.123456) in
-    /// this language's separators, with at least two and at most `scale` fractional digits:
-    /// `1.234,56` (German), `1,234.56` (English, Chinese).
+    /// this language's separators, always with all `scale` fractional digits (one width per
+    /// quantity, see the module doc): `1.234,560000` (German), `1,234.560000` (English,
+    /// Chinese) at scale 6.
     pub fn decimal(self, units: i64, scale: u32) -> String {
+        self.digits(units, scale, scale as usize)
+    }
+
+    /// A measurement (not money) of `scale` fractional digits, its trailing zeros dropped:
+    /// `95,5` TFLOPS, `3.350` GB/s in German.
+    pub fn number(self, units: i64, scale: u32) -> String {
+        self.digits(units, scale, 0)
+    }
+
+    /// `units` at `scale`, keeping at least `min_fraction` fractional digits.
+    fn digits(self, units: i64, scale: u32, min_fraction: usize) -> String {
         let (group, point) = self.separators();
         let unit = 10u64.pow(scale);
         let magnitude = units.unsigned_abs();
         let whole = (magnitude / unit).to_string();
         let mut fraction = format!("{:0width$}", magnitude % unit, width = scale as usize);
-        while fraction.len() > 2 && fraction.ends_with('0') {
+        while fraction.len() > min_fraction && fraction.ends_with('0') {
             fraction.pop();
         }
         let mut out = String::new();
@@ -166,17 +185,48 @@ impl Lang {
         out
     }
 
-    /// Micro-USDC as `1,234.56 USDC` / `1.234,56 USDC`.
+    /// Micro-USDC as `1,234.560000 USDC` / `1.234,560000 USDC`: always six decimals.
     pub fn usdc(self, micro_usdc: i64) -> String {
         format!("{} USDC", self.decimal(micro_usdc, 6))
     }
 
-    /// GPU time as hours: `12.5`, `12,5` (milliseconds, exact to the millisecond).
+    /// GPU time as hours with three decimals: `12.500`, `12,500`.
     pub fn hours(self, usage_ms: i64) -> String {
         // 1 hour = 3,600,000 ms: 1 ms = 1/3.6 micro-hours is not exact in decimals, so the
-        // hours are shown to the 1/1000 of a hour at most, rounded half to even once.
+        // hours are shown to the 1/1000 of a hour, rounded half to even once.
         let milli_hours = crate::domain::money::div_round_half_even(i128::from(usage_ms), 3_600);
         self.decimal(milli_hours as i64, 3)
+    }
+
+    /// Basis points as a percentage with two decimals: `91.21%`, `91,21 %`, `91.21%`.
+    pub fn percent(self, bps: u16) -> String {
+        self.percent_sign(self.decimal(i64::from(bps), 2))
+    }
+
+    /// A published share (a weight of the score), its trailing zeros dropped: `50%`,
+    /// `50 %`.
+    pub fn share(self, bps: u16) -> String {
+        self.percent_sign(self.number(i64::from(bps), 2))
+    }
+
+    fn percent_sign(self, value: String) -> String {
+        match self {
+            Lang::De => format!("{value} %"),
+            Lang::En | Lang::Zh => format!("{value}%"),
+        }
+    }
+
+    /// A duration in whole minutes (seconds under a minute): `3 h 10 min`, `3 Std. 10 Min.`,
+    /// `3 小时 10 分钟`; the units are labels of the i18n files.
+    pub fn duration(self, ms: i64) -> String {
+        let (hours, minutes) = (ms / 3_600_000, ms % 3_600_000 / 60_000);
+        let (h, m, s) = (self.t("unit_h"), self.t("unit_min"), self.t("unit_s"));
+        match (hours, minutes) {
+            (0, 0) => format!("{} {s}", ms / 1000),
+            (0, m_) => format!("{m_} {m}"),
+            (h_, 0) => format!("{h_} {h}"),
+            (h_, m_) => format!("{h_} {h} {m_} {m}"),
+        }
     }
 
     /// A calendar date: `Nov 30, 2026`, `30.11.2026`, `2026年11月30日`.
@@ -283,18 +333,50 @@ mod tests {
 
     #[test]
     fn money_is_shown_exactly_in_each_languages_format() {
-        assert_eq!(Lang::De.usdc(1_234_560_000), "1.234,56 USDC");
-        assert_eq!(Lang::En.usdc(1_234_560_000), "1,234.56 USDC");
-        assert_eq!(Lang::Zh.usdc(1_234_560_000), "1,234.56 USDC");
+        assert_eq!(Lang::De.usdc(1_234_560_000), "1.234,560000 USDC");
+        assert_eq!(Lang::En.usdc(1_234_560_000), "1,234.560000 USDC");
+        assert_eq!(Lang::Zh.usdc(1_234_560_000), "1,234.560000 USDC");
         assert_eq!(Lang::En.usdc(1_234_567_891), "1,234.567891 USDC");
         assert_eq!(Lang::De.usdc(-5), "-0,000005 USDC");
-        assert_eq!(Lang::En.usdc(0), "0.00 USDC");
-        assert_eq!(Lang::En.usdc(999_999_000_000), "999,999.00 USDC");
-        assert_eq!(Lang::De.usdc(1_000_000_000_000), "1.000.000,00 USDC");
+        assert_eq!(Lang::En.usdc(0), "0.000000 USDC");
+        assert_eq!(Lang::En.usdc(999_999_000_000), "999,999.000000 USDC");
+        assert_eq!(Lang::De.usdc(1_000_000_000_000), "1.000.000,000000 USDC");
         assert_eq!(Lang::En.usdc(i64::MIN), "-9,223,372,036,854.775808 USDC");
-        assert_eq!(Lang::En.hours(5_400_000), "1.50");
-        assert_eq!(Lang::De.hours(3_600_000 * 1234 + 1_800), "1.234,00");
+        assert_eq!(Lang::En.hours(5_400_000), "1.500");
+        assert_eq!(Lang::De.hours(3_600_000 * 1234 + 1_800), "1.234,000");
         assert_eq!(Lang::De.hours(5_400), "0,002");
+        assert_eq!(Lang::De.decimal(12_345, 2), "123,45");
+        assert_eq!(Lang::De.number(95_500, 3), "95,5");
+        assert_eq!(Lang::En.number(3_350, 0), "3,350");
+        assert_eq!(Lang::De.percent(9_121), "91,21 %");
+        assert_eq!(Lang::Zh.percent(10_000), "100.00%");
+    }
+
+    /// One precision per quantity: the amounts the issue showed side by side in one card
+    /// (5.976 beside 7.47) have the same number of decimals.
+    #[test]
+    fn amounts_side_by_side_have_one_number_of_decimals() {
+        for lang in Lang::ALL {
+            let decimals = |micro: i64| {
+                let text = lang.usdc(micro);
+                let point = if lang == Lang::De { ',' } else { '.' };
+                let number = text.trim_end_matches(" USDC");
+                number.len() - number.rfind(point).expect("a decimal point") - 1
+            };
+            for micro in [5_976_000, 7_470_000, 1_494_000, 0, 12_000_000, 1] {
+                assert_eq!(decimals(micro), 6, "{lang:?} {}", lang.usdc(micro));
+            }
+        }
+    }
+
+    #[test]
+    fn durations_are_shown_in_each_language() {
+        let ms = 3 * 3_600_000 + 10 * 60_000;
+        assert_eq!(Lang::En.duration(ms), "3 h 10 min");
+        assert_eq!(Lang::De.duration(ms), "3 Std. 10 Min.");
+        assert_eq!(Lang::Zh.duration(ms), "3 小时 10 分钟");
+        assert_eq!(Lang::En.duration(40_000), "40 s");
+        assert_eq!(Lang::De.duration(7_200_000), "2 Std.");
     }
 
     #[test]

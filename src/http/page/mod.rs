@@ -9,6 +9,7 @@
 
 pub mod chart;
 pub mod i18n;
+pub mod reliability;
 pub mod render;
 
 use axum::Router;
@@ -33,6 +34,9 @@ pub const LANG_COOKIE: &str = "settle_lang";
 pub const PAGE_GPUS_MAX: i64 = 200;
 /// Payouts per list on the page (the CSV export has all).
 pub const PAGE_PAYOUTS_MAX: i64 = 50;
+/// Periods of the earnings history's table, the last ones of the range (a year of days;
+/// the CSV export has all). The chart draws the last `chart::BARS_MAX` of them.
+pub const PAGE_PERIODS_MAX: usize = 366;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -213,6 +217,8 @@ pub struct PanelView {
     pub pending: Vec<read::PayoutRow>,
     pub past: Vec<read::PayoutRow>,
     pub explorer_cluster: String,
+    /// The reliability card's figures (SPEC §12).
+    pub reliability: crate::ledger::reliability::ProviderReliability,
 }
 
 pub struct History {
@@ -266,7 +272,7 @@ async fn panel_view(
 ) -> Result<PanelView, Problem> {
     let store = &state.ledger.store;
     let now_ms = state.ledger.now_ms();
-    let (figures, history, gpus, pending, past) = tokio::try_join!(
+    let (figures, history, gpus, pending, past, reliability) = tokio::try_join!(
         super::dashboard::provider_figures(state, provider_id),
         history(state, provider_id, q),
         async {
@@ -298,6 +304,7 @@ async fn panel_view(
                 .await?,
             )
         },
+        async { Ok::<_, Problem>(state.ledger.provider_reliability(provider_id).await?) },
     )?;
     Ok(PanelView {
         lang,
@@ -308,6 +315,7 @@ async fn panel_view(
         pending,
         past,
         explorer_cluster: state.config.explorer_cluster.clone(),
+        reliability,
     })
 }
 

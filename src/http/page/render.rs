@@ -8,7 +8,9 @@ use chrono::NaiveDate;
 use super::chart::{self, Bar};
 use super::i18n::Lang;
 use super::{History, PageQuery, PanelView};
+use crate::domain::event::Rail;
 use crate::domain::money::format_micro_usdc;
+use crate::domain::payout::PayoutStatus;
 use crate::store::read::{EarningsBy, EarningsGroup, EarningsTotals, PayoutRow};
 
 /// Text for HTML content and attribute values.
@@ -133,8 +135,8 @@ pub fn page(view: &PanelView, q: &PageQuery) -> String {
         "<body><a class=\"skip\" href=\"#live\">{skip}</a>\
          <header><div><h1>{title}</h1><p class=\"who\">{who}</p></div>{nav}\
          <form class=\"signout\" method=\"post\" action=\"/dashboard/logout\"><button type=\"submit\">{out_label}</button></form></header>\
-         <main id=\"main\" data-stream=\"/v1/providers/{pid}/stream\" data-panel=\"/dashboard/panel?{panel_query}\" \
-         data-position=\"{position}\">\
+         <main id=\"main\" data-stream=\"/v1/providers/{pid}/stream?reports_mark={mark}\" \
+         data-panel=\"/dashboard/panel?{panel_query}\" data-position=\"{position}\" data-reports-mark=\"{mark}\">\
          <p id=\"live-status\" role=\"status\" data-live=\"{live}\" data-reconnecting=\"{reconnecting}\"></p>\
          <form class=\"range\" method=\"get\" action=\"/dashboard\" aria-label=\"{range_title}\">\
          <input type=\"hidden\" name=\"lang\" value=\"{tag}\">\
@@ -152,6 +154,7 @@ pub fn page(view: &PanelView, q: &PageQuery) -> String {
         pid = url_encode(&view.provider_id),
         panel_query = escape(&query(q, lang)),
         position = view.figures.ledger_position,
+        mark = escape(&url_encode(&view.reliability.reports_mark)),
         live = escape(lang.t("live_connected")),
         reconnecting = escape(lang.t("live_reconnecting")),
         range_title = escape(lang.t("range_title")),
@@ -226,6 +229,7 @@ pub fn panel(view: &PanelView) -> String {
         p = escape(lang.t("paid_lifetime")),
         pv = money(lang, b.paid_micro_usdc, Some("paid-lifetime")),
     );
+    super::reliability::section(&mut out, lang, &view.reliability);
     history_section(&mut out, view);
     gpus_section(&mut out, view);
     payouts_section(
@@ -397,6 +401,45 @@ fn rows<'a>(
     groups.iter().map(|g| (label(g), &g.totals)).collect()
 }
 
+/// The bars of a chart: each group's label and net earnings.
+fn bars(groups: &[EarningsGroup], label: &dyn Fn(&EarningsGroup) -> String) -> Vec<Bar> {
+    groups
+        .iter()
+        .map(|g| Bar {
+            label: label(g),
+            micro_usdc: g.totals.net_micro_usdc,
+        })
+        .collect()
+}
+
+/// The chart over time and its table: every period of the range, zero where nothing was
+/// earned, so the time axis has no gaps.
+fn periods_figure(out: &mut String, lang: Lang, h: &History) {
+    let by = h.by;
+    let short = |g: &EarningsGroup| period_text(lang, by, &g.key, true);
+    let long = |g: &EarningsGroup| period_text(lang, by, &g.key, false);
+    let (periods, left_out) = crate::report::every_period(&h.periods, super::PAGE_PERIODS_MAX);
+    out.push_str(&chart_figure(
+        lang,
+        "chart-periods",
+        "chart_periods",
+        chart::columns(&bars(&periods, &short), lang, lang.t("chart_periods")),
+        figures_table(
+            lang,
+            lang.t("chart_periods"),
+            lang.t("period"),
+            &rows(&periods, &long),
+        ),
+    ));
+    if left_out > 0 {
+        let _ = write!(
+            out,
+            "<p>{}</p>",
+            escape(&lang.tf("more_periods", &[("count", &periods.len().to_string())]))
+        );
+    }
+}
+
 fn history_body(out: &mut String, lang: Lang, h: &History) {
     let t = &h.periods.totals;
     let _ = write!(
@@ -416,32 +459,8 @@ fn history_body(out: &mut String, lang: Lang, h: &History) {
         let _ = write!(out, "<p>{}</p>", escape(lang.t("no_usage")));
         return;
     }
-    let bars = |groups: &[EarningsGroup], label: &dyn Fn(&EarningsGroup) -> String| -> Vec<Bar> {
-        groups
-            .iter()
-            .map(|g| Bar {
-                label: label(g),
-                micro_usdc: g.totals.net_micro_usdc,
-            })
-            .collect()
-    };
-    let by = h.by;
-    let short = |g: &EarningsGroup| period_text(lang, by, &g.key, true);
-    let long = |g: &EarningsGroup| period_text(lang, by, &g.key, false);
+    periods_figure(out, lang, h);
     let key = |g: &EarningsGroup| g.key.clone();
-    let periods = &h.periods.groups;
-    out.push_str(&chart_figure(
-        lang,
-        "chart-periods",
-        "chart_periods",
-        chart::columns(&bars(periods, &short), lang, lang.t("chart_periods")),
-        figures_table(
-            lang,
-            lang.t("chart_periods"),
-            lang.t("period"),
-            &rows(periods, &long),
-        ),
-    ));
     out.push_str("<div class=\"pair\">");
     out.push_str(&chart_figure(
         lang,
@@ -563,13 +582,22 @@ fn payouts_section(
                 escape(&crate::report::explorer_url(sig, &view.explorer_cluster)),
                 escape(lang.t("view_transaction"))
             ),
-            (_, Some(batch)) => escape(&lang.tf(
-                "bank_reference",
-                &[
-                    ("batch", batch),
-                    ("reference", p.end_to_end_id.as_deref().unwrap_or("—")),
-                ],
-            )),
+            (_, Some(batch)) => {
+                let reference = escape(&lang.tf(
+                    "bank_reference",
+                    &[
+                        ("batch", batch),
+                        ("reference", p.end_to_end_id.as_deref().unwrap_or("—")),
+                    ],
+                ));
+                match bank_answer(lang, p) {
+                    Some(answer) => format!(
+                        "{reference}<br><span class=\"bank-answer\">{}</span>",
+                        escape(&answer)
+                    ),
+                    None => reference,
+                }
+            }
             (_, None) => p
                 .hold_reason
                 .as_deref()
@@ -579,7 +607,7 @@ fn payouts_section(
         };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
             escape(&lang.date_time(p.created_at_ms)),
             escape(run_label(lang, &p.run_kind)),
             escape(&p.run_key),
@@ -590,6 +618,44 @@ fn payouts_section(
         );
     }
     out.push_str("</tbody></table></div></section>");
+}
+
+/// What the bank answered of a returned or rejected bank payout, and what to do, in the
+/// page's language; `None` for any other payout.
+fn bank_answer(lang: Lang, p: &PayoutRow) -> Option<String> {
+    if !Rail::parse(&p.rail).is_ok_and(Rail::is_bank) {
+        return None;
+    }
+    let key = match p.status {
+        PayoutStatus::Returned => "bank_returned",
+        PayoutStatus::Failed => "bank_rejected",
+        _ => return None,
+    };
+    let stored = p.failure_reason.as_deref()?;
+    Some(lang.tf(key, &[("reason", &bank_reason(lang, stored))]))
+}
+
+/// The engine's reason of a bank's answer (`AC04: Closed account number: …`, its code
+/// first) as `Konto aufgelöst: … (AC04)`: the code's description from the i18n files
+/// (`bank_reason_{CODE}`, one for every code `settle_bank::ReturnReason` knows), or the
+/// bare code for one it does not know.
+pub fn bank_reason(lang: Lang, stored: &str) -> String {
+    let code = stored.split(':').next().unwrap_or_default().trim();
+    match settle_bank::ReturnReason::parse(code) {
+        Ok(r) => lang.tf(
+            "bank_reason",
+            &[
+                ("description", lang.t(&format!("bank_reason_{}", r.code()))),
+                ("code", r.code()),
+            ],
+        ),
+        Err(_)
+            if (2..=8).contains(&code.len()) && code.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            lang.tf("bank_reason_unknown", &[("code", code)])
+        }
+        Err(_) => stored.to_owned(),
+    }
 }
 
 fn downloads_section(out: &mut String, view: &PanelView) {
@@ -627,6 +693,76 @@ mod tests {
             "&lt;script&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/script&gt;"
         );
         assert_eq!(url_encode("a b/é"), "a%20b%2F%C3%A9");
+    }
+
+    #[test]
+    fn every_return_code_the_engine_knows_is_described_in_each_language() {
+        for lang in Lang::ALL {
+            for r in settle_bank::ReturnReason::all() {
+                let key = format!("bank_reason_{}", r.code());
+                assert!(!lang.t(&key).is_empty(), "{lang:?} has no {key}");
+            }
+        }
+        assert_eq!(
+            bank_reason(
+                Lang::En,
+                "AC04: Closed account number: the account has been closed"
+            ),
+            "closed account number: the account has been closed (AC04)"
+        );
+        assert_eq!(
+            bank_reason(Lang::De, "R03: No Account/Unable to Locate Account"),
+            "kein Konto, oder das Konto ist nicht auffindbar (R03)"
+        );
+        assert_eq!(
+            bank_reason(Lang::Zh, "MD07: End customer deceased"),
+            "账户持有人已故（MD07）"
+        );
+        assert_eq!(
+            bank_reason(Lang::De, "NARR: rejected by the bank"),
+            "Code NARR"
+        );
+        assert_eq!(bank_reason(Lang::En, "something else"), "something else");
+    }
+
+    #[test]
+    fn a_rejected_or_returned_bank_payout_says_why_and_what_to_do() {
+        let row = |rail: &str, status: PayoutStatus, reason: Option<&str>| PayoutRow {
+            payout_id: "po_1".into(),
+            provider_id: "prv".into(),
+            run_kind: "monthly".into(),
+            run_key: "2026-12".into(),
+            rail: rail.into(),
+            amount_micro_usdc: 1,
+            amount_eur_cents: None,
+            eur_per_usd: None,
+            status,
+            hold_reason: None,
+            failure_reason: reason.map(str::to_owned),
+            reference: Some("b1".into()),
+            end_to_end_id: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        };
+        let rejected = row(
+            "sepa",
+            PayoutStatus::Failed,
+            Some("AC01: Incorrect account number"),
+        );
+        assert_eq!(
+            bank_answer(Lang::En, &rejected).unwrap(),
+            "Your bank rejected this payout: incorrect account number: it is invalid or missing \
+             (AC01). The amount is back in your balance; confirm or update your bank details to \
+             be paid again."
+        );
+        let returned = row("ach", PayoutStatus::Returned, Some("R02: Account Closed"));
+        assert!(
+            bank_answer(Lang::De, &returned).unwrap().starts_with(
+                "Ihre Bank hat diese Auszahlung zurückgegeben: Konto aufgelöst (R02)."
+            )
+        );
+        assert!(bank_answer(Lang::En, &row("solana", PayoutStatus::Failed, Some("x"))).is_none());
+        assert!(bank_answer(Lang::En, &row("sepa", PayoutStatus::Settled, None)).is_none());
     }
 
     #[test]
