@@ -488,19 +488,21 @@ async fn the_stream_tells_when_the_gpus_reliability_reports_move() {
         .await;
     let mark = before["reports_mark"].as_str().unwrap().to_owned();
 
-    let mut s = reader(&app.base, "prv_a", &token, None).await;
-    let summary = s.expect("summary").await;
-    s.quiet(Duration::from_millis(400)).await;
-    // An agent's online interval: no ledger event, a `reliability` event with the new score.
-    let r = app
-        .post(
+    // The agent's report of one online interval (sent twice below).
+    let post_online = || {
+        app.post(
             Some(&admin),
             "/v1/gpus/online",
             json!({"intervals": [{"report_id": "o1", "gpu_id": "gpu_a0",
                 "started_at": "2026-11-01T00:00:00Z", "ended_at": "2026-11-25T12:00:00Z"}]})
             .to_string(),
         )
-        .await;
+    };
+    let mut s = reader(&app.base, "prv_a", &token, None).await;
+    let summary = s.expect("summary").await;
+    s.quiet(Duration::from_millis(400)).await;
+    // An agent's online interval: no ledger event, a `reliability` event with the new score.
+    let r = post_online().await;
     assert_eq!(r.json::<Value>().await.unwrap()["accepted"], 1);
     let moved = s.expect("reliability").await;
     assert_eq!(moved.id, None, "not a ledger position");
@@ -517,15 +519,7 @@ async fn the_stream_tells_when_the_gpus_reliability_reports_move() {
     );
     s.quiet(Duration::from_millis(400)).await;
     // The same interval again is a duplicate: nothing moved, nothing sent.
-    let r = app
-        .post(
-            Some(&admin),
-            "/v1/gpus/online",
-            json!({"intervals": [{"report_id": "o1", "gpu_id": "gpu_a0",
-                "started_at": "2026-11-01T00:00:00Z", "ended_at": "2026-11-25T12:00:00Z"}]})
-            .to_string(),
-        )
-        .await;
+    let r = post_online().await;
     assert_eq!(r.json::<Value>().await.unwrap()["duplicate"], 1);
     s.quiet(Duration::from_millis(400)).await;
 
