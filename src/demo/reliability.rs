@@ -201,12 +201,8 @@ pub fn render(out: &mut String, scores: &[Value]) {
     out.push_str(&rows.render(Format::Table));
     for s in scores {
         for why in s["lowered_by"].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                out,
-                "  {}: {}",
-                s["provider_id"].as_str().unwrap_or(""),
-                why.as_str().unwrap_or("")
-            );
+            // Each reason names its GPU, and the GPU its provider.
+            let _ = writeln!(out, "  {}", why.as_str().unwrap_or(""));
         }
         for g in s["not_listed"].as_array().into_iter().flatten() {
             let why: Vec<&str> = g["why"]
