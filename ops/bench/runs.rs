@@ -15,10 +15,15 @@
 //!   which decides the providers in chunks and creates a payout each; then the raw limit of
 //!   the same writes on this machine, in the same process (`raw_run`).
 //! - `rerun`: the same run started again (idempotent: reads the completed report).
-//! - `bank` (with `--rail ach`: the providers are paid by ACH): the bank outbox writes every
-//!   payout into NACHA files of at most `--batch-payouts-max` payouts and submits them;
-//!   then the raw limit of the same machine in the same process (the payout rows read by
-//!   one plain statement, the files' bytes written and fsynced once).
+//! - `bank` (with `--rail ach` or `--rail sepa`: the providers are paid by ACH or SEPA): the
+//!   bank outbox writes every payout into NACHA or pain.001 files of at most
+//!   `--batch-payouts-max` payouts and submits them; then the raw limit of the same machine
+//!   in the same process (the payout rows read by one plain statement, the files' bytes
+//!   written and fsynced once).
+//! - `answers` (after `bank`): the local bank simulator answers those files (a pain.002 and
+//!   a camt.054 per pain.001, a returns file per NACHA file, `--returns-per-mille` of the
+//!   payments returned) and each answer is imported and matched, timed, with its own peak
+//!   memory; then the raw limit (the file read and parsed, a row per entry written once).
 //!
 //! The database after `setup` is kept as a snapshot (`<sqlite-path>.setup`, or the
 //! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
@@ -57,8 +62,10 @@ struct Args {
     loaders: usize,
     connections: u32,
     phase: Option<String>,
-    /// `solana` (the default) or `ach`: the providers' payout method.
+    /// `solana` (the default), `ach` or `sepa`: the providers' payout method.
     rail: String,
+    /// Payments the simulated bank returns in the `answers` phase, per mille.
+    returns_per_mille: u16,
     /// `bank.batch_payouts_max` of the `bank` phase.
     batch_payouts_max: usize,
     /// `store.sqlite_cache_kib` (0: the default).
@@ -82,6 +89,7 @@ fn parse_args() -> Args {
         phase: None,
         rail: "solana".into(),
         batch_payouts_max: settle::config::BankConfig::default().batch_payouts_max,
+        returns_per_mille: 10,
         sqlite_cache_kib: 0,
         candidates_per_tx: 0,
         sqlite_checkpoint_ms: None,
@@ -99,6 +107,9 @@ fn parse_args() -> Args {
             "--connections" => a.connections = val().parse().expect("--connections N"),
             "--phase" => a.phase = Some(val()),
             "--rail" => a.rail = val(),
+            "--returns-per-mille" => {
+                a.returns_per_mille = val().parse().expect("--returns-per-mille N");
+            }
             "--batch-payouts-max" => {
                 a.batch_payouts_max = val().parse().expect("--batch-payouts-max N");
             }
@@ -116,8 +127,8 @@ fn parse_args() -> Args {
         }
     }
     assert!(
-        matches!(a.rail.as_str(), "solana" | "ach"),
-        "--rail solana|ach"
+        matches!(a.rail.as_str(), "solana" | "ach" | "sepa"),
+        "--rail solana|ach|sepa"
     );
     if a.loaders == 0 {
         a.loaders = if a.db == "postgres" { 8 } else { 1 };
@@ -270,6 +281,11 @@ fn pid(p: usize) -> String {
 /// The payout method of every provider of the bench.
 fn method(rail: &str) -> PayoutMethod {
     match rail {
+        "sepa" => PayoutMethod::Sepa {
+            iban: "DE89370400440532013000".into(),
+            bic: None,
+            holder: "Acme Compute GmbH".into(),
+        },
         "ach" => PayoutMethod::Ach {
             routing: "021000021".into(),
             account: "123456789".into(),
@@ -391,6 +407,17 @@ async fn phase(args: &Args, phase: &str) {
         "restore" => snapshot(args, None).await,
         "run" | "rerun" => {
             let (ledger, _) = open(args, RUN_AT).await;
+            if args.rail == "sepa" {
+                // The EUR rate the run converts SEPA payouts with, fresh that morning.
+                ledger
+                    .set_fx_rate(
+                        "0.92".parse().unwrap(),
+                        Some(&settle::domain::ids::FxId::parse("bench-fx-run").unwrap()),
+                        &Actor::operator("bench"),
+                    )
+                    .await
+                    .expect("fx rate");
+            }
             let before = ledger.store.event_count().await.unwrap();
             let t = Instant::now();
             let report = ledger
@@ -438,6 +465,8 @@ async fn phase(args: &Args, phase: &str) {
             );
         }
         "bank" => bank_phase(args).await,
+        "answers" => answers_phase(args).await,
+        p if p.starts_with("import:") => import_phase(args, &p["import:".len()..]).await,
         "verify" => verify_phase(args).await,
         "rebuild" => rebuild_phase(args).await,
         other => panic!("unknown phase {other}"),
@@ -632,18 +661,30 @@ async fn raw_insert(ledger: &Ledger, tables: &[RawTable], commits: usize, json: 
     seconds
 }
 
-/// The bank outbox after the run (`--rail ach`): every payout into NACHA files of at most
-/// `--batch-payouts-max` payouts, submitted; then, in the same process, the raw limit of the
-/// same work on this machine: the payout rows read with one plain statement and the same
-/// bytes written to one file with one fsync.
-async fn bank_phase(args: &Args) {
-    let (ledger, _) = open(args, "2026-11-23T06:30:00Z").await;
-    let outbox = tempfile::tempdir().expect("outbox");
-    let config = settle::config::BankConfig {
-        outbox_dir: outbox.path().display().to_string(),
+/// Where the `bank` phase writes the bank files and the `answers` phase the bank's answers
+/// (beside the SQLite file, kept until the next `bank` phase).
+fn outbox_dir(args: &Args) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{}.outbox", args.sqlite_path))
+}
+
+fn bank_config(args: &Args) -> settle::config::BankConfig {
+    settle::config::BankConfig {
+        outbox_dir: outbox_dir(args).display().to_string(),
         batch_payouts_max: args.batch_payouts_max,
         ..Default::default()
-    };
+    }
+}
+
+/// The bank outbox after the run (`--rail ach|sepa`): every payout into NACHA or pain.001
+/// files of at most `--batch-payouts-max` payouts, submitted; then, in the same process, the
+/// raw limit of the same work on this machine: the payout rows read with one plain
+/// statement and the same bytes written to one file with one fsync.
+async fn bank_phase(args: &Args) {
+    let (ledger, _) = open(args, "2026-11-23T06:30:00Z").await;
+    let outbox = outbox_dir(args);
+    let _ = std::fs::remove_dir_all(&outbox);
+    std::fs::create_dir_all(&outbox).expect("outbox");
+    let config = bank_config(args);
     let t = Instant::now();
     let report = settle::rails::bank::generate_batches(&ledger, &config, &Actor::system("bench"))
         .await
@@ -658,7 +699,8 @@ async fn bank_phase(args: &Args) {
 
     let t = Instant::now();
     let rows = read_rows(ledger.store.pool(), "SELECT * FROM payouts").await;
-    let raw_file = outbox.path().join("raw");
+    let raw_dir = tempfile::tempdir().expect("raw dir");
+    let raw_file = raw_dir.path().join("raw");
     {
         use std::io::Write as _;
         let mut f = std::fs::File::create(&raw_file).expect("raw file");
@@ -667,14 +709,138 @@ async fn bank_phase(args: &Args) {
     }
     let raw_seconds = t.elapsed().as_secs_f64();
     println!(
-        "{{\"phase\":\"bank\",\"db\":\"{}\",\"providers\":{},\"batch_payouts_max\":{},\"files\":{},\"payouts_submitted\":{submitted},\"file_bytes\":{},\"seconds\":{seconds:.2},\"payouts_per_second\":{:.0},\"vmhwm_kib\":{vmhwm},\"raw_rows_read\":{rows},\"raw_seconds\":{raw_seconds:.2}}}",
+        "{{\"phase\":\"bank\",\"db\":\"{}\",\"rail\":\"{}\",\"providers\":{},\"batch_payouts_max\":{},\"files\":{},\"payouts_submitted\":{submitted},\"file_bytes\":{},\"seconds\":{seconds:.2},\"payouts_per_second\":{:.0},\"vmhwm_kib\":{vmhwm},\"raw_rows_read\":{rows},\"raw_seconds\":{raw_seconds:.2}}}",
         args.db,
+        args.rail,
         args.providers,
         args.batch_payouts_max,
         report.batches.len(),
         bytes.len(),
         submitted as f64 / seconds,
     );
+}
+
+/// The bank answers the files of the `bank` phase: the simulator (untimed) writes a
+/// pain.002 and a camt.054 per pain.001, a returns file per NACHA file, with
+/// `--returns-per-mille` of the payments returned; the `import` phases read them.
+async fn answers_phase(args: &Args) {
+    use settle_bank::SimulationConfig;
+    let config = bank_config(args);
+    let outbox = outbox_dir(args);
+    let mut sent: Vec<std::path::PathBuf> = std::fs::read_dir(&outbox)
+        .expect("outbox of the bank phase")
+        .map(|e| e.expect("outbox entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    sent.sort();
+    let answers = outbox.join("answers");
+    let _ = std::fs::remove_dir_all(&answers);
+    std::fs::create_dir_all(&answers).expect("answers dir");
+    let day = chrono::NaiveDate::from_ymd_opt(2026, 11, 24).unwrap();
+    let mut sim = SimulationConfig::new(7, day, day.and_hms_opt(18, 0, 0).unwrap());
+    sim.returns_per_mille = args.returns_per_mille;
+    let written = settle::rails::bank::inbox::simulate_files(&config, &sent, &answers, &sim)
+        .expect("simulate");
+    println!(
+        "{{\"phase\":\"answers\",\"db\":\"{}\",\"files\":{}}}",
+        args.db,
+        written.len()
+    );
+}
+
+/// The kinds of answer file (their names' endings) the `import` phase imports, each in a
+/// process of its own: the camt.054 notifications first (they book the payments; a status
+/// report after them finds them settled already), then the status reports.
+const ANSWER_KINDS: [&str; 3] = [".camt054.xml", ".pain002.xml", ".returns.ach"];
+
+/// Imports the answers of one kind (`--phase import:KIND`, KIND an [`ANSWER_KINDS`] ending)
+/// that the `answers` phase wrote, as `settle bank import` does, in a fresh process: timed,
+/// with the process's peak memory; then the raw limit of the same work (see
+/// [`raw_import`]).
+async fn import_phase(args: &Args, kind: &str) {
+    let (ledger, _) = open(args, "2026-11-25T10:00:00Z").await;
+    let config = bank_config(args);
+    let mut written: Vec<std::path::PathBuf> = std::fs::read_dir(outbox_dir(args).join("answers"))
+        .expect("answers of the answers phase")
+        .map(|e| e.expect("answer").path())
+        .filter(|p| p.to_string_lossy().ends_with(kind))
+        .collect();
+    written.sort();
+    let originator = settle::rails::bank::Originator::parse(&config).expect("originator");
+    let control = settle::config::ControlConfig::default();
+    let cx = settle::rails::bank::answers::ImportContext {
+        originator: &originator,
+        control: &control,
+        signer: None,
+    };
+    for path in written {
+        let t = Instant::now();
+        let bytes = settle::rails::bank::inbox::read_limited(&path, config.answer_file_bytes_max)
+            .expect("read answer");
+        let report = settle::rails::bank::answers::import_answer(
+            &ledger,
+            &bytes,
+            &cx,
+            &Actor::system("bench"),
+        )
+        .await
+        .expect("import");
+        let seconds = t.elapsed().as_secs_f64();
+        let vmhwm = peak::vmhwm_kib();
+        drop(bytes);
+        let (parse_seconds, raw_seconds) = raw_import(&ledger, &path, &report).await;
+        println!(
+            "{{\"phase\":\"import\",\"db\":\"{}\",\"file\":\"{}\",\"kind\":\"{}\",\"file_bytes\":{},\"entries\":{},\"settled\":{},\"rejected\":{},\"returned\":{},\"exceptions\":{},\"seconds\":{seconds:.2},\"entries_per_second\":{:.0},\"vmhwm_kib\":{vmhwm},\"raw_parse_seconds\":{parse_seconds:.2},\"raw_seconds\":{raw_seconds:.2}}}",
+            args.db,
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            report.kind,
+            std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+            report.entries,
+            report.settled,
+            report.rejected,
+            report.returned,
+            report.exceptions,
+            report.entries as f64 / seconds,
+        );
+        assert_eq!(report.exceptions, 0, "the simulator's answers all match");
+    }
+}
+
+/// The raw limit of importing `path`: (seconds to read and parse it, seconds of the read,
+/// the parse and one write of a row per entry in one transaction).
+async fn raw_import(
+    ledger: &Ledger,
+    path: &std::path::Path,
+    report: &settle::rails::bank::answers::ImportReport,
+) -> (f64, f64) {
+    let rows: Vec<RawRow> = report
+        .results
+        .iter()
+        .zip(0i64..)
+        .map(|(r, n)| {
+            [
+                Cell::Text(r.reference.clone()),
+                Cell::Text(r.payout_id.clone().unwrap_or_default()),
+                Cell::Int(n),
+                Cell::Text(r.outcome.clone()),
+            ]
+        })
+        .collect();
+    let tables = [RawTable {
+        name: "bench_raw_answers",
+        create: "(reference TEXT NOT NULL, payout_id TEXT NOT NULL, \
+                 entry BIGINT PRIMARY KEY, outcome TEXT NOT NULL)",
+        columns: "reference, payout_id, entry, outcome",
+        rows,
+    }];
+    let t = Instant::now();
+    let bytes = std::fs::read(path).expect("read answer");
+    let answer = settle_bank::read_answer(&bytes).expect("parse answer");
+    assert_eq!(answer.entry_count(), report.entries);
+    let parse_seconds = t.elapsed().as_secs_f64();
+    drop(answer);
+    let write_seconds = raw_insert(ledger, &tables, 1, true).await;
+    (parse_seconds, parse_seconds + write_seconds)
 }
 
 /// Reads every row `sql` returns, one at a time (nothing kept), and counts them.
@@ -784,8 +950,10 @@ fn main() {
     } else {
         vec!["setup", "run", "rerun"]
     };
-    if args.rail == "ach" {
-        phases.push("bank");
+    let imports: Vec<String> = ANSWER_KINDS.iter().map(|k| format!("import:{k}")).collect();
+    if args.rail != "solana" {
+        phases.extend(["bank", "answers"]);
+        phases.extend(imports.iter().map(String::as_str));
     }
     phases.push("verify");
     for p in phases {

@@ -644,14 +644,16 @@ fn operator_change_of(value: &Value) -> Result<Option<OperatorChange>, DomainErr
     }))
 }
 
-/// Applies parsed import lines in order. Consecutive usage lines are booked as one batch
-/// (up to `batch_events_max`); every line gets a result. Only a storage failure is an error.
+/// Applies parsed import lines in order. Consecutive usage lines are booked as one batch,
+/// and consecutive reliability lines recorded as one (each up to `batch_events_max`); every
+/// line gets a result. Only a storage failure is an error.
 pub struct Importer<'a> {
     ledger: &'a Ledger,
     control: &'a ControlConfig,
     actor: &'a Actor,
     signer: Option<&'a dyn Sign>,
     batch: Vec<(usize, UsageInput)>,
+    reports: Vec<(usize, crate::ledger::reliability::GpuReport)>,
     results: Vec<LineResult>,
 }
 
@@ -663,6 +665,7 @@ impl<'a> Importer<'a> {
             actor,
             signer: None,
             batch: Vec::new(),
+            reports: Vec::new(),
             results: Vec::new(),
         }
     }
@@ -681,9 +684,17 @@ impl<'a> Importer<'a> {
     ) -> Result<(), LedgerError> {
         match parsed {
             Ok(Command::Usage(u)) => {
+                self.flush_reports().await?;
                 self.batch.push((number, u));
                 if self.batch.len() >= self.ledger.config.batch_events_max {
-                    self.flush().await?;
+                    self.flush_usage().await?;
+                }
+            }
+            Ok(Command::Reliability(r)) => {
+                self.flush_usage().await?;
+                self.reports.push((number, r));
+                if self.reports.len() >= self.ledger.config.batch_events_max {
+                    self.flush_reports().await?;
                 }
             }
             Ok(command) => {
@@ -727,7 +738,14 @@ impl<'a> Importer<'a> {
     /// holds no more than one batch of results, however long the file. Usage lines wait
     /// for their batch's booking, and what follows them waits with them.
     pub fn take_ready(&mut self) -> Vec<LineResult> {
-        let first_waiting = self.batch.first().map_or(usize::MAX, |(line, _)| *line);
+        let first_waiting = self
+            .batch
+            .first()
+            .map(|(line, _)| *line)
+            .into_iter()
+            .chain(self.reports.first().map(|(line, _)| *line))
+            .min()
+            .unwrap_or(usize::MAX);
         if self.results.first().is_none_or(|r| r.line > first_waiting) {
             return Vec::new();
         }
@@ -748,6 +766,41 @@ impl<'a> Importer<'a> {
     }
 
     async fn flush(&mut self) -> Result<(), LedgerError> {
+        self.flush_usage().await?;
+        self.flush_reports().await
+    }
+
+    /// Records the waiting reliability lines together.
+    async fn flush_reports(&mut self) -> Result<(), LedgerError> {
+        if self.reports.is_empty() {
+            return Ok(());
+        }
+        let reports: Vec<_> = self.reports.iter().map(|(_, r)| r.clone()).collect();
+        let recorded = self
+            .ledger
+            .record_gpu_reports_for(&reports, None, self.actor)
+            .await?;
+        for ((line, report), r) in self.reports.drain(..).zip(recorded) {
+            let (kind, id) = describe(&Command::Reliability(report));
+            self.results.push(match r {
+                Ok(applied) => LineResult {
+                    line,
+                    kind,
+                    id,
+                    status: applied.as_str(),
+                    code: None,
+                    message: None,
+                    approval_id: None,
+                },
+                Err(LedgerError::Rejected(e)) => rejected(line, kind, id, e),
+                Err(e) => return Err(e),
+            });
+        }
+        Ok(())
+    }
+
+    /// Books the waiting usage lines as one batch.
+    async fn flush_usage(&mut self) -> Result<(), LedgerError> {
         if self.batch.is_empty() {
             return Ok(());
         }

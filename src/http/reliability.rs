@@ -13,6 +13,7 @@ use super::AppState;
 use super::extract::{Auth, RawBody};
 use super::problem::Problem;
 use crate::auth::Scope;
+use crate::domain::DomainError;
 use crate::ledger::LedgerError;
 
 /// One online interval, as the agent saw it.
@@ -112,16 +113,55 @@ pub async fn post_online(
         ));
     }
     let actor = principal.actor();
-    let mut results = Vec::with_capacity(intervals.len());
-    for (index, interval) in intervals.iter().enumerate() {
+    // Each interval checked alone; the valid ones recorded together.
+    let mut parsed = Vec::with_capacity(intervals.len());
+    let mut reports = Vec::with_capacity(intervals.len());
+    for interval in intervals {
         let report_id = interval
             .get("report_id")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let outcome = match record(&state, interval, own.as_deref(), &actor).await {
-            Err(LedgerError::Rejected(e)) => Err(e),
-            Err(e) => return Err(e.into()),
-            Ok(applied) => Ok(applied),
+        match parse(interval) {
+            Ok(report) => {
+                reports.push(report);
+                parsed.push((report_id, None));
+            }
+            Err(e) => parsed.push((report_id, Some(e))),
+        }
+    }
+    let recorded = state
+        .ledger
+        .record_gpu_reports_for(&reports, own.as_deref(), &actor)
+        .await?
+        .into_iter();
+    let results = results_of(parsed, recorded)?;
+    let count = |s: &str| results.iter().filter(|r| r.status == s).count();
+    Ok(Json(OnlineResponse {
+        accepted: count("accepted"),
+        duplicate: count("duplicate"),
+        rejected: count("rejected"),
+        results,
+    }))
+}
+
+/// The result of each interval, in order: its own rejection, or what recording it did
+/// (`recorded` holds a result per interval that was not rejected, in order).
+fn results_of(
+    parsed: Vec<(Option<String>, Option<DomainError>)>,
+    mut recorded: std::vec::IntoIter<Result<crate::ledger::Applied, LedgerError>>,
+) -> Result<Vec<OnlineResult>, Problem> {
+    let mut results = Vec::with_capacity(parsed.len());
+    for (index, (report_id, rejected)) in parsed.into_iter().enumerate() {
+        let outcome = match rejected {
+            Some(e) => Err(e),
+            None => match recorded.next() {
+                Some(Ok(applied)) => Ok(applied),
+                Some(Err(LedgerError::Rejected(e))) => Err(e),
+                Some(Err(e)) => return Err(e.into()),
+                None => {
+                    return Err(LedgerError::from(DomainError::new("internal", "no result")).into());
+                }
+            },
         };
         results.push(match outcome {
             Ok(applied) => OnlineResult {
@@ -140,34 +180,15 @@ pub async fn post_online(
             },
         });
     }
-    let count = |s: &str| results.iter().filter(|r| r.status == s).count();
-    Ok(Json(OnlineResponse {
-        accepted: count("accepted"),
-        duplicate: count("duplicate"),
-        rejected: count("rejected"),
-        results,
-    }))
+    Ok(results)
 }
 
-/// Records one interval of the batch: a rejection for it alone, or a storage failure.
-async fn record(
-    state: &AppState,
-    interval: &Value,
-    own: Option<&str>,
-    actor: &crate::ledger::Actor,
-) -> Result<crate::ledger::Applied, LedgerError> {
+/// Checks one interval of the batch: its report, or why it is rejected.
+fn parse(interval: &Value) -> Result<crate::ledger::reliability::GpuReport, DomainError> {
     if let Err(e) = serde_json::from_value::<OnlineInterval>(interval.clone()) {
-        return Err(LedgerError::Rejected(crate::domain::DomainError::new(
-            "malformed_interval",
-            e.to_string(),
-        )));
+        return Err(DomainError::new("malformed_interval", e.to_string()));
     }
     let mut line = interval.clone();
     line["type"] = Value::from("gpu.online");
-    let report =
-        crate::wire::reliability::parse("gpu.online", line).map_err(LedgerError::Rejected)?;
-    state
-        .ledger
-        .record_gpu_report_for(&report, own, actor)
-        .await
+    crate::wire::reliability::parse("gpu.online", line)
 }

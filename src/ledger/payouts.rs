@@ -354,14 +354,32 @@ impl Ledger {
         method_invalid: bool,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        check_text(reason_code, "reason_code", 16)?;
-        check_text(reason, "reason", self.config.text_len_max)?;
-        let cmd = PayoutCommand::Return {
-            reason_code: reason_code.trim().to_owned(),
-            reason: reason.trim().to_owned(),
-            method_invalid,
-        };
-        self.payout_command(payout_id, cmd, actor).await
+        only_answer(
+            self.return_payouts(&[(payout_id, reason_code, reason)], method_invalid, actor)
+                .await?,
+        )
+    }
+
+    /// [`Ledger::return_payout`] for several distinct payouts `(payout_id, reason_code,
+    /// reason)` together ([`Ledger::payout_commands`]).
+    pub async fn return_payouts(
+        &self,
+        returns: &[(&str, &str, &str)],
+        method_invalid: bool,
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        let mut commands = Vec::with_capacity(returns.len());
+        for (payout_id, reason_code, reason) in returns {
+            check_text(reason_code, "reason_code", 16)?;
+            check_text(reason, "reason", self.config.text_len_max)?;
+            let cmd = PayoutCommand::Return {
+                reason_code: reason_code.trim().to_owned(),
+                reason: reason.trim().to_owned(),
+                method_invalid,
+            };
+            commands.push((*payout_id, cmd));
+        }
+        self.payout_commands(&commands, actor).await
     }
 }
 

@@ -125,6 +125,40 @@ fn trend_view(points: &[rel::TrendPoint]) -> Vec<TrendView> {
         .collect()
 }
 
+/// The row recording `report` of `gpu` (its provider and model; `None`: not registered),
+/// or why the sender may not record it.
+fn report_row(
+    report: &GpuReport,
+    gpu: Option<&(String, String)>,
+    own: Option<&str>,
+    recorded_at_ms: i64,
+) -> Result<ReportRow, LedgerError> {
+    let Some((provider_id, _)) = gpu else {
+        return reject("unknown_gpu", format!("no GPU {}", report.gpu_id));
+    };
+    if let Some(own) = own
+        && (own != provider_id || report.kind != "online")
+    {
+        return reject(
+            "forbidden_gpu",
+            format!(
+                "an agent's token reports its own provider's GPUs' online intervals only, not {}",
+                report.gpu_id
+            ),
+        );
+    }
+    Ok(ReportRow {
+        kind: report.kind.to_owned(),
+        report_id: report.report_id.clone(),
+        gpu_id: report.gpu_id.to_string(),
+        provider_id: provider_id.clone(),
+        at_ms: report.at_ms,
+        end_ms: report.end_ms,
+        body: report.body.clone(),
+        recorded_at_ms,
+    })
+}
+
 fn invalid(e: rel::ReliabilityError) -> LedgerError {
     LedgerError::Rejected(DomainError::new(e.code(), e.to_string()))
 }
@@ -150,49 +184,78 @@ impl Ledger {
         own: Option<&str>,
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
-        let Some((provider_id, model)) = rows::gpu(&self.store, report.gpu_id.as_str()).await?
-        else {
-            return reject("unknown_gpu", format!("no GPU {}", report.gpu_id));
-        };
-        if let Some(own) = own
-            && (own != provider_id || report.kind != "online")
-        {
-            return reject(
-                "forbidden_gpu",
-                format!(
-                    "an agent's token reports its own provider's GPUs' online intervals only, not {}",
-                    report.gpu_id
-                ),
-            );
+        let mut results = self
+            .record_gpu_reports_for(std::slice::from_ref(report), own, actor)
+            .await?;
+        results
+            .pop()
+            .unwrap_or_else(|| reject("internal", "no result for the report"))
+    }
+
+    /// Records a batch of reports as [`Ledger::record_gpu_report_for`] records one, with
+    /// one lookup of their GPUs and one transaction for all of them (an agent's batch of
+    /// online intervals): a result per report, in order. The outer error is a storage
+    /// failure (nothing recorded); a rejection is its report's alone.
+    pub async fn record_gpu_reports_for(
+        &self,
+        reports: &[GpuReport],
+        own: Option<&str>,
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        let ids: Vec<&str> = reports.iter().map(|r| r.gpu_id.as_str()).collect();
+        let gpus = rows::gpus(&self.store, &ids).await?;
+        let recorded_at_ms = self.now_ms();
+        let mut results: Vec<Option<Result<Applied, LedgerError>>> = Vec::new();
+        let mut rows_to_record = Vec::new();
+        for report in reports {
+            match report_row(
+                report,
+                gpus.get(report.gpu_id.as_str()),
+                own,
+                recorded_at_ms,
+            ) {
+                Ok(row) => {
+                    results.push(None);
+                    rows_to_record.push(row);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
         }
-        let row = ReportRow {
-            kind: report.kind.to_owned(),
-            report_id: report.report_id.clone(),
-            gpu_id: report.gpu_id.to_string(),
-            provider_id: provider_id.clone(),
-            at_ms: report.at_ms,
-            end_ms: report.end_ms,
-            body: report.body.clone(),
-            recorded_at_ms: self.now_ms(),
-        };
-        match rows::record(&self.store, &row).await? {
-            Some(stored) if stored == row.body => return Ok(Applied::Duplicate),
-            Some(_) => {
-                return reject(
+        let mut stored = rows::record_many(&self.store, &rows_to_record)
+            .await?
+            .into_iter()
+            .zip(&rows_to_record);
+        let mut out = Vec::with_capacity(reports.len());
+        for (report, result) in reports.iter().zip(results) {
+            if let Some(rejected) = result {
+                out.push(rejected);
+                continue;
+            }
+            let Some((found, row)) = stored.next() else {
+                return reject("internal", "a report was not recorded");
+            };
+            out.push(match found {
+                Some(body) if body == row.body => Ok(Applied::Duplicate),
+                Some(_) => reject(
                     "conflict",
                     format!(
                         "{} report {} was already recorded with different content",
                         report.kind, report.report_id
                     ),
-                );
-            }
-            None => {}
+                ),
+                None if report.kind == "benchmark" => {
+                    let (provider_id, model) = gpus
+                        .get(report.gpu_id.as_str())
+                        .cloned()
+                        .unwrap_or_default();
+                    self.relist_by_benchmark(report, &provider_id, &model, actor)
+                        .await?;
+                    Ok(Applied::Accepted)
+                }
+                None => Ok(Applied::Accepted),
+            });
         }
-        if report.kind == "benchmark" {
-            self.relist_by_benchmark(report, &provider_id, &model, actor)
-                .await?;
-        }
-        Ok(Applied::Accepted)
+        Ok(out)
     }
 
     /// Books `gpu.listing_changed` when this benchmark turns the GPU's benchmark verdict:
@@ -268,10 +331,11 @@ impl Ledger {
         for (kind, at_ms, end_ms, body, recorded_at_ms) in
             rows::gpu_reports(&self.store, gpu_id, since_ms).await?
         {
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             let end = end_ms.unwrap_or(at_ms);
+            let v = || -> serde_json::Value { serde_json::from_str(&body).unwrap_or_default() };
             match kind.as_str() {
                 "schedule" => {
+                    let v = v();
                     let schedule = rel::Schedule::parse(
                         v["time_zone"].as_str().unwrap_or_default(),
                         v["hours"].as_str().unwrap_or_default(),
@@ -284,10 +348,8 @@ impl Ledger {
                 "maintenance" => events
                     .maintenance
                     .push(rel::Maintenance::new(recorded_at_ms, at_ms, end).map_err(invalid)?),
-                "online" => events
-                    .online
-                    .push(rel::Interval::new(at_ms, end).map_err(invalid)?),
                 "job" => {
+                    let v = v();
                     let result = match v["cause"].as_str() {
                         None => rel::JobResult::Completed,
                         Some(c) => rel::JobResult::Interrupted(
@@ -299,6 +361,7 @@ impl Ledger {
                         .push(rel::JobOutcome::new(at_ms, result).map_err(invalid)?);
                 }
                 _ => {
+                    let v = v();
                     let m = &v["metrics"];
                     let get = |k: &str| m[k].as_u64().unwrap_or(0);
                     let metrics = rel::BenchmarkMetrics {
@@ -314,6 +377,11 @@ impl Ledger {
                         .push(rel::Benchmark::new(at_ms, metrics).map_err(invalid)?);
                 }
             }
+        }
+        for (start, end) in rows::online_spans(&self.store, gpu_id, since_ms).await? {
+            events
+                .online
+                .push(rel::Interval::new(start, end).map_err(invalid)?);
         }
         let id = rel::GpuId::parse(gpu_id).map_err(invalid)?;
         let model = rel::GpuModel::parse(model).map_err(invalid)?;

@@ -49,6 +49,16 @@ fn statuses(report: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `(status, code)` of each result of a `POST /v1/gpus/online` answer.
+fn status_codes(answer: &Value) -> Vec<(String, Value)> {
+    answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["status"].as_str().unwrap().to_owned(), r["code"].clone()))
+        .collect()
+}
+
 fn benchmark(id: &str, at: &str, fp16: &str) -> Value {
     json!({"type": "gpu.benchmark", "benchmark_id": id, "gpu_id": GPU, "measured_at": at,
            "fp16_tflops": fp16, "fp32_tflops": "60", "tensor_tflops": "900", "memory_gb_s": 3350,
@@ -313,12 +323,7 @@ async fn an_agent_reports_its_own_gpus_online_intervals_only() {
         ]}),
     )
     .await;
-    let codes: Vec<(String, Value)> = answer["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["status"].as_str().unwrap().to_owned(), r["code"].clone()))
-        .collect();
+    let codes = status_codes(&answer);
     assert_eq!(
         codes,
         [
@@ -329,6 +334,141 @@ async fn an_agent_reports_its_own_gpus_online_intervals_only() {
         ],
         "{answer}"
     );
-    let answer = post(&metering, json!({"intervals": [interval("o2", "prv_b-g")]})).await;
-    assert_eq!(answer["accepted"], 1, "{answer}");
+    // One batch, recorded together, still answered interval by interval: a repeat of an
+    // interval of the same batch with other times is a conflict, an unknown GPU its own.
+    let mut changed = interval("o2", "prv_b-g");
+    changed["ended_at"] = json!("2026-11-01T10:06:00Z");
+    let answer = post(
+        &metering,
+        json!({"intervals": [interval("o2", "prv_b-g"), changed, interval("o4", "gpu-nobody")]}),
+    )
+    .await;
+    let codes = status_codes(&answer);
+    assert_eq!(
+        codes,
+        [
+            ("accepted".to_owned(), Value::Null),
+            ("rejected".to_owned(), json!("conflict")),
+            ("rejected".to_owned(), json!("unknown_gpu")),
+        ],
+        "{answer}"
+    );
+    assert_eq!(
+        (
+            &answer["accepted"],
+            &answer["duplicate"],
+            &answer["rejected"]
+        ),
+        (&json!(1), &json!(0), &json!(2)),
+        "{answer}"
+    );
+}
+
+/// Online intervals arriving out of order, overlapping and repeated, over several batches,
+/// are kept as the spans of their union (what the score reads); the migration that made
+/// the spans builds the same from the recorded intervals.
+#[tokio::test]
+async fn online_intervals_from_many_batches_are_read_as_their_union() {
+    use settle::domain::event::{Schedule, Tier};
+    use settle::domain::ids::{GpuId, GpuModel, ProviderId};
+    use settle::ledger::registry::{RegisterGpu, RegisterProvider};
+    use settle::ledger::{Actor, Applied};
+    use settle::store::reliability::online_spans;
+
+    let db = TestDb::new().await;
+    let (ledger, _clock) = db.ledger_at("2026-11-02T00:00:00Z").await;
+    let operator = Actor::operator("ops");
+    ledger
+        .register_provider(
+            &RegisterProvider {
+                provider_id: ProviderId::parse("prv_u").unwrap(),
+                name: "Union GPU".into(),
+                email: "ops@u.test".into(),
+                tier: Tier::Community,
+                schedule: Schedule::Weekly,
+                payout_method: None,
+            },
+            &operator,
+        )
+        .await
+        .unwrap();
+    for g in ["gpu-u1", "gpu-u2"] {
+        ledger
+            .register_gpu(
+                &RegisterGpu {
+                    gpu_id: GpuId::parse(g).unwrap(),
+                    provider_id: ProviderId::parse("prv_u").unwrap(),
+                    model: GpuModel::parse("H100-80GB").unwrap(),
+                },
+                &operator,
+            )
+            .await
+            .unwrap();
+    }
+    let report = |id: &str, gpu: &str, from: &str, to: &str| {
+        settle::wire::reliability::parse(
+            "gpu.online",
+            json!({"type": "gpu.online", "report_id": id, "gpu_id": gpu,
+                   "started_at": format!("2026-11-01T{from}:00Z"), "ended_at": format!("2026-11-01T{to}:00Z")}),
+        )
+        .unwrap()
+    };
+    let batches = [
+        vec![
+            report("a", "gpu-u1", "10:05", "10:10"),
+            report("b", "gpu-u1", "10:20", "10:25"),
+            report("x", "gpu-u2", "09:00", "09:30"),
+        ],
+        // Before, between (touching both sides), a repeat, an overlap, and a gap after.
+        vec![
+            report("c", "gpu-u1", "10:00", "10:05"),
+            report("d", "gpu-u1", "10:10", "10:20"),
+            report("a", "gpu-u1", "10:05", "10:10"),
+        ],
+        vec![
+            report("e", "gpu-u1", "10:24", "10:40"),
+            report("f", "gpu-u1", "11:00", "11:05"),
+            report("y", "gpu-u2", "09:10", "09:20"),
+        ],
+    ];
+    let mut statuses = Vec::new();
+    for batch in &batches {
+        for r in ledger
+            .record_gpu_reports_for(batch, None, &operator)
+            .await
+            .unwrap()
+        {
+            statuses.push(r.unwrap());
+        }
+    }
+    let accepted = statuses.iter().filter(|s| **s == Applied::Accepted).count();
+    assert_eq!(
+        (accepted, statuses.len()),
+        (8, 9),
+        "one repeat: {statuses:?}"
+    );
+    let ms =
+        |t: &str| settle::domain::time::parse_rfc3339_ms(&format!("2026-11-01T{t}:00Z")).unwrap();
+    let expected = (
+        vec![(ms("10:00"), ms("10:40")), (ms("11:00"), ms("11:05"))],
+        vec![(ms("09:00"), ms("09:30"))],
+    );
+    let store = &ledger.store;
+    let spans = (
+        online_spans(store, "gpu-u1", 0).await.unwrap(),
+        online_spans(store, "gpu-u2", 0).await.unwrap(),
+    );
+    assert_eq!(spans, expected);
+    // Only the spans ending after the instant asked for.
+    assert_eq!(
+        online_spans(store, "gpu-u1", ms("10:50")).await.unwrap(),
+        vec![(ms("11:00"), ms("11:05"))]
+    );
+    // The migration builds the same spans from the intervals recorded.
+    super::common::upgrade_through(store, 15, &["DROP TABLE gpu_online_spans"]).await;
+    let rebuilt = (
+        online_spans(store, "gpu-u1", 0).await.unwrap(),
+        online_spans(store, "gpu-u2", 0).await.unwrap(),
+    );
+    assert_eq!(rebuilt, expected);
 }

@@ -122,6 +122,10 @@ struct Item {
 /// the inbox on a ledger with operators): an exception until one does.
 pub const CHANGE_UNREQUESTED: &str = "change_unrequested";
 
+/// Entries matched and booked in one pass of an import (the payouts they name loaded
+/// together).
+const ITEMS_PER_PASS: usize = 10_000;
+
 /// An entry's result before it is reported.
 struct Outcome {
     payout: Option<String>,
@@ -494,8 +498,14 @@ pub async fn import_answer(
         );
     }
     let items = items_of(&answer);
-    let mut m = Matcher::new(ledger, cx, actor, &items).await?;
-    let outcomes = book_items(&mut m, &items).await?;
+    drop(answer);
+    // A pass at a time, each with the payouts its entries name: what a pass holds stays
+    // bounded whatever the file's size (a pass reads the ledger as the ones before left it).
+    let mut outcomes = Vec::with_capacity(items.len());
+    for pass in items.chunks(ITEMS_PER_PASS) {
+        let mut m = Matcher::new(ledger, cx, actor, pass).await?;
+        outcomes.extend(book_items(&mut m, pass).await?);
+    }
     let exceptions = report_items(&mut report, &items, outcomes);
     let matched = report.results.len() - exceptions.len();
     report.exceptions = exceptions.len();
@@ -587,13 +597,19 @@ fn tally(report: &mut ImportReport, o: &Outcome) {
     }
 }
 
-/// Books the items in file order, the settlements of consecutive items together.
+/// Books the items in file order, the settlements of consecutive payment items together
+/// and their returns together (settlements first; a payout already waiting in either is
+/// booked before its next item is taken).
 async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>, BankError> {
     let mut out: Vec<Option<Outcome>> = (0..items.len()).map(|_| None).collect();
     let mut pending_settle: Vec<(usize, PayoutRecord)> = Vec::new();
+    let mut pending_return: Vec<(usize, PayoutRecord, String)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        if !matches!(item.action, Action::Settle) {
+        let gathered = matches!(item.target, Target::Payment { .. })
+            && matches!(item.action, Action::Settle | Action::Return(_));
+        if !gathered {
             flush_settles(m, &mut pending_settle, &mut out).await?;
+            flush_returns(m, &mut pending_return, &mut out).await?;
         }
         match (&item.target, &item.action) {
             (Target::Batch { reference }, action) => {
@@ -601,7 +617,7 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
                 out[i] = Some(o);
             }
             (Target::Payment { e2e, trace }, action) => {
-                let p = match m.payout_of(e2e, trace.as_deref()).await? {
+                let mut p = match m.payout_of(e2e, trace.as_deref()).await? {
                     Ok(p) => p,
                     Err(o) => {
                         out[i] = Some(o);
@@ -618,10 +634,28 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
                     out[i] = Some(o);
                     continue;
                 }
+                let in_settles = pending_settle
+                    .iter()
+                    .any(|(_, q)| q.payout_id == p.payout_id);
+                let in_returns = pending_return
+                    .iter()
+                    .any(|(_, q, _)| q.payout_id == p.payout_id);
+                if in_returns || (in_settles && matches!(action, Action::Return(_))) {
+                    flush_settles(m, &mut pending_settle, &mut out).await?;
+                    flush_returns(m, &mut pending_return, &mut out).await?;
+                    // The payout as those bookings left it.
+                    p = match m.payout_of(e2e, trace.as_deref()).await? {
+                        Ok(p) => p,
+                        Err(o) => {
+                            out[i] = Some(o);
+                            continue;
+                        }
+                    };
+                }
                 match action {
                     Action::Settle => pending_settle.push((i, p)),
                     Action::Reject(code) => out[i] = Some(reject_one(m, &p, code).await?),
-                    Action::Return(code) => out[i] = Some(return_one(m, &p, code).await?),
+                    Action::Return(code) => pending_return.push((i, p, code.clone())),
                     Action::Change {
                         code,
                         correction,
@@ -636,6 +670,7 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
         }
     }
     flush_settles(m, &mut pending_settle, &mut out).await?;
+    flush_returns(m, &mut pending_return, &mut out).await?;
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or_else(|| Outcome::problem("ignored", "")))
@@ -730,24 +765,38 @@ async fn reject_one(
     Ok(o)
 }
 
-async fn return_one(
+/// Books the returns collected together ([`super::return_payouts`]).
+async fn flush_returns(
     m: &mut Matcher<'_>,
-    p: &PayoutRecord,
-    code: &str,
-) -> Result<Outcome, BankError> {
-    let mut o = match super::return_payout(m.ledger, &p.payout_id, code, m.actor).await {
-        Ok(r) if r.status == "accepted" => {
-            m.remember(p, PayoutStatus::Returned);
-            Outcome::of(p, "returned", format!("{}: {}", r.code, r.reason))
-        }
-        Ok(r) => Outcome::of(p, "duplicate", format!("{}: {}", r.code, r.reason)),
-        Err(BankError::Ledger(LedgerError::Rejected(e))) => {
-            Outcome::of(p, "state_conflict", format!("{}: {}", e.code, e.message))
-        }
-        Err(e) => return Err(e),
+    pending: &mut Vec<(usize, PayoutRecord, String)>,
+    out: &mut [Option<Outcome>],
+) -> Result<(), BankError> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let answers = {
+        let returns: Vec<(&str, &str)> = pending
+            .iter()
+            .map(|(_, p, code)| (p.payout_id.as_str(), code.as_str()))
+            .collect();
+        super::return_payouts(m.ledger, &returns, m.actor).await?
     };
-    o.code = Some(code.to_owned());
-    Ok(o)
+    for ((i, p, code), answer) in pending.drain(..).zip(answers) {
+        let mut o = match answer {
+            Ok(r) if r.status == "accepted" => {
+                m.remember(&p, PayoutStatus::Returned);
+                Outcome::of(&p, "returned", format!("{}: {}", r.code, r.reason))
+            }
+            Ok(r) => Outcome::of(&p, "duplicate", format!("{}: {}", r.code, r.reason)),
+            Err(BankError::Ledger(LedgerError::Rejected(e))) => {
+                Outcome::of(&p, "state_conflict", format!("{}: {}", e.code, e.message))
+            }
+            Err(e) => return Err(e),
+        };
+        o.code = Some(code);
+        out[i] = Some(o);
+    }
+    Ok(())
 }
 
 /// The bank details `p` went to, corrected as a notification of change says.

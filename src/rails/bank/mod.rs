@@ -31,7 +31,7 @@ pub mod files;
 pub mod inbox;
 pub mod reconcile;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
@@ -746,23 +746,46 @@ pub async fn return_payout(
     code: &str,
     actor: &Actor,
 ) -> Result<ReturnOutcome, BankError> {
+    return_payouts(ledger, &[(payout_id, code)], actor)
+        .await?
+        .pop()
+        .unwrap_or_else(|| rejected("unknown_payout", format!("no payout {payout_id}")))
+}
+
+/// A return checked, before it is booked.
+enum ReturnCheck {
+    /// Returned before with the same code: nothing to book.
+    Done(ReturnOutcome),
+    /// To book; `settle_first` when the payout is still `submitted`.
+    Book {
+        outcome: ReturnOutcome,
+        description: &'static str,
+        settle_first: bool,
+    },
+}
+
+/// Checks the return of `payout_id` with `code` as [`return_payout`] books it.
+async fn check_return(
+    store: &Store,
+    payout_id: &str,
+    code: &str,
+) -> Result<ReturnCheck, BankError> {
     let reason =
         ReturnReason::parse(code).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
-    let store = &ledger.store;
     let Some(p) = payouts::payout(store, payout_id).await? else {
         return rejected("unknown_payout", format!("no payout {payout_id}"));
     };
     let batch_id = returned_batch(store, payout_id, &p, &reason).await?;
-    let mut outcome = ReturnOutcome {
+    let outcome = ReturnOutcome {
         payout_id: p.payout_id.clone(),
         provider_id: p.provider_id.clone(),
-        batch_id: batch_id.clone(),
+        batch_id,
         code: reason.code().to_owned(),
         reason: reason.description().to_owned(),
         method_invalid: false,
         status: "duplicate",
     };
-    match p.status {
+    let settle_first = match p.status {
         PayoutStatus::Returned => {
             // Same code again: a duplicate (nothing booked; `method_invalid` reports false).
             let prefix = format!("{}: ", reason.code());
@@ -770,7 +793,7 @@ pub async fn return_payout(
                 .as_deref()
                 .is_some_and(|r| r.starts_with(&prefix))
             {
-                return Ok(outcome);
+                return Ok(ReturnCheck::Done(outcome));
             }
             return rejected(
                 "conflict",
@@ -780,15 +803,65 @@ pub async fn return_payout(
                 ),
             );
         }
-        PayoutStatus::Submitted => {
-            ledger.settle_payout(payout_id, &batch_id, actor).await?;
-        }
-        PayoutStatus::Settled => {}
+        PayoutStatus::Submitted => true,
+        PayoutStatus::Settled => false,
         other => {
             return rejected(
                 "invalid_payout_state",
                 format!("payout {payout_id} is {other}; only a sent bank payout can be returned"),
             );
+        }
+    };
+    Ok(ReturnCheck::Book {
+        outcome,
+        description: reason.description(),
+        settle_first,
+    })
+}
+
+/// [`return_payout`] for several distinct payouts `(payout_id, code)` together (the return
+/// credits of a bank's notification): each checked alone; those still `submitted` settled
+/// first, a batch at a time; then every return booked in one transaction of lifecycle
+/// commands. A result per payout, in order; the outer error is a storage failure.
+pub async fn return_payouts(
+    ledger: &Ledger,
+    returns: &[(&str, &str)],
+    actor: &Actor,
+) -> Result<Vec<Result<ReturnOutcome, BankError>>, BankError> {
+    let mut out: Vec<Option<Result<ReturnOutcome, BankError>>> =
+        returns.iter().map(|_| None).collect();
+    let mut to_book: Vec<(usize, ReturnOutcome, &'static str)> = Vec::new();
+    let mut to_settle: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, (payout_id, code)) in returns.iter().enumerate() {
+        match check_return(&ledger.store, payout_id, code).await {
+            Ok(ReturnCheck::Done(o)) => out[i] = Some(Ok(o)),
+            Ok(ReturnCheck::Book {
+                outcome,
+                description,
+                settle_first,
+            }) => {
+                if settle_first {
+                    to_settle
+                        .entry(outcome.batch_id.clone())
+                        .or_default()
+                        .push(i);
+                }
+                to_book.push((i, outcome, description));
+            }
+            Err(BankError::Ledger(LedgerError::Store(e))) => {
+                return Err(LedgerError::Store(e).into());
+            }
+            Err(e) => out[i] = Some(Err(e)),
+        }
+    }
+    // The money left before it came back: settled first, under its batch.
+    for (batch_id, indexes) in &to_settle {
+        let ids: Vec<&str> = indexes.iter().map(|i| returns[*i].0).collect();
+        let answers = ledger.settle_payouts(&ids, batch_id, actor).await?;
+        for (i, answer) in indexes.iter().zip(answers) {
+            if let Err(e) = answer {
+                out[*i] = Some(Err(e.into()));
+            }
         }
     }
     // SPEC §6 and §10: every return marks the bank details invalid, whatever its reason
@@ -796,10 +869,21 @@ pub async fn return_payout(
     // suspicion and a refusal all mean: do not send there again until confirmed. And the
     // return puts money back to payable on one importer's word: re-confirming the details
     // is a gated command, so no payout follows it without a second operator.
-    let applied = ledger
-        .return_payout(payout_id, reason.code(), reason.description(), true, actor)
-        .await?;
-    outcome.method_invalid = true;
-    outcome.status = applied.as_str();
-    Ok(outcome)
+    to_book.retain(|(i, _, _)| out[*i].is_none());
+    let commands: Vec<(&str, &str, &str)> = to_book
+        .iter()
+        .map(|(i, o, description)| (returns[*i].0, o.code.as_str(), *description))
+        .collect();
+    let answers = ledger.return_payouts(&commands, true, actor).await?;
+    for ((i, mut outcome, _), answer) in to_book.into_iter().zip(answers) {
+        out[i] = Some(answer.map_err(BankError::from).map(|applied| {
+            outcome.method_invalid = true;
+            outcome.status = applied.as_str();
+            outcome
+        }));
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| rejected("unknown_payout", "no answer")))
+        .collect())
 }
