@@ -20,8 +20,8 @@ pub(super) async fn insert_events(
         Conn::Sqlite(c) => {
             // Bound as the parameters of multi-row `VALUES` (`store::values`), blobs as blobs.
             // Per row, a prepared `INSERT` was measured slower: sqlx runs each statement on the
-            // connection's worker thread, a round trip between threads per row
-            // (`ops/bench/ingest.md` round 6).
+            // connection's worker thread, a round trip between threads per row (measured in
+            // the ingestion benchmark, `ops/bench/ingest.md`).
             let head = format!("INSERT INTO events ({EVENT_COLUMNS})");
             values::write(c, &head, "", EVENT_COLUMN_COUNT, events, |args, e| {
                 args.add(&e.stream)?;

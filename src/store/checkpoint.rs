@@ -2,8 +2,8 @@
 //!
 //! A commit that leaves `store.sqlite_wal_autocheckpoint_pages` or more pages in the WAL
 //! checkpoints it before it returns: it copies every page not yet in the database file
-//! and fsyncs that file, 54–112 ms where a commit takes 10–34 ms (ops/bench/runs.md,
-//! round 10). This task copies the committed pages every interval with a PASSIVE
+//! and fsyncs that file, 54–112 ms where a commit takes 10–34 ms (measured in the payout
+//! run benchmark, ops/bench/runs.md). This task copies the committed pages every interval with a PASSIVE
 //! checkpoint on a connection of its own, so that commit finds little left to copy
 //! (it still lets the WAL start over from its beginning, which only a writer can).
 //!

@@ -1,4 +1,4 @@
-//! The projector (SPEC §3, issue 13): folds the additive aggregates of appended events.
+//! The projector (SPEC §3): folds the additive aggregates of appended events.
 //!
 //! A usage booking writes only its events and the state it decides on (the idempotency
 //! keys and the GPU's usage segments, which the next overlap check reads); the aggregates
@@ -527,7 +527,7 @@ impl Store {
     /// transaction beside it (WAL readers never wait for the writer), so bookings wait only
     /// for the fold's writes: the writer then checks that no fold moved a checkpoint since
     /// (else it folds from what it reads under the lock, as PostgreSQL does). The booking's
-    /// wait for the writer was a third of its time (`ops/bench/ingest.md`, round 11).
+    /// wait for the writer was a third of its time (`ops/bench/ingest.md`).
     async fn fold_once(&self, streams: &[&str], events_max: i64) -> Result<Folded, StoreError> {
         let dialect = self.dialect();
         let read = if dialect == Dialect::Sqlite {

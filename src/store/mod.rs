@@ -91,7 +91,7 @@ impl Dialect {
     /// On PostgreSQL the parameter is parsed once into `jsonb`: each `->>` on a `json` value
     /// parses that row's text again, so a 12-column event insert read every row 12 times
     /// (1,000 event rows: 52–65 ms as `json`, 17–21 ms as `jsonb`, the same as `unnest` of
-    /// arrays; `ops/bench/ingest.md`, round 4). Arrays keep their order either way.
+    /// arrays; `ops/bench/ingest.md`). Arrays keep their order either way.
     ///
     /// `rows` is how many rows the parameter holds (at most). PostgreSQL estimates 100 rows
     /// for any `jsonb_array_elements`, and so joined a single row with a table of 27,000
@@ -655,7 +655,7 @@ impl Store {
     /// Each stream keeps its own sequence and hash chain; the caller bounds the number of
     /// streams (on PostgreSQL each is an advisory lock held until commit).
     ///
-    /// The log-first write path (issue 13): the transaction writes the events and the state
+    /// The log-first write path: the transaction writes the events and the state
     /// tables their decisions read, and leaves the aggregates to the projector
     /// ([`Store::fold_dirty`]); every reader of an aggregate folds first.
     pub async fn begin_streams(&self, streams: &[&str]) -> Result<WriteTx, StoreError> {

@@ -35,40 +35,6 @@ pub struct ReportRow {
     pub recorded_at_ms: i64,
 }
 
-/// Records `row` unless its `(kind, report_id)` is taken: `Ok(None)` when recorded now,
-/// `Ok(Some(body))` with the stored body when it was there (equal: a duplicate; other: a
-/// conflict).
-pub async fn record(store: &Store, row: &ReportRow) -> Result<Option<String>, StoreError> {
-    let inserted = on!(store.db(), |c| {
-        sqlx::query(
-        "INSERT INTO gpu_reports (kind, report_id, gpu_id, provider_id, at_ms, end_ms, body, recorded_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (kind, report_id) DO NOTHING",
-    )
-    .bind(&row.kind)
-    .bind(&row.report_id)
-    .bind(&row.gpu_id)
-    .bind(&row.provider_id)
-    .bind(row.at_ms)
-    .bind(row.end_ms)
-    .bind(&row.body)
-    .bind(row.recorded_at_ms)
-    .execute(c)
-    .await
-    .map(|r| r.rows_affected())
-    })?;
-    if inserted == 1 {
-        return Ok(None);
-    }
-    let stored: String = on!(store.db(), |c| sqlx::query_scalar(
-        "SELECT body FROM gpu_reports WHERE kind = $1 AND report_id = $2"
-    )
-    .bind(&row.kind)
-    .bind(&row.report_id)
-    .fetch_one(c)
-    .await)?;
-    Ok(Some(stored))
-}
-
 /// A stored report's body, by its key.
 #[derive(sqlx::FromRow)]
 struct StoredBody {
@@ -94,8 +60,9 @@ struct GpuRow {
 }
 
 /// Records `rows` together, in one transaction, each unless its `(kind, report_id)` is
-/// taken; per row, like [`record`]: `None` when recorded now, `Some(body)` with the stored
-/// body otherwise (a row repeating an earlier row of the batch gets that row's body).
+/// taken; per row: `None` when recorded now, `Some(body)` with the stored body otherwise
+/// (equal: a duplicate; other: a conflict; a row repeating an earlier row of the batch gets
+/// that row's body).
 pub async fn record_many(
     store: &Store,
     rows: &[ReportRow],

@@ -197,7 +197,7 @@ pub struct GpuFacts {
 /// only by events of that provider's stream, in their append's transaction, and a GPU
 /// never changes owner. So at the same head the tables say the same, and a later batch
 /// that finds the stream still at that head may decide on the view instead of reading
-/// them again (issue 13, "checks in memory where they are safe"). `settle rebuild` may
+/// them again (checks in memory where they are safe). `settle rebuild` may
 /// rewrite the tables without a new event: it leaves a new `projections_rebuilt` marker in
 /// `ledger_settings`, and views read under another marker are dropped.
 #[derive(Clone, Debug, Default)]
@@ -426,7 +426,7 @@ impl TakenViews {
 
 /// The idempotency keys of usage events this process booked or found booked lately, by
 /// [`StreamKey`], with their content hash; and whether a batch may assume that a key it
-/// does not find here is new (issue 13, "checks in memory where they are safe").
+/// does not find here is new (checks in memory where they are safe).
 ///
 /// What it holds is a fact for good: an event is never removed or changed, so a key once
 /// booked stays booked with the same content, whoever booked it and whatever the heads. The

@@ -4,7 +4,7 @@
 //! `json_each` and one `->>` per column. SQLite 3.46 (the one sqlx bundles) hands each row of
 //! `json_each` back as text and parses it again for every `->>`, so unpacking cost more than
 //! writing: 16 columns of 1,000 payout rows took 18 ms to unpack and 8 ms to insert
-//! (`ops/bench/runs.md` round 8). Bound values reach SQLite as they are, blobs included (no
+//! (`ops/bench/runs.md`). Bound values reach SQLite as they are, blobs included (no
 //! hex text either way).
 //!
 //! Anonymous parameters only: sqlx looks a named parameter (`$N`, `?NNN`) up by its number in

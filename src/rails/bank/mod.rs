@@ -700,12 +700,14 @@ pub struct ReturnOutcome {
 }
 
 /// The bank batch that payout `p` (`payout_id`), returned with `reason`, went in: the
-/// code must be of the payout's rail, and the payout in a bank file.
+/// code must be of the payout's rail, and the payout in a bank file. `batches` holds the
+/// batches found so far (each looked up once for the returns of one file).
 async fn returned_batch(
     store: &Store,
     payout_id: &str,
     p: &PayoutRecord,
     reason: &ReturnReason,
+    batches: &mut HashSet<String>,
 ) -> Result<String, BankError> {
     let rail_of_code = match reason.rail() {
         BankRail::Sepa => Rail::Sepa,
@@ -722,16 +724,19 @@ async fn returned_batch(
             ),
         );
     }
-    match &p.reference {
-        Some(r) if batch(store, r).await?.is_some() => Ok(r.clone()),
-        _ => rejected(
-            "invalid_payout_state",
-            format!(
-                "payout {payout_id} is {} and in no bank batch; only a payout sent in a bank file can be returned",
-                p.status
-            ),
-        ),
+    if let Some(r) = &p.reference
+        && (batches.contains(r) || batch(store, r).await?.is_some())
+    {
+        batches.insert(r.clone());
+        return Ok(r.clone());
     }
+    rejected(
+        "invalid_payout_state",
+        format!(
+            "payout {payout_id} is {} and in no bank batch; only a payout sent in a bank file can be returned",
+            p.status
+        ),
+    )
 }
 
 /// A bank returned a payout with reason `code` (`AC04`, `R03`, …): the payout is returned
@@ -769,13 +774,14 @@ async fn check_return(
     store: &Store,
     payout_id: &str,
     code: &str,
+    batches: &mut HashSet<String>,
 ) -> Result<ReturnCheck, BankError> {
     let reason =
         ReturnReason::parse(code).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
     let Some(p) = payouts::payout(store, payout_id).await? else {
         return rejected("unknown_payout", format!("no payout {payout_id}"));
     };
-    let batch_id = returned_batch(store, payout_id, &p, &reason).await?;
+    let batch_id = returned_batch(store, payout_id, &p, &reason, batches).await?;
     let outcome = ReturnOutcome {
         payout_id: p.payout_id.clone(),
         provider_id: p.provider_id.clone(),
@@ -832,8 +838,9 @@ pub async fn return_payouts(
         returns.iter().map(|_| None).collect();
     let mut to_book: Vec<(usize, ReturnOutcome, &'static str)> = Vec::new();
     let mut to_settle: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut batches = HashSet::new();
     for (i, (payout_id, code)) in returns.iter().enumerate() {
-        match check_return(&ledger.store, payout_id, code).await {
+        match check_return(&ledger.store, payout_id, code, &mut batches).await {
             Ok(ReturnCheck::Done(o)) => out[i] = Some(Ok(o)),
             Ok(ReturnCheck::Book {
                 outcome,
