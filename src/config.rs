@@ -495,6 +495,10 @@ pub struct BankConfig {
     pub inbox_interval_ms: u64,
     /// Largest answer file read (bytes), by the CLI, the API and the inbox.
     pub answer_file_bytes_max: usize,
+    /// Payouts an answer's import settles in one transaction (one commit). On PostgreSQL
+    /// no more than `ledger.ingest_streams_per_tx_max`: each payout's provider stream is an
+    /// advisory lock held until the commit.
+    pub answer_payouts_per_tx: usize,
     /// Business days (the rail's calendar: TARGET2 for SEPA, the Federal Reserve's for
     /// ACH) after a batch's generation by which the bank should have answered each of its
     /// payouts; `bank reconcile` reports those still open after it.
@@ -521,6 +525,7 @@ impl Default for BankConfig {
             inbox_dir: "inbox/bank".to_owned(),
             inbox_interval_ms: 5_000,
             answer_file_bytes_max: 512 * 1024 * 1024,
+            answer_payouts_per_tx: 5_000,
             answer_due_business_days: 3,
         }
     }

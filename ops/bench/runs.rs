@@ -772,14 +772,16 @@ async fn import_phase(args: &Args, kind: &str) {
         originator: &originator,
         control: &control,
         signer: None,
+        payouts_per_tx: config.answer_payouts_per_tx,
     };
     for path in written {
         let t = Instant::now();
         let bytes = settle::rails::bank::inbox::read_limited(&path, config.answer_file_bytes_max)
             .expect("read answer");
+        let file_bytes = bytes.len();
         let report = settle::rails::bank::answers::import_answer(
             &ledger,
-            &bytes,
+            bytes,
             &cx,
             &Actor::system("bench"),
         )
@@ -787,14 +789,13 @@ async fn import_phase(args: &Args, kind: &str) {
         .expect("import");
         let seconds = t.elapsed().as_secs_f64();
         let vmhwm = peak::vmhwm_kib();
-        drop(bytes);
         let (parse_seconds, raw_seconds) = raw_import(&ledger, &path, &report).await;
         println!(
             "{{\"phase\":\"import\",\"db\":\"{}\",\"file\":\"{}\",\"kind\":\"{}\",\"file_bytes\":{},\"entries\":{},\"settled\":{},\"rejected\":{},\"returned\":{},\"exceptions\":{},\"seconds\":{seconds:.2},\"entries_per_second\":{:.0},\"vmhwm_kib\":{vmhwm},\"raw_parse_seconds\":{parse_seconds:.2},\"raw_seconds\":{raw_seconds:.2}}}",
             args.db,
             path.file_name().unwrap_or_default().to_string_lossy(),
             report.kind,
-            std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+            file_bytes,
             report.entries,
             report.settled,
             report.rejected,

@@ -53,12 +53,13 @@ pub async fn import(
         originator: &originator,
         control: &control,
         signer: signer.as_ref().map(|s| s as &dyn crate::control::Sign),
+        payouts_per_tx: config.answer_payouts_per_tx,
     };
     let mut results = Vec::new();
     let mut problems = false;
     for file in files {
         let outcome = match read_limited(file, config.answer_file_bytes_max) {
-            Ok(bytes) => import_answer(ledger, &bytes, &cx, &cli_actor()).await,
+            Ok(bytes) => import_answer(ledger, bytes, &cx, &cli_actor()).await,
             Err(e) => Err(e),
         };
         let name = file.display().to_string();

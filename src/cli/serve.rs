@@ -238,6 +238,7 @@ async fn spawn_inbox(
                     originator: &originator,
                     control: &control,
                     signer: signer.as_deref().map(|s| s as &dyn crate::control::Sign),
+                    payouts_per_tx: bank.answer_payouts_per_tx,
                 };
                 let actor = crate::ledger::Actor::system("bank-inbox");
                 match crate::rails::bank::inbox::pass(&ledger, &bank, &cx, &actor).await {

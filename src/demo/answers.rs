@@ -38,6 +38,7 @@ pub async fn answer_batches(
         originator: &originator,
         control: &control,
         signer: None,
+        payouts_per_tx: bank.answer_payouts_per_tx,
     };
     let mut rows = Vec::new();
     for b in &generated.batches {
@@ -47,7 +48,7 @@ pub async fn answer_batches(
         let files: Vec<PathBuf> = vec![b.path.clone()];
         for (_, answer) in simulate_files(bank, &files, &out_dir, &sim)? {
             let bytes = std::fs::read(&answer)?;
-            let report = import_answer(ledger, &bytes, &cx, &Actor::system("bank-inbox"))
+            let report = import_answer(ledger, bytes, &cx, &Actor::system("bank-inbox"))
                 .await
                 .map_err(|e| anyhow::anyhow!("{answer}: {e}"))?;
             rows.push(json!({

@@ -553,8 +553,10 @@ pub async fn post_answer_file(
         originator: &originator,
         control: &state.control,
         signer: None,
+        payouts_per_tx: config.answer_payouts_per_tx,
     };
-    let r = match bank::answers::import_answer(&state.ledger, &body, &cx, &principal.actor()).await
+    let r = match bank::answers::import_answer(&state.ledger, body.into(), &cx, &principal.actor())
+        .await
     {
         Ok(r) => r,
         // An unreadable file is the request's fault.

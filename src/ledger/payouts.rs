@@ -64,6 +64,20 @@ async fn decide_payouts_in(
 ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
     let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
     let current = load_many(tx.conn(), &ids).await?;
+    if let Some(p) = current
+        .values()
+        .find(|p| !tx.holds_stream(&provider_stream(&p.provider_id)))
+    {
+        // The caller named the providers (`payout_commands_of`) and missed this one: its
+        // stream is not locked, so nothing may be booked on it.
+        return reject(
+            "invalid_batch",
+            format!(
+                "payout {} belongs to a provider the batch did not name",
+                p.payout_id
+            ),
+        );
+    }
     let keys: Vec<StreamKey> = idems
         .iter()
         .zip(&ids)
@@ -106,6 +120,14 @@ fn each<'a>(payout_ids: &[&'a str], cmd: &PayoutCommand) -> Vec<(&'a str, Payout
     payout_ids.iter().map(|id| (*id, cmd.clone())).collect()
 }
 
+/// Settlement under the rail's `reference` (checked).
+fn settle_command(reference: &str) -> Result<PayoutCommand, LedgerError> {
+    check_text(reference, "reference", REFERENCE_LEN_MAX)?;
+    Ok(PayoutCommand::Settle {
+        reference: reference.trim().to_owned(),
+    })
+}
+
 /// The answer of a batch of one.
 fn only_answer(mut answers: Vec<Result<Applied, LedgerError>>) -> Result<Applied, LedgerError> {
     answers.pop().expect("one answer per command")
@@ -136,22 +158,37 @@ impl Ledger {
         actor: &Actor,
     ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
         let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
-        let distinct: HashSet<&str> = ids.iter().copied().collect();
-        if distinct.len() != ids.len() {
+        // A payout's provider never changes: its stream can be named before the locks.
+        let mut conn = self.store.acquire().await?;
+        let providers: Vec<String> = load_many(&mut conn, &ids)
+            .await?
+            .into_values()
+            .map(|p| p.provider_id)
+            .collect();
+        drop(conn);
+        let providers: Vec<&str> = providers.iter().map(String::as_str).collect();
+        self.payout_commands_of(commands, &providers, actor).await
+    }
+
+    /// [`Ledger::payout_commands`] for a caller that read the payouts already and names
+    /// their providers (any order, repeats allowed): the payouts are not read before the
+    /// locks. A payout of a provider not named is refused (`invalid_batch`) inside the
+    /// transaction, before anything is booked.
+    pub(crate) async fn payout_commands_of(
+        &self,
+        commands: &[(&str, PayoutCommand)],
+        providers: &[&str],
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
+        if ids.iter().copied().collect::<HashSet<&str>>().len() != ids.len() {
             // A second command would decide against the state before the first one's event.
             return reject(
                 "invalid_batch",
                 "a payout appears twice in one batch of lifecycle commands",
             );
         }
-        // A payout's provider never changes: its stream can be named before the locks.
-        let mut conn = self.store.acquire().await?;
-        let mut streams: Vec<String> = load_many(&mut conn, &ids)
-            .await?
-            .values()
-            .map(|p| provider_stream(&p.provider_id))
-            .collect();
-        drop(conn);
+        let mut streams: Vec<String> = providers.iter().map(|p| provider_stream(p)).collect();
         if streams.is_empty() {
             return Ok(ids.iter().map(|id| unknown(id)).collect());
         }
@@ -278,11 +315,23 @@ impl Ledger {
         reference: &str,
         actor: &Actor,
     ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
-        check_text(reference, "reference", REFERENCE_LEN_MAX)?;
-        let cmd = PayoutCommand::Settle {
-            reference: reference.trim().to_owned(),
-        };
+        let cmd = settle_command(reference)?;
         self.payout_commands(&each(payout_ids, &cmd), actor).await
+    }
+
+    /// [`Ledger::settle_payouts`] of payouts the caller read (a bank answer's matcher): their
+    /// providers named from the records ([`Ledger::payout_commands_of`]).
+    pub async fn settle_payouts_read(
+        &self,
+        payouts: &[&PayoutRecord],
+        reference: &str,
+        actor: &Actor,
+    ) -> Result<Vec<Result<Applied, LedgerError>>, LedgerError> {
+        let cmd = settle_command(reference)?;
+        let ids: Vec<&str> = payouts.iter().map(|p| p.payout_id.as_str()).collect();
+        let providers: Vec<&str> = payouts.iter().map(|p| p.provider_id.as_str()).collect();
+        self.payout_commands_of(&each(&ids, &cmd), &providers, actor)
+            .await
     }
 
     /// [`Ledger::fail_payout`] for several payouts together ([`Ledger::payout_commands`]).

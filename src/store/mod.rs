@@ -1318,6 +1318,11 @@ pub struct WriteTx {
 }
 
 impl WriteTx {
+    /// Whether this transaction holds the write lock of `stream`.
+    pub fn holds_stream(&self, stream: &str) -> bool {
+        stream == self.stream || self.others.contains_key(stream)
+    }
+
     /// Makes `stream`, one of the streams this transaction locked, the one appends go to.
     /// Panics for a stream it did not lock: appending to it would race its other writers.
     pub fn use_stream(&mut self, stream: &str) {

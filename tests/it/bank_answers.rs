@@ -71,8 +71,9 @@ async fn import_as(w: &World, file: &str, signer: Option<&dyn Sign>) -> ImportRe
         originator: &originator,
         control: &control,
         signer,
+        payouts_per_tx: w.bank.answer_payouts_per_tx,
     };
-    import_answer(&w.ledger, file.as_bytes(), &cx, &w.actor())
+    import_answer(&w.ledger, file.as_bytes().to_vec(), &cx, &w.actor())
         .await
         .unwrap_or_else(|e| panic!("import: {e}"))
 }

@@ -227,8 +227,9 @@ async fn import_in_process(w: &World, contents: &str) {
         originator: &originator,
         control: &control,
         signer: None,
+        payouts_per_tx: w.bank.answer_payouts_per_tx,
     };
-    import_answer(&w.ledger, contents.as_bytes(), &cx, &w.actor())
+    import_answer(&w.ledger, contents.as_bytes().to_vec(), &cx, &w.actor())
         .await
         .unwrap();
 }

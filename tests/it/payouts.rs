@@ -321,6 +321,39 @@ async fn wrong_states_unknown_payouts_and_bad_input_are_rejected_with_stable_cod
     w.check_invariants().await;
 }
 
+/// Payouts a caller read before (a bank answer's matcher) are settled without reading them
+/// again before the locks: under the providers their records name, and a record that names
+/// the wrong provider refuses the whole batch before anything is booked.
+#[tokio::test]
+async fn payouts_read_before_settle_only_under_the_providers_they_name() {
+    let (w, _, e, u) = paid_world().await;
+    let a = w.actor();
+    let (pe, pu) = (w.payout(&e).await, w.payout(&u).await);
+    let mut forged = pu.clone();
+    forged.provider_id.clone_from(&pe.provider_id);
+    let refused = w
+        .ledger
+        .settle_payouts_read(&[&pe, &forged], "batch-9", &a)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "invalid_batch");
+    assert_eq!(w.payout(&e).await.status, pe.status, "nothing booked");
+    assert_eq!(w.payout(&u).await.status, pu.status, "nothing booked");
+
+    let answers = w
+        .ledger
+        .settle_payouts_read(&[&pe, &pu], "batch-9", &a)
+        .await
+        .unwrap();
+    assert!(
+        answers.iter().all(|r| matches!(r, Ok(Applied::Accepted))),
+        "{answers:?}"
+    );
+    assert_eq!(w.payout(&u).await.reference.as_deref(), Some("batch-9"));
+    assert_eq!(w.balances("u").await, (0, 0, 0, 40 * USDC));
+    w.check_invariants().await;
+}
+
 /// Lifecycle commands booked together (a Solana transaction's payouts, a bank batch's):
 /// each payout gets its own answer and its own event on its own stream; a refused one
 /// leaves the others booked; a re-send answers `duplicate` per payout.

@@ -22,7 +22,9 @@
 use std::fmt;
 
 use crate::ach_answers::{AchAnswerFile, read_ach_answers};
-use crate::camt::{CAMT_053_MESSAGE, CAMT_054_MESSAGE, CamtReport, read_camt053, read_camt054};
+use crate::camt::{
+    CAMT_053_MESSAGE, CAMT_054_MESSAGE, CamtReport, read_camt_each, read_camt053, read_camt054,
+};
 use crate::pain002::{PAIN_002_MESSAGE, StatusReport, read_pain002};
 use crate::returns::ReturnReason;
 use crate::xml_read;
@@ -505,7 +507,9 @@ impl BankAnswer {
     pub fn entry_count(&self) -> usize {
         match self {
             Self::PaymentStatusReport(r) => r.entries.len(),
-            Self::DebitCreditNotification(r) | Self::Statement(r) => r.entries.len(),
+            Self::DebitCreditNotification(r) | Self::Statement(r) => {
+                r.reports.iter().map(|a| a.entry_count).sum()
+            }
             Self::AchReturns(f) => f.entries.len(),
         }
     }
@@ -523,6 +527,27 @@ const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 /// [`AnswerError`]: [`AnswerError::UnknownFormat`] for anything else, and whatever the
 /// reader of the kind found.
 pub fn read_answer(bytes: &[u8]) -> Result<BankAnswer, AnswerError> {
+    read_answer_inner(bytes, None)
+}
+
+/// [`read_answer`] that hands the entries of a `camt.054` or `camt.053` to `each` as they
+/// are read ([`crate::camt::read_camt_each`]): the answer returned holds none of them (its
+/// [`BankAnswer::entry_count`] still counts them), so a file of 100,000 entries is never
+/// held whole as entries. Other kinds are returned whole, `each` unused.
+///
+/// # Errors
+/// As [`read_answer`].
+pub fn read_answer_each(
+    bytes: &[u8],
+    each: crate::camt::EntrySink<'_>,
+) -> Result<BankAnswer, AnswerError> {
+    read_answer_inner(bytes, Some(each))
+}
+
+fn read_answer_inner(
+    bytes: &[u8],
+    each: Option<crate::camt::EntrySink<'_>>,
+) -> Result<BankAnswer, AnswerError> {
     let bytes = bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes);
     if bytes.starts_with(b"\xFF\xFE") || bytes.starts_with(b"\xFE\xFF") {
         return Err(AnswerError::UnsupportedEncoding {
@@ -532,7 +557,7 @@ pub fn read_answer(bytes: &[u8]) -> Result<BankAnswer, AnswerError> {
     }
     let start = bytes.iter().position(|b| !b.is_ascii_whitespace());
     match start.map(|i| &bytes[i..]) {
-        Some(rest) if rest.starts_with(b"<") => read_xml_answer(utf8(bytes)?),
+        Some(rest) if rest.starts_with(b"<") => read_xml_answer(utf8(bytes)?, each),
         Some(rest) if rest.starts_with(b"101") => {
             read_ach_answers(&String::from_utf8_lossy(bytes)).map(BankAnswer::AchReturns)
         }
@@ -558,16 +583,25 @@ pub(crate) fn utf8(bytes: &[u8]) -> Result<&str, AnswerError> {
 }
 
 /// Reads an ISO 20022 answer after finding which message it holds.
-fn read_xml_answer(xml: &str) -> Result<BankAnswer, AnswerError> {
+fn read_xml_answer(
+    xml: &str,
+    each: Option<crate::camt::EntrySink<'_>>,
+) -> Result<BankAnswer, AnswerError> {
     let names = [PAIN_002_MESSAGE, CAMT_054_MESSAGE, CAMT_053_MESSAGE];
     match xml_read::sniff(xml, &names)? {
         Ok(name) if name == PAIN_002_MESSAGE => {
             read_pain002(xml).map(BankAnswer::PaymentStatusReport)
         }
-        Ok(name) if name == CAMT_054_MESSAGE => {
-            read_camt054(xml).map(BankAnswer::DebitCreditNotification)
+        Ok(name) if name == CAMT_054_MESSAGE => match each {
+            Some(each) => read_camt_each(xml, false, each),
+            None => read_camt054(xml),
         }
-        Ok(_) => read_camt053(xml).map(BankAnswer::Statement),
+        .map(BankAnswer::DebitCreditNotification),
+        Ok(_) => match each {
+            Some(each) => read_camt_each(xml, true, each),
+            None => read_camt053(xml),
+        }
+        .map(BankAnswer::Statement),
         Err((path, name)) => Err(AnswerError::UnknownMessage {
             at: AnswerLocation::Path(path),
             name,

@@ -215,7 +215,7 @@ pub struct CamtReport {
 /// missing message or notification id, an entry without amount, currency, credit/debit
 /// indicator or status, a bad amount, code, date or count, too many entries.
 pub fn read_camt054(xml: &str) -> Result<CamtReport, AnswerError> {
-    read(xml, CAMT_054_MESSAGE, "Ntfctn", "NtfctnPgntn")
+    read(xml, CAMT_054_MESSAGE, "Ntfctn", "NtfctnPgntn", None)
 }
 
 /// Reads a `camt.053` statement (UTF-8, byte order mark allowed).
@@ -223,7 +223,30 @@ pub fn read_camt054(xml: &str) -> Result<CamtReport, AnswerError> {
 /// # Errors
 /// As [`read_camt054`], for `BkToCstmrStmt` and `Stmt`.
 pub fn read_camt053(xml: &str) -> Result<CamtReport, AnswerError> {
-    read(xml, CAMT_053_MESSAGE, "Stmt", "StmtPgntn")
+    read(xml, CAMT_053_MESSAGE, "Stmt", "StmtPgntn", None)
+}
+
+/// Where the entries of a message go as they are read, instead of into
+/// [`CamtReport::entries`]: what a file holds then stays out of memory, one entry at a time.
+pub type EntrySink<'a> = &'a mut dyn FnMut(CamtEntry);
+
+/// [`read_camt054`] (or, with `statement`, [`read_camt053`]) that hands each entry to
+/// `each` as soon as it is read: the report returned has no entries, its notifications or
+/// statements count them. A file that turns out bad after some entries is still an error:
+/// what `each` kept is the caller's to drop.
+///
+/// # Errors
+/// As [`read_camt054`].
+pub fn read_camt_each(
+    xml: &str,
+    statement: bool,
+    each: EntrySink<'_>,
+) -> Result<CamtReport, AnswerError> {
+    if statement {
+        read(xml, CAMT_053_MESSAGE, "Stmt", "StmtPgntn", Some(each))
+    } else {
+        read(xml, CAMT_054_MESSAGE, "Ntfctn", "NtfctnPgntn", Some(each))
+    }
 }
 
 fn read(
@@ -231,8 +254,11 @@ fn read(
     message: &str,
     report_tag: &'static str,
     paging_tag: &'static str,
+    sink: Option<EntrySink<'_>>,
 ) -> Result<CamtReport, AnswerError> {
     let mut r = Camt {
+        sink,
+        read: 0,
         report_tag,
         paging_tag,
         message_path: String::new(),
@@ -293,7 +319,11 @@ impl Paging {
     }
 }
 
-struct Camt {
+struct Camt<'s> {
+    /// Where entries go instead of `entries`, if anywhere.
+    sink: Option<EntrySink<'s>>,
+    /// Entries read so far.
+    read: usize,
     report_tag: &'static str,
     paging_tag: &'static str,
     message_path: String,
@@ -306,7 +336,7 @@ struct Camt {
     entries: Vec<CamtEntry>,
 }
 
-impl Visitor for Camt {
+impl Visitor for Camt<'_> {
     fn is_record(&self, parent: &Cursor<'_>, name: &str) -> bool {
         name == "Ntry" && parent.is(&[self.report_tag])
     }
@@ -342,7 +372,7 @@ impl Visitor for Camt {
     }
 }
 
-impl Camt {
+impl Camt<'_> {
     fn leaf(&mut self, at: &Cursor<'_>, text: &str) {
         let (r, p) = (self.report_tag, self.paging_tag);
         let value = || (!text.is_empty()).then(|| text.to_owned());
@@ -368,10 +398,15 @@ impl Camt {
             Some(c) if !c.id.is_empty() => c.id.clone(),
             _ => return Err(AnswerError::missing(format!("{}/Id", at.path()))),
         };
-        if self.entries.len() >= ANSWER_ENTRIES_MAX {
+        if self.read >= ANSWER_ENTRIES_MAX {
             return Err(AnswerError::TooManyEntries { at: el.at() });
         }
-        self.entries.push(entry(el, report_id)?);
+        let entry = entry(el, report_id)?;
+        self.read += 1;
+        match self.sink.as_mut() {
+            Some(each) => each(entry),
+            None => self.entries.push(entry),
+        }
         if let Some(c) = self.current.as_mut() {
             c.entry_count += 1;
         }

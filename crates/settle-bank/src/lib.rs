@@ -55,12 +55,12 @@ pub use ach_answers::{
 };
 pub use answers::{
     Amount, AnswerError, AnswerKind, AnswerLocation, BankAnswer, CentsError, CurrencyCode,
-    ReasonCode, parse_cents, read_answer,
+    ReasonCode, parse_cents, read_answer, read_answer_each,
 };
 pub use camt::{
     BankTxCode, BatchBooking, CamtAccountReport, CamtEntry, CamtReport, CamtTransaction,
-    CreditDebit, DomainCode, EntryStatus, Pagination, ProprietaryCode, ReturnInfo, read_camt053,
-    read_camt054,
+    CreditDebit, DomainCode, EntrySink, EntryStatus, Pagination, ProprietaryCode, ReturnInfo,
+    read_camt_each, read_camt053, read_camt054,
 };
 pub use iban::{Bic, BicError, Iban, IbanError};
 pub use nacha::{

@@ -5,7 +5,8 @@
 use chrono::NaiveDate;
 use settle_bank::{
     AchAnswerKind, AchCorrection, AnswerKind, BankAnswer, CreditDebit, EntryStatus, StatusClass,
-    StatusTarget, read_ach_answers, read_answer, read_camt053, read_camt054, read_pain002,
+    StatusTarget, read_ach_answers, read_answer, read_answer_each, read_camt_each, read_camt053,
+    read_camt054, read_pain002,
 };
 
 const CAMT054_BATCH: &str = include_str!("fixtures/camt054_v08_batch.xml");
@@ -119,6 +120,54 @@ fn camt053_statement_with_datetime_booking_and_a_return() {
     let answer = read_answer(CAMT053_RETURN.as_bytes()).unwrap();
     assert_eq!(answer.kind(), AnswerKind::Statement);
     assert_eq!(answer.entry_count(), 2);
+}
+
+#[test]
+fn entries_handed_over_as_read_are_the_entries_read_whole() {
+    for (xml, statement) in [(CAMT054_BATCH, false), (CAMT053_RETURN, true)] {
+        let whole = if statement {
+            read_camt053(xml)
+        } else {
+            read_camt054(xml)
+        }
+        .expect("read whole");
+        let mut seen = Vec::new();
+        let head = read_camt_each(xml, statement, &mut |e| seen.push(e)).expect("read each");
+        assert_eq!(seen, whole.entries, "the same entries in the same order");
+        assert!(head.entries.is_empty(), "none kept in the report");
+        assert_eq!((head.msg_id, head.reports), (whole.msg_id, whole.reports));
+
+        let mut count = 0;
+        let answer = read_answer_each(xml.as_bytes(), &mut |_| count += 1).unwrap();
+        assert_eq!(answer.entry_count(), whole.entries.len(), "still counted");
+        assert_eq!(count, whole.entries.len());
+    }
+    // A file that goes bad after an entry is still refused.
+    let second = CAMT053_RETURN
+        .match_indices("<Ntry>")
+        .nth(1)
+        .expect("two entries")
+        .0;
+    let broken = format!(
+        "{}{}",
+        &CAMT053_RETURN[..second],
+        CAMT053_RETURN[second..].replacen("<CdtDbtInd>CRDT", "<CdtDbtInd>XX", 1)
+    );
+    let mut seen = 0;
+    let err = read_camt_each(&broken, true, &mut |_| seen += 1).unwrap_err();
+    assert_eq!(
+        seen, 1,
+        "the first entry was handed over before the second failed"
+    );
+    assert_eq!(err.code(), read_camt053(&broken).unwrap_err().code());
+    // Other kinds come back whole.
+    let mut count = 0;
+    let answer = read_answer_each(PAIN002_PART.as_bytes(), &mut |_| count += 1).unwrap();
+    assert_eq!(count, 0);
+    assert_eq!(
+        answer.entry_count(),
+        read_pain002(PAIN002_PART).unwrap().entries.len()
+    );
 }
 
 #[test]

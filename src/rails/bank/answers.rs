@@ -20,8 +20,8 @@
 use std::collections::{HashMap, HashSet};
 
 use settle_bank::{
-    AchAnswer, AchAnswerKind, AchCorrection, Amount, BankAnswer, CamtReport, CreditDebit,
-    EntryStatus, ReturnReason, StatusClass, StatusReport, StatusTarget, read_answer,
+    AchAnswer, AchAnswerKind, AchCorrection, Amount, BankAnswer, CamtEntry, CreditDebit,
+    EntryStatus, ReturnReason, StatusClass, StatusReport, StatusTarget, read_answer_each,
     read_sent_nacha,
 };
 
@@ -35,6 +35,7 @@ use crate::domain::ids::{ProviderId, UpdateId};
 use crate::domain::payout::{PayoutRecord, PayoutStatus};
 use crate::domain::provider::UpdateProvider;
 use crate::ledger::{Actor, Applied, Ledger, LedgerError};
+use crate::store::Dialect;
 use crate::store::bank_answers as rows;
 use crate::store::rails::{self as rail_rows, BankBatch};
 use crate::wire::import::Command;
@@ -46,6 +47,8 @@ pub struct ImportContext<'a> {
     pub control: &'a ControlConfig,
     /// The importing operator's key: signs the proposals of notifications of change.
     pub signer: Option<&'a dyn Sign>,
+    /// `bank.answer_payouts_per_tx`.
+    pub payouts_per_tx: usize,
 }
 
 /// What became of one entry.
@@ -92,11 +95,16 @@ enum Action {
     Settle,
     Reject(String),
     Return(String),
-    Change {
-        code: String,
-        correction: Option<AchCorrection>,
-        data: String,
-    },
+    /// Boxed: an entry is most often a settlement, and every entry is this size.
+    Change(Box<ChangeNotice>),
+}
+
+/// A notification of change: the bank's code, its correction read, the corrected data.
+#[derive(Clone, Debug)]
+struct ChangeNotice {
+    code: String,
+    correction: Option<AchCorrection>,
+    data: String,
 }
 
 /// What an entry names.
@@ -113,6 +121,9 @@ enum Target {
 #[derive(Clone, Debug)]
 struct Item {
     key: String,
+    /// `key` is still the entry's path in the file, not yet prefixed with the file's kind
+    /// and message id ([`key_by_place`]).
+    by_place: bool,
     target: Target,
     amount: Option<Amount>,
     action: Action,
@@ -222,6 +233,7 @@ fn status_items(r: &StatusReport) -> Vec<Item> {
         };
         items.push(Item {
             key: format!("pain.002:{}:{}", r.msg_id, e.path),
+            by_place: false,
             target,
             amount: e.amount,
             action,
@@ -230,63 +242,74 @@ fn status_items(r: &StatusReport) -> Vec<Item> {
     items
 }
 
-fn camt_items(kind: &str, r: &CamtReport) -> Vec<Item> {
-    let mut items = Vec::new();
-    for e in &r.entries {
-        if e.status != EntryStatus::Booked {
-            continue;
-        }
-        let entry_key = |tx_ref: Option<&String>, path: &str| match tx_ref
-            .or(e.account_servicer_ref.as_ref())
-        {
-            Some(r) => format!("camt:{r}"),
-            None => format!("{kind}:{}:{path}", r.msg_id),
+/// The items of one `camt.054` or `camt.053` entry, appended to `items`. An item without
+/// a bank reference is keyed by its place in the file ([`Item::by_place`]) until the
+/// message id is known.
+fn camt_entry_items(e: &CamtEntry, items: &mut Vec<Item>) {
+    if e.status != EntryStatus::Booked {
+        return;
+    }
+    let entry_key =
+        |tx_ref: Option<&String>, path: &str| match tx_ref.or(e.account_servicer_ref.as_ref()) {
+            Some(r) => (format!("camt:{r}"), false),
+            None => (path.to_owned(), true),
         };
-        let returning = e.direction == CreditDebit::Credit || e.reversal;
-        for tx in &e.transactions {
-            let Some(e2e) = &tx.end_to_end_id else {
-                continue;
-            };
-            let action = if returning {
-                let code = tx
-                    .return_info
-                    .as_ref()
-                    .and_then(|ri| ri.reason_code.as_ref().map(|c| c.as_str().to_owned()))
-                    .unwrap_or_default();
-                Action::Return(code)
-            } else {
-                Action::Settle
-            };
-            let amount = tx
-                .amount
-                .or_else(|| (e.transactions.len() == 1).then_some(e.amount));
+    let returning = e.direction == CreditDebit::Credit || e.reversal;
+    for tx in &e.transactions {
+        let Some(e2e) = &tx.end_to_end_id else {
+            continue;
+        };
+        let action = if returning {
+            let code = tx
+                .return_info
+                .as_ref()
+                .and_then(|ri| ri.reason_code.as_ref().map(|c| c.as_str().to_owned()))
+                .unwrap_or_default();
+            Action::Return(code)
+        } else {
+            Action::Settle
+        };
+        let amount = tx
+            .amount
+            .or_else(|| (e.transactions.len() == 1).then_some(e.amount));
+        let (key, by_place) = entry_key(tx.account_servicer_ref.as_ref(), &tx.path);
+        items.push(Item {
+            key,
+            by_place,
+            target: Target::Payment {
+                e2e: e2e.clone(),
+                trace: None,
+            },
+            amount,
+            action,
+        });
+    }
+    if returning || e.transactions.iter().any(|t| t.end_to_end_id.is_some()) {
+        return;
+    }
+    for b in &e.batches {
+        if let Some(pmt_inf_id) = &b.pmt_inf_id {
+            let (key, by_place) = entry_key(None, &e.path);
             items.push(Item {
-                key: entry_key(tx.account_servicer_ref.as_ref(), &tx.path),
-                target: Target::Payment {
-                    e2e: e2e.clone(),
-                    trace: None,
+                key,
+                by_place,
+                target: Target::Batch {
+                    reference: pmt_inf_id.clone(),
                 },
-                amount,
-                action,
+                amount: b.total.or(Some(e.amount)),
+                action: Action::Settle,
             });
         }
-        if returning || e.transactions.iter().any(|t| t.end_to_end_id.is_some()) {
-            continue;
-        }
-        for b in &e.batches {
-            if let Some(pmt_inf_id) = &b.pmt_inf_id {
-                items.push(Item {
-                    key: entry_key(None, &e.path),
-                    target: Target::Batch {
-                        reference: pmt_inf_id.clone(),
-                    },
-                    amount: b.total.or(Some(e.amount)),
-                    action: Action::Settle,
-                });
-            }
-        }
     }
-    items
+}
+
+/// The keys of items keyed by their place in a file of `kind` with `message_id`:
+/// `camt.054:MSGID:PATH`.
+fn key_by_place(items: &mut [Item], kind: &str, message_id: &str) {
+    for item in items.iter_mut().filter(|i| i.by_place) {
+        item.key = format!("{kind}:{message_id}:{}", item.key);
+        item.by_place = false;
+    }
 }
 
 fn ach_items(answers: &[AchAnswer]) -> Vec<Item> {
@@ -299,11 +322,11 @@ fn ach_items(answers: &[AchAnswer]) -> Vec<Item> {
                     change,
                     corrected_data,
                     correction,
-                } => Action::Change {
+                } => Action::Change(Box::new(ChangeNotice {
                     code: change.as_str().to_owned(),
                     correction: correction.clone(),
                     data: corrected_data.clone(),
-                },
+                })),
             };
             let amount = matches!(action, Action::Return(_)).then(|| Amount {
                 cents: a.amount_usd_cents,
@@ -311,6 +334,7 @@ fn ach_items(answers: &[AchAnswer]) -> Vec<Item> {
             });
             Item {
                 key: format!("ach:{}", a.trace.as_str()),
+                by_place: false,
                 target: Target::Payment {
                     e2e: a.individual_id.clone(),
                     trace: Some(a.original_trace.as_str().to_owned()),
@@ -322,12 +346,40 @@ fn ach_items(answers: &[AchAnswer]) -> Vec<Item> {
         .collect()
 }
 
+/// The items of an answer read whole (a camt message's entries read as they streamed by
+/// are not in it: see [`import_answer`]).
 fn items_of(answer: &BankAnswer) -> Vec<Item> {
-    match answer {
+    let mut items = match answer {
         BankAnswer::PaymentStatusReport(r) => status_items(r),
-        BankAnswer::DebitCreditNotification(r) => camt_items("camt.054", r),
-        BankAnswer::Statement(r) => camt_items("camt.053", r),
+        BankAnswer::DebitCreditNotification(r) | BankAnswer::Statement(r) => {
+            let mut items = Vec::new();
+            for e in &r.entries {
+                camt_entry_items(e, &mut items);
+            }
+            items
+        }
         BankAnswer::AchReturns(f) => ach_items(&f.entries),
+    };
+    key_by_place(&mut items, answer.kind().as_str(), answer.message_id());
+    items
+}
+
+/// The items of a file, [`ITEMS_PER_PASS`] to a pass, in file order.
+#[derive(Default)]
+struct Passes(Vec<Vec<Item>>);
+
+impl Extend<Item> for Passes {
+    fn extend<I: IntoIterator<Item = Item>>(&mut self, items: I) {
+        for item in items {
+            match self.0.last_mut() {
+                Some(pass) if pass.len() < ITEMS_PER_PASS => pass.push(item),
+                _ => {
+                    let mut pass = Vec::with_capacity(ITEMS_PER_PASS);
+                    pass.push(item);
+                    self.0.push(pass);
+                }
+            }
+        }
     }
 }
 
@@ -338,12 +390,14 @@ struct Matcher<'a> {
     cx: &'a ImportContext<'a>,
     actor: &'a Actor,
     by_e2e: HashMap<String, Vec<PayoutRecord>>,
-    batches: Vec<BankBatch>,
+    /// Read when an entry first names a whole batch (each holds its payout ids: most
+    /// answers never need them).
+    batches: Option<Vec<BankBatch>>,
     traces: HashMap<String, HashMap<String, String>>,
 }
 
 impl<'a> Matcher<'a> {
-    /// A matcher of `items`: the payouts their end-to-end ids name, and the batches.
+    /// A matcher of `items`: the payouts their end-to-end ids name.
     async fn new(
         ledger: &'a Ledger,
         cx: &'a ImportContext<'a>,
@@ -366,22 +420,32 @@ impl<'a> Matcher<'a> {
             by_e2e: rows::payouts_by_end_to_end_ids(&ledger.store, &e2es)
                 .await
                 .map_err(LedgerError::from)?,
-            batches: rail_rows::batches(&ledger.store)
-                .await
-                .map_err(LedgerError::from)?,
+            batches: None,
             traces: HashMap::new(),
         })
     }
 
-    fn batch_named(&self, reference: &str) -> Option<&BankBatch> {
+    async fn batch_named(&mut self, reference: &str) -> Result<Option<BankBatch>, BankError> {
+        if self.batches.is_none() {
+            self.batches = Some(
+                rail_rows::batches(&self.ledger.store)
+                    .await
+                    .map_err(LedgerError::from)?,
+            );
+        }
         // The original message id is the batch id; a `PmtInfId` is the first 26 characters
         // of it, `-` and the execution date.
-        self.batches.iter().find(|b| {
-            b.batch_id == reference
-                || reference
-                    .rsplit_once('-')
-                    .is_some_and(|(head, _)| head.len() >= 26 && b.batch_id.starts_with(head))
-        })
+        Ok(self
+            .batches
+            .iter()
+            .flatten()
+            .find(|b| {
+                b.batch_id == reference
+                    || reference
+                        .rsplit_once('-')
+                        .is_some_and(|(head, _)| head.len() >= 26 && b.batch_id.starts_with(head))
+            })
+            .cloned())
     }
 
     /// The trace number → identification number of an ACH batch's entries, read back from
@@ -458,16 +522,28 @@ impl<'a> Matcher<'a> {
 /// Reads and books one answer file. A file booked before with the same bytes is a
 /// duplicate (nothing done); a different file under a booked message id is refused
 /// (`conflict`); an unreadable one is refused with the reader's code and element path.
+///
+/// The bytes are taken, and released once read: what an import of a large notification
+/// holds while it books is its entries, not the file too.
 pub async fn import_answer(
     ledger: &Ledger,
-    bytes: &[u8],
+    bytes: Vec<u8>,
     cx: &ImportContext<'_>,
     actor: &Actor,
 ) -> Result<ImportReport, BankError> {
-    let answer = read_answer(bytes).map_err(|e| DomainError::new(e.code(), e.to_string()))?;
+    // A camt message's entries become items as they are read: the file is never held as
+    // entries too (a notification of 100,000 entries is ~100 MB of XML).
+    let mut passes = Passes::default();
+    let mut entry_items = Vec::new();
+    let answer = read_answer_each(&bytes, &mut |e| {
+        camt_entry_items(&e, &mut entry_items);
+        passes.extend(entry_items.drain(..));
+    })
+    .map_err(|e| DomainError::new(e.code(), e.to_string()))?;
     let kind = answer.kind().as_str();
     let message_id = answer.message_id().to_owned();
-    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    drop(bytes);
     let mut report = ImportReport {
         kind,
         message_id: message_id.clone(),
@@ -497,16 +573,20 @@ pub async fn import_answer(
             format!("another {kind} file with message id {message_id} was booked"),
         );
     }
-    let items = items_of(&answer);
+    // A camt message's items were read as it streamed by; the other kinds are read whole.
+    passes.extend(items_of(&answer));
     drop(answer);
-    // A pass at a time, each with the payouts its entries name: what a pass holds stays
-    // bounded whatever the file's size (a pass reads the ledger as the ones before left it).
-    let mut outcomes = Vec::with_capacity(items.len());
-    for pass in items.chunks(ITEMS_PER_PASS) {
-        let mut m = Matcher::new(ledger, cx, actor, pass).await?;
-        outcomes.extend(book_items(&mut m, pass).await?);
+    // A pass at a time, each with the payouts its entries name and reported (its items
+    // released) before the next: what a pass holds stays bounded whatever the file's size (a
+    // pass reads the ledger as the ones before left it).
+    report.results.reserve(passes.0.iter().map(Vec::len).sum());
+    let mut exceptions = Vec::new();
+    for mut pass in passes.0 {
+        key_by_place(&mut pass, kind, &message_id);
+        let mut m = Matcher::new(ledger, cx, actor, &pass).await?;
+        let outcomes = book_items(&mut m, &pass).await?;
+        exceptions.extend(report_items(&mut report, pass, outcomes));
     }
-    let exceptions = report_items(&mut report, &items, outcomes);
     let matched = report.results.len() - exceptions.len();
     report.exceptions = exceptions.len();
     let imported = BankAnswerImported {
@@ -533,29 +613,29 @@ async fn request_changes(
 ) -> Result<(), BankError> {
     let changes: Vec<Item> = items_of(answer)
         .into_iter()
-        .filter(|i| matches!(i.action, Action::Change { .. }))
+        .filter(|i| matches!(i.action, Action::Change(_)))
         .collect();
     if changes.is_empty() {
         return Ok(());
     }
     let mut m = Matcher::new(ledger, cx, actor, &changes).await?;
     let outcomes = book_items(&mut m, &changes).await?;
-    report.exceptions = report_items(report, &changes, outcomes).len();
+    report.exceptions = report_items(report, changes, outcomes).len();
     Ok(())
 }
 
 /// The results of the items into the report; the entries that booked nothing.
 fn report_items(
     report: &mut ImportReport,
-    items: &[Item],
+    items: Vec<Item>,
     outcomes: Vec<Outcome>,
 ) -> Vec<BankAnswerException> {
     let mut exceptions = Vec::new();
-    for (item, o) in items.iter().zip(outcomes) {
+    for (item, o) in items.into_iter().zip(outcomes) {
         tally(report, &o);
-        let reference = match &item.target {
-            Target::Payment { e2e, trace } => trace.clone().unwrap_or_else(|| e2e.clone()),
-            Target::Batch { reference } => reference.clone(),
+        let reference = match item.target {
+            Target::Payment { e2e, trace } => trace.unwrap_or(e2e),
+            Target::Batch { reference } => reference,
         };
         if o.is_exception() {
             exceptions.push(BankAnswerException {
@@ -574,7 +654,7 @@ fn report_items(
             });
         }
         report.results.push(EntryResult {
-            entry: item.key.clone(),
+            entry: item.key,
             reference,
             payout_id: o.payout,
             batch_id: o.batch,
@@ -602,14 +682,12 @@ fn tally(report: &mut ImportReport, o: &Outcome) {
 /// booked before its next item is taken).
 async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>, BankError> {
     let mut out: Vec<Option<Outcome>> = (0..items.len()).map(|_| None).collect();
-    let mut pending_settle: Vec<(usize, PayoutRecord)> = Vec::new();
-    let mut pending_return: Vec<(usize, PayoutRecord, String)> = Vec::new();
+    let mut pending = Pending::default();
     for (i, item) in items.iter().enumerate() {
         let gathered = matches!(item.target, Target::Payment { .. })
             && matches!(item.action, Action::Settle | Action::Return(_));
         if !gathered {
-            flush_settles(m, &mut pending_settle, &mut out).await?;
-            flush_returns(m, &mut pending_return, &mut out).await?;
+            pending.flush(m, &mut out).await?;
         }
         match (&item.target, &item.action) {
             (Target::Batch { reference }, action) => {
@@ -634,15 +712,10 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
                     out[i] = Some(o);
                     continue;
                 }
-                let in_settles = pending_settle
-                    .iter()
-                    .any(|(_, q)| q.payout_id == p.payout_id);
-                let in_returns = pending_return
-                    .iter()
-                    .any(|(_, q, _)| q.payout_id == p.payout_id);
+                let in_settles = pending.settling.contains(&p.payout_id);
+                let in_returns = pending.returning.contains(&p.payout_id);
                 if in_returns || (in_settles && matches!(action, Action::Return(_))) {
-                    flush_settles(m, &mut pending_settle, &mut out).await?;
-                    flush_returns(m, &mut pending_return, &mut out).await?;
+                    pending.flush(m, &mut out).await?;
                     // The payout as those bookings left it.
                     p = match m.payout_of(e2e, trace.as_deref()).await? {
                         Ok(p) => p,
@@ -653,14 +726,21 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
                     };
                 }
                 match action {
-                    Action::Settle => pending_settle.push((i, p)),
+                    Action::Settle => {
+                        pending.settling.insert(p.payout_id.clone());
+                        pending.settles.push((i, p));
+                    }
                     Action::Reject(code) => out[i] = Some(reject_one(m, &p, code).await?),
-                    Action::Return(code) => pending_return.push((i, p, code.clone())),
-                    Action::Change {
-                        code,
-                        correction,
-                        data,
-                    } => {
+                    Action::Return(code) => {
+                        pending.returning.insert(p.payout_id.clone());
+                        pending.returns.push((i, p, code.clone()));
+                    }
+                    Action::Change(change) => {
+                        let ChangeNotice {
+                            code,
+                            correction,
+                            data,
+                        } = &**change;
                         out[i] = Some(
                             propose_change(m, &p, item, code, correction.as_ref(), data).await?,
                         );
@@ -669,15 +749,49 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
             }
         }
     }
-    flush_settles(m, &mut pending_settle, &mut out).await?;
-    flush_returns(m, &mut pending_return, &mut out).await?;
+    pending.flush(m, &mut out).await?;
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or_else(|| Outcome::problem("ignored", "")))
         .collect())
 }
 
-/// Settles the payouts collected, as many per transaction as one may lock streams.
+/// The payment items gathered for booking together, and their payouts' ids (a payout
+/// already waiting is booked before its next item is taken).
+#[derive(Default)]
+struct Pending {
+    settles: Vec<(usize, PayoutRecord)>,
+    returns: Vec<(usize, PayoutRecord, String)>,
+    settling: HashSet<String>,
+    returning: HashSet<String>,
+}
+
+impl Pending {
+    /// Books what waits: the settlements, then the returns.
+    async fn flush(
+        &mut self,
+        m: &mut Matcher<'_>,
+        out: &mut [Option<Outcome>],
+    ) -> Result<(), BankError> {
+        flush_settles(m, &mut self.settles, out).await?;
+        flush_returns(m, &mut self.returns, out).await?;
+        self.settling.clear();
+        self.returning.clear();
+        Ok(())
+    }
+}
+
+/// Payouts settled in one transaction: `bank.answer_payouts_per_tx`, on PostgreSQL at most
+/// `ledger.ingest_streams_per_tx_max` (a provider stream is an advisory lock there).
+fn settle_chunk(m: &Matcher<'_>) -> usize {
+    let chunk = m.cx.payouts_per_tx.max(1);
+    match m.ledger.store.dialect() {
+        Dialect::Postgres => chunk.min(m.ledger.config.ingest_streams_per_tx_max.max(1)),
+        Dialect::Sqlite => chunk,
+    }
+}
+
+/// Settles the payouts collected, as many per transaction as [`settle_chunk`] says.
 async fn flush_settles(
     m: &mut Matcher<'_>,
     pending: &mut Vec<(usize, PayoutRecord)>,
@@ -705,11 +819,14 @@ async fn flush_settles(
             }
         }
     }
-    let chunk_max = m.ledger.config.ingest_streams_per_tx_max.max(1);
+    let chunk_max = settle_chunk(m);
     for chunk in to_settle.chunks(chunk_max) {
-        let ids: Vec<&str> = chunk.iter().map(|(_, p)| p.payout_id.as_str()).collect();
+        let read: Vec<&PayoutRecord> = chunk.iter().map(|(_, p)| p).collect();
         let reference = chunk[0].1.reference.clone().unwrap_or_default();
-        let answers = m.ledger.settle_payouts(&ids, &reference, m.actor).await?;
+        let answers = m
+            .ledger
+            .settle_payouts_read(&read, &reference, m.actor)
+            .await?;
         for ((i, p), answer) in chunk.iter().zip(answers) {
             out[*i] = Some(match answer {
                 Ok(Applied::Accepted) => Outcome::of(p, "settled", "booked by the bank"),
@@ -915,7 +1032,7 @@ async fn book_batch(
     amount: Option<&Amount>,
     action: &Action,
 ) -> Result<Outcome, BankError> {
-    let Some(b) = m.batch_named(reference).cloned() else {
+    let Some(b) = m.batch_named(reference).await? else {
         return Ok(Outcome::problem(
             "unknown_batch",
             format!("no bank batch was sent as {reference}"),
@@ -941,7 +1058,7 @@ async fn book_batch(
         .collect();
     match action {
         Action::Settle => {
-            let chunk_max = m.ledger.config.ingest_streams_per_tx_max.max(1);
+            let chunk_max = settle_chunk(m);
             let ids: Vec<&str> = open.iter().map(|p| p.payout_id.as_str()).collect();
             for chunk in ids.chunks(chunk_max) {
                 m.ledger.settle_payouts(chunk, &b.batch_id, m.actor).await?;
@@ -966,7 +1083,7 @@ async fn book_batch(
             o.code = Some(code.clone());
             o.detail = format!("{} payouts of batch {}: {reason}", open.len(), b.batch_id);
         }
-        Action::Return(_) | Action::Change { .. } => {}
+        Action::Return(_) | Action::Change(_) => {}
     }
     Ok(o)
 }

@@ -126,7 +126,7 @@ pub async fn take(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let result = match read_limited(file, config.answer_file_bytes_max) {
-        Ok(bytes) => import_answer(ledger, &bytes, cx, actor).await,
+        Ok(bytes) => import_answer(ledger, bytes, cx, actor).await,
         Err(e) => Err(e),
     };
     let (sub, report, error) = match result {
