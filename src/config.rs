@@ -714,6 +714,29 @@ pub struct Config {
     pub auth: AuthConfig,
     pub store: StoreConfig,
     pub reliability: ReliabilityConfig,
+    pub privacy: PrivacyConfig,
+}
+
+/// `[privacy]`: the master key that wraps each provider's data key (SPEC §11,
+/// `src/privacy/`).
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrivacyConfig {
+    /// File holding the master key (64 hexadecimal digits), which group and others must not
+    /// be able to read (`insecure_master_key` otherwise).
+    pub master_key_file: String,
+    /// Environment variable holding the master key instead; read first when it is set and
+    /// not empty. Empty: no variable is read.
+    pub master_key_env: String,
+}
+
+impl Default for PrivacyConfig {
+    fn default() -> Self {
+        PrivacyConfig {
+            master_key_file: "privacy-master.key".to_owned(),
+            master_key_env: "SETTLE_PRIVACY_MASTER_KEY".to_owned(),
+        }
+    }
 }
 
 /// The reliability score and listing (SPEC §12; the formula is `settle_reliability`'s).

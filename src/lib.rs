@@ -24,6 +24,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod metrics;
 pub mod operator_key;
+pub mod privacy;
 pub mod rails;
 pub mod report;
 pub mod store;

@@ -7,6 +7,7 @@ pub mod bank_answers;
 mod import_file;
 pub mod operator;
 pub mod policy;
+pub mod privacy;
 pub mod reads;
 pub mod runs;
 pub mod serve;
@@ -196,6 +197,11 @@ pub enum Cmd {
     /// NAME=VALUE…` requests a change.
     #[command(subcommand)]
     Control(policy::ControlCmd),
+    /// Personal data (SPEC §11): `privacy report` lists the providers whose personal data
+    /// the chain holds in clear; `privacy keygen --out FILE` writes a master key (needs no
+    /// database).
+    #[command(subcommand)]
+    Privacy(privacy::PrivacyCmd),
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
@@ -490,17 +496,26 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// The commands that need no database, run; `None` for the others.
+async fn without_database(cli: &Cli) -> Option<anyhow::Result<i32>> {
+    match &cli.command {
+        Cmd::Operator(operator::OperatorCmd::Keygen { out }) => {
+            Some(operator::keygen(out, &mut std::io::stdout().lock()))
+        }
+        Cmd::Privacy(privacy::PrivacyCmd::Keygen { out }) => {
+            Some(privacy::keygen(out, &mut std::io::stdout().lock()))
+        }
+        Cmd::Demo { dir } => Some(demo_cmd(dir, cli.format).await),
+        Cmd::Chain(cmd) => Some(solana::chain_cmd(cmd, cli.format).await),
+        _ => None,
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let _ = OPERATOR.set(operator_from(cli.actor.as_deref())?);
     let _ = OPERATOR_KEY.set(cli.operator_key.clone());
-    if let Cmd::Operator(operator::OperatorCmd::Keygen { out }) = &cli.command {
-        return operator::keygen(out, &mut std::io::stdout().lock());
-    }
-    if let Cmd::Demo { dir } = &cli.command {
-        return demo_cmd(dir, cli.format).await;
-    }
-    if let Cmd::Chain(cmd) = &cli.command {
-        return solana::chain_cmd(cmd, cli.format).await;
+    if let Some(code) = without_database(&cli).await {
+        return code;
     }
     // One loaded configuration for the ledger and the server (the other sections are read
     // by the commands that use them, from the same file and environment).
@@ -565,6 +580,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             solana::reconcile_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
                 .await?
         }
+        Cmd::Privacy(cmd) => privacy::privacy_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
         // Handled above, before a database is opened.
         Cmd::Chain(cmd) => solana::chain_cmd(cmd, cli.format).await?,
     };

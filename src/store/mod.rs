@@ -15,6 +15,7 @@ mod checkpoint;
 mod fold;
 pub mod keys;
 pub mod payouts;
+pub mod privacy;
 mod project;
 pub mod providers;
 pub mod rails;

@@ -36,6 +36,7 @@ mod ledger;
 mod payouts;
 mod pg_restart;
 mod pricing;
+mod privacy;
 mod projector;
 mod reliability;
 mod route_tokens;

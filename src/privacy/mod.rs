@@ -1,0 +1,376 @@
+//! Personal data that can be forgotten (SPEC §11): crypto-shredding.
+//!
+//! Each provider's personal values (names, emails, account holders, IBANs, account and
+//! routing numbers, the wallet it is paid to) are sealed with a data key of its own:
+//! XChaCha20-Poly1305, a fresh random 192-bit nonce per value, and as associated data the
+//! provider, the kind of event or row the value was sealed for and the field
+//! ([`Binding`]). A sealed value is text (`pd1:` and the URL-safe base64 of nonce and
+//! ciphertext), so it travels in the same JSON string fields as clear text did and the hash
+//! chain covers it as it covers any other field. Destroying the data key makes every sealed
+//! value of the provider unreadable for good while the chain over them still verifies.
+//!
+//! Data keys are kept wrapped ([`KeyWrap`]) by a master key ([`keys::MasterKey`], read from
+//! a file only its owner can read, or from the environment); a KMS can stand in for it.
+//! Uniqueness checks that need a personal value (the same IBAN on two providers) compare
+//! [`BlindIndex`] digests: HMAC-SHA256 under an index key of its own (kept wrapped like a
+//! data key), never the value.
+//!
+//! Sealing and opening are pure; `keys` reads the master key, `report` reads the chain for
+//! the personal data an older ledger holds in clear. Where the wrapped keys are stored, and
+//! which reads open which fields, is the ledger's.
+
+pub mod keys;
+pub mod report;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use rand::rngs::OsRng;
+use sha2::Sha256;
+use zeroize::Zeroizing;
+
+/// The start of every sealed value: the format's version.
+pub const SEALED_PREFIX: &str = "pd1:";
+/// What a read shows for a personal value whose provider was erased.
+pub const ERASED: &str = "erased";
+
+/// Bytes of a data key.
+const KEY_LEN: usize = 32;
+/// Bytes of an XChaCha20 nonce.
+const NONCE_LEN: usize = 24;
+/// Bytes of a Poly1305 tag.
+const TAG_LEN: usize = 16;
+
+/// A refusal of this module, with a stable code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct PrivacyError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl PrivacyError {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> PrivacyError {
+        PrivacyError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// What a sealed value is bound to: opened under any other binding, it fails as a tampered
+/// value would. A value copied into another provider's event, another kind of event or
+/// another field cannot be opened there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding<'a> {
+    pub provider_id: &'a str,
+    /// The event type (`provider.registered`) or the row kind the value was sealed for.
+    pub event_type: &'a str,
+    /// The field, as a path in the event (`payout_method.iban`).
+    pub field: &'a str,
+}
+
+impl Binding<'_> {
+    /// The associated data: each part length-prefixed, so no two bindings share bytes.
+    fn associated_data(&self) -> Vec<u8> {
+        let mut aad = b"settle/personal-data/v1".to_vec();
+        for part in [self.provider_id, self.event_type, self.field] {
+            aad.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            aad.extend_from_slice(part.as_bytes());
+        }
+        aad
+    }
+}
+
+/// A provider's data key: seals and opens its personal values. Zeroed when dropped.
+pub struct DataKey(Zeroizing<[u8; KEY_LEN]>);
+
+impl DataKey {
+    /// A new random key (the operating system's generator).
+    pub fn generate() -> DataKey {
+        let mut key = Zeroizing::new([0u8; KEY_LEN]);
+        OsRng.fill_bytes(key.as_mut());
+        DataKey(key)
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Option<DataKey> {
+        let bytes: [u8; KEY_LEN] = bytes.try_into().ok()?;
+        Some(DataKey(Zeroizing::new(bytes)))
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
+    fn cipher(&self) -> XChaCha20Poly1305 {
+        XChaCha20Poly1305::new(self.0.as_ref().into())
+    }
+
+    /// `clear` sealed under `binding`: `pd1:` and base64 of a fresh nonce and the
+    /// ciphertext with its tag. Sealing the same value twice gives two different texts.
+    pub fn seal(&self, binding: &Binding<'_>, clear: &str) -> String {
+        let bytes = encrypt(self, &binding.associated_data(), clear.as_bytes());
+        format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    /// The clear text of `sealed`, sealed by this key under `binding`.
+    ///
+    /// # Errors
+    /// `sealed_text_invalid` for text that is not a sealed value; `sealed_text_unreadable`
+    /// when it does not open: another key, another binding, or a changed byte.
+    pub fn open(&self, binding: &Binding<'_>, sealed: &str) -> Result<String, PrivacyError> {
+        let bytes = sealed_bytes(sealed)?;
+        decrypt(self, &binding.associated_data(), &bytes)
+            .and_then(|clear| String::from_utf8(clear).ok())
+            .ok_or_else(|| unreadable(binding))
+    }
+}
+
+/// `msg` encrypted under `key` with `aad`: a fresh random nonce, then the ciphertext and
+/// its tag.
+pub(crate) fn encrypt(key: &DataKey, aad: &[u8], msg: &[u8]) -> Vec<u8> {
+    let mut nonce = [0u8; NONCE_LEN];
+    OsRng.fill_bytes(&mut nonce);
+    let sealed = key
+        .cipher()
+        .encrypt(XNonce::from_slice(&nonce), Payload { msg, aad })
+        .expect("XChaCha20-Poly1305 encrypts any message shorter than 256 GiB");
+    let mut bytes = nonce.to_vec();
+    bytes.extend_from_slice(&sealed);
+    bytes
+}
+
+/// What [`encrypt`] sealed under `key` with `aad`; `None` when it does not open.
+pub(crate) fn decrypt(key: &DataKey, aad: &[u8], bytes: &[u8]) -> Option<Vec<u8>> {
+    if bytes.len() < NONCE_LEN + TAG_LEN {
+        return None;
+    }
+    let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
+    key.cipher()
+        .decrypt(
+            XNonce::from_slice(nonce),
+            Payload {
+                msg: ciphertext,
+                aad,
+            },
+        )
+        .ok()
+}
+
+fn unreadable(binding: &Binding<'_>) -> PrivacyError {
+    PrivacyError::new(
+        "sealed_text_unreadable",
+        format!(
+            "the sealed {} of provider {} ({}) does not open with its key: changed, or sealed for another provider, event or field",
+            binding.field, binding.provider_id, binding.event_type
+        ),
+    )
+}
+
+/// Whether `text` is a sealed value (not clear text written before values were sealed).
+pub fn is_sealed(text: &str) -> bool {
+    text.starts_with(SEALED_PREFIX)
+}
+
+/// The nonce and ciphertext of a sealed value.
+fn sealed_bytes(sealed: &str) -> Result<Vec<u8>, PrivacyError> {
+    let invalid = || {
+        PrivacyError::new(
+            "sealed_text_invalid",
+            format!(
+                "not a sealed value (`{SEALED_PREFIX}` and base64 of at least {} bytes)",
+                NONCE_LEN + TAG_LEN
+            ),
+        )
+    };
+    let body = sealed.strip_prefix(SEALED_PREFIX).ok_or_else(invalid)?;
+    let bytes = URL_SAFE_NO_PAD.decode(body).map_err(|_| invalid())?;
+    if bytes.len() < NONCE_LEN + TAG_LEN {
+        return Err(invalid());
+    }
+    Ok(bytes)
+}
+
+/// What a read shows of a personal field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// The value: opened, or clear text written before values were sealed.
+    Clear(String),
+    /// The provider was erased (its key withdrawn or destroyed): the value is gone.
+    Erased,
+}
+
+impl Opened {
+    /// The value, or [`ERASED`].
+    pub fn into_text(self) -> String {
+        match self {
+            Opened::Clear(text) => text,
+            Opened::Erased => ERASED.to_owned(),
+        }
+    }
+}
+
+/// A personal field as a read shows it: clear text (a ledger written before sealing) as it
+/// is, a sealed value opened with `key`, or [`Opened::Erased`] without a key.
+///
+/// # Errors
+/// As [`DataKey::open`]: a sealed value that does not open is an error, never `erased`
+/// (tampering must not pass for an erasure).
+pub fn open_field(
+    key: Option<&DataKey>,
+    binding: &Binding<'_>,
+    text: &str,
+) -> Result<Opened, PrivacyError> {
+    if !is_sealed(text) {
+        return Ok(Opened::Clear(text.to_owned()));
+    }
+    match key {
+        Some(key) => key.open(binding, text).map(Opened::Clear),
+        None => {
+            // Still a well-formed sealed value: a garbled one is reported as such.
+            sealed_bytes(text)?;
+            Ok(Opened::Erased)
+        }
+    }
+}
+
+/// The keyed hash that stands for a personal value in uniqueness checks: HMAC-SHA256
+/// under the index key, over the kind of value and its normalised text. Equal values of a
+/// kind give equal digests; without the index key a digest tells nothing of the value.
+pub struct BlindIndex(DataKey);
+
+impl BlindIndex {
+    /// The index over `key` (kept wrapped like a data key, so a master key rotation keeps
+    /// every digest).
+    pub fn new(key: DataKey) -> BlindIndex {
+        BlindIndex(key)
+    }
+
+    /// The digest of `value` of `kind` (`iban`, `ach_account`, `wallet`), hex.
+    pub fn digest(&self, kind: &str, value: &str) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.bytes())
+            .expect("HMAC takes a key of any length");
+        mac.update(b"settle/blind-index/v1");
+        mac.update(&(kind.len() as u64).to_be_bytes());
+        mac.update(kind.as_bytes());
+        mac.update(value.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IBAN: &str = "DE89370400440532013000";
+
+    fn binding<'a>(provider_id: &'a str, field: &'a str) -> Binding<'a> {
+        Binding {
+            provider_id,
+            event_type: "provider.registered",
+            field,
+        }
+    }
+
+    #[test]
+    fn a_sealed_value_opens_with_its_key_and_binding_only() {
+        let key = DataKey::generate();
+        let at = binding("prv_1", "payout_method.iban");
+        let sealed = key.seal(&at, IBAN);
+        assert!(is_sealed(&sealed));
+        assert!(!sealed.contains(IBAN), "no clear text in {sealed}");
+        assert_eq!(key.open(&at, &sealed).unwrap(), IBAN);
+        assert_ne!(key.seal(&at, IBAN), sealed, "a fresh nonce per value");
+
+        let other_key = DataKey::generate();
+        assert_eq!(
+            other_key.open(&at, &sealed).unwrap_err().code,
+            "sealed_text_unreadable"
+        );
+        for moved in [
+            binding("prv_2", "payout_method.iban"),
+            binding("prv_1", "email"),
+            Binding {
+                event_type: "provider.updated",
+                ..at
+            },
+        ] {
+            assert_eq!(
+                key.open(&moved, &sealed).unwrap_err().code,
+                "sealed_text_unreadable",
+                "{moved:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_changed_byte_is_detected() {
+        let key = DataKey::generate();
+        let at = binding("prv_1", "name");
+        let sealed = key.seal(&at, "Jürgen Groß");
+        let mut bytes = sealed_bytes(&sealed).unwrap();
+        for i in [0, NONCE_LEN, bytes.len() - 1] {
+            bytes[i] ^= 1;
+            let changed = format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(&bytes));
+            assert_eq!(
+                key.open(&at, &changed).unwrap_err().code,
+                "sealed_text_unreadable",
+                "byte {i}"
+            );
+            bytes[i] ^= 1;
+        }
+        for garbled in ["pd1:", "pd1:!!", "pd1:AAAA", "DE89"] {
+            assert_eq!(
+                key.open(&at, garbled).unwrap_err().code,
+                "sealed_text_invalid"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_show_clear_text_opened_values_or_erased() {
+        let key = DataKey::generate();
+        let at = binding("prv_1", "email");
+        let sealed = key.seal(&at, "ops@example.com");
+        assert_eq!(
+            open_field(Some(&key), &at, &sealed).unwrap(),
+            Opened::Clear("ops@example.com".into())
+        );
+        assert_eq!(open_field(None, &at, &sealed).unwrap(), Opened::Erased);
+        assert_eq!(open_field(None, &at, &sealed).unwrap().into_text(), ERASED);
+        assert_eq!(
+            open_field(None, &at, "old@example.com").unwrap(),
+            Opened::Clear("old@example.com".into()),
+            "clear text of a ledger written before sealing"
+        );
+        assert_eq!(
+            open_field(None, &at, "pd1:AAAA").unwrap_err().code,
+            "sealed_text_invalid",
+            "a garbled value is not an erasure"
+        );
+        let other = DataKey::generate();
+        assert_eq!(
+            open_field(Some(&other), &at, &sealed).unwrap_err().code,
+            "sealed_text_unreadable"
+        );
+    }
+
+    #[test]
+    fn blind_indexes_match_equal_values_under_one_key_only() {
+        let key = DataKey::generate();
+        let copy = DataKey::from_bytes(key.bytes()).unwrap();
+        let (a, b) = (BlindIndex::new(key), BlindIndex::new(copy));
+        assert_eq!(a.digest("iban", IBAN), b.digest("iban", IBAN));
+        assert_ne!(
+            a.digest("iban", IBAN),
+            a.digest("iban", "DE02120300000000202051")
+        );
+        assert_ne!(a.digest("iban", IBAN), a.digest("wallet", IBAN));
+        let other = BlindIndex::new(DataKey::generate());
+        assert_ne!(a.digest("iban", IBAN), other.digest("iban", IBAN));
+        assert!(!a.digest("iban", IBAN).contains("3704"));
+    }
+}
