@@ -21,6 +21,7 @@
 
 pub mod keys;
 pub mod report;
+pub mod vault;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

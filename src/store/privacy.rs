@@ -1,5 +1,6 @@
-//! The reads of personal data on the chain (`settle privacy report`): the events of the
-//! kinds that carry personal fields, a page at a time in stream order.
+//! Personal data (SPEC §11): the events of the kinds that carry personal fields, a page at a
+//! time in stream order (`settle privacy report`), and the providers' wrapped data keys
+//! (`provider_keys`, outside the chain).
 
 use super::on;
 use super::{Store, StoreError};
@@ -39,4 +40,136 @@ pub async fn events_of_types(
         }
         query.fetch_all(c).await
     })?)
+}
+
+/// A data key's row (`provider_keys`).
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct KeyRow {
+    pub owner: String,
+    pub master_key_id: String,
+    /// Hex of the wrapped key; `None` once destroyed (or for an owner erased before it had
+    /// a key).
+    pub wrapped: Option<String>,
+    pub created_at_ms: i64,
+    pub erased_at_ms: Option<i64>,
+    pub destroy_after_ms: Option<i64>,
+    pub destroyed_at_ms: Option<i64>,
+}
+
+const KEY_COLUMNS: &str =
+    "owner, master_key_id, wrapped, created_at_ms, erased_at_ms, destroy_after_ms, destroyed_at_ms";
+
+/// The key row of `owner`.
+pub async fn key_row(store: &Store, owner: &str) -> Result<Option<KeyRow>, StoreError> {
+    let sql = format!("SELECT {KEY_COLUMNS} FROM provider_keys WHERE owner = $1");
+    Ok(on!(store.db(), |c| sqlx::query_as(&sql)
+        .bind(owner)
+        .fetch_optional(c)
+        .await)?)
+}
+
+/// Stores `owner`'s new wrapped key unless it has a row already (a concurrent first use
+/// made one: the caller reads that one back).
+pub async fn insert_key(
+    store: &Store,
+    owner: &str,
+    master_key_id: &str,
+    wrapped: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    on!(store.db(), |c| {
+        sqlx::query(
+        "INSERT INTO provider_keys (owner, master_key_id, wrapped, created_at_ms) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (owner) DO NOTHING"
+    )
+    .bind(owner)
+    .bind(master_key_id)
+    .bind(wrapped)
+    .bind(now_ms)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Marks `owner` erased at `now_ms` (kept if it was erased before) with its key destroyed
+/// from `destroy_after_ms` on; an owner without a key gets a row without one.
+pub async fn mark_erased(
+    store: &Store,
+    owner: &str,
+    now_ms: i64,
+    destroy_after_ms: i64,
+) -> Result<(), StoreError> {
+    on!(store.db(), |c| {
+        sqlx::query(
+        "INSERT INTO provider_keys (owner, master_key_id, wrapped, created_at_ms, erased_at_ms, destroy_after_ms) \
+         VALUES ($1, '', NULL, $2, $2, $3) \
+         ON CONFLICT (owner) DO UPDATE SET erased_at_ms = COALESCE(provider_keys.erased_at_ms, excluded.erased_at_ms), \
+         destroy_after_ms = excluded.destroy_after_ms"
+    )
+    .bind(owner)
+    .bind(now_ms)
+    .bind(destroy_after_ms)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected())
+    })?;
+    Ok(())
+}
+
+/// Destroys the keys due at `now_ms` (erased, `destroy_after_ms` reached): their wrapped
+/// bytes are emptied; returns their owners, sorted.
+pub async fn destroy_due(store: &Store, now_ms: i64) -> Result<Vec<String>, StoreError> {
+    let mut owners: Vec<String> = on!(store.db(), |c| {
+        sqlx::query_scalar(
+        "UPDATE provider_keys SET wrapped = NULL, destroyed_at_ms = $1 \
+         WHERE wrapped IS NOT NULL AND erased_at_ms IS NOT NULL AND destroy_after_ms <= $1 RETURNING owner"
+    )
+    .bind(now_ms)
+    .fetch_all(c)
+    .await
+    })?;
+    owners.sort();
+    Ok(owners)
+}
+
+/// Up to `limit` keys still wrapped under another master key than `master_key_id`.
+pub async fn keys_not_under(
+    store: &Store,
+    master_key_id: &str,
+    limit: i64,
+) -> Result<Vec<KeyRow>, StoreError> {
+    let sql = format!(
+        "SELECT {KEY_COLUMNS} FROM provider_keys WHERE wrapped IS NOT NULL AND master_key_id <> $1 ORDER BY owner LIMIT $2"
+    );
+    Ok(on!(store.db(), |c| sqlx::query_as(&sql)
+        .bind(master_key_id)
+        .bind(limit)
+        .fetch_all(c)
+        .await)?)
+}
+
+/// Replaces `owner`'s wrapped key `from` by `to` under `master_key_id`, unless it changed
+/// meanwhile (destroyed, or re-wrapped by another rotation): whether it was replaced.
+pub async fn rewrap_key(
+    store: &Store,
+    owner: &str,
+    from: &str,
+    master_key_id: &str,
+    to: &str,
+) -> Result<bool, StoreError> {
+    let done = on!(store.db(), |c| {
+        sqlx::query(
+        "UPDATE provider_keys SET wrapped = $3, master_key_id = $4 WHERE owner = $1 AND wrapped = $2"
+    )
+    .bind(owner)
+    .bind(from)
+    .bind(to)
+    .bind(master_key_id)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected())
+    })?;
+    Ok(done == 1)
 }

@@ -2,7 +2,12 @@
 
 use crate::common;
 use crate::runs_support::*;
+use std::sync::Arc;
+
+use settle::privacy::keys::{KeyWrap, MasterKey};
 use settle::privacy::report::{ClearProvider, clear_text};
+use settle::privacy::vault::{Vault, VaultError};
+use settle::privacy::{Binding, ERASED, open_field};
 
 /// A ledger written before values were sealed holds its providers' personal data in clear:
 /// the report names each provider, the fields, and the events that hold them (its
@@ -99,4 +104,115 @@ fn keygen_writes_a_private_master_key_once() {
     assert_ne!(again, 0);
     assert!(err.contains("never overwritten"), "{err}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), key);
+}
+
+fn code(e: VaultError) -> &'static str {
+    match e {
+        VaultError::Privacy(p) => p.code,
+        VaultError::Store(s) => panic!("storage: {s}"),
+    }
+}
+
+const AT: Binding<'static> = Binding {
+    provider_id: "prv_1",
+    event_type: "provider.registered",
+    field: "email",
+};
+
+/// A provider's data key is made once and found again by any process with the master key;
+/// a master key rotation re-wraps it, after which the old master key opens nothing and the
+/// values sealed before still open.
+#[tokio::test]
+async fn data_keys_are_kept_wrapped_and_survive_a_master_key_rotation() {
+    let w = World::new("2026-11-16T00:00:00Z").await;
+    let store = w.ledger.store.clone();
+    let old: Arc<dyn KeyWrap> = Arc::new(MasterKey::generate());
+    let vault = Vault::new(store.clone(), old.clone());
+    let key = vault.key("prv_1", 1).await.unwrap().expect("a key");
+    let sealed = key.seal(&AT, "ops@prv1.test");
+    let again = Vault::new(store.clone(), old.clone());
+    let same = again.key("prv_1", 2).await.unwrap().expect("the same key");
+    assert_eq!(same.open(&AT, &sealed).unwrap(), "ops@prv1.test");
+    vault
+        .key("prv_2", 3)
+        .await
+        .unwrap()
+        .expect("another provider's key");
+
+    let stranger = Vault::new(store.clone(), Arc::new(MasterKey::generate()));
+    assert_eq!(
+        code(stranger.key("prv_1", 4).await.err().unwrap()),
+        "key_unwrap_failed",
+        "never a new key in place of one it cannot open"
+    );
+
+    let new: Arc<dyn KeyWrap> = Arc::new(MasterKey::generate());
+    let rotated = Vault::new(store.clone(), new.clone());
+    assert_eq!(rotated.rotate_from(old.as_ref()).await.unwrap(), 2);
+    assert_eq!(
+        rotated.rotate_from(old.as_ref()).await.unwrap(),
+        0,
+        "done once"
+    );
+    let key = rotated.key("prv_1", 5).await.unwrap().unwrap();
+    assert_eq!(key.open(&AT, &sealed).unwrap(), "ops@prv1.test");
+    assert_eq!(
+        code(Vault::new(store, old).key("prv_1", 6).await.err().unwrap()),
+        "key_unwrap_failed",
+        "the old master key opens nothing any more"
+    );
+}
+
+/// Erasing a provider hides its values at once and destroys its key exactly when due;
+/// after that no process can open them, while clear text of an older ledger is untouched.
+#[tokio::test]
+async fn an_erased_providers_values_read_erased_and_its_key_is_destroyed_when_due() {
+    let w = World::new("2026-11-16T00:00:00Z").await;
+    let store = w.ledger.store.clone();
+    let master: Arc<dyn KeyWrap> = Arc::new(MasterKey::generate());
+    let vault = Vault::new(store.clone(), master.clone());
+    let sealed = vault
+        .key("prv_1", 0)
+        .await
+        .unwrap()
+        .unwrap()
+        .seal(&AT, "ops@prv1.test");
+    vault.key("prv_2", 0).await.unwrap().unwrap();
+
+    let (now, due) = (1_000, 1_000 + 3_650 * 86_400_000_i64);
+    vault.erase("prv_1", now, due).await.unwrap();
+    let key = vault.key("prv_1", now).await.unwrap();
+    assert!(key.is_none(), "erased at once");
+    assert_eq!(
+        open_field(key.as_ref(), &AT, &sealed).unwrap().into_text(),
+        ERASED
+    );
+    assert_eq!(
+        vault.destroy_due(due - 1).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(vault.destroy_due(due).await.unwrap(), ["prv_1"]);
+    assert_eq!(
+        vault.destroy_due(due + 1).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let row = settle::store::privacy::key_row(&store, "prv_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.wrapped, row.erased_at_ms, row.destroyed_at_ms),
+        (None, Some(now), Some(due))
+    );
+    assert!(
+        vault.key("prv_2", due).await.unwrap().is_some(),
+        "another provider keeps its key"
+    );
+
+    // Erased with a retention of 0: destroyed by the next pass.
+    vault.erase("prv_2", due, due).await.unwrap();
+    assert_eq!(vault.destroy_due(due).await.unwrap(), ["prv_2"]);
+    // A provider erased before it had a key (an older ledger's) gets a row without one.
+    vault.erase("prv_old", due, due).await.unwrap();
+    assert!(vault.key("prv_old", due).await.unwrap().is_none());
 }
