@@ -58,13 +58,7 @@ impl Vault {
         let Some(wrapped) = row.wrapped else {
             return Ok(None);
         };
-        let bytes = hex::decode(&wrapped).map_err(|_| {
-            PrivacyError::new(
-                "key_unwrap_failed",
-                format!("the stored key of {owner} is not hexadecimal"),
-            )
-        })?;
-        Ok(Some(self.wrap.unwrap(owner, &bytes)?))
+        Ok(Some(self.wrap.unwrap(owner, &unhex(owner, &wrapped)?)?))
     }
 
     /// Erases `owner` now: its values read `erased` at once; its key is destroyed by
@@ -107,13 +101,7 @@ impl Vault {
             }
             for row in page {
                 let Some(wrapped) = row.wrapped else { continue };
-                let bytes = hex::decode(&wrapped).map_err(|_| {
-                    PrivacyError::new(
-                        "key_unwrap_failed",
-                        format!("the stored key of {} is not hexadecimal", row.owner),
-                    )
-                })?;
-                let key = previous.unwrap(&row.owner, &bytes)?;
+                let key = previous.unwrap(&row.owner, &unhex(&row.owner, &wrapped)?)?;
                 let rewrapped = hex::encode(self.wrap.wrap(&row.owner, &key)?);
                 if rows::rewrap_key(
                     &self.store,
@@ -129,4 +117,14 @@ impl Vault {
             }
         }
     }
+}
+
+/// The bytes of a wrapped key as stored (hexadecimal).
+fn unhex(owner: &str, wrapped: &str) -> Result<Vec<u8>, PrivacyError> {
+    hex::decode(wrapped).map_err(|_| {
+        PrivacyError::new(
+            "key_unwrap_failed",
+            format!("the stored key of {owner} is not hexadecimal"),
+        )
+    })
 }

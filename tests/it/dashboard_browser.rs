@@ -11,6 +11,7 @@
 
 use crate::http_support;
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,7 +39,10 @@ impl Browser {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
+        // Its own process group: the Chromium it starts is killed with it (killing the
+        // driver alone left the browser running after every test).
         let driver = Command::new(&found.chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -250,6 +254,11 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        if let Ok(group) = i32::try_from(self.driver.id()) {
+            // SAFETY: a signal to the process group this test started (the driver's id is
+            // its group's, `process_group(0)`); no memory is touched.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
