@@ -22,18 +22,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use settle::auth::{NewToken, Scope, create_token};
+use settle::auth::Scope;
 use settle::config::{HttpConfig, LedgerConfig};
 use settle::domain::event::{PayoutMethod, Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
-use settle::domain::money::Rate;
 use settle::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use settle::http::Application;
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate, UpdateProvider};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider, UpdateProvider};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::{Store, StoreOptions};
 use sqlx::Row;
+
+#[path = "fixture.rs"]
+mod fixture;
 
 const BASE: &str = "2026-03-02T00:00:00Z";
 const SLOT_MS: i64 = 3 * 3_600_000;
@@ -240,18 +242,15 @@ async fn load(args: &Args, ledger: &Ledger, clock: &ManualClock) {
             )
             .await
             .expect("register provider");
-        ledger
-            .set_rate(
-                &SetRate {
-                    provider_id: provider_id.clone(),
-                    model: GpuModel::parse(MODEL).unwrap(),
-                    rate: Rate::parse("2.49").unwrap(),
-                    effective_from_ms: base_ms - 30 * MS_PER_DAY,
-                },
-                &operator,
-            )
-            .await
-            .expect("set rate");
+        fixture::price(
+            ledger,
+            &provider_id,
+            MODEL,
+            "2.49",
+            base_ms - 30 * MS_PER_DAY,
+            &operator,
+        )
+        .await;
         for g in 0..GPUS {
             ledger
                 .register_gpu(
@@ -397,41 +396,16 @@ async fn main() {
         format_ms(to_day * MS_PER_DAY)[..10].to_owned(),
     );
 
-    let admin = create_token(
-        &store,
-        &NewToken {
-            scope: Scope::Admin,
-            provider_id: None,
-            name: "bench-admin".into(),
-            label: "bench".into(),
-            expires_in_days: None,
-            created_by: settle::ledger::Actor::operator("bench"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
-        ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .token;
+    let admin = fixture::token(&store, Scope::Admin, None, "bench-admin", ledger.now_ms()).await;
     let target = pid(0);
-    let provider_token = create_token(
+    let provider_token = fixture::token(
         &store,
-        &NewToken {
-            scope: Scope::Provider,
-            provider_id: Some(ProviderId::parse(&target).unwrap()),
-            name: "bench-provider".into(),
-            label: "bench".into(),
-            expires_in_days: None,
-            created_by: settle::ledger::Actor::operator("bench"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
+        Scope::Provider,
+        Some(&target),
+        "bench-provider",
         ledger.now_ms(),
     )
-    .await
-    .unwrap()
-    .token;
+    .await;
 
     let config = HttpConfig {
         bind: "127.0.0.1:0".into(),

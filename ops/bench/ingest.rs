@@ -16,6 +16,8 @@
 //! - `file`: the same batches as one NDJSON file (written before the clock starts), booked
 //!   by the release `settle ingest FILE` process; its peak memory is the one reported.
 
+#[path = "fixture.rs"]
+mod fixture;
 #[path = "peak.rs"]
 mod peak;
 
@@ -29,10 +31,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use settle::domain::event::{PayoutMethod, Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
-use settle::domain::money::{Rate, format_micro_usdc};
+use settle::domain::money::format_micro_usdc;
 use settle::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::Store;
 use sqlx::Row;
@@ -509,23 +511,14 @@ fn tally<'a>(statuses: impl Iterator<Item = &'a str>) -> (usize, usize) {
 /// token, the group commit of `[ledger]`'s defaults); `--clients` senders each post the next
 /// batch once answered.
 async fn book_through_http(args: &Args, w: &Workload, ledger: &Ledger) -> Sent {
-    let token = settle::auth::create_token(
+    let token = fixture::token(
         &ledger.store,
-        &settle::auth::NewToken {
-            scope: settle::auth::Scope::Metering,
-            provider_id: None,
-            name: "bench-metering".into(),
-            label: "bench".into(),
-            expires_in_days: None,
-            created_by: Actor::operator("bench"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
+        settle::auth::Scope::Metering,
+        None,
+        "bench-metering",
         ledger.now_ms(),
     )
-    .await
-    .expect("token")
-    .token;
+    .await;
     let app = settle::http::Application::build(
         settle::config::HttpConfig {
             bind: "127.0.0.1:0".into(),
@@ -729,18 +722,15 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
                 .await
                 .expect("register gpu");
         }
-        ledger
-            .set_rate(
-                &SetRate {
-                    provider_id: pid,
-                    model: GpuModel::parse(MODEL).unwrap(),
-                    rate: Rate::parse(&format_micro_usdc(BOOK_RATE_MICRO)).unwrap(),
-                    effective_from_ms: parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap(),
-                },
-                &admin,
-            )
-            .await
-            .expect("set rate");
+        fixture::price(
+            &ledger,
+            &pid,
+            MODEL,
+            &format_micro_usdc(BOOK_RATE_MICRO),
+            parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap(),
+            &admin,
+        )
+        .await;
     }
     let setup_secs = setup_started.elapsed().as_secs_f64();
     clock.set(w.now_ms());

@@ -17,6 +17,8 @@
 //! the same day, batches of `--batch` events of one provider (`Ledger::ingest_usage`, what
 //! `POST /v1/usage` calls). Both with `--loaders` concurrent senders.
 
+#[path = "fixture.rs"]
+mod fixture;
 #[path = "peak.rs"]
 mod peak;
 
@@ -25,15 +27,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use settle::auth::{NewToken, Scope, create_token};
+use settle::auth::Scope;
 use settle::config::{HttpConfig, LedgerConfig};
 use settle::domain::event::{Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
-use settle::domain::money::Rate;
 use settle::domain::time::{format_ms, parse_rfc3339_ms};
 use settle::http::Application;
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider};
 use settle::ledger::{Actor, Applied, Ledger, ManualClock};
 use settle::store::{Store, StoreOptions};
 use settle::wire::reliability::{GpuReport, parse};
@@ -201,18 +202,15 @@ async fn register(ledger: &Ledger, p: usize, gpus: usize, day_ms: i64) {
         )
         .await
         .expect("register provider");
-    ledger
-        .set_rate(
-            &SetRate {
-                provider_id: provider_id.clone(),
-                model: GpuModel::parse(MODEL).unwrap(),
-                rate: Rate::parse("2.49").unwrap(),
-                effective_from_ms: day_ms - 30 * DAY_MS,
-            },
-            &operator,
-        )
-        .await
-        .expect("set rate");
+    fixture::price(
+        ledger,
+        &provider_id,
+        MODEL,
+        "2.49",
+        day_ms - 30 * DAY_MS,
+        &operator,
+    )
+    .await;
     let mut schedules = Vec::with_capacity(gpus);
     for g in 0..gpus {
         ledger
@@ -452,23 +450,7 @@ async fn main() {
         args.providers()
     );
 
-    let token = create_token(
-        &store,
-        &NewToken {
-            scope: Scope::Admin,
-            provider_id: None,
-            name: "bench-admin".into(),
-            label: "bench".into(),
-            expires_in_days: None,
-            created_by: Actor::operator("bench"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
-        ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .token;
+    let token = fixture::token(&store, Scope::Admin, None, "bench-admin", ledger.now_ms()).await;
     let config = HttpConfig {
         bind: "127.0.0.1:0".into(),
         ..HttpConfig::default()

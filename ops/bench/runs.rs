@@ -29,6 +29,8 @@
 //! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
 //! `run` and `rerun` again without loading.
 
+#[path = "fixture.rs"]
+mod fixture;
 #[path = "peak.rs"]
 mod peak;
 
@@ -37,10 +39,9 @@ use std::time::Instant;
 use settle::config::LedgerConfig;
 use settle::domain::event::{PayoutMethod, Schedule, Tier};
 use settle::domain::ids::{GpuId, GpuModel, ProviderId};
-use settle::domain::money::Rate;
 use settle::domain::time::{format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::registry::{RegisterGpu, RegisterProvider, SetRate};
+use settle::ledger::registry::{RegisterGpu, RegisterProvider};
 use settle::ledger::runs::{RunConfig, weekly_key};
 use settle::ledger::{Actor, Ledger, ManualClock};
 use settle::store::Dialect;
@@ -330,18 +331,15 @@ async fn setup_range(ledger: &Ledger, range: std::ops::Range<usize>, rail: &str)
             .await
             .expect("register gpu");
         // The price book the usage rate is checked against (SPEC §2).
-        ledger
-            .set_rate(
-                &SetRate {
-                    provider_id,
-                    model: GpuModel::parse("H100-80GB").unwrap(),
-                    rate: Rate::parse("40").unwrap(),
-                    effective_from_ms: parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap(),
-                },
-                &operator,
-            )
-            .await
-            .expect("set rate");
+        fixture::price(
+            ledger,
+            &provider_id,
+            "H100-80GB",
+            "40",
+            parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap(),
+            &operator,
+        )
+        .await;
         let results = ledger
             .ingest_usage(
                 &[UsageInput {
