@@ -723,18 +723,24 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct PrivacyConfig {
     /// File holding the master key (64 hexadecimal digits), which group and others must not
-    /// be able to read (`insecure_master_key` otherwise).
+    /// be able to read (`insecure_master_key` otherwise). Empty: on SQLite the file beside
+    /// the database (`settle.db.master-key`), made on first use by a ledger that has no data
+    /// keys yet; on PostgreSQL none (then `master_key_env` must hold it).
     pub master_key_file: String,
     /// Environment variable holding the master key instead; read first when it is set and
     /// not empty. Empty: no variable is read.
     pub master_key_env: String,
+    /// Days an erased provider's data key is kept after its last payout (the retention of
+    /// payment records), then destroyed by the scheduler; 0 destroys it at the erasure.
+    pub retention_days: i64,
 }
 
 impl Default for PrivacyConfig {
     fn default() -> Self {
         PrivacyConfig {
-            master_key_file: "privacy-master.key".to_owned(),
+            master_key_file: String::new(),
             master_key_env: "SETTLE_PRIVACY_MASTER_KEY".to_owned(),
+            retention_days: 3_650,
         }
     }
 }

@@ -346,7 +346,7 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let clock = Arc::new(ManualClock::new(
         arrivals.first().map(|a| a.at_ms).unwrap_or(0),
     ));
-    let ledger = demo_ledger(store, clock.clone());
+    let ledger = demo_ledger(&dir, &url, store, clock.clone()).await?;
     seed_policy(&ledger).await?;
     let counts = book_arrivals(&ledger, &clock, &arrivals).await?;
 
@@ -435,13 +435,32 @@ async fn weekly_run(
         .await?)
 }
 
-/// The demo's ledger on `store` at `clock`, with the demo's benchmark minimums.
-fn demo_ledger(store: Store, clock: Arc<ManualClock>) -> Ledger {
+/// The demo's ledger on `store` (at `url`, in `dir`) at `clock`, with the demo's benchmark
+/// minimums, sealing personal values under a master key beside its database (made here: a
+/// sample, like its operators' keys, so no warning is printed).
+async fn demo_ledger(
+    dir: &Path,
+    url: &str,
+    store: Store,
+    clock: Arc<ManualClock>,
+) -> anyhow::Result<Ledger> {
+    let master_key = dir.join("settle.db.master-key");
+    if !master_key.exists() {
+        crate::privacy::keys::MasterKey::generate().write_file(&master_key)?;
+    }
+    let sealing = crate::privacy::vault::privacy_of(
+        &crate::config::PrivacyConfig::default(),
+        url,
+        &store,
+        true,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let config = LedgerConfig {
         reliability: reliability::minimums(),
         ..LedgerConfig::default()
     };
-    Ledger::new(store, clock, config)
+    Ok(Ledger::new(store, clock, config).with_privacy(sealing))
 }
 
 /// Two operators with Ed25519 keys (files in `DIR/operators/`, derived from fixed seeds: a
@@ -497,12 +516,16 @@ async fn dual_control(ledger: &Ledger, dir: &Path) -> anyhow::Result<Value> {
         Some(&bob),
     )
     .await?;
+    // What bob read before approving: the request's new wallet opened.
+    let mut read = [decided];
+    ledger.open_approvals(&mut read).await?;
+    let [decided] = read;
     Ok(json!({
         "operators": first.iter().zip(&files).map(|((name, key), file)| json!({
             "operator": name.as_str(), "public_key": key.to_base58(), "key_file": file.display().to_string(),
         })).collect::<Vec<_>>(),
         "approval_id": request.approval_id,
-        "summary": request.summary,
+        "summary": decided.summary,
         "requester_operator": decided.requester_operator,
         "decider_operator": decided.decider_operator,
         "status": decided.status,
@@ -515,7 +538,12 @@ async fn dual_control(ledger: &Ledger, dir: &Path) -> anyhow::Result<Value> {
 fn prepare_dir(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
-    for f in ["settle.db", "settle.db-wal", "settle.db-shm"] {
+    for f in [
+        "settle.db",
+        "settle.db-wal",
+        "settle.db-shm",
+        "settle.db.master-key",
+    ] {
         let _ = std::fs::remove_file(dir.join(f));
     }
     let _ = std::fs::remove_dir_all(dir.join("outbox"));

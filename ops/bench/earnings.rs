@@ -354,7 +354,8 @@ async fn main() {
     let store = open(&args).await;
     let base_ms = parse_rfc3339_ms(BASE).unwrap();
     let clock = Arc::new(ManualClock::new(base_ms - MS_PER_DAY));
-    let ledger = Ledger::new(store.clone(), clock.clone(), LedgerConfig::default());
+    let ledger = Ledger::new(store.clone(), clock.clone(), LedgerConfig::default())
+        .with_privacy(fixture::sealing(&store));
     let existing: i64 =
         sqlx::query("SELECT COUNT(*) FROM events WHERE event_type = 'usage.recorded'")
             .fetch_one(store.pool())

@@ -59,3 +59,18 @@ pub async fn price(
         .await
         .expect("set rate");
 }
+
+/// The benchmarks' master key (fixed, so every phase of a benchmark, each its own process,
+/// opens what another sealed).
+const MASTER_KEY: &str = "be4c4be4c4be4c4be4c4be4c4be4c4be4c4be4c4be4c4be4c4be4c4be4c4be4c";
+
+/// A ledger's sealing of personal values (SPEC §11) under [`MASTER_KEY`], as every `settle`
+/// command seals them.
+pub fn sealing(store: &Store) -> settle::privacy::vault::Privacy {
+    let master = settle::privacy::keys::MasterKey::from_hex(MASTER_KEY, "the benchmarks' key")
+        .expect("a master key");
+    settle::privacy::vault::Privacy::Sealing(settle::privacy::vault::Vault::new(
+        store.clone(),
+        std::sync::Arc::new(master),
+    ))
+}

@@ -685,7 +685,8 @@ async fn run_engine(args: &Args, w: &Workload, db: &Db, via: &str) -> serde_json
     let store = Store::open(&db.url, &options).await.expect("open store");
     store.migrate().await.expect("migrate");
     let clock = Arc::new(ManualClock::new(w.start_ms - MS_PER_DAY));
-    let ledger = Ledger::new(store, clock.clone(), ledger_config);
+    let sealing = fixture::sealing(&store);
+    let ledger = Ledger::new(store, clock.clone(), ledger_config).with_privacy(sealing);
     let admin = Actor::operator("bench");
 
     // Setup: providers, GPUs, price-book rates (not part of the measured rate).

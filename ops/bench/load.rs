@@ -10,6 +10,9 @@
 //! dropped afterwards. The server runs in this process on a loopback port; the clients speak
 //! real HTTP to it. Every request loop is bounded in time and stops by itself.
 
+#[path = "fixture.rs"]
+mod fixture;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +97,8 @@ async fn main() -> anyhow::Result<()> {
         ),
         ..LedgerConfig::default()
     };
-    let ledger = Ledger::new(store.clone(), Arc::new(SystemClock), ledger_config.clone());
+    let ledger = Ledger::new(store.clone(), Arc::new(SystemClock), ledger_config.clone())
+        .with_privacy(fixture::sealing(&store));
     for c in 0..clients {
         for line in [
             format!(

@@ -397,7 +397,8 @@ async fn main() {
     let store = open(&args).await;
     let day_ms = parse_rfc3339_ms(DAY).unwrap();
     let clock = Arc::new(ManualClock::new(day_ms - DAY_MS));
-    let ledger = Ledger::new(store.clone(), clock.clone(), LedgerConfig::default());
+    let ledger = Ledger::new(store.clone(), clock.clone(), LedgerConfig::default())
+        .with_privacy(fixture::sealing(&store));
 
     let (a, l) = (args.clone(), ledger.clone());
     let setup_seconds = spread(args.providers(), args.loaders, move |p| {

@@ -258,8 +258,9 @@ async fn open(args: &Args, now: &str) -> (Ledger, std::sync::Arc<ManualClock>) {
     let store = Store::open(&url(args), &options).await.expect("open store");
     store.migrate().await.expect("migrate");
     let clock = std::sync::Arc::new(ManualClock::new(parse_rfc3339_ms(now).unwrap()));
+    let sealing = fixture::sealing(&store);
     (
-        Ledger::new(store, clock.clone(), LedgerConfig::default()),
+        Ledger::new(store, clock.clone(), LedgerConfig::default()).with_privacy(sealing),
         clock,
     )
 }

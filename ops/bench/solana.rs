@@ -11,6 +11,8 @@
 //! creates in the pass (their transactions, fees and rent are reported apart); `--legacy`
 //! packs legacy transactions (`solana.lookup_tables = false`).
 
+#[path = "fixture.rs"]
+mod fixture;
 #[path = "peak.rs"]
 mod peak;
 
@@ -94,7 +96,8 @@ async fn bench(args: Args) {
     let clock = Arc::new(ManualClock::new(
         parse_rfc3339_ms("2026-11-20T00:00:00Z").unwrap(),
     ));
-    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+    let sealing = fixture::sealing(&store);
+    let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default()).with_privacy(sealing);
     let total_usdc = 100 * args.payouts as u64 * 1_000_000;
     let chain = dev::start_local_chain(
         &dir.path().join("chain"),

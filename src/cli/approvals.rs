@@ -99,6 +99,10 @@ pub async fn approvals_cmd(
             }
         }
     }
+    // What the operator reads: the requests' personal values opened (SPEC §11).
+    let (mut rows, notes): (Vec<ApprovalRow>, Vec<String>) = shown.into_iter().unzip();
+    ledger.open_approvals(&mut rows).await?;
+    let shown: Vec<(ApprovalRow, String)> = rows.into_iter().zip(notes).collect();
     render(&shown, format, out)?;
     Ok(code)
 }

@@ -8,6 +8,7 @@ mod import_file;
 pub mod operator;
 pub mod policy;
 pub mod privacy;
+pub mod provider;
 pub mod reads;
 pub mod runs;
 pub mod serve;
@@ -202,6 +203,10 @@ pub enum Cmd {
     /// database).
     #[command(subcommand)]
     Privacy(privacy::PrivacyCmd),
+    /// A provider's registry record (`provider show ID`: its personal values opened, or
+    /// `erased`) and its erasure (`provider erase ID`, gated: SPEC §11).
+    #[command(subcommand)]
+    Provider(provider::ProviderCmd),
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
@@ -291,6 +296,7 @@ fn may_book(cmd: &Cmd) -> bool {
             | Cmd::Operator(_)
             | Cmd::Control(_)
             | Cmd::Token(_)
+            | Cmd::Provider(provider::ProviderCmd::Erase { .. })
     )
 }
 
@@ -346,7 +352,15 @@ pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledge
             }
         }
     };
-    let mut ledger = Ledger::new(store, clock, config.ledger.clone());
+    let sealing = crate::privacy::vault::privacy_of(
+        &config.privacy,
+        &cli.database,
+        &store,
+        may_book(&cli.command),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut ledger = Ledger::new(store, clock, config.ledger.clone()).with_privacy(sealing);
     if mode.is_some() || matches!(cli.command, Cmd::Migrate { .. }) {
         let seed = config.seed_policy();
         let at_ms = match mode {
@@ -581,6 +595,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 .await?
         }
         Cmd::Privacy(cmd) => privacy::privacy_cmd(&ledger, cmd, cli.format, &mut stdout).await?,
+        Cmd::Provider(cmd) => {
+            provider::provider_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout)
+                .await?
+        }
         // Handled above, before a database is opened.
         Cmd::Chain(cmd) => solana::chain_cmd(cmd, cli.format).await?,
     };

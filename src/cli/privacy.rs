@@ -8,6 +8,7 @@ use clap::Subcommand;
 use crate::ledger::Ledger;
 use crate::privacy::keys::{KeyWrap, MasterKey};
 use crate::privacy::report::clear_text;
+use crate::privacy::vault::Privacy;
 use crate::report::output::{Format, Rows};
 
 #[derive(Subcommand, Debug)]
@@ -22,6 +23,16 @@ pub enum PrivacyCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Re-wrap every provider's data key under the master key now configured, after the
+    /// previous one in `--from` opens it (a master key rotation; run again after an
+    /// interruption, it goes on). Prints how many keys were re-wrapped.
+    Rotate {
+        #[arg(long)]
+        from: PathBuf,
+    },
+    /// Destroy the data keys of erased providers whose retention ended (what `serve`'s
+    /// scheduler does every `scheduler.tick_secs`); prints their providers.
+    DestroyDue,
 }
 
 /// `settle privacy keygen --out FILE` (needs no database).
@@ -47,6 +58,31 @@ pub async fn privacy_cmd(
     match cmd {
         PrivacyCmd::Report => report(ledger, format, out).await,
         PrivacyCmd::Keygen { out: path } => keygen(path, out),
+        PrivacyCmd::Rotate { from } => {
+            let vault = match &ledger.privacy {
+                Privacy::Sealing(vault) => vault,
+                Privacy::Missing(e) => anyhow::bail!("{e}"),
+                Privacy::Clear => anyhow::bail!("no_master_key: this ledger seals nothing"),
+            };
+            let previous = MasterKey::read_file(from).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let done = vault
+                .rotate_from(&previous)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut rows = Rows::new(vec!["rewrapped", "master_key_id"]);
+            rows.push(vec![done.into(), vault.master_key_id().into()]);
+            write!(out, "{}", rows.render(format))?;
+            Ok(0)
+        }
+        PrivacyCmd::DestroyDue => {
+            let destroyed = ledger.destroy_due_keys().await?;
+            let mut rows = Rows::new(vec!["provider_id"]);
+            for p in destroyed {
+                rows.push(vec![p.into()]);
+            }
+            write!(out, "{}", rows.render(format))?;
+            Ok(0)
+        }
     }
 }
 

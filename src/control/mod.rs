@@ -414,6 +414,11 @@ async fn execute(
     row: &ApprovalRow,
     actor: &Actor,
 ) -> Result<Applied, LedgerError> {
+    // The command with its provider's personal values opened: the registry seals them
+    // again in the events it books.
+    let mut opened = [row.clone()];
+    ledger.open_approvals(&mut opened).await?;
+    let [row] = &opened;
     let value: Value = serde_json::from_str(&row.command).map_err(|e| {
         crate::ledger::LedgerError::Rejected(crate::domain::DomainError::new(
             "invalid_approval",

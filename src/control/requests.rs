@@ -12,6 +12,8 @@ use crate::domain::time::format_ms;
 use crate::ledger::approvals::NewRequest;
 use crate::ledger::registry::{RegisterProvider, SetFee, SetRate, UpdateProvider};
 use crate::ledger::{Ledger, LedgerError};
+use crate::privacy::fields::{line_sets_personal_values, seal_request};
+use crate::privacy::vault::Sealer;
 use crate::wire::import::Command;
 
 /// The request a command needs, `None` when it may run at once.
@@ -45,11 +47,24 @@ pub async fn request_for(
                 &why,
             )
         }),
-        Command::RegisterProvider(c) if c.payout_method.is_some() => Some(register_request(c)),
+        Command::RegisterProvider(c) if c.payout_method.is_some() => {
+            Some(sealed(ledger, register_request(c)).await?)
+        }
         Command::UpdateProvider(c) if c.payout_method.is_some() || c.tier.is_some() => {
-            Some(update_request(ledger, c).await?)
+            Some(sealed(ledger, update_request(ledger, c).await?).await?)
         }
         Command::SetFee(c) => Some(fee_request(ledger, c).await?),
+        Command::EraseProvider { provider_id } => Some(request(
+            "erasure",
+            json!({"type": "provider.erase", "provider_id": provider_id.as_str()}),
+            format!(
+                "erase the personal data of {provider_id}: its name, email and payout method \
+                 read `erased` at once, its data key is destroyed when the retention of its \
+                 payment records ends"
+            ),
+            Some(provider_id.to_string()),
+            None,
+        )),
         Command::SetFx { fx_id, eur_per_usd } => {
             fx_request(ledger, config, fx_id.as_ref(), *eur_per_usd).await?
         }
@@ -61,6 +76,33 @@ pub async fn request_for(
         } => void_request(ledger, config, event_id, provider_id.as_ref(), reason).await?,
         _ => None,
     })
+}
+
+/// `request` with its provider's personal values sealed (SPEC §11): the command's name,
+/// email and bank details, and the summary that shows them, sealed with the provider's key
+/// the same way each time (the same command finds its request). A request to set a personal
+/// value of an erased provider is refused (`provider_erased`).
+async fn sealed(ledger: &Ledger, mut request: NewRequest) -> Result<NewRequest, LedgerError> {
+    let Some(provider) = request.provider_id.clone() else {
+        return Ok(request);
+    };
+    match ledger.privacy.sealer(&provider, ledger.now_ms()).await? {
+        Sealer::Key(key) => {
+            (request.command, request.summary) =
+                seal_request(&key, &provider, &request.command, &request.summary);
+        }
+        Sealer::Erased if line_sets_personal_values(&request.command) => {
+            return crate::ledger::reject(
+                "provider_erased",
+                format!(
+                    "provider {provider} was erased: its name, email and payout method cannot \
+                     be set again (register the provider anew under a new id)"
+                ),
+            );
+        }
+        Sealer::Erased | Sealer::Clear => {}
+    }
+    Ok(request)
 }
 
 /// Why an adjustment of `amount` to `provider` waits (`None` when it does not): at or above
@@ -291,10 +333,7 @@ fn register_request(c: &RegisterProvider) -> NewRequest {
 /// tier (kind `tier`: the tier decides the platform's fee): the line carries the fields the
 /// update sets, and only those; the summary shows each beside the value in force.
 async fn update_request(ledger: &Ledger, c: &UpdateProvider) -> Result<NewRequest, LedgerError> {
-    let current = {
-        let mut conn = ledger.store.acquire().await?;
-        crate::store::providers::load_provider(&mut conn, c.provider_id.as_str()).await?
-    };
+    let current = ledger.provider_record(c.provider_id.as_str()).await?;
     let mut line = json!({"type": "provider.update", "provider_id": c.provider_id.as_str()});
     let fields: [(&str, Option<Value>); 7] = [
         ("update_id", c.update_id.as_ref().map(|u| json!(u.as_str()))),

@@ -247,6 +247,20 @@ pub struct ProviderUpdated {
     pub payout_method: Option<PayoutMethod>,
 }
 
+/// A provider's personal data erased (SPEC §11): from this event on every read shows its
+/// name, email and payout method as `erased`, and its payout method is gone (a run decides
+/// `no_method`); its data key is destroyed from `destroy_after_ms` on, when the retention
+/// of its payment records ends. Its money history stays as it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderErased {
+    pub provider_id: String,
+    pub destroy_after_ms: i64,
+    /// The approval it ran under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuRegistered {
@@ -702,6 +716,7 @@ pub enum EventBody {
     PolicySet(PolicySet),
     ClockSet(ClockSet),
     GpuListingChanged(GpuListingChanged),
+    ProviderErased(ProviderErased),
 }
 
 /// Every event type with its current schema version.
@@ -738,6 +753,7 @@ pub const EVENT_TYPES: &[(&str, u32)] = &[
     ("control.policy_set", 1),
     ("ledger.clock_set", 1),
     ("gpu.listing_changed", 1),
+    ("provider.erased", 1),
 ];
 
 macro_rules! body_dispatch {
@@ -802,6 +818,7 @@ body_dispatch! {
     PolicySet => "control.policy_set",
     ClockSet => "ledger.clock_set",
     GpuListingChanged => "gpu.listing_changed",
+    ProviderErased => "provider.erased",
 }
 
 impl EventBody {

@@ -23,10 +23,11 @@ use super::operator::ControlProof;
 use super::policy::Policy;
 
 /// The event types a gated command books (read by type across streams).
-pub const GATED_EVENT_TYPES: [&str; 11] = [
+pub const GATED_EVENT_TYPES: [&str; 12] = [
     "adjustment.posted",
     "provider.registered",
     "provider.updated",
+    "provider.erased",
     "fee_schedule.set",
     "usage.voided",
     "payout.released",
@@ -142,6 +143,11 @@ fn gate_of(
             "tier",
             provider(&u.provider_id),
             format!("tier of {} changed", u.provider_id),
+        )),
+        EventBody::ProviderErased(x) => Some((
+            "erasure",
+            provider(&x.provider_id),
+            format!("personal data of {} erased", x.provider_id),
         )),
         EventBody::FeeScheduleSet(f) => Some((
             "fee_schedule",

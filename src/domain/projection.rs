@@ -508,6 +508,19 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::PolicySet(_) | EventBody::ClockSet(_) => {}
         // Read from the chain by the reliability view (`ledger::reliability`).
         EventBody::GpuListingChanged(_) => {}
+        // The personal values leave the row (the events keep them sealed); without a
+        // method the provider cannot be paid until it registers anew.
+        EventBody::ProviderErased(x) => out.push(patch(
+            "providers",
+            vec![x.provider_id.as_str().into()],
+            vec![
+                ("name", super::provider::ERASED.into()),
+                ("email", super::provider::ERASED.into()),
+                ("payout_method", Val::Null),
+                ("method_set_at_ms", recorded_at_ms.into()),
+                ("method_invalid", Val::Int(0)),
+            ],
+        )),
     }
     out
 }

@@ -18,6 +18,9 @@ use super::event::{
 use super::ids::{AdjustmentId, GpuId, GpuModel, ProviderId, UpdateId};
 use super::money::Rate;
 
+/// What a read shows for a personal value of an erased provider (SPEC §11).
+pub const ERASED: &str = "erased";
+
 /// A provider's registry facts: the `providers` projection's row, and the state of the
 /// registry commands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +101,15 @@ impl ProviderState {
             }) => {
                 if let Some(p) = &mut self.provider {
                     p.method_invalid = true;
+                }
+            }
+            EventBody::ProviderErased(_) => {
+                if let Some(p) = &mut self.provider {
+                    ERASED.clone_into(&mut p.name);
+                    ERASED.clone_into(&mut p.email);
+                    p.payout_method = None;
+                    p.method_set_at_ms = Some(recorded_at_ms);
+                    p.method_invalid = false;
                 }
             }
             EventBody::RateSet(r) => {

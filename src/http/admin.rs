@@ -163,7 +163,7 @@ pub async fn post_adjustment(
         signature.as_ref().map(|s| s as &dyn crate::control::Sign),
     )
     .await?;
-    Ok(submitted_response(adjustment_id.to_string(), submitted))
+    submitted_response(&state.ledger, adjustment_id.to_string(), submitted).await
 }
 
 /// The header naming the operator whose signature comes with a request (SPEC §9).
@@ -175,7 +175,7 @@ pub const OPERATOR_SIGNATURE_HEADER: &str = "settle-operator-signature";
 
 /// The operator's signature sent with a request: both headers, or neither (400
 /// `invalid_operator_headers` for one alone).
-fn operator_signature(
+pub(super) fn operator_signature(
     headers: &HeaderMap,
 ) -> Result<Option<crate::control::GivenSignature>, Problem> {
     let text = |name: &str| {
@@ -201,12 +201,13 @@ fn operator_signature(
 }
 
 /// A command's answer: 200 with its result, or 202 with the request it waits on.
-fn submitted_response(
+pub(super) async fn submitted_response(
+    ledger: &crate::ledger::Ledger,
     id: String,
     submitted: crate::control::Submitted,
-) -> axum::response::Response {
+) -> Result<axum::response::Response, Problem> {
     use axum::response::IntoResponse;
-    match submitted {
+    Ok(match submitted {
         crate::control::Submitted::Applied(applied) => Json(CommandResult {
             id,
             status: applied.as_str().to_owned(),
@@ -217,11 +218,22 @@ fn submitted_response(
             Json(PendingApproval {
                 status: "pending_approval".into(),
                 approval_id: row.approval_id.clone(),
-                approval: ApprovalView::of(*row),
+                approval: opened(ledger, *row).await?,
             }),
         )
             .into_response(),
-    }
+    })
+}
+
+/// A request as an operator reads it: its personal values opened (SPEC §11).
+async fn opened(
+    ledger: &crate::ledger::Ledger,
+    row: crate::store::read::ApprovalRow,
+) -> Result<ApprovalView, Problem> {
+    let mut rows = [row];
+    ledger.open_approvals(&mut rows).await?;
+    let [row] = rows;
+    Ok(ApprovalView::of(row))
 }
 
 /// 202: the command waits for a second actor.
@@ -335,8 +347,9 @@ pub async fn list_approvals(
             ));
         }
     };
-    let rows =
+    let mut rows =
         crate::store::read::approvals(&state.ledger.store, filter, state.control.list_max).await?;
+    state.ledger.open_approvals(&mut rows).await?;
     Ok(Json(ApprovalList {
         approvals: rows.into_iter().map(ApprovalView::of).collect(),
     }))
@@ -362,7 +375,9 @@ pub async fn show_approval(
     Path(id): Path<String>,
 ) -> Result<Json<ApprovalView>, Problem> {
     auth.require(&[Scope::Admin])?;
-    Ok(Json(ApprovalView::of(state.ledger.approval(&id).await?)))
+    Ok(Json(
+        opened(&state.ledger, state.ledger.approval(&id).await?).await?,
+    ))
 }
 
 /// The answer to a decision.
@@ -412,7 +427,7 @@ pub async fn approve(
     )
     .await?;
     Ok(Json(DecisionResult {
-        approval: ApprovalView::of(row),
+        approval: opened(&state.ledger, row).await?,
         result: Some(applied.as_str().to_owned()),
     }))
 }
@@ -466,7 +481,7 @@ pub async fn reject(
     )
     .await?;
     Ok(Json(DecisionResult {
-        approval: ApprovalView::of(row),
+        approval: opened(&state.ledger, row).await?,
         result: None,
     }))
 }

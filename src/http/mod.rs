@@ -12,6 +12,7 @@ pub mod load;
 pub mod openapi;
 pub mod page;
 pub mod problem;
+pub mod profile;
 pub mod reliability;
 pub mod server;
 pub mod stream;
@@ -95,6 +96,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/gpus/online",
             post(reliability::post_online).layer(DefaultBodyLimit::max(usage_bytes_max)),
         )
+        .route("/v1/providers/{id}", get(profile::show))
         .route("/v1/providers/{id}/summary", get(dashboard::summary))
         .route(
             "/v1/providers/{id}/reliability",
@@ -114,6 +116,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/admin/usage/{event_id}/void", post(admin::void_usage))
         .route("/v1/admin/adjustments", post(admin::post_adjustment))
+        .route("/v1/admin/providers/{id}/erase", post(profile::erase))
         .route("/v1/admin/import", post(admin::import))
         .route("/v1/admin/runs/{kind}/{key}", get(admin::run_report))
         .route("/v1/admin/approvals", get(admin::list_approvals))

@@ -15,6 +15,7 @@ use super::{admin, dashboard, stream, usage};
     paths(
         usage::post_usage,
         super::reliability::post_online,
+        super::profile::show,
         dashboard::summary,
         dashboard::reliability,
         dashboard::earnings,
@@ -25,6 +26,7 @@ use super::{admin, dashboard, stream, usage};
         stream::stream,
         admin::void_usage,
         admin::post_adjustment,
+        super::profile::erase,
         admin::import,
         admin::run_report,
         admin::list_approvals,

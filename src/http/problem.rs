@@ -101,7 +101,8 @@ impl Problem {
         let status = match e.code {
             "unknown_event" | "unknown_provider" | "unknown_gpu" | "unknown_token"
             | "unknown_payout" | "unknown_run" | "unknown_approval" => StatusCode::NOT_FOUND,
-            "conflict" => StatusCode::CONFLICT,
+            "conflict" | "payout_in_flight" => StatusCode::CONFLICT,
+            "no_master_key" | "key_unwrap_failed" => StatusCode::SERVICE_UNAVAILABLE,
             "operator_signature_required" => StatusCode::PRECONDITION_REQUIRED,
             "invalid_signature" | "unknown_operator" => StatusCode::FORBIDDEN,
             _ => StatusCode::UNPROCESSABLE_ENTITY,

@@ -168,7 +168,8 @@ impl Scheduler {
         Ok(due)
     }
 
-    /// Starts every due run in order, each idempotently. On success the check is
+    /// Starts every due run in order, each idempotently, then destroys the data keys whose
+    /// retention ended (`Ledger::destroy_due_keys`). On success the check is
     /// remembered; if a run fails, the runs after it are not started and the next tick
     /// tries again from the same point (the runs already finished are no-ops then).
     pub async fn tick(&mut self) -> Result<Vec<Started>, LedgerError> {
@@ -183,6 +184,20 @@ impl Scheduler {
                 .await
                 .inspect_err(|e| tracing::error!(run = %run, error = %e, "payout run failed"))?;
             started.push(Started { run, report });
+        }
+        // Erased providers' data keys whose retention ended (SPEC §11): destroyed at every
+        // tick, never while one of their payouts is open.
+        match self.ledger.destroy_due_keys().await {
+            Ok(destroyed) if !destroyed.is_empty() => {
+                tracing::info!(
+                    keys = destroyed.len(),
+                    "data keys of erased providers destroyed"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "destroying due data keys failed; the next tick tries again")
+            }
         }
         self.last_checked = Some(now);
         Ok(started)

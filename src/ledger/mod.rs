@@ -10,6 +10,7 @@ pub mod ingest;
 pub mod methods;
 pub mod operators;
 pub mod payouts;
+pub mod personal;
 pub mod policy;
 pub mod proof;
 pub mod rails;
@@ -106,6 +107,23 @@ pub enum LedgerError {
     Store(#[from] StoreError),
 }
 
+impl From<crate::privacy::PrivacyError> for LedgerError {
+    fn from(e: crate::privacy::PrivacyError) -> Self {
+        LedgerError::Rejected(DomainError::new(e.code, e.message))
+    }
+}
+
+impl From<crate::privacy::vault::VaultError> for LedgerError {
+    fn from(e: crate::privacy::vault::VaultError) -> Self {
+        match e {
+            crate::privacy::vault::VaultError::Privacy(e) => {
+                LedgerError::Rejected(DomainError::new(e.code, e.message))
+            }
+            crate::privacy::vault::VaultError::Store(e) => LedgerError::Store(e),
+        }
+    }
+}
+
 impl From<sqlx::Error> for LedgerError {
     fn from(e: sqlx::Error) -> Self {
         LedgerError::Store(StoreError::Database(e))
@@ -141,6 +159,17 @@ impl Idem {
             key,
             hash: content_hash(content),
             what,
+        }
+    }
+
+    /// The same key with its content hash keyed by a provider's data key: a command that
+    /// carries personal values leaves no plain digest of them on the chain (it is
+    /// destroyed with the key).
+    #[must_use]
+    pub fn keyed(self, key: &crate::privacy::DataKey) -> Idem {
+        Idem {
+            hash: crate::privacy::keyed_digest(key, &self.hash),
+            ..self
         }
     }
 
@@ -195,6 +224,9 @@ pub struct Ledger {
     /// (`control::approve` on its own copy): the approved command and its decision commit
     /// together or not at all.
     pub(crate) decision: Option<Arc<approvals::DecisionToBook>>,
+    /// How personal values are sealed and opened (SPEC §11): every `settle` command seals;
+    /// [`Ledger::new`] starts in clear until [`Ledger::with_privacy`].
+    pub privacy: crate::privacy::vault::Privacy,
 }
 
 impl Ledger {
@@ -204,7 +236,15 @@ impl Ledger {
             clock,
             config,
             decision: None,
+            privacy: crate::privacy::vault::Privacy::Clear,
         }
+    }
+
+    /// This ledger sealing personal values as `privacy` says.
+    #[must_use]
+    pub fn with_privacy(mut self, privacy: crate::privacy::vault::Privacy) -> Ledger {
+        self.privacy = privacy;
+        self
     }
 
     pub fn now_ms(&self) -> i64 {

@@ -147,7 +147,9 @@ impl Ledger {
         let hash = content_hash(&event.to_json());
         let now = self.now_ms();
         crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
-            let facts = rows::payout_facts(tx.conn(), ids).await?;
+            let mut facts = rows::payout_facts(tx.conn(), ids).await?;
+            // The wallets of the method snapshots, opened (an erased provider has none).
+            self.open_facts(facts.values_mut()).await?;
             if let Some(stored) = find_idem(tx, &key).await? {
                 duplicate_or_conflict(&stored, &hash, &format!("attempt {attempt_id}"))?;
                 return Ok(ids.iter().filter_map(|id| facts.get(id).cloned()).collect());

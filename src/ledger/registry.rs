@@ -9,7 +9,21 @@ use crate::domain::event::*;
 use crate::domain::ids::FxId;
 use crate::domain::platform::{self, PlatformCommand, PlatformState, SetFxRate};
 use crate::domain::provider::{self, ProviderCommand, ProviderState};
+use crate::privacy::fields::{open_record, seal_event};
+use crate::privacy::vault::Sealer;
 use crate::store::WriteTx;
+
+/// Whether `cmd` books a personal value: a registration, or an update of the name, email
+/// or payout method.
+fn sets_personal_values(cmd: ProviderCommand<'_>) -> bool {
+    match cmd {
+        ProviderCommand::Register(_) => true,
+        ProviderCommand::Update(u) => {
+            u.name.is_some() || u.email.is_some() || u.payout_method.is_some()
+        }
+        _ => false,
+    }
+}
 
 pub use crate::domain::platform::SetFee;
 pub use crate::domain::provider::{
@@ -40,7 +54,9 @@ async fn provider_state(
 
 impl Ledger {
     /// Decides a registry command on its provider's stream and books what it decided; a
-    /// re-send under `idem` is answered before the decision.
+    /// re-send under `idem` is answered before the decision. A registration or an update
+    /// that sets a personal value decides on the provider's values opened and books them
+    /// sealed with its data key (SPEC §11), its re-send check keyed by the same key.
     pub(super) async fn provider_command(
         &self,
         provider_id: &str,
@@ -49,14 +65,43 @@ impl Ledger {
         actor: &Actor,
     ) -> Result<Applied, LedgerError> {
         let now = self.now_ms();
+        let sealer = if sets_personal_values(cmd) {
+            self.privacy.sealer(provider_id, now).await?
+        } else {
+            Sealer::Clear
+        };
+        let (key, idem) = match sealer {
+            Sealer::Key(key) => {
+                let idem = idem.map(|i| i.keyed(&key));
+                (Some(key), idem)
+            }
+            Sealer::Erased => {
+                return super::reject(
+                    "provider_erased",
+                    format!(
+                        "provider {provider_id} was erased: its name, email and payout method \
+                         cannot be set again (register the provider anew under a new id)"
+                    ),
+                );
+            }
+            Sealer::Clear => (None, idem),
+        };
         crate::ledger::write_stream!(self, &provider_stream(provider_id), |tx| {
             if let Some(idem) = &idem
                 && let Some(answer) = idem.resent(tx).await?
             {
                 return Ok(answer);
             }
-            let state = provider_state(tx, provider_id, cmd).await?;
-            let events = provider::decide(&state, cmd)?;
+            let mut state = provider_state(tx, provider_id, cmd).await?;
+            if let (Some(record), Some(key)) = (&mut state.provider, &key) {
+                open_record(Some(key), record)?;
+            }
+            let mut events = provider::decide(&state, cmd)?;
+            if let Some(key) = &key {
+                for body in &mut events {
+                    seal_event(key, body);
+                }
+            }
             Ok(book_decided(tx, events, actor, now, idem.as_ref()))
         })
     }

@@ -191,6 +191,7 @@ mod tests {
         PrivacyConfig {
             master_key_file: file.display().to_string(),
             master_key_env: env.to_owned(),
+            ..PrivacyConfig::default()
         }
     }
 
@@ -248,7 +249,7 @@ mod tests {
             "the old key is out"
         );
         let key = new.unwrap("prv_1", &rewrapped).unwrap();
-        assert_eq!(key.open(&at, &sealed).unwrap(), "Ada Lovelace");
+        assert_eq!(key.open("prv_1", "name", &sealed).unwrap(), "Ada Lovelace");
     }
 
     #[test]

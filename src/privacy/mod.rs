@@ -4,9 +4,13 @@
 //! routing numbers, the wallet it is paid to) are sealed with a data key of its own:
 //! XChaCha20-Poly1305, a fresh random 192-bit nonce per value, and as associated data the
 //! provider, the kind of event or row the value was sealed for and the field
-//! ([`Binding`]). A sealed value is text (`pd1:` and the URL-safe base64 of nonce and
-//! ciphertext), so it travels in the same JSON string fields as clear text did and the hash
-//! chain covers it as it covers any other field. Destroying the data key makes every sealed
+//! ([`Binding`]). A sealed value is text (`pd1:`, the event type it was sealed in, `:`, and
+//! the URL-safe base64 of nonce and ciphertext), so it travels in the same JSON string
+//! fields as clear text did and the hash chain covers it as it covers any other field. A
+//! projection copies it as it is (a provider's row holds values of its `provider.registered`
+//! and `provider.updated` events), so a read opens it under the event type it names, its
+//! provider and its field: moved to another provider or field it does not open, and a
+//! changed event type opens nothing either (it is part of the associated data). Destroying the data key makes every sealed
 //! value of the provider unreadable for good while the chain over them still verifies.
 //!
 //! Data keys are kept wrapped ([`KeyWrap`]) by a master key ([`keys::MasterKey`], read from
@@ -19,6 +23,7 @@
 //! the personal data an older ledger holds in clear. Where the wrapped keys are stored, and
 //! which reads open which fields, is the ledger's.
 
+pub mod fields;
 pub mod keys;
 pub mod report;
 pub mod vault;
@@ -36,7 +41,7 @@ use zeroize::Zeroizing;
 /// The start of every sealed value: the format's version.
 pub const SEALED_PREFIX: &str = "pd1:";
 /// What a read shows for a personal value whose provider was erased.
-pub const ERASED: &str = "erased";
+pub use crate::domain::provider::ERASED;
 
 /// Bytes of a data key.
 const KEY_LEN: usize = 32;
@@ -110,23 +115,63 @@ impl DataKey {
         XChaCha20Poly1305::new(self.0.as_ref().into())
     }
 
-    /// `clear` sealed under `binding`: `pd1:` and base64 of a fresh nonce and the
-    /// ciphertext with its tag. Sealing the same value twice gives two different texts.
+    /// `clear` sealed under `binding`: `pd1:`, the event type, `:` and base64 of a fresh
+    /// nonce and the ciphertext with its tag. Sealing the same value twice gives two
+    /// different texts.
     pub fn seal(&self, binding: &Binding<'_>, clear: &str) -> String {
         let bytes = encrypt(self, &binding.associated_data(), clear.as_bytes());
-        format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+        format!(
+            "{SEALED_PREFIX}{}:{}",
+            binding.event_type,
+            URL_SAFE_NO_PAD.encode(bytes)
+        )
     }
 
-    /// The clear text of `sealed`, sealed by this key under `binding`.
+    /// `clear` sealed under `binding` with a nonce derived from the key, the binding and the
+    /// value (a synthetic IV): the same value sealed twice gives the same text. For an
+    /// approval request only, whose text must be the same when the same command is sent
+    /// again (it finds its request, and an operator signs the digest of the text before
+    /// sending it); equal values of one provider's requests show as equal, nothing else.
+    pub fn seal_fixed(&self, binding: &Binding<'_>, clear: &str) -> String {
+        let aad = binding.associated_data();
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.bytes())
+            .expect("HMAC takes a key of any length");
+        mac.update(b"settle/synthetic-nonce/v1");
+        mac.update(&(aad.len() as u64).to_be_bytes());
+        mac.update(&aad);
+        mac.update(clear.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&digest[..NONCE_LEN]);
+        let bytes = encrypt_with(self, &nonce, &aad, clear.as_bytes());
+        format!(
+            "{SEALED_PREFIX}{}:{}",
+            binding.event_type,
+            URL_SAFE_NO_PAD.encode(bytes)
+        )
+    }
+
+    /// The clear text of `sealed`, sealed by this key for `provider_id`'s `field` in the
+    /// event type the value names.
     ///
     /// # Errors
     /// `sealed_text_invalid` for text that is not a sealed value; `sealed_text_unreadable`
-    /// when it does not open: another key, another binding, or a changed byte.
-    pub fn open(&self, binding: &Binding<'_>, sealed: &str) -> Result<String, PrivacyError> {
-        let bytes = sealed_bytes(sealed)?;
+    /// when it does not open: another key, another provider or field, or a changed byte.
+    pub fn open(
+        &self,
+        provider_id: &str,
+        field: &str,
+        sealed: &str,
+    ) -> Result<String, PrivacyError> {
+        let (event_type, bytes) = sealed_parts(sealed)?;
+        let binding = Binding {
+            provider_id,
+            event_type,
+            field,
+        };
         decrypt(self, &binding.associated_data(), &bytes)
             .and_then(|clear| String::from_utf8(clear).ok())
-            .ok_or_else(|| unreadable(binding))
+            .ok_or_else(|| unreadable(&binding))
     }
 }
 
@@ -135,9 +180,15 @@ impl DataKey {
 pub(crate) fn encrypt(key: &DataKey, aad: &[u8], msg: &[u8]) -> Vec<u8> {
     let mut nonce = [0u8; NONCE_LEN];
     OsRng.fill_bytes(&mut nonce);
+    encrypt_with(key, &nonce, aad, msg)
+}
+
+/// `msg` encrypted under `key` with `nonce` and `aad`: the nonce, then the ciphertext and
+/// its tag.
+fn encrypt_with(key: &DataKey, nonce: &[u8; NONCE_LEN], aad: &[u8], msg: &[u8]) -> Vec<u8> {
     let sealed = key
         .cipher()
-        .encrypt(XNonce::from_slice(&nonce), Payload { msg, aad })
+        .encrypt(XNonce::from_slice(nonce), Payload { msg, aad })
         .expect("XChaCha20-Poly1305 encrypts any message shorter than 256 GiB");
     let mut bytes = nonce.to_vec();
     bytes.extend_from_slice(&sealed);
@@ -176,23 +227,27 @@ pub fn is_sealed(text: &str) -> bool {
     text.starts_with(SEALED_PREFIX)
 }
 
-/// The nonce and ciphertext of a sealed value.
-fn sealed_bytes(sealed: &str) -> Result<Vec<u8>, PrivacyError> {
+/// The event type, and the nonce and ciphertext, of a sealed value.
+fn sealed_parts(sealed: &str) -> Result<(&str, Vec<u8>), PrivacyError> {
     let invalid = || {
         PrivacyError::new(
             "sealed_text_invalid",
             format!(
-                "not a sealed value (`{SEALED_PREFIX}` and base64 of at least {} bytes)",
+                "not a sealed value (`{SEALED_PREFIX}`, an event type, `:` and base64 of at least {} bytes)",
                 NONCE_LEN + TAG_LEN
             ),
         )
     };
     let body = sealed.strip_prefix(SEALED_PREFIX).ok_or_else(invalid)?;
+    let (event_type, body) = body.split_once(':').ok_or_else(invalid)?;
+    if event_type.is_empty() {
+        return Err(invalid());
+    }
     let bytes = URL_SAFE_NO_PAD.decode(body).map_err(|_| invalid())?;
     if bytes.len() < NONCE_LEN + TAG_LEN {
         return Err(invalid());
     }
-    Ok(bytes)
+    Ok((event_type, bytes))
 }
 
 /// What a read shows of a personal field.
@@ -214,28 +269,40 @@ impl Opened {
     }
 }
 
-/// A personal field as a read shows it: clear text (a ledger written before sealing) as it
-/// is, a sealed value opened with `key`, or [`Opened::Erased`] without a key.
+/// `provider_id`'s personal `field` as a read shows it: clear text (a ledger written before
+/// sealing) as it is, a sealed value opened with `key`, or [`Opened::Erased`] without a
+/// key.
 ///
 /// # Errors
 /// As [`DataKey::open`]: a sealed value that does not open is an error, never `erased`
 /// (tampering must not pass for an erasure).
 pub fn open_field(
     key: Option<&DataKey>,
-    binding: &Binding<'_>,
+    provider_id: &str,
+    field: &str,
     text: &str,
 ) -> Result<Opened, PrivacyError> {
     if !is_sealed(text) {
         return Ok(Opened::Clear(text.to_owned()));
     }
     match key {
-        Some(key) => key.open(binding, text).map(Opened::Clear),
+        Some(key) => key.open(provider_id, field, text).map(Opened::Clear),
         None => {
             // Still a well-formed sealed value: a garbled one is reported as such.
-            sealed_bytes(text)?;
+            sealed_parts(text)?;
             Ok(Opened::Erased)
         }
     }
+}
+
+/// HMAC-SHA256 of `bytes` under a provider's data key: a digest of a command with personal
+/// values (a re-send's check) that tells nothing once the key is destroyed.
+pub fn keyed_digest(key: &DataKey, bytes: &[u8]) -> Vec<u8> {
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(key.bytes()).expect("HMAC takes a key of any length");
+    mac.update(b"settle/keyed-content/v1");
+    mac.update(bytes);
+    mac.finalize().into_bytes().to_vec()
 }
 
 /// The keyed hash that stands for a personal value in uniqueness checks: HMAC-SHA256
@@ -283,28 +350,58 @@ mod tests {
         let sealed = key.seal(&at, IBAN);
         assert!(is_sealed(&sealed));
         assert!(!sealed.contains(IBAN), "no clear text in {sealed}");
-        assert_eq!(key.open(&at, &sealed).unwrap(), IBAN);
+        assert!(sealed.starts_with("pd1:provider.registered:"), "{sealed}");
+        assert_eq!(
+            key.open("prv_1", "payout_method.iban", &sealed).unwrap(),
+            IBAN
+        );
         assert_ne!(key.seal(&at, IBAN), sealed, "a fresh nonce per value");
 
         let other_key = DataKey::generate();
         assert_eq!(
-            other_key.open(&at, &sealed).unwrap_err().code,
+            other_key
+                .open("prv_1", "payout_method.iban", &sealed)
+                .unwrap_err()
+                .code,
             "sealed_text_unreadable"
         );
-        for moved in [
-            binding("prv_2", "payout_method.iban"),
-            binding("prv_1", "email"),
-            Binding {
-                event_type: "provider.updated",
-                ..at
-            },
-        ] {
+        for (provider, field) in [("prv_2", "payout_method.iban"), ("prv_1", "email")] {
             assert_eq!(
-                key.open(&moved, &sealed).unwrap_err().code,
+                key.open(provider, field, &sealed).unwrap_err().code,
                 "sealed_text_unreadable",
-                "{moved:?}"
+                "{provider} {field}"
             );
         }
+        // The event type it names is bound too: renamed, it does not open.
+        let renamed = sealed.replacen("provider.registered", "provider.updated", 1);
+        assert_eq!(
+            key.open("prv_1", "payout_method.iban", &renamed)
+                .unwrap_err()
+                .code,
+            "sealed_text_unreadable"
+        );
+    }
+
+    #[test]
+    fn a_fixed_seal_repeats_for_the_same_value_only() {
+        let key = DataKey::generate();
+        let at = Binding {
+            event_type: "approval.requested",
+            ..binding("prv_1", "payout_method.iban")
+        };
+        let sealed = key.seal_fixed(&at, IBAN);
+        assert_eq!(key.seal_fixed(&at, IBAN), sealed);
+        assert_ne!(key.seal_fixed(&at, "DE02120300000000202051"), sealed);
+        assert_ne!(
+            key.seal_fixed(&binding("prv_2", "payout_method.iban"), IBAN),
+            sealed
+        );
+        assert_ne!(DataKey::generate().seal_fixed(&at, IBAN), sealed);
+        assert!(!sealed.contains(IBAN));
+        assert_eq!(
+            key.open("prv_1", "payout_method.iban", &sealed).unwrap(),
+            IBAN
+        );
     }
 
     #[test]
@@ -312,21 +409,25 @@ mod tests {
         let key = DataKey::generate();
         let at = binding("prv_1", "name");
         let sealed = key.seal(&at, "Jürgen Groß");
-        let mut bytes = sealed_bytes(&sealed).unwrap();
+        let mut bytes = sealed_parts(&sealed).unwrap().1;
         for i in [0, NONCE_LEN, bytes.len() - 1] {
             bytes[i] ^= 1;
-            let changed = format!("{SEALED_PREFIX}{}", URL_SAFE_NO_PAD.encode(&bytes));
+            let changed = format!(
+                "{SEALED_PREFIX}provider.registered:{}",
+                URL_SAFE_NO_PAD.encode(&bytes)
+            );
             assert_eq!(
-                key.open(&at, &changed).unwrap_err().code,
+                key.open("prv_1", "name", &changed).unwrap_err().code,
                 "sealed_text_unreadable",
                 "byte {i}"
             );
             bytes[i] ^= 1;
         }
-        for garbled in ["pd1:", "pd1:!!", "pd1:AAAA", "DE89"] {
+        for garbled in ["pd1:", "pd1:x:!!", "pd1:x:AAAA", "pd1::AAAA", "DE89"] {
             assert_eq!(
-                key.open(&at, garbled).unwrap_err().code,
-                "sealed_text_invalid"
+                key.open("prv_1", "name", garbled).unwrap_err().code,
+                "sealed_text_invalid",
+                "{garbled}"
             );
         }
     }
@@ -334,27 +435,27 @@ mod tests {
     #[test]
     fn reads_show_clear_text_opened_values_or_erased() {
         let key = DataKey::generate();
-        let at = binding("prv_1", "email");
-        let sealed = key.seal(&at, "ops@example.com");
+        let sealed = key.seal(&binding("prv_1", "email"), "ops@example.com");
+        let open = |key: Option<&DataKey>, text: &str| open_field(key, "prv_1", "email", text);
         assert_eq!(
-            open_field(Some(&key), &at, &sealed).unwrap(),
+            open(Some(&key), &sealed).unwrap(),
             Opened::Clear("ops@example.com".into())
         );
-        assert_eq!(open_field(None, &at, &sealed).unwrap(), Opened::Erased);
-        assert_eq!(open_field(None, &at, &sealed).unwrap().into_text(), ERASED);
+        assert_eq!(open(None, &sealed).unwrap(), Opened::Erased);
+        assert_eq!(open(None, &sealed).unwrap().into_text(), ERASED);
         assert_eq!(
-            open_field(None, &at, "old@example.com").unwrap(),
+            open(None, "old@example.com").unwrap(),
             Opened::Clear("old@example.com".into()),
             "clear text of a ledger written before sealing"
         );
         assert_eq!(
-            open_field(None, &at, "pd1:AAAA").unwrap_err().code,
+            open(None, "pd1:provider.registered:AAAA").unwrap_err().code,
             "sealed_text_invalid",
             "a garbled value is not an erasure"
         );
         let other = DataKey::generate();
         assert_eq!(
-            open_field(Some(&other), &at, &sealed).unwrap_err().code,
+            open(Some(&other), &sealed).unwrap_err().code,
             "sealed_text_unreadable"
         );
     }

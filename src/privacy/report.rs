@@ -59,6 +59,10 @@ pub fn clear_fields(event_type: &str, payload: &Value) -> Option<(String, BTreeS
                 .and_then(Value::as_str)
                 .and_then(|c| serde_json::from_str::<Value>(c).ok())?;
             personal(&command, "command.", &mut fields);
+            // Its summary shows the same values beside those in force.
+            if !fields.is_empty() && in_clear(payload.get("summary")) {
+                fields.insert("summary".to_owned());
+            }
             let provider = payload
                 .get("provider_id")
                 .filter(|p| p.is_string())
@@ -187,7 +191,11 @@ mod tests {
             "summary": "…", "provider_id": "prv_3"});
         assert_eq!(
             fields("approval.requested", approval),
-            Some(("prv_3".into(), vec!["command.payout_method.wallet".into()]))
+            Some((
+                "prv_3".into(),
+                vec!["command.payout_method.wallet".into(), "summary".into()]
+            )),
+            "the summary shows the values it sets"
         );
         let fee = json!({"approval_id": "apr_2", "kind": "fee_schedule",
             "command": json!({"type": "fee_schedule.set", "tier": "community"}).to_string(), "provider_id": null});

@@ -173,3 +173,120 @@ pub async fn rewrap_key(
     })?;
     Ok(done == 1)
 }
+
+/// The key rows of `owners` (those that have one), read a page of owners per statement.
+pub async fn key_rows(store: &Store, owners: &[&str]) -> Result<Vec<KeyRow>, StoreError> {
+    let mut rows = Vec::with_capacity(owners.len());
+    for page in owners.chunks(KEYS_PER_READ) {
+        let sql = format!(
+            "SELECT {KEY_COLUMNS} FROM provider_keys WHERE owner IN ({})",
+            store.dialect().placeholders(0, page.len())
+        );
+        let found: Vec<KeyRow> = on!(store.db(), |c| {
+            let mut query = sqlx::query_as(&sql);
+            for owner in page {
+                query = query.bind(*owner);
+            }
+            query.fetch_all(c).await
+        })?;
+        rows.extend(found);
+    }
+    Ok(rows)
+}
+
+/// Owners whose key rows one statement reads.
+const KEYS_PER_READ: usize = 500;
+
+/// Whether any provider has a data key row: a ledger whose personal data a master key
+/// already wraps (then a missing master key is never replaced by a new one).
+pub async fn any_key(store: &Store) -> Result<bool, StoreError> {
+    let found: Option<String> = on!(store.db(), |c| sqlx::query_scalar(
+        "SELECT owner FROM provider_keys LIMIT 1"
+    )
+    .fetch_optional(c)
+    .await)?;
+    Ok(found.is_some())
+}
+
+/// The erased owners whose key is due for destruction at `now_ms` and still held, sorted.
+pub async fn keys_due(store: &Store, now_ms: i64) -> Result<Vec<String>, StoreError> {
+    Ok(on!(store.db(), |c| sqlx::query_scalar(
+        "SELECT owner FROM provider_keys \
+         WHERE wrapped IS NOT NULL AND erased_at_ms IS NOT NULL AND destroy_after_ms <= $1 \
+         ORDER BY owner"
+    )
+    .bind(now_ms)
+    .fetch_all(c)
+    .await)?)
+}
+
+/// Destroys `owner`'s key if it is erased and due at `now_ms`: whether it was.
+pub async fn destroy_key(store: &Store, owner: &str, now_ms: i64) -> Result<bool, StoreError> {
+    let done = on!(store.db(), |c| {
+        sqlx::query(
+        "UPDATE provider_keys SET wrapped = NULL, destroyed_at_ms = $2 \
+         WHERE owner = $1 AND wrapped IS NOT NULL AND erased_at_ms IS NOT NULL AND destroy_after_ms <= $2"
+    )
+    .bind(owner)
+    .bind(now_ms)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected())
+    })?;
+    Ok(done == 1)
+}
+
+/// A provider's payouts as erasure and key destruction weigh them.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct PayoutSpan {
+    /// Payouts sent by their rail and not answered yet (`submitted`).
+    pub submitted: i64,
+    /// Payouts not final yet (`created`, `held`, `submitted`).
+    pub open: i64,
+    /// When a payout of the provider last changed.
+    pub last_payout_at_ms: Option<i64>,
+}
+
+/// `provider_id`'s [`PayoutSpan`] (inside a write transaction, or on any connection).
+pub async fn payout_span(
+    conn: &mut super::Conn,
+    provider_id: &str,
+) -> Result<PayoutSpan, StoreError> {
+    use crate::domain::payout::PayoutStatus;
+    Ok(on!(&mut *conn, |c| sqlx::query_as(
+        "SELECT COUNT(CASE WHEN status = $2 THEN 1 END) AS submitted, \
+         COUNT(CASE WHEN status IN ($3, $4, $2) THEN 1 END) AS open, \
+         MAX(updated_at_ms) AS last_payout_at_ms FROM payouts WHERE provider_id = $1"
+    )
+    .bind(provider_id)
+    .bind(PayoutStatus::Submitted.as_str())
+    .bind(PayoutStatus::Created.as_str())
+    .bind(PayoutStatus::Held.as_str())
+    .fetch_one(c)
+    .await)?)
+}
+
+/// [`mark_erased`] inside a write transaction: the erasure's event and its key's row commit
+/// together.
+pub async fn mark_erased_on(
+    conn: &mut super::Conn,
+    owner: &str,
+    now_ms: i64,
+    destroy_after_ms: i64,
+) -> Result<(), StoreError> {
+    on!(&mut *conn, |c| {
+        sqlx::query(
+            "INSERT INTO provider_keys (owner, master_key_id, wrapped, created_at_ms, erased_at_ms, destroy_after_ms) \
+             VALUES ($1, '', NULL, $2, $2, $3) \
+             ON CONFLICT (owner) DO UPDATE SET erased_at_ms = COALESCE(provider_keys.erased_at_ms, excluded.erased_at_ms), \
+             destroy_after_ms = excluded.destroy_after_ms",
+        )
+        .bind(owner)
+        .bind(now_ms)
+        .bind(destroy_after_ms)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected())
+    })?;
+    Ok(())
+}

@@ -42,6 +42,16 @@ pub enum Command {
     /// A reliability report (SPEC §12: `gpu.schedule`, `gpu.maintenance`, `gpu.online`,
     /// `job.outcome`, `gpu.benchmark`).
     Reliability(super::reliability::GpuReport),
+    /// `provider.erase`: a provider's personal data erased (SPEC §11; always gated).
+    EraseProvider {
+        provider_id: ProviderId,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderEraseLine {
+    provider_id: String,
 }
 
 #[derive(Deserialize)]
@@ -172,6 +182,7 @@ pub const LINE_TYPES: &[&str] = &[
     "gpu.online",
     "job.outcome",
     "gpu.benchmark",
+    "provider.erase",
 ];
 
 /// Parses one NDJSON line into a command.
@@ -187,6 +198,11 @@ pub fn parse_line(line: &str) -> Result<Command, DomainError> {
         "usage.void" => fields::<VoidLine>(object, &kind)?.command(),
         "adjustment" => fields::<AdjustmentLine>(object, &kind)?.command(),
         "fx.rate_set" => fields::<FxLine>(object, &kind)?.command(),
+        "provider.erase" => Ok(Command::EraseProvider {
+            provider_id: ProviderId::parse(
+                &fields::<ProviderEraseLine>(object, &kind)?.provider_id,
+            )?,
+        }),
         k if super::reliability::RELIABILITY_LINE_TYPES.contains(&k) => Ok(Command::Reliability(
             super::reliability::parse(k, Value::Object(object))?,
         )),
@@ -399,6 +415,10 @@ pub async fn apply(
                 .await
         }
         Command::Reliability(r) => ledger.record_gpu_report(r, actor).await,
+        Command::EraseProvider { provider_id } => ledger
+            .erase_provider(provider_id.as_str(), actor)
+            .await
+            .map(|e| e.applied),
         Command::Usage(u) => {
             let results = ledger
                 .ingest_usage(
@@ -482,6 +502,9 @@ pub fn describe(command: &Command) -> (String, Option<String>) {
         Command::SetFee(c) => ("fee_schedule.set".into(), Some(c.tier.as_str().into())),
         Command::Usage(u) => ("usage".into(), u.event_id.clone()),
         Command::VoidUsage { event_id, .. } => ("usage.void".into(), Some(event_id.to_string())),
+        Command::EraseProvider { provider_id } => {
+            ("provider.erase".into(), Some(provider_id.to_string()))
+        }
         Command::Adjustment { adjustment_id, .. } => {
             ("adjustment".into(), Some(adjustment_id.to_string()))
         }

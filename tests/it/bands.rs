@@ -9,10 +9,10 @@ use crate::bank_support;
 use crate::common;
 use crate::http_support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, free_port, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli};
 use serde_json::{Value, json};
 use settle::auth::{NewToken, Scope, create_token};
 use settle::config::LedgerConfig;
@@ -474,7 +474,7 @@ async fn serve(
     port: u16,
 ) -> Served {
     let log = cwd.join("serve.log");
-    let child = Command::new(settle_bin())
+    let child = crate::common::settle_command()
         .args(["--database", url, "--now", now, "--config"])
         .arg(config)
         .args(["serve", "--no-scheduler"])
@@ -653,7 +653,7 @@ async fn serve_refuses_the_example_originator_unless_allowed() {
         let path = dir.path().join("refused.toml");
         std::fs::write(&path, config).unwrap();
         let err_path = dir.path().join("refused.err");
-        let mut child = Command::new(settle_bin())
+        let mut child = crate::common::settle_command()
             .args(["--database", &db.url, "--config"])
             .arg(&path)
             .args(["serve", "--no-scheduler"])

@@ -580,7 +580,7 @@ fn generate_args(outbox: &str) -> [&str; 6] {
 
 /// `settle bank generate` in a process that aborts at `failpoint`.
 fn generation_crashed_at(w: &World, failpoint: &str) {
-    let crashed = std::process::Command::new(common::settle_bin())
+    let crashed = common::settle_command()
         .arg("--database")
         .arg(&w.db.url)
         .args(generate_args(&w.bank.outbox_dir))

@@ -188,6 +188,10 @@ async fn a_rejected_sepa_payout_fails_with_the_banks_code_and_blocks_the_details
     let settle::control::Submitted::Pending(row) = submitted else {
         panic!("confirming blocked details waits for a second operator");
     };
+    // As the approver reads it: its bank details opened.
+    let mut rows = [*row];
+    w.ledger.open_approvals(&mut rows).await.unwrap();
+    let [row] = rows;
     assert!(
         row.summary
             .contains("blocked since the bank returned or rejected a payout"),

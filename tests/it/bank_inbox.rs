@@ -7,10 +7,10 @@
 //! and each file lies in `processed/` exactly once.
 
 use crate::bank_support::*;
-use crate::common::{free_port, settle_bin};
+use crate::common::free_port;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{Datelike, NaiveDate};
@@ -167,7 +167,7 @@ impl Server {
     /// Starts `settle serve --no-scheduler`, with `failpoint` armed if given.
     fn start(&self, failpoint: Option<&str>) -> Served {
         let log = self.dir.path().join("serve.log");
-        let mut cmd = Command::new(settle_bin());
+        let mut cmd = crate::common::settle_command();
         cmd.args(["--database", &self.url, "--now", &self.now, "--config"])
             .arg(self.dir.path().join("settle.toml"))
             .args(["serve", "--no-scheduler"])

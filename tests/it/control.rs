@@ -525,7 +525,7 @@ async fn a_simulated_ledger_replays_without_approvals_unless_enforced() {
     // decides, here and on a real-clock ledger alike.
     let import_with_env = |id: &str| {
         let (_dir, path) = ndjson(&[adjustment(id, "prv_a", "5000.000000")]);
-        let out = std::process::Command::new(common::settle_bin())
+        let out = common::settle_command()
             .env("SETTLE_CONTROL__ENFORCE", "always")
             .args([
                 "--database",
@@ -683,7 +683,7 @@ async fn the_release_of_a_held_payout_waits_for_a_second_actor() {
     );
     assert_eq!(code, 0, "{out}{stderr}");
     let release = |actor: &str| {
-        let out = std::process::Command::new(common::settle_bin())
+        let out = common::settle_command()
             .args([
                 "--database",
                 &db.url,

@@ -18,7 +18,7 @@ use super::control::{
 
 /// `settle ARGS…` with `env` set, as a process whose environment an operator controls.
 fn with_env(url: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
-    let mut cmd = std::process::Command::new(common::settle_bin());
+    let mut cmd = common::settle_command();
     cmd.arg("--database").arg(url).args(args);
     for (k, v) in env {
         cmd.env(k, v);

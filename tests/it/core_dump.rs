@@ -194,7 +194,7 @@ struct LocalChain {
 
 fn start_local_chain() -> LocalChain {
     let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(settle_bin())
+    let mut child = crate::common::settle_command()
         .args(["chain", "local", "--port", "0", "--format", "json"])
         .arg("--state-dir")
         .arg(state.path())
@@ -285,6 +285,7 @@ impl World {
         let port = free_port();
         let metrics_port = free_port();
         let mut cmd = Command::new(&self.bin);
+        cmd.env("SETTLE_PRIVACY_MASTER_KEY", crate::common::TEST_MASTER_KEY);
         cmd.args(["--database", &self.db_url, "serve", "--no-scheduler"])
             .current_dir(&cwd)
             .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))

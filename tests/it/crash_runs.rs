@@ -169,6 +169,7 @@ impl Crashed {
 
     fn cli(&self, now_ms: i64, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
+        c.env("SETTLE_PRIVACY_MASTER_KEY", crate::common::TEST_MASTER_KEY);
         c.arg("--database")
             .arg(&self.db.url)
             .arg("--now")

@@ -58,7 +58,7 @@ impl Crash {
 
 /// `settle pay solana` against the world's database and chain.
 fn pay_command(w: &World, failpoint: Option<&str>, tables: bool) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(common::settle_bin());
+    let mut cmd = tokio::process::Command::from(common::settle_command());
     cmd.arg("--database")
         .arg(&w.db.url)
         .args([

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{TestDb, minute_slices, register_fault_providers, run_cli, settle_bin};
+use common::{TestDb, minute_slices, register_fault_providers, run_cli};
 use settle::config::{LedgerConfig, RunConfig};
 use settle::domain::time::parse_rfc3339_ms;
 use settle::ledger::ingest::{SenderScope, UsageResult};
@@ -460,7 +460,7 @@ fn spawn_with_progress(args: &[&str]) -> (std::process::Child, Progress) {
     assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
     // SAFETY: both descriptors were just opened and are owned by nobody else.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let child = std::process::Command::new(settle_bin())
+    let child = crate::common::settle_command()
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::from(slave))

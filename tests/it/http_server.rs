@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{TestDb, free_port, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli};
 use serde_json::{Value, json};
 use sqlx::Row;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -97,7 +97,7 @@ impl World {
     async fn serve(&self, env: &[(&str, &str)]) -> Server {
         let (port, metrics_port) = (free_port(), free_port());
         let log = self.dir.path().join(format!("serve-{port}.log"));
-        let mut cmd = Command::new(settle_bin());
+        let mut cmd = crate::common::settle_command();
         cmd.args(["--database", &self.db.url, "serve", "--no-scheduler"])
             .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))
             .env(
@@ -650,7 +650,7 @@ async fn metrics_are_on_their_own_listener_or_behind_the_token() {
 
     // A short token is refused at start.
     let (code, _, err) = {
-        let out = Command::new(settle_bin())
+        let out = crate::common::settle_command()
             .args(["--database", &w.db.url, "serve", "--no-scheduler"])
             .env("SETTLE_HTTP__BIND", "127.0.0.1:0")
             .env("SETTLE_HTTP__METRICS_BIND", "")

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{free_port, minute_slices, register_fault_providers, run_cli, settle_bin};
+use common::{free_port, minute_slices, register_fault_providers, run_cli};
 use settle::domain::time::{format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput};
 use settle::ledger::{Actor, Ledger, ManualClock};
@@ -462,7 +462,7 @@ async fn postgres_restarts_lose_and_double_nothing() {
         "SELECT COUNT(*) FROM run_decisions WHERE run_kind = 'weekly' AND run_key = '{MONDAY}'"
     );
     let run_cmd = || {
-        let mut c = tokio::process::Command::new(settle_bin());
+        let mut c = tokio::process::Command::from(crate::common::settle_command());
         c.args([
             "--database",
             &url,

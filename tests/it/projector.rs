@@ -367,7 +367,7 @@ async fn a_fold_killed_before_its_commit_leaves_nothing_and_the_next_fold_takes_
         .await;
         let heads_before = scalar(&store, PROVIDER_HEADS).await;
         let kill = trial % 5 != 4;
-        let out = std::process::Command::new(common::settle_bin())
+        let out = common::settle_command()
             .arg("--database")
             .arg(&db.url)
             .args(["--now", NOW, "ingest", file.to_str().unwrap()])
@@ -729,7 +729,7 @@ async fn an_import_folds_its_bookings_while_it_runs() {
         .iter()
         .map(|e| serde_json::to_string(e).unwrap())
         .collect();
-    let mut child = std::process::Command::new(common::settle_bin())
+    let mut child = common::settle_command()
         .arg("--database")
         .arg(&db.url)
         .args(["--now", NOW, "ingest", "-"])

@@ -18,10 +18,10 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, free_port, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli};
 use serde_json::Value;
 
 /// Who calls.
@@ -103,6 +103,7 @@ const ROUTES: &[Route] = &[
         r#"{"intervals":[]}"#,
         Rule::Usage(OK),
     ),
+    route("GET", "/v1/providers/{id}", "", Rule::ProviderRead(OK)),
     route(
         "GET",
         "/v1/providers/{id}/summary",
@@ -157,6 +158,12 @@ const ROUTES: &[Route] = &[
         "/v1/admin/adjustments",
         r#"{"adjustment_id":"rt-adj-1","provider_id":"rt_a","amount_usdc":"1","reason":"route table"}"#,
         Rule::AdminOnly(OK),
+    ),
+    route(
+        "POST",
+        "/v1/admin/providers/{id}/erase",
+        "",
+        Rule::AdminOnly((404, Some("unknown_provider"))),
     ),
     route(
         "POST",
@@ -297,7 +304,7 @@ impl Server {
     async fn start(db: &TestDb, dir: &std::path::Path) -> Server {
         let port = free_port();
         let log = dir.join(format!("serve-{port}.log"));
-        let child = Command::new(settle_bin())
+        let child = crate::common::settle_command()
             .args(["--database", &db.url, "serve", "--no-scheduler"])
             .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))
             .env("SETTLE_HTTP__METRICS_BIND", "127.0.0.1:0")

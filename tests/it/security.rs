@@ -69,13 +69,15 @@ async fn injection_strings_in_every_text_field_are_data() {
 
     let store = db.store().await;
     let pool = store.pool();
+    let (ledger, _) = db.ledger_at("2026-11-24T00:00:00Z").await;
     for (i, evil) in INJECTIONS.iter().enumerate() {
-        let name: String = sqlx::query("SELECT name FROM providers WHERE provider_id = $1")
-            .bind(format!("inj_{i}"))
-            .fetch_one(pool)
+        // Sealed as data, opened as it was written.
+        let name = ledger
+            .provider_record(&format!("inj_{i}"))
             .await
             .unwrap()
-            .get(0);
+            .unwrap()
+            .name;
         assert_eq!(name, format!("{evil} (renamed)"), "stored verbatim");
         let payload: String = sqlx::query("SELECT payload FROM events WHERE idem_key = $1")
             .bind(format!("adj:adj-{i}"))
@@ -108,7 +110,7 @@ async fn injection_strings_in_every_text_field_are_data() {
 #[test]
 fn the_treasury_key_never_appears_in_output_or_logs() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(common::settle_bin())
+    let out = common::settle_command()
         .args(["--format", "json", "demo", "--dir"])
         .arg(dir.path())
         .env("RUST_LOG", "trace")

@@ -5,10 +5,10 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{TestDb, free_port, run_cli, settle_bin};
+use common::{TestDb, free_port, run_cli};
 use serde_json::{Value, json};
 use sqlx::Row;
 
@@ -21,7 +21,7 @@ fn start_serve(url: &str, port: u16, scheduler: bool) -> Child {
     if !scheduler {
         args.push("--no-scheduler");
     }
-    Command::new(settle_bin())
+    crate::common::settle_command()
         .args(args)
         .env("SETTLE_HTTP__BIND", format!("127.0.0.1:{port}"))
         // Several servers at once: each its own metrics port.

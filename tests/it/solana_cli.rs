@@ -17,7 +17,7 @@ use solana_support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_chain_command_serves_a_funded_treasury_until_sigterm() {
     let state = tempfile::tempdir().unwrap();
-    let mut chain = Command::new(common::settle_bin())
+    let mut chain = common::settle_command()
         .args([
             "chain", "local", "--port", "0", "--usdc", "5000", "--sol", "2",
         ])

@@ -150,7 +150,7 @@ async fn pay_reconcile_and_serve_do_not_start_with_a_wrong_mint() {
     // `settle serve` with the Solana worker exits instead of serving.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
-    let mut serve = tokio::process::Command::new(common::settle_bin())
+    let mut serve = tokio::process::Command::from(common::settle_command())
         .args(["--database", &w.db.url, "serve", "--no-scheduler"])
         .env("SETTLE_HTTP__BIND", "127.0.0.1:0")
         .env("SETTLE_HTTP__METRICS_BIND", "127.0.0.1:0")

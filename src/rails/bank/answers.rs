@@ -976,7 +976,13 @@ async fn propose_change(
         format!("{code} {data}: no bank details to correct"),
     );
     o.code = Some(code.to_owned());
-    let Some(method) = correction.and_then(|c| corrected(&p.method, c)) else {
+    // The details in force, opened: the correction changes some and keeps the others.
+    let mut opened = [p.clone()];
+    if m.ledger.open_payout_methods(&mut opened).await?[0].is_err() {
+        o.detail = format!("{code} {data}: the provider was erased, no bank details to correct");
+        return Ok(o);
+    }
+    let Some(method) = correction.and_then(|c| corrected(&opened[0].method, c)) else {
         return Ok(o);
     };
     let trace = item.key.trim_start_matches("ach:");

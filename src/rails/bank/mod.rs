@@ -166,16 +166,31 @@ pub async fn regenerate(
     batch_id: &str,
 ) -> Result<(BankBatch, BankFile), BankError> {
     let b = known_batch(&ledger.store, batch_id).await?;
-    let file = rebuild(&ledger.store, originator, &b).await?;
+    let file = rebuild(ledger, originator, &b).await?;
     Ok((b, file))
 }
 
 async fn rebuild(
-    store: &Store,
+    ledger: &Ledger,
     originator: &Originator,
     b: &BankBatch,
 ) -> Result<BankFile, BankError> {
-    let payouts = batch_payouts(store, b).await?;
+    let mut payouts = batch_payouts(&ledger.store, b).await?;
+    // The bank details as the file was written: opened with their providers' keys.
+    if let Some(Err(reason)) = ledger
+        .open_payout_methods(&mut payouts)
+        .await?
+        .into_iter()
+        .find(Result::is_err)
+    {
+        return rejected(
+            crate::ledger::personal::PROVIDER_ERASED,
+            format!(
+                "the file of batch {} cannot be written again: {reason}",
+                b.batch_id
+            ),
+        );
+    }
     let modifier = match b.rail {
         Rail::Ach => match files::modifier_of(&b.file_name) {
             Some(m) => m,
@@ -284,7 +299,7 @@ pub async fn ensure_file(
         }
         tracing::warn!(batch_id = %b.batch_id, path = %path.display(), "bank file differs from the ledger; rewriting it");
     }
-    let file = rebuild(&ledger.store, originator, b).await?;
+    let file = rebuild(ledger, originator, b).await?;
     write_atomic(&path, file.contents.as_bytes())?;
     Ok(path)
 }
@@ -516,12 +531,23 @@ async fn choose_bankable(
             .await
             .map_err(LedgerError::from)?;
         let last_page = page.len() < PAYOUTS_PER_READ;
-        for p in page {
+        let mut page = page;
+        // The bank details the file needs, opened; an erased provider's payout has none.
+        let opened = ledger.open_payout_methods(&mut page).await?;
+        for (p, opened) in page.into_iter().zip(opened) {
             if chosen.len() >= config.batch_payouts_max {
                 break;
             }
             after.clone_from(&p.payout_id);
-            match files::check_bankable(&p) {
+            let bankable = opened
+                .map_err(|reason| {
+                    crate::domain::DomainError::new(
+                        crate::ledger::personal::PROVIDER_ERASED,
+                        reason,
+                    )
+                })
+                .and_then(|()| files::check_bankable(&p));
+            match bankable {
                 Ok(()) => chosen.push(p),
                 Err(e) => {
                     // It can never be written: fail it, the money goes back to payable.

@@ -448,7 +448,18 @@ impl Journal for LedgerJournal {
 /// (a `submitted` payout whose attempts all expired is paid again), with the attempts
 /// that hold them.
 pub(crate) async fn outbox(ledger: &Ledger) -> Result<Vec<PayoutFacts>, LedgerError> {
-    Ok(rows::solana_payouts(&ledger.store, PayoutStatus::is_in_transit).await?)
+    let mut facts = rows::solana_payouts(&ledger.store, PayoutStatus::is_in_transit).await?;
+    open_wallets(ledger, &mut facts).await?;
+    Ok(facts)
+}
+
+/// Opens the wallets of `facts`' method snapshots in place (`erased` for an erased
+/// provider's).
+pub(crate) async fn open_wallets(
+    ledger: &Ledger,
+    facts: &mut [PayoutFacts],
+) -> Result<(), LedgerError> {
+    ledger.open_facts(facts.iter_mut()).await
 }
 
 /// Landed attempts by signature (for reconciliation).

@@ -436,6 +436,7 @@ impl SolanaRail {
         .await
         .map_err(LedgerError::from)?;
         rows.sort_by(|a, b| a.payout_id.cmp(&b.payout_id));
+        journal::open_wallets(ledger, &mut rows).await?;
         let landed = journal::landed_by_signature(ledger).await?;
         let mut report = SolanaReconcileReport::default();
         let (settled, settled_ids) = check_settled(rows, &landed, &mut report);
@@ -471,7 +472,16 @@ fn plan_transfers(
         report.outbox_micro_usdc += p.amount_micro_usdc;
         let wallet = journal::method_wallet(&p.method)
             .ok_or_else(|| "the payout method is not a Solana wallet".to_owned())
-            .and_then(|w| validate_wallet(&w).map_err(|e| e.to_string()));
+            .and_then(|w| {
+                if w == crate::privacy::ERASED {
+                    return Err(format!(
+                        "{}: {}",
+                        crate::ledger::personal::PROVIDER_ERASED,
+                        crate::ledger::personal::erased_reason(&p.provider_id)
+                    ));
+                }
+                validate_wallet(&w).map_err(|e| e.to_string())
+            });
         let amount = u64::try_from(p.amount_micro_usdc)
             .ok()
             .filter(|a| *a > 0)
@@ -562,10 +572,24 @@ fn check_settled(
     let mut settled = Vec::with_capacity(rows.len());
     let mut settled_ids: HashMap<String, String> = HashMap::new();
     for r in rows {
-        let wallet = r.wallet().and_then(|w| w.parse::<Pubkey>().ok());
-        let (payout_id, amount, reference) = (r.payout_id, r.amount_micro_usdc, r.reference);
+        let (payout_id, amount, reference) = (
+            r.payout_id.clone(),
+            r.amount_micro_usdc,
+            r.reference.clone(),
+        );
         report.checked += 1;
         let signature = reference.unwrap_or_default();
+        // An erased provider's wallet is gone from its method: the landed transaction the
+        // ledger recorded still names where the money went.
+        let wallet = r
+            .wallet()
+            .and_then(|w| w.parse::<Pubkey>().ok())
+            .or_else(|| {
+                landed
+                    .get(&signature)
+                    .and_then(|a| a.transfers.iter().find(|t| t.0 == payout_id))
+                    .and_then(|t| t.1.parse::<Pubkey>().ok())
+            });
         settled_ids.insert(payout_id.clone(), signature.clone());
         let difference = |kind| ReconcileDifference {
             kind,

@@ -159,18 +159,19 @@ impl World {
 
     /// The provider as the registry reads it (method, and whether it is blocked).
     pub async fn provider_record(&self, id: &str) -> settle::ledger::registry::ProviderRecord {
-        let mut conn = self.ledger.store.acquire().await.unwrap();
-        settle::store::providers::load_provider(&mut conn, id)
-            .await
-            .unwrap()
-            .unwrap()
+        self.ledger.provider_record(id).await.unwrap().unwrap()
     }
 
+    /// A payout, its method's bank details opened.
     pub async fn payout(&self, payout_id: &str) -> PayoutRecord {
-        settle::ledger::payouts::payout(&self.ledger.store, payout_id)
+        let p = settle::ledger::payouts::payout(&self.ledger.store, payout_id)
             .await
             .unwrap()
-            .unwrap_or_else(|| panic!("no payout {payout_id}"))
+            .unwrap_or_else(|| panic!("no payout {payout_id}"));
+        let mut opened = [p];
+        self.ledger.open_payout_methods(&mut opened).await.unwrap();
+        let [p] = opened;
+        p
     }
 
     /// The payouts a generated batch holds, in file order, as recorded on the ledger.

@@ -100,7 +100,9 @@ impl TestDb {
     ) -> (Ledger, Arc<ManualClock>) {
         let store = Store::open(&self.url, options).await.expect("open store");
         let clock = Arc::new(ManualClock::new(parse_rfc3339_ms(now).expect("valid now")));
-        let ledger = Ledger::new(store, clock.clone(), LedgerConfig::default());
+        let sealing = sealing(&store);
+        let ledger =
+            Ledger::new(store, clock.clone(), LedgerConfig::default()).with_privacy(sealing);
         (ledger, clock)
     }
 }
@@ -189,9 +191,32 @@ pub fn settle_bin() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_settle"))
 }
 
+/// The master key of every test ledger (SPEC §11): the in-process ledgers seal with it, and
+/// every `settle` a test starts reads it from `SETTLE_PRIVACY_MASTER_KEY`
+/// ([`settle_command`]), so both open the same providers' values.
+pub const TEST_MASTER_KEY: &str =
+    "5e771e5e771e5e771e5e771e5e771e5e771e5e771e5e771e5e771e5e771e5e77";
+
+/// A ledger handle's sealing under [`TEST_MASTER_KEY`].
+pub fn sealing(store: &Store) -> settle::privacy::vault::Privacy {
+    let master = settle::privacy::keys::MasterKey::from_hex(TEST_MASTER_KEY, "the test key")
+        .expect("a master key");
+    settle::privacy::vault::Privacy::Sealing(settle::privacy::vault::Vault::new(
+        store.clone(),
+        Arc::new(master),
+    ))
+}
+
+/// `settle` as a test starts it: with the test ledgers' master key in its environment.
+pub fn settle_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(settle_bin());
+    cmd.env("SETTLE_PRIVACY_MASTER_KEY", TEST_MASTER_KEY);
+    cmd
+}
+
 /// Runs `settle` with args against `url`; returns (exit code, stdout, stderr).
 pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(settle_bin())
+    let out = settle_command()
         .arg("--database")
         .arg(url)
         .args(args)
