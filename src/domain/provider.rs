@@ -253,6 +253,7 @@ pub fn check_name(name: &str, what: &str) -> Result<(), DomainError> {
 }
 
 /// Checks an e-mail address loosely: one `@` with text on both sides, at most 254 bytes.
+/// The refusal does not repeat the address (personal data stays out of errors and logs).
 pub fn check_email(email: &str) -> Result<(), DomainError> {
     let ok = email.len() <= 254
         && !email.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -260,7 +261,7 @@ pub fn check_email(email: &str) -> Result<(), DomainError> {
     if !ok {
         return Err(DomainError::new(
             "invalid_email",
-            format!("not an e-mail address: {email:?}"),
+            "email is not an e-mail address (one @ between a name and a domain with a dot, at most 254 bytes, no spaces)",
         ));
     }
     Ok(())
