@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::config::ControlConfig;
-use crate::domain::event::EventBody;
+use crate::domain::event::{EventBody, PayoutMethod};
 use crate::domain::ids::{AdjustmentId, FxId, ProviderId};
 use crate::domain::money::format_micro_usdc;
 use crate::domain::time::format_ms;
@@ -48,10 +48,11 @@ pub async fn request_for(
             )
         }),
         Command::RegisterProvider(c) if c.payout_method.is_some() => {
-            Some(sealed(ledger, register_request(c)).await?)
+            Some(sealed(ledger, register_request(c), c.payout_method.as_ref()).await?)
         }
         Command::UpdateProvider(c) if c.payout_method.is_some() || c.tier.is_some() => {
-            Some(sealed(ledger, update_request(ledger, c).await?).await?)
+            let request = update_request(ledger, c).await?;
+            Some(sealed(ledger, request, c.payout_method.as_ref()).await?)
         }
         Command::SetFee(c) => Some(fee_request(ledger, c).await?),
         Command::EraseProvider { provider_id } => Some(request(
@@ -82,10 +83,25 @@ pub async fn request_for(
 /// email and bank details, and the summary that shows them, sealed with the provider's key
 /// the same way each time (the same command finds its request). A request to set a personal
 /// value of an erased provider is refused (`provider_erased`).
-async fn sealed(ledger: &Ledger, mut request: NewRequest) -> Result<NewRequest, LedgerError> {
+async fn sealed(
+    ledger: &Ledger,
+    mut request: NewRequest,
+    method: Option<&PayoutMethod>,
+) -> Result<NewRequest, LedgerError> {
     let Some(provider) = request.provider_id.clone() else {
         return Ok(request);
     };
+    // A payout method already paying another provider is worth a second look.
+    if let Some(method) = method {
+        let others = ledger.providers_paid_to(&provider, method).await?;
+        if !others.is_empty() {
+            request.summary = format!(
+                "{}; the same account is the payout method of {} too",
+                request.summary,
+                others.join(", ")
+            );
+        }
+    }
     match ledger.privacy.sealer(&provider, ledger.now_ms()).await? {
         Sealer::Key(key) => {
             (request.command, request.summary) =

@@ -102,6 +102,27 @@ impl Ledger {
         Ok(())
     }
 
+    /// The other providers paid to the account `method` pays to (its keyed digest found in
+    /// their payout methods'), sorted: what an approver of `provider_id`'s new method is
+    /// told. None on a ledger handle that seals nothing.
+    ///
+    /// # Errors
+    /// As [`Ledger::provider_record`].
+    pub async fn providers_paid_to(
+        &self,
+        provider_id: &str,
+        method: &PayoutMethod,
+    ) -> Result<Vec<String>, LedgerError> {
+        let Some(vault) = self.privacy.vault() else {
+            return Ok(Vec::new());
+        };
+        let index = vault.blind_index(self.now_ms()).await?;
+        let digest = crate::privacy::fields::method_digest(&index, method);
+        let mut others = rows::providers_with_digest(&self.store, &digest).await?;
+        others.retain(|p| p != provider_id);
+        Ok(others)
+    }
+
     /// Opens the personal values of approval requests (their commands and summaries, sealed
     /// with their providers' keys), in place, for the operators who read and decide them.
     ///
@@ -187,6 +208,7 @@ impl Ledger {
                     .saturating_add(r),
             };
             rows::mark_erased_on(tx.conn(), provider_id, now, destroy_after_ms).await?;
+            rows::replace_method_digest(tx.conn(), provider_id, None).await?;
             tx.append(NewEvent {
                 body: EventBody::ProviderErased(ProviderErased {
                     provider_id: provider_id.to_owned(),

@@ -9,9 +9,27 @@ use crate::domain::event::*;
 use crate::domain::ids::FxId;
 use crate::domain::platform::{self, PlatformCommand, PlatformState, SetFxRate};
 use crate::domain::provider::{self, ProviderCommand, ProviderState};
-use crate::privacy::fields::{open_record, seal_event};
+use crate::privacy::fields::{method_digest, open_record, seal_event};
 use crate::privacy::vault::Sealer;
 use crate::store::WriteTx;
+
+/// Whether `cmd` sets a payout method.
+fn sets_method(cmd: ProviderCommand<'_>) -> bool {
+    match cmd {
+        ProviderCommand::Register(r) => r.payout_method.is_some(),
+        ProviderCommand::Update(u) => u.payout_method.is_some(),
+        _ => false,
+    }
+}
+
+/// The payout method `events` set, in clear (before they are sealed).
+fn method_set(events: &[EventBody]) -> Option<&PayoutMethod> {
+    events.iter().find_map(|e| match e {
+        EventBody::ProviderRegistered(r) => r.payout_method.as_ref(),
+        EventBody::ProviderUpdated(u) => u.payout_method.as_ref(),
+        _ => None,
+    })
+}
 
 /// Whether `cmd` books a personal value: a registration, or an update of the name, email
 /// or payout method.
@@ -86,6 +104,11 @@ impl Ledger {
             }
             Sealer::Clear => (None, idem),
         };
+        // The blind index the account of a new payout method is digested under.
+        let index = match (self.privacy.vault(), sets_method(cmd)) {
+            (Some(vault), true) => Some(vault.blind_index(now).await?),
+            _ => None,
+        };
         crate::ledger::write_stream!(self, &provider_stream(provider_id), |tx| {
             if let Some(idem) = &idem
                 && let Some(answer) = idem.resent(tx).await?
@@ -97,6 +120,11 @@ impl Ledger {
                 open_record(Some(key), record)?;
             }
             let mut events = provider::decide(&state, cmd)?;
+            if let (Some(index), Some(method)) = (&index, method_set(&events)) {
+                let digest = method_digest(index, method);
+                crate::store::privacy::replace_method_digest(tx.conn(), provider_id, Some(&digest))
+                    .await?;
+            }
             if let Some(key) = &key {
                 for body in &mut events {
                     seal_event(key, body);

@@ -33,6 +33,18 @@ fn method_fields(method: &mut PayoutMethod) -> Vec<(&'static str, &mut String)> 
     }
 }
 
+/// The digest that stands for the account `method` pays to (SPEC §11: uniqueness checks
+/// use a keyed hash): the wallet, the IBAN, or the ACH routing and account numbers.
+pub fn method_digest(index: &super::BlindIndex, method: &PayoutMethod) -> String {
+    match method {
+        PayoutMethod::Solana { wallet } => index.digest("wallet", wallet),
+        PayoutMethod::Sepa { iban, .. } => index.digest("iban", iban),
+        PayoutMethod::Ach {
+            routing, account, ..
+        } => index.digest("ach", &format!("{routing}:{account}")),
+    }
+}
+
 fn seal_in_place(key: &DataKey, binding: &Binding<'_>, value: &mut String) {
     *value = key.seal(binding, value);
 }

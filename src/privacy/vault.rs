@@ -33,6 +33,9 @@ pub struct Vault {
     retention_days: i64,
 }
 
+/// The owner of the blind index key in `provider_keys`: `#` is in no provider id.
+const BLIND_INDEX_OWNER: &str = "#blind-index";
+
 /// `privacy.retention_days`'s default: payment records are kept ten years.
 pub const RETENTION_DAYS_DEFAULT: i64 = 3_650;
 
@@ -201,6 +204,19 @@ impl Vault {
     /// The store's.
     pub async fn destroy(&self, owner: &str, now_ms: i64) -> Result<bool, VaultError> {
         Ok(rows::destroy_key(&self.store, owner, now_ms).await?)
+    }
+
+    /// The blind index of payout method digests (SPEC §11: uniqueness checks use a keyed
+    /// hash): its key is a data key of its own owner, made on first use, wrapped and
+    /// rotated like the providers' keys and never erased.
+    ///
+    /// # Errors
+    /// As [`Vault::key`].
+    pub async fn blind_index(&self, now_ms: i64) -> Result<super::BlindIndex, VaultError> {
+        let key = self.key(BLIND_INDEX_OWNER, now_ms).await?.ok_or_else(|| {
+            PrivacyError::new("key_unwrap_failed", "the blind index key was destroyed")
+        })?;
+        Ok(super::BlindIndex::new(key))
     }
 
     /// The master key's id.

@@ -290,3 +290,41 @@ pub async fn mark_erased_on(
     })?;
     Ok(())
 }
+
+/// Replaces `provider_id`'s payout method digest with `digest` (none: deleted), in the
+/// transaction that books the method or the erasure.
+pub async fn replace_method_digest(
+    conn: &mut super::Conn,
+    provider_id: &str,
+    digest: Option<&str>,
+) -> Result<(), StoreError> {
+    on!(&mut *conn, |c| sqlx::query(
+        "DELETE FROM payout_method_digests WHERE provider_id = $1"
+    )
+    .bind(provider_id)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    if let Some(digest) = digest {
+        on!(&mut *conn, |c| sqlx::query(
+            "INSERT INTO payout_method_digests (digest, provider_id) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING"
+        )
+        .bind(digest)
+        .bind(provider_id)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
+    }
+    Ok(())
+}
+
+/// The providers whose payout method has `digest`, sorted.
+pub async fn providers_with_digest(store: &Store, digest: &str) -> Result<Vec<String>, StoreError> {
+    Ok(on!(store.db(), |c| sqlx::query_scalar(
+        "SELECT provider_id FROM payout_method_digests WHERE digest = $1 ORDER BY provider_id"
+    )
+    .bind(digest)
+    .fetch_all(c)
+    .await)?)
+}

@@ -391,6 +391,7 @@ async fn indexed_identifiers_compare_as_bytes_after_an_upgrade() {
     common::upgrade_through(&ledger.store, 14, &[]).await;
     common::upgrade_through(&ledger.store, 15, &[]).await;
     common::upgrade_through(&ledger.store, 16, &[]).await;
+    common::upgrade_through(&ledger.store, 17, &[]).await;
     assert_eq!(
         keys_not_in_byte_order(&db, &ledger.store).await,
         Vec::<String>::new()

@@ -559,7 +559,8 @@ async fn a_master_key_rotation_keeps_every_provider_readable() {
     assert!(!out.contains(new_hex.trim()), "no key printed");
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&out).unwrap()[0]["rewrapped"],
-        2
+        3,
+        "two providers' keys and the blind index's"
     );
 
     let rotated =
@@ -646,6 +647,8 @@ async fn a_gated_change_of_bank_details_is_sealed_in_its_request() {
     use settle::control::Submitted;
     let w = World::new("2026-11-20T00:00:00Z").await;
     w.provider("eu_de", SEPA_DE).await;
+    // Another provider already paid to the account the change names.
+    w.provider("eu_two", SEPA_DE_NEW).await;
     let line = format!(
         r#"{{"type":"provider.update","provider_id":"eu_de","payout_method":{SEPA_DE_NEW}}}"#
     );
@@ -680,6 +683,13 @@ async fn a_gated_change_of_bank_details_is_sealed_in_its_request() {
     assert!(
         rows[0].summary.contains("DE89370400440532013000"),
         "the details in force"
+    );
+    assert!(
+        rows[0]
+            .summary
+            .ends_with("; the same account is the payout method of eu_two too"),
+        "the approver is told (by keyed digest): {}",
+        rows[0].summary
     );
     let (code, out, err) = common::run_cli(
         &w.db.url,
@@ -719,6 +729,27 @@ async fn a_gated_change_of_bank_details_is_sealed_in_its_request() {
     ] {
         assert!(!raw.contains(value), "{value} in clear");
     }
+    // Both are paid to one account now; erased, a provider's digest is gone with it.
+    let new: settle::domain::event::PayoutMethod = serde_json::from_str(SEPA_DE_NEW).unwrap();
+    assert_eq!(
+        w.ledger.providers_paid_to("eu_de", &new).await.unwrap(),
+        ["eu_two"]
+    );
+    assert_eq!(
+        w.ledger.providers_paid_to("eu_two", &new).await.unwrap(),
+        ["eu_de"]
+    );
+    w.ledger
+        .erase_provider("eu_two", &settle::ledger::Actor::operator("carol"))
+        .await
+        .unwrap();
+    assert!(
+        w.ledger
+            .providers_paid_to("eu_de", &new)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     w.check().await;
 }
 
