@@ -8,4 +8,7 @@ CREATE TABLE IF NOT EXISTS payout_method_digests (
     provider_id TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (digest, provider_id)
 );
+-- Byte order for the key columns, also where the table was made before.
+ALTER TABLE payout_method_digests ALTER COLUMN digest TYPE TEXT COLLATE "C";
+ALTER TABLE payout_method_digests ALTER COLUMN provider_id TYPE TEXT COLLATE "C";
 CREATE INDEX IF NOT EXISTS payout_method_digests_provider ON payout_method_digests (provider_id);

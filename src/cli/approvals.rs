@@ -15,8 +15,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::report::output::{Format, Rows};
 use crate::store::read::ApprovalRow;
 
-/// Exit code of a refused decision (as for other rejected commands).
-const EXIT_REJECTED: i32 = 2;
+use super::EXIT_REJECTED;
 
 #[derive(Subcommand, Debug)]
 pub enum ApprovalsCmd {
@@ -107,15 +106,7 @@ pub async fn approvals_cmd(
     Ok(code)
 }
 
-fn rejected(err: LedgerError) -> anyhow::Result<i32> {
-    match err {
-        LedgerError::Rejected(e) => {
-            eprintln!("rejected: {}: {}", e.code, e.message);
-            Ok(EXIT_REJECTED)
-        }
-        other => Err(other.into()),
-    }
-}
+use super::rejected;
 
 fn render(
     rows: &[(ApprovalRow, String)],

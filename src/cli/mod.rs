@@ -223,6 +223,20 @@ impl Cmd {
     }
 }
 
+/// The exit status of a command the ledger refused (its code and reason on stderr).
+pub(crate) const EXIT_REJECTED: i32 = 2;
+
+/// Prints a refusal on stderr and returns [`EXIT_REJECTED`]; other errors propagate.
+pub(crate) fn rejected(err: crate::ledger::LedgerError) -> anyhow::Result<i32> {
+    match err {
+        crate::ledger::LedgerError::Rejected(e) => {
+            eprintln!("rejected: {}: {}", e.code, e.message);
+            Ok(EXIT_REJECTED)
+        }
+        other => Err(other.into()),
+    }
+}
+
 /// The operator this process acts for (`--actor`, else the OS user); set once by [`run`].
 static OPERATOR: std::sync::OnceLock<Actor> = std::sync::OnceLock::new();
 

@@ -11,8 +11,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::report::output::{Format, Rows};
 use crate::wire::import::Command;
 
-/// Exit status of a refused command.
-const EXIT_REJECTED: i32 = 2;
+use super::{EXIT_REJECTED, rejected};
 
 #[derive(Subcommand, Debug)]
 pub enum ProviderCmd {
@@ -24,16 +23,6 @@ pub enum ProviderCmd {
     /// `privacy.retention_days` after its last payout have passed. Refused with
     /// `payout_in_flight` while a payout was sent and not answered.
     Erase { provider_id: String },
-}
-
-fn rejected(err: LedgerError) -> anyhow::Result<i32> {
-    match err {
-        LedgerError::Rejected(e) => {
-            eprintln!("rejected: {}: {}", e.code, e.message);
-            Ok(EXIT_REJECTED)
-        }
-        other => Err(other.into()),
-    }
 }
 
 /// `settle provider …`.

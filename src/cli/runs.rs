@@ -15,8 +15,7 @@ use crate::ledger::runs::{self, RunReport};
 use crate::ledger::{Ledger, LedgerError};
 use crate::report::output::{Format, Rows};
 
-/// Exit code of a command the ledger rejected.
-const EXIT_REJECTED: i32 = 2;
+use super::EXIT_REJECTED;
 
 #[derive(Subcommand, Debug)]
 pub enum RunCmd {
@@ -74,16 +73,7 @@ pub enum CalendarCmd {
 use super::cli_actor;
 use crate::control::Submitted;
 
-/// Prints a rejection on stderr and returns its exit code; other errors propagate.
-fn rejected(err: LedgerError) -> anyhow::Result<i32> {
-    match err {
-        LedgerError::Rejected(e) => {
-            eprintln!("rejected: {}: {}", e.code, e.message);
-            Ok(EXIT_REJECTED)
-        }
-        other => Err(other.into()),
-    }
-}
+use super::rejected;
 
 /// `settle run …`: the run rules come from the `[runs]` section of `--config` and the
 /// `SETTLE_RUNS__*` environment (defaults otherwise).

@@ -101,21 +101,8 @@ pub async fn mark_erased(
     now_ms: i64,
     destroy_after_ms: i64,
 ) -> Result<(), StoreError> {
-    on!(store.db(), |c| {
-        sqlx::query(
-        "INSERT INTO provider_keys (owner, master_key_id, wrapped, created_at_ms, erased_at_ms, destroy_after_ms) \
-         VALUES ($1, '', NULL, $2, $2, $3) \
-         ON CONFLICT (owner) DO UPDATE SET erased_at_ms = COALESCE(provider_keys.erased_at_ms, excluded.erased_at_ms), \
-         destroy_after_ms = excluded.destroy_after_ms"
-    )
-    .bind(owner)
-    .bind(now_ms)
-    .bind(destroy_after_ms)
-    .execute(c)
-    .await
-    .map(|r| r.rows_affected())
-    })?;
-    Ok(())
+    let mut conn = store.acquire().await?;
+    mark_erased_on(&mut conn, owner, now_ms, destroy_after_ms).await
 }
 
 /// Destroys the keys due at `now_ms` (erased, `destroy_after_ms` reached): their wrapped
