@@ -100,6 +100,7 @@ pub async fn show(
     responses(
         (status = 200, body = super::admin::CommandResult, description = "erased now (`accepted`) or before (`duplicate`): a ledger that does not enforce control"),
         (status = 202, body = super::admin::PendingApproval, description = "booked as a request that waits for a second operator"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "invalid_operator_headers: one of the two operator headers alone"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "unknown_provider"),
