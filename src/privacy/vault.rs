@@ -109,7 +109,13 @@ impl Vault {
     /// # Errors
     /// The store's.
     pub async fn destroy_due(&self, now_ms: i64) -> Result<Vec<String>, VaultError> {
-        Ok(rows::destroy_due(&self.store, now_ms).await?)
+        let mut destroyed = Vec::new();
+        for owner in self.due(now_ms).await? {
+            if self.destroy(&owner, now_ms).await? {
+                destroyed.push(owner);
+            }
+        }
+        Ok(destroyed)
     }
 
     /// Re-wraps every key still wrapped under another master key with this vault's, after

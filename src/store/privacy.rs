@@ -105,22 +105,6 @@ pub async fn mark_erased(
     mark_erased_on(&mut conn, owner, now_ms, destroy_after_ms).await
 }
 
-/// Destroys the keys due at `now_ms` (erased, `destroy_after_ms` reached): their wrapped
-/// bytes are emptied; returns their owners, sorted.
-pub async fn destroy_due(store: &Store, now_ms: i64) -> Result<Vec<String>, StoreError> {
-    let mut owners: Vec<String> = on!(store.db(), |c| {
-        sqlx::query_scalar(
-        "UPDATE provider_keys SET wrapped = NULL, destroyed_at_ms = $1 \
-         WHERE wrapped IS NOT NULL AND erased_at_ms IS NOT NULL AND destroy_after_ms <= $1 RETURNING owner"
-    )
-    .bind(now_ms)
-    .fetch_all(c)
-    .await
-    })?;
-    owners.sort();
-    Ok(owners)
-}
-
 /// Up to `limit` keys still wrapped under another master key than `master_key_id`.
 pub async fn keys_not_under(
     store: &Store,
