@@ -51,13 +51,6 @@ pub struct LedgerConfig {
     pub usage_projection_lag_max_ms: u64,
     /// The longest such a wait lasts; then the group is booked anyway.
     pub usage_projection_wait_max_ms: u64,
-    /// Anchor file of the chain heads (src/anchor.rs), to be kept where the database's
-    /// writers cannot write; `settle serve` appends to it every `anchor_interval_ms`, `settle
-    /// anchor` on demand, `settle verify` checks against it. Empty: no anchors.
-    pub anchor_file: String,
-    /// How often `settle serve` anchors the heads that moved (the window in which a
-    /// rewrite with recomputed hashes goes unseen).
-    pub anchor_interval_ms: u64,
     /// On a real-clock ledger, how far `--now` may lie from the real clock (clocks of two
     /// machines differ a little); further is refused (`now_off_clock`), and `verify`
     /// reports events booked further ahead than this (`booked_ahead_of_clock`).
@@ -130,8 +123,6 @@ impl Default for LedgerConfig {
             usage_group_bookers_max: 2,
             usage_projection_lag_max_ms: 500,
             usage_projection_wait_max_ms: 1000,
-            anchor_file: String::new(),
-            anchor_interval_ms: 60_000,
             clock_skew_ms: 5 * 60 * 1000,
             usage_rate_band_min_pct: Self::DEFAULT_USAGE_RATE_BAND_MIN_PCT,
             usage_rate_band_max_pct: Self::DEFAULT_USAGE_RATE_BAND_MAX_PCT,
@@ -715,6 +706,84 @@ pub struct Config {
     pub store: StoreConfig,
     pub reliability: ReliabilityConfig,
     pub privacy: PrivacyConfig,
+    pub anchor: AnchorConfig,
+}
+
+/// The file `<database>.<suffix>` beside the database of a `sqlite://PATH` URL (none for
+/// another database, or an in-memory one).
+pub fn beside_sqlite_database(database_url: &str, suffix: &str) -> Option<std::path::PathBuf> {
+    let path = database_url.strip_prefix("sqlite://")?;
+    let path = path.split('?').next().unwrap_or(path);
+    (!path.is_empty() && !path.starts_with(':'))
+        .then(|| std::path::PathBuf::from(format!("{path}.{suffix}")))
+}
+
+/// `[anchor]`: the anchors of the chain heads (SPEC §13, `src/anchor/`).
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnchorConfig {
+    /// Whether `settle serve` anchors (every `interval_s`) and publishes (every
+    /// `publish_interval_s`).
+    pub enabled: bool,
+    /// The anchor log, to be kept where the database's writers cannot write. Empty: beside
+    /// the database on SQLite (`settle.db.anchors`), `anchors` in the working directory on
+    /// PostgreSQL.
+    pub file: String,
+    /// The anchor key (a solana-keypair file, mode 0600, made when missing). Empty: the log's
+    /// path with `.key` appended.
+    pub key_file: String,
+    /// How often `settle serve` anchors the heads that moved: the window in which a
+    /// rewrite with recomputed hashes goes unseen.
+    pub interval_s: u64,
+    /// How often `settle serve` publishes the newest root on Solana (a day); 0: never (only
+    /// `settle anchor publish`).
+    pub publish_interval_s: u64,
+    /// The Solana JSON-RPC endpoint of the publications. Empty: `solana.rpc_url`.
+    pub rpc_url: String,
+    /// How long a publication waits for its transaction to be confirmed.
+    pub publish_wait_ms: u64,
+}
+
+impl Default for AnchorConfig {
+    fn default() -> Self {
+        AnchorConfig {
+            enabled: true,
+            file: String::new(),
+            key_file: String::new(),
+            interval_s: 60,
+            publish_interval_s: 86_400,
+            rpc_url: String::new(),
+            publish_wait_ms: 60_000,
+        }
+    }
+}
+
+impl AnchorConfig {
+    /// The anchor log of the ledger at `database_url`.
+    pub fn log_path(&self, database_url: &str) -> std::path::PathBuf {
+        if !self.file.is_empty() {
+            return self.file.clone().into();
+        }
+        beside_sqlite_database(database_url, "anchors").unwrap_or_else(|| "anchors".into())
+    }
+
+    /// The anchor key of the log at `log`.
+    pub fn key_path(&self, log: &std::path::Path) -> std::path::PathBuf {
+        if self.key_file.is_empty() {
+            format!("{}.key", log.display()).into()
+        } else {
+            self.key_file.clone().into()
+        }
+    }
+
+    /// The publications' RPC endpoint.
+    pub fn rpc<'a>(&'a self, solana: &'a SolanaConfig) -> &'a str {
+        if self.rpc_url.is_empty() {
+            &solana.rpc_url
+        } else {
+            &self.rpc_url
+        }
+    }
 }
 
 /// `[privacy]`: the master key that wraps each provider's data key (SPEC §11,

@@ -11,6 +11,7 @@
 
 mod answers;
 mod reliability;
+mod statement;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -242,6 +243,9 @@ pub struct DemoReport {
     pub reliability: Vec<Value>,
     /// The operators put in force and the request one made and the other approved.
     pub dual_control: Value,
+    /// The ledger anchored and published on the local chain, and a provider's statement
+    /// checked against it (SPEC §13).
+    pub statement: Value,
     /// What to run next, printed under "Explore it".
     #[serde(flatten)]
     pub next: NextSteps,
@@ -392,6 +396,8 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
     let bank_files = bank_file_rows(&ledger, &generated).await?;
     check_books(&ledger).await?;
     let dashboard_token = dashboard_token(&ledger).await?;
+    // Anchored, published on the chain; a provider's statement proven against it.
+    let statement = statement::prove(&ledger, &url, &dir, &chain, program).await?;
     let serve_config = write_serve_config(&dir, &bank_config)?;
     let demo = DemoReport {
         database: url.clone(),
@@ -407,6 +413,7 @@ pub async fn run(dir: &Path, program: &str) -> anyhow::Result<DemoReport> {
         bank_answers,
         reliability,
         dual_control,
+        statement,
         next: NextSteps::new(
             program,
             &url,
@@ -769,6 +776,7 @@ pub fn render_table(d: &DemoReport) -> String {
     answers::render(&mut out, &d.bank_answers);
     reliability::render(&mut out, &d.reliability);
     render_dual_control(&mut out, d);
+    render_statement(&mut out, d);
     render_next_steps(&mut out, d);
     out
 }
@@ -912,6 +920,33 @@ fn render_dual_control(out: &mut String, d: &DemoReport) {
         c["approval_id"].as_str().unwrap_or(""),
         c["decider_operator"].as_str().unwrap_or(""),
         c["result"].as_str().unwrap_or("")
+    );
+}
+
+/// The anchor published on the local chain and the provider statement checked against it.
+fn render_statement(out: &mut String, d: &DemoReport) {
+    use std::fmt::Write;
+    let s = &d.statement;
+    let text = |k: &str| s[k].as_str().unwrap_or("").to_owned();
+    let _ = writeln!(
+        out,
+        "\nAnchored and published (SPEC §13): anchor {} root {}\n  signed by the anchor key {}, \
+         published on the local chain in transaction {}",
+        s["anchor_n"],
+        text("root"),
+        text("anchor_key"),
+        text("publication")
+    );
+    let _ = writeln!(
+        out,
+        "  {}'s statement of its payout: {} ({} events, statement hash {})\n  checked against \
+         the chain: {}\n  the provider checks it again, with nothing but the file and the published root:\n     {}",
+        text("provider_id"),
+        text("statement_file"),
+        s["events"],
+        text("statement_hash"),
+        text("verified"),
+        text("verify_command")
     );
 }
 

@@ -27,6 +27,7 @@ pub mod operator_key;
 pub mod privacy;
 pub mod rails;
 pub mod report;
+pub mod statement;
 pub mod store;
 pub mod verify;
 pub mod wire;

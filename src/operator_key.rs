@@ -13,6 +13,16 @@ use crate::control::Sign;
 use crate::domain::operator::OperatorKey;
 use crate::ledger::Ledger;
 
+/// A new Ed25519 key from the operating system's random source.
+pub fn random_key() -> SigningKey {
+    use rand::RngCore;
+    let mut seed = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut seed);
+    let key = SigningKey::from_bytes(&seed);
+    seed.fill(0);
+    key
+}
+
 /// Writes `key` as a new key file at `path` (mode 0600; an existing file is never
 /// overwritten); returns its public key.
 pub fn write_key_file(path: &Path, key: &SigningKey) -> anyhow::Result<OperatorKey> {
@@ -54,7 +64,7 @@ impl Sign for OperatorSigner {
 /// The key file at `path`, as the operator of `ledger` that holds its public key
 /// (`unknown_operator` when none does).
 pub async fn load_signer(ledger: &Ledger, path: &Path) -> anyhow::Result<OperatorSigner> {
-    let key = read_key(path)?;
+    let key = read_key_file(path, "operator")?;
     let public = OperatorKey::from_verifying_key(key.verifying_key());
     let operators = ledger.operators().await?;
     let Some(operator) = operators.iter().find(|o| o.key == public) else {
@@ -70,14 +80,16 @@ pub async fn load_signer(ledger: &Ledger, path: &Path) -> anyhow::Result<Operato
     })
 }
 
-fn read_key(path: &Path) -> anyhow::Result<SigningKey> {
+/// The Ed25519 key in the solana-keygen file at `path`, refused (`insecure_<kind>_key`)
+/// when group or others may access it, or unreadable as a key (`invalid_<kind>_key`).
+pub fn read_key_file(path: &Path, kind: &str) -> anyhow::Result<SigningKey> {
     use std::os::unix::fs::PermissionsExt;
     let metadata =
         std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     let mode = metadata.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         bail!(
-            "insecure_operator_key: {} has mode {mode:04o}: group and others must have no \
+            "insecure_{kind}_key: {} has mode {mode:04o}: group and others must have no \
              access (chmod 600 {})",
             path.display(),
             path.display()
@@ -87,7 +99,7 @@ fn read_key(path: &Path) -> anyhow::Result<SigningKey> {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let invalid = || {
         anyhow::anyhow!(
-            "invalid_operator_key: {} is not a JSON array of 64 bytes holding an Ed25519 key",
+            "invalid_{kind}_key: {} is not a JSON array of 64 bytes holding an Ed25519 key",
             path.display()
         )
     };

@@ -41,6 +41,33 @@ pub struct VerifyReport {
     /// How many there are (the first 100 are listed).
     #[serde(skip_serializing_if = "is_zero")]
     pub before_control_total: usize,
+    /// The anchor log checked against the ledger (`verify --anchors`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor_log: Option<AnchorLogStatus>,
+}
+
+/// The anchor log as `verify --anchors` found it, and the tail it does not cover yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AnchorLogStatus {
+    /// Anchors in the log.
+    pub anchors: usize,
+    /// Anchors written before roots were signed.
+    pub unsigned: usize,
+    /// The newest anchor's number and root (hex).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newest_n: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newest_root: Option<String>,
+    /// The newest anchor published on Solana, and its transaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published_n: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published_signature: Option<String>,
+    /// Events booked after their stream's anchored head (not covered by any anchor yet).
+    pub unanchored_events: i64,
+    /// Seconds since the newest anchor (absent before the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unanchored_seconds: Option<i64>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -130,6 +157,88 @@ impl VerifyReport {
                 event_type: u.event_type,
             })
             .collect();
+        Ok(())
+    }
+
+    /// Checks the anchor log against what the ledger recorded of it: a root the ledger
+    /// recorded (written or published) that the log lacks is `anchor_log_truncated`, one it
+    /// holds otherwise `anchor_log_rewritten`; an anchor signed by another key than
+    /// `expected_key` is `anchor_key_unknown`. Then measures the tail no anchor covers yet.
+    pub async fn check_anchor_log(
+        &mut self,
+        store: &Store,
+        log: &crate::anchor::Anchors,
+        expected_key: Option<&str>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let recorded = crate::store::anchors::anchors(store).await?;
+        let published = crate::store::anchors::publications(store).await?;
+        let claims = recorded
+            .iter()
+            .map(|r| (r.n, r.root.as_str(), "recorded"))
+            .chain(
+                published
+                    .iter()
+                    .map(|p| (p.n, p.root.as_str(), "published")),
+            );
+        for (n, root, how) in claims {
+            let held = usize::try_from(n - 1).ok().and_then(|i| log.entries.get(i));
+            let (kind, detail) = match held {
+                None => (
+                    "anchor_log_truncated",
+                    format!(
+                        "the ledger {how} anchor {n} but the log holds {} anchors: the log was cut short",
+                        log.entries.len()
+                    ),
+                ),
+                Some(e) if hex::encode(e.root) != root => (
+                    "anchor_log_rewritten",
+                    format!("the log's anchor {n} has another root than the one the ledger {how}"),
+                ),
+                Some(_) => continue,
+            };
+            self.push(Problem {
+                stream: "anchors".into(),
+                seq: Some(n),
+                kind,
+                detail,
+            });
+        }
+        let mut status = AnchorLogStatus {
+            anchors: log.entries.len(),
+            ..AnchorLogStatus::default()
+        };
+        for e in &log.entries {
+            match (&e.signed_by, expected_key) {
+                (None, _) => status.unsigned += 1,
+                (Some((key, _)), Some(expected)) if key != expected => self.push(Problem {
+                    stream: "anchors".into(),
+                    seq: Some(e.n),
+                    kind: "anchor_key_unknown",
+                    detail: format!("signed by {key}, not by the anchor key {expected}"),
+                }),
+                _ => {}
+            }
+        }
+        if let Some(newest) = log.entries.last() {
+            status.newest_n = Some(newest.n);
+            status.newest_root = Some(hex::encode(newest.root));
+            status.unanchored_seconds = crate::domain::time::parse_rfc3339_ms(&newest.at)
+                .ok()
+                .map(|at| (now_ms - at).max(0) / 1000);
+        }
+        if let Some(p) = published.iter().max_by_key(|p| p.n) {
+            status.published_n = Some(p.n);
+            status.published_signature = Some(p.signature.clone());
+        }
+        status.unanchored_events = store
+            .stream_heads()
+            .await?
+            .iter()
+            .map(|(stream, (seq, _))| seq - log.heads.get(stream).map_or(0, |(a, _)| *a))
+            .filter(|n| *n > 0)
+            .sum();
+        self.anchor_log = Some(status);
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! The `settle` command line (clap). Thin: parse arguments, call the ledger and the read
 //! models, render the result.
 
+pub mod anchor;
 pub mod approvals;
 pub mod bank;
 pub mod bank_answers;
@@ -13,6 +14,7 @@ pub mod reads;
 pub mod runs;
 pub mod serve;
 pub mod solana;
+pub mod statement;
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -138,18 +140,20 @@ pub enum Cmd {
     Ingest { file: String },
     /// Check hash chains, balanced lines, and projections against a fresh fold.
     Verify {
-        /// An anchor file (`settle anchor`): every chain, recomputed from the events' contents,
-        /// must pass through its anchored heads. Default: `ledger.anchor_file` when set.
+        /// Check against an anchor log (SPEC §13): every chain, recomputed from the events'
+        /// contents, must pass through its anchored heads; the log must hold every root the
+        /// ledger recorded; the unanchored tail is reported. Without a value: `anchor.file`
+        /// (default: beside the database). Without the flag: `anchor.file` when it is set.
         #[arg(long)]
-        anchors: Option<std::path::PathBuf>,
+        #[allow(clippy::option_option)]
+        anchors: Option<Option<std::path::PathBuf>>,
     },
-    /// Append the heads of the streams that moved since the last anchor to the anchor file
-    /// (`--file`, or `ledger.anchor_file`), to be kept where the database's writers cannot
-    /// write.
-    Anchor {
-        #[arg(long)]
-        file: Option<std::path::PathBuf>,
-    },
+    /// Sign and append an anchor of the streams' heads to the anchor log (`--file`, or
+    /// `anchor.file`); `settle anchor publish` also publishes the newest root on Solana.
+    Anchor(anchor::AnchorArgs),
+    /// Provider statements (SPEC §13): written from the ledger, or checked offline.
+    #[command(subcommand)]
+    Statement(statement::StatementCmd),
     /// Rebuild every projection from the events alone.
     Rebuild,
     /// Provider balances: available, held, in transit, lifetime paid.
@@ -535,6 +539,22 @@ async fn without_database(cli: &Cli) -> Option<anyhow::Result<i32>> {
         }
         Cmd::Demo { dir } => Some(demo_cmd(dir, cli.format).await),
         Cmd::Chain(cmd) => Some(solana::chain_cmd(cmd, cli.format).await),
+        Cmd::Statement(statement::StatementCmd::Verify {
+            file,
+            root,
+            rpc,
+            key,
+        }) => Some(
+            statement::verify(
+                file,
+                root.as_deref(),
+                rpc.as_deref(),
+                key.as_deref(),
+                cli.format,
+                &mut std::io::stdout().lock(),
+            )
+            .await,
+        ),
         _ => None,
     }
 }
@@ -553,6 +573,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let code = match &cli.command {
         Cmd::Demo { .. } => unreachable!("handled before opening the database"),
         Cmd::Serve { no_scheduler } => {
+            let config = anchor::resolved(&cli, config);
             serve::serve(ledger.clone(), config, !no_scheduler).await?;
             0
         }
@@ -565,10 +586,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             control_cmds(&ledger, &cli, &mut stdout).await?
         }
         Cmd::Verify { anchors } => {
-            let per_page = config.store.verify_streams_per_page;
-            verify_cmd(&ledger, &cli, anchors.as_ref(), per_page, &mut stdout).await?
+            verify_cmd(&ledger, &cli, &config, anchors.as_ref(), &mut stdout).await?
         }
-        Cmd::Anchor { file } => anchor_cmd(&ledger, &cli, file.as_ref(), &mut stdout).await?,
+        Cmd::Anchor(args) => anchor::anchor_cmd(&ledger, &cli, &config, args, &mut stdout).await?,
+        Cmd::Statement(cmd) => {
+            statement::statement_cmd(&ledger, &cli, &config, cmd, &mut stdout).await?
+        }
         Cmd::Rebuild => {
             let per_page = config.store.verify_streams_per_page;
             rebuild_cmd(&ledger, cli.format, per_page, &mut stdout).await?
@@ -650,34 +673,25 @@ async fn migrate_cmd(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyhow
     Ok(0)
 }
 
-/// `settle verify`: checks the ledger (against the anchor file of `--anchors` or
-/// `ledger.anchor_file`, when there is one); exit code 1 when it finds a problem.
+/// `settle verify`: checks the ledger (against an anchor log with `--anchors`, or when
+/// `anchor.file` is set); exit code 1 when it finds a problem.
 async fn verify_cmd(
     ledger: &Ledger,
     cli: &Cli,
-    anchors: Option<&std::path::PathBuf>,
-    streams_per_page: usize,
+    config: &Config,
+    anchors: Option<&Option<std::path::PathBuf>>,
     out: &mut impl Write,
 ) -> anyhow::Result<i32> {
-    let anchors = match anchors {
-        Some(path) => Some(path.clone()),
-        None => anchor_file(cli)?,
-    };
-    let anchors = match anchors {
-        Some(path) => Some(
-            crate::anchor::read(&path)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?
-                .heads,
-        ),
-        None => None,
-    };
+    let log = anchor::log_to_check(cli, config, anchors)?;
     let total = ledger.store.event_count().await?;
     let bar = counter_bar("verify", total);
-    let mut report =
-        crate::verify::verify_anchored(&ledger.store, anchors.as_ref(), streams_per_page, &|n| {
-            tick(&bar, n)
-        })
-        .await?;
+    let mut report = crate::verify::verify_anchored(
+        &ledger.store,
+        log.as_ref().map(|(anchors, _)| &anchors.heads),
+        config.store.verify_streams_per_page,
+        &|n| tick(&bar, n),
+    )
+    .await?;
     finish(bar);
     report
         .check_clock(
@@ -687,44 +701,13 @@ async fn verify_cmd(
         )
         .await?;
     report.check_control(&ledger.store).await?;
+    if let Some((anchors, key)) = &log {
+        report
+            .check_anchor_log(&ledger.store, anchors, key.as_deref(), SystemClock.now_ms())
+            .await?;
+    }
     print_report(&report, cli.format, out)?;
     Ok(if report.ok() { 0 } else { 1 })
-}
-
-/// `settle anchor`: appends the heads that moved to the anchor file (`--file` or
-/// `ledger.anchor_file`).
-async fn anchor_cmd(
-    ledger: &Ledger,
-    cli: &Cli,
-    file: Option<&std::path::PathBuf>,
-    out: &mut impl Write,
-) -> anyhow::Result<i32> {
-    let Some(path) = file
-        .cloned()
-        .map_or_else(|| anchor_file(cli), |f| Ok(Some(f)))?
-    else {
-        bail!("no anchor file: pass --file or set ledger.anchor_file");
-    };
-    let report = crate::anchor::write(&ledger.store, &path, ledger.now_ms())
-        .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;
-    match cli.format {
-        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
-        _ if report.written => writeln!(
-            out,
-            "anchored the heads of {} of {} streams in {}",
-            report.anchored,
-            report.streams,
-            path.display()
-        )?,
-        _ => writeln!(
-            out,
-            "nothing moved since the last anchor in {} ({} streams)",
-            path.display(),
-            report.streams
-        )?,
-    }
-    Ok(0)
 }
 
 /// `settle rebuild`: rewrites the projections from the events; exit code 1 on a problem.
@@ -741,14 +724,6 @@ async fn rebuild_cmd(
     finish(bar);
     print_report(&report, format, out)?;
     Ok(if report.ok() { 0 } else { 1 })
-}
-
-/// `ledger.anchor_file` of the configuration, when set.
-fn anchor_file(cli: &Cli) -> anyhow::Result<Option<std::path::PathBuf>> {
-    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
-    Ok(Some(config.ledger.anchor_file)
-        .filter(|f| !f.is_empty())
-        .map(std::path::PathBuf::from))
 }
 
 fn print_report(
@@ -772,6 +747,17 @@ fn print_report(
                 let anchored = report.anchored_streams.map_or(String::new(), |n| {
                     format!("; every chain passes through its anchored head ({n} streams anchored)")
                 });
+                let anchored = match &report.anchor_log {
+                    Some(log) => format!(
+                        "{anchored}; {} anchors, {} events and {} s not anchored yet{}",
+                        log.anchors,
+                        log.unanchored_events,
+                        log.unanchored_seconds.unwrap_or(0),
+                        log.published_n
+                            .map_or(String::new(), |n| format!(", anchor {n} published"))
+                    ),
+                    None => anchored,
+                };
                 let clock = report
                     .clock
                     .map_or(String::new(), |c| format!("; clock: {}", c.as_str()));

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use clap::Subcommand;
-use ed25519_dalek::SigningKey;
 use serde_json::json;
 
 use crate::control::Sign;
@@ -165,11 +164,7 @@ async fn list(ledger: &Ledger, format: Format, out: &mut impl Write) -> anyhow::
 
 /// `settle operator keygen --out FILE`: needs no database.
 pub fn keygen(path: &Path, out: &mut impl Write) -> anyhow::Result<i32> {
-    use rand::RngCore;
-    let mut seed = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut seed);
-    let key = SigningKey::from_bytes(&seed);
-    seed.fill(0);
+    let key = crate::operator_key::random_key();
     writeln!(
         out,
         "{}",

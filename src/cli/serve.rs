@@ -271,28 +271,102 @@ async fn bank_pass(ledger: &Ledger, bank: &crate::config::BankConfig) {
     }
 }
 
-/// Appends the heads that moved to the anchor file; a failure is loud (and counted) and
-/// retried next pass.
-async fn anchor_pass(ledger: &Ledger, path: &std::path::Path) {
-    match crate::anchor::write(&ledger.store, path, ledger.now_ms()).await {
-        Ok(r) if r.written => {
-            tracing::debug!(
-                anchored = r.anchored,
-                streams = r.streams,
-                "chain heads anchored"
-            )
-        }
-        Ok(_) => {}
-        Err(e) => {
-            crate::metrics::global().count(
-                "settle_anchor_failures_total",
-                "Anchor passes that failed (the anchor file unwritable, or the ledger diverged \
-                 from it).",
-                &[("code", e.code())],
-                1,
+/// Anchors the chain heads every `anchor.interval_s` into `anchor.file` (the CLI resolves
+/// its default before serving), signed by the anchor key (refused at start when others may
+/// read it), and publishes the newest root on Solana once `anchor.publish_interval_s` has
+/// passed since the last publication (a failure is retried at the next pass).
+fn spawn_anchoring(
+    ledger: &Ledger,
+    config: &Config,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let path = std::path::PathBuf::from(&config.anchor.file);
+    let key = std::sync::Arc::new(
+        crate::anchor::key::AnchorKey::load_or_create(&config.anchor.key_path(&path))
+            .context("the anchor key")?,
+    );
+    tracing::info!(file = %path.display(), key = %key.public(), "settle serve: anchoring the chain heads");
+    let interval = Duration::from_secs(config.anchor.interval_s.max(1));
+    let publishing = Publishing {
+        every_ms: i64::try_from(config.anchor.publish_interval_s.saturating_mul(1000))
+            .unwrap_or(i64::MAX),
+        rpc: config.anchor.rpc(&config.solana).to_owned(),
+        wait: Duration::from_millis(config.anchor.publish_wait_ms),
+    };
+    let ledger = ledger.clone();
+    Ok(tokio::spawn(every(
+        interval,
+        stopped(stop_rx.clone()),
+        move || {
+            let (ledger, path, key, publishing) = (
+                ledger.clone(),
+                path.clone(),
+                key.clone(),
+                publishing.clone(),
             );
-            tracing::error!(code = e.code(), error = %e, "anchoring the chain heads failed");
+            async move { anchor_pass(&ledger, &path, &key, &publishing).await }
+        },
+    )))
+}
+
+/// When and where `serve` publishes anchors.
+#[derive(Clone)]
+struct Publishing {
+    /// 0: never.
+    every_ms: i64,
+    rpc: String,
+    wait: Duration,
+}
+
+/// Anchors the heads that moved, then publishes when due; a failure is loud (and counted)
+/// and retried next pass.
+async fn anchor_pass(
+    ledger: &Ledger,
+    path: &std::path::Path,
+    key: &crate::anchor::key::AnchorKey,
+    publishing: &Publishing,
+) {
+    let result = async {
+        let report = crate::anchor::write(&ledger.store, path, key, ledger.now_ms()).await?;
+        if report.written {
+            tracing::debug!(
+                n = report.n,
+                anchored = report.anchored,
+                streams = report.streams,
+                "chain heads anchored"
+            );
         }
+        let last = crate::store::anchors::publications(&ledger.store)
+            .await?
+            .iter()
+            .map(|p| p.at_ms)
+            .max();
+        let due = publishing.every_ms > 0
+            && last.is_none_or(|at| ledger.now_ms() - at >= publishing.every_ms);
+        if due {
+            let log = crate::anchor::read(path)?;
+            let done = crate::anchor::publish::publish(
+                &ledger.store,
+                &log,
+                key,
+                &publishing.rpc,
+                publishing.wait,
+                ledger.now_ms(),
+            )
+            .await?;
+            tracing::info!(n = done.n, root = %done.root, signature = %done.signature, "anchor published on Solana");
+        }
+        Ok::<(), crate::anchor::AnchorError>(())
+    };
+    if let Err(e) = result.await {
+        crate::metrics::global().count(
+            "settle_anchor_failures_total",
+            "Anchor passes that failed (the anchor log unwritable, the ledger diverged from \
+             it, or the publication on Solana failed).",
+            &[("code", e.code())],
+            1,
+        );
+        tracing::error!(code = e.code(), error = %e, "anchoring the chain heads failed");
     }
 }
 
@@ -463,19 +537,8 @@ async fn spawn_workers(
     if !config.bank.inbox_dir.is_empty() {
         workers.push(spawn_inbox(ledger, config, stop_rx).await?);
     }
-    if !config.ledger.anchor_file.is_empty() {
-        let ledger = ledger.clone();
-        let path = std::path::PathBuf::from(&config.ledger.anchor_file);
-        let interval = Duration::from_millis(config.ledger.anchor_interval_ms.max(1));
-        tracing::info!(file = %path.display(), "settle serve: anchoring the chain heads");
-        workers.push(tokio::spawn(every(
-            interval,
-            stopped(stop_rx.clone()),
-            move || {
-                let (ledger, path) = (ledger.clone(), path.clone());
-                async move { anchor_pass(&ledger, &path).await }
-            },
-        )));
+    if config.anchor.enabled && !config.anchor.file.is_empty() {
+        workers.push(spawn_anchoring(ledger, config, stop_rx)?);
     }
     Ok(workers)
 }

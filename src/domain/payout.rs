@@ -275,6 +275,17 @@ pub struct PayoutRecord {
 }
 
 impl PayoutRecord {
+    /// The remittance text of its bank transfer, shown to the provider: `settle payout
+    /// weekly 2026-11-23`, then ` st:` and the statement's hash (64 hex digits) it commits
+    /// to (SPEC §13), when known. At most 140 characters (SEPA's `Max140Text`).
+    pub fn remittance(&self, statement: Option<&[u8; 32]>) -> String {
+        let base = format!("settle payout {} {}", self.run_kind, self.run_key);
+        match statement {
+            Some(hash) => format!("{base} st:{}", hex::encode(hash)),
+            None => base,
+        }
+    }
+
     /// The payout a run's `payout.created` event starts, recorded at `at_ms`.
     pub fn created(p: &PayoutCreated, at_ms: i64) -> PayoutRecord {
         PayoutRecord {

@@ -15,6 +15,7 @@ pub mod problem;
 pub mod profile;
 pub mod reliability;
 pub mod server;
+pub mod statement;
 pub mod stream;
 pub mod usage;
 
@@ -58,6 +59,8 @@ pub struct AppState {
     pub streams: Arc<stream::StreamHub>,
     /// Failed authentications by client address (`limit`), this server's own.
     pub auth_failures: Arc<limit::AuthFailures>,
+    /// The anchors statements are proven against (`anchor.file` resolved by `serve`).
+    pub anchor: Arc<crate::config::AnchorConfig>,
 }
 
 impl AppState {
@@ -71,6 +74,7 @@ impl AppState {
             runs: Arc::new(config.runs.clone()),
             control: Arc::new(config.control.clone()),
             bank: Arc::new(config.bank.clone()),
+            anchor: Arc::new(config.anchor.clone()),
             streams: Arc::new(stream::StreamHub::new(&config.http)),
             auth_failures: Arc::new(limit::AuthFailures::default()),
         }
@@ -110,6 +114,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/providers/{id}/gpus", get(dashboard::gpus))
         .route("/v1/providers/{id}/stream", get(stream::stream))
         .route("/v1/providers/{id}/payouts", get(dashboard::payouts))
+        .route(
+            "/v1/providers/{id}/statements/{payout_id}",
+            get(statement::payout),
+        )
+        .route("/v1/providers/{id}/statement", get(statement::period))
         .route(
             "/v1/providers/{id}/payouts.csv",
             get(dashboard::payouts_csv),

@@ -23,6 +23,8 @@ use super::{admin, dashboard, stream, usage};
         dashboard::gpus,
         dashboard::payouts,
         dashboard::payouts_csv,
+        super::statement::payout,
+        super::statement::period,
         stream::stream,
         admin::void_usage,
         admin::post_adjustment,

@@ -305,10 +305,7 @@ impl Privacy {
 /// The master key file of a SQLite ledger when `privacy.master_key_file` is empty: beside
 /// the database (`settle.db.master-key`).
 fn beside_database(database: &str) -> Option<PathBuf> {
-    let path = database.strip_prefix("sqlite://")?;
-    let path = path.split('?').next().unwrap_or(path);
-    (!path.is_empty() && !path.starts_with(':'))
-        .then(|| PathBuf::from(format!("{path}.master-key")))
+    crate::config::beside_sqlite_database(database, "master-key")
 }
 
 /// How this process seals personal values (SPEC §11): under the master key `config` names

@@ -1,10 +1,13 @@
 //! What the CLI and the HTTP API both show of the reads (`store::read`): the range of a
 //! report, explorer links, and reports as rows ([`output::Rows`]) rendered as a table, JSON
-//! or CSV; [`shell`]: command lines printed for the user to paste. Neither `cli` nor `http`
+//! or CSV; [`shell`]: command lines printed for the user to paste; [`html`] and
+//! [`statement`]: a provider statement as a page. Neither `cli` nor `http`
 //! imports the other; both import this.
 
+pub mod html;
 pub mod output;
 pub mod shell;
+pub mod statement;
 
 use serde_json::json;
 

@@ -8,6 +8,7 @@
 //! Invariant: the store knows no use case and no wire format. It appends events with their
 //! hash chain and applies projection ops in the same transaction; it never decides anything.
 
+pub mod anchors;
 mod append;
 pub mod bank_answers;
 mod chain;
@@ -23,6 +24,7 @@ pub mod read;
 pub mod reliability;
 pub mod runs;
 pub mod snapshot;
+pub mod statements;
 pub mod tokens;
 pub mod usage;
 mod values;

@@ -365,6 +365,22 @@ pub async fn attempt_by_id(
     row.map(AttemptRow::try_from).transpose()
 }
 
+/// The landed attempt whose transaction has `signature` (a Solana payout's reference).
+pub async fn landed_attempt_by_signature(
+    store: &Store,
+    signature: &str,
+) -> Result<Option<AttemptRow>, StoreError> {
+    let row: Option<StoredAttempt> = on!(store.db(), |c| {
+        sqlx::query_as(&format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM solana_attempts WHERE signature = $1 AND outcome = 'landed'"
+    ))
+    .bind(signature)
+    .fetch_optional(c)
+    .await
+    })?;
+    row.map(AttemptRow::try_from).transpose()
+}
+
 /// The open lookup-table maintenance attempts (no payouts, no outcome yet), as (attempt id,
 /// signed transaction in base64).
 pub async fn open_maintenance(conn: &mut Conn) -> Result<Vec<(String, String)>, StoreError> {

@@ -141,14 +141,36 @@ async fn a_monthly_run_pays_through_sepa_and_nacha_files_with_lifecycle_returns_
     let mut expected = vec![e2e_of(&po_de), e2e_of(&po_fr)];
     expected.sort_unstable();
     assert_eq!(e2e, expected, "EndToEndId = payout id");
+    // The remittance names the run and carries the hash of the payout's statement (SPEC §13).
+    let payouts = settle::ledger::payouts::payouts(&w.ledger.store, &[&po_de, &po_fr])
+        .await
+        .unwrap();
+    let pairs: Vec<(&str, &str)> = payouts
+        .values()
+        .map(|p| (p.payout_id.as_str(), p.provider_id.as_str()))
+        .collect();
+    let statements = settle::statement::statement_hashes(&w.ledger.store, &pairs)
+        .await
+        .unwrap();
     for t in &txs {
         assert_eq!(
             t.execution_date, "2026-12-01",
             "the TARGET2 business day on or after today"
         );
+        let payout = if t.end_to_end_id == e2e_of(&po_de) {
+            &po_de
+        } else {
+            &po_fr
+        };
         assert_eq!(
             t.remittance.as_deref(),
-            Some("settle payout monthly 2026-12")
+            Some(
+                format!(
+                    "settle payout monthly 2026-12 st:{}",
+                    hex::encode(statements[payout.as_str()])
+                )
+                .as_str()
+            )
         );
     }
     let de = txs

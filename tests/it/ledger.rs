@@ -71,7 +71,27 @@ async fn append_only_tables_refuse_update_delete_and_truncate() {
         .execute(pool)
         .await
         .expect("inserts are allowed");
+    sqlx::query("INSERT INTO anchors (n, root, at_ms) VALUES (1, 'r1', 5)")
+        .execute(pool)
+        .await
+        .expect("inserts are allowed");
+    sqlx::query(
+        "INSERT INTO anchor_publications (signature, n, root, at_ms) VALUES ('s1', 1, 'r1', 5)",
+    )
+    .execute(pool)
+    .await
+    .expect("inserts are allowed");
     let cases = [
+        (
+            "anchors",
+            "UPDATE anchors SET root = 'forged'",
+            "DELETE FROM anchors",
+        ),
+        (
+            "anchor_publications",
+            "UPDATE anchor_publications SET root = 'forged'",
+            "DELETE FROM anchor_publications",
+        ),
         (
             "events",
             "UPDATE events SET actor = 'mallory'",
@@ -392,6 +412,7 @@ async fn indexed_identifiers_compare_as_bytes_after_an_upgrade() {
     common::upgrade_through(&ledger.store, 15, &[]).await;
     common::upgrade_through(&ledger.store, 16, &[]).await;
     common::upgrade_through(&ledger.store, 17, &[]).await;
+    common::upgrade_through(&ledger.store, 18, &[]).await;
     assert_eq!(
         keys_not_in_byte_order(&db, &ledger.store).await,
         Vec::<String>::new()

@@ -50,6 +50,7 @@ mod solana_cli;
 mod solana_rail;
 mod solana_trust;
 mod sqlite_wal;
+mod statements;
 mod tamper;
 mod usage_groups;
 mod usage_keys;

@@ -148,6 +148,18 @@ const ROUTES: &[Route] = &[
         Rule::ProviderRead(OK),
     ),
     route(
+        "GET",
+        "/v1/providers/{id}/statements/{payout_id}",
+        "",
+        Rule::ProviderRead((404, Some("statement_not_found"))),
+    ),
+    route(
+        "GET",
+        "/v1/providers/{id}/statement",
+        "",
+        Rule::ProviderRead((400, Some("invalid_range"))),
+    ),
+    route(
         "POST",
         "/v1/admin/usage/{event_id}/void",
         r#"{"reason":"route table"}"#,
@@ -282,6 +294,7 @@ fn concrete(template: &str, who: Who) -> String {
     template
         .replace("{id}", id)
         .replace("{event_id}", UNKNOWN_ID)
+        .replace("{payout_id}", UNKNOWN_ID)
         .replace("{kind}", "weekly")
         .replace("{key}", "2026-11-23")
 }

@@ -355,6 +355,7 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
         payout_id: payouts[i].payout_id.clone(),
         wallet: by_provider[&payouts[i].provider_id].wallet,
         amount_micro_usdc: payouts[i].amount_micro_usdc as u64,
+        statement: None,
     };
     let journal = LedgerJournal::new(w.ledger.clone());
     let ids =
@@ -585,6 +586,7 @@ async fn attempts_signed_before_0007_are_indexed_by_the_migration() {
         payout_id: payouts[i].payout_id.clone(),
         wallet: wallet(&payouts[i].provider_id),
         amount_micro_usdc: payouts[i].amount_micro_usdc as u64,
+        statement: None,
     };
     let journal = LedgerJournal::new(w.ledger.clone());
     journal

@@ -171,7 +171,10 @@ async fn an_honest_ledger_passes_its_anchors_and_anchors_only_what_moved() {
     assert_eq!(code, 0, "{out}");
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        (r["anchored"].as_i64(), r["written"].as_bool()),
+        (
+            r["anchor"]["anchored"].as_i64(),
+            r["anchor"]["written"].as_bool()
+        ),
         (Some(1), Some(true))
     );
     let (code, out, _) = run_cli(&db.url, &["anchor", "--file", &file]);
@@ -251,4 +254,100 @@ async fn a_truncated_tail_is_caught_by_the_anchor_and_not_anchored_over() {
     let (code, out, err) = run_cli(&db.url, &["anchor", "--file", &file]);
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("ledger_diverged_from_anchor"), "{err}");
+}
+
+#[tokio::test]
+async fn a_log_cut_short_is_reported_and_not_anchored_over() {
+    let (db, dir, _) = anchored_world().await;
+    let file = anchor_file(dir.path());
+    // A second anchor covers the two events booked after the first.
+    let (code, out, err) = run_cli(&db.url, &["anchor", "--file", &file]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2);
+    // Its last line cut: the log's own chain still reads, but the ledger recorded anchor 2.
+    std::fs::write(&file, format!("{}\n", lines[0])).unwrap();
+    let (code, out, err) = run_cli(&db.url, &["verify", "--anchors", &file, "--format", "json"]);
+    assert_eq!(code, 1, "a log cut short is caught: {out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let kinds: Vec<(&str, i64)> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["kind"].as_str().unwrap(), p["seq"].as_i64().unwrap_or(0)))
+        .collect();
+    assert_eq!(kinds, vec![("anchor_log_truncated", 2)], "{out}");
+    // A new anchor would hide the cut: refused.
+    let (code, out, err) = run_cli(&db.url, &["anchor", "--file", &file]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("anchor_log_truncated"), "{err}");
+    // The whole log gone is the same cut.
+    std::fs::remove_file(&file).unwrap();
+    let (code, out, err) = run_cli(&db.url, &["verify", "--anchors", &file]);
+    assert_ne!(code, 0, "{out}{err}");
+}
+
+#[tokio::test]
+async fn verify_reports_the_tail_no_anchor_covers_yet() {
+    let (db, dir, _) = anchored_world().await;
+    let file = anchor_file(dir.path());
+    let (code, out, err) = run_cli(&db.url, &["verify", "--anchors", &file, "--format", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let log = &report["anchor_log"];
+    assert_eq!(log["anchors"], 1, "{out}");
+    assert_eq!(log["unsigned"], 0, "every anchor is signed: {out}");
+    assert_eq!(
+        log["unanchored_events"], 2,
+        "booked after the anchor: {out}"
+    );
+    assert!(log["unanchored_seconds"].as_i64().unwrap() >= 0, "{out}");
+    let (code, out, _) = run_cli(&db.url, &["anchor", "--file", &file]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, err) = run_cli(&db.url, &["verify", "--anchors", &file]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2 anchors, 0 events and"), "{out}");
+}
+
+#[tokio::test]
+async fn an_anchor_line_re_signed_or_an_exposed_key_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let (db, dir, _) = anchored_world().await;
+    let file = anchor_file(dir.path());
+    // A forged line: its time changed and its root recomputed by someone without the key
+    // fails the signature; with the old root kept, the root.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let heads_root = settle::anchor::read(Path::new(&file)).unwrap().entries[0].heads_root;
+    let mut line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let at = "2026-11-27T00:00:00.000Z";
+    line["at"] = Value::from(at);
+    for (root, why) in [
+        (line["root"].clone(), "is not the root of its heads"),
+        (
+            Value::from(hex::encode(settle::anchor::root::chain_root(
+                &settle::anchor::root::ROOT_ZERO,
+                1,
+                at,
+                &heads_root,
+            ))),
+            "does not verify",
+        ),
+    ] {
+        line["root"] = root;
+        std::fs::write(&file, format!("{line}\n")).unwrap();
+        let (code, _, err) = run_cli(&db.url, &["verify", "--anchors", &file]);
+        assert_ne!(code, 0);
+        assert!(
+            err.contains("anchor_file_corrupt") && err.contains(why),
+            "{err}"
+        );
+    }
+    std::fs::write(&file, &text).unwrap();
+    // The anchor key readable by others: refused, never used.
+    let key = format!("{file}.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, _, err) = run_cli(&db.url, &["anchor", "--file", &file]);
+    assert_ne!(code, 0);
+    assert!(err.contains("insecure_anchor_key"), "{err}");
 }

@@ -2,7 +2,9 @@
 //! real SPL programs: `cargo run -p settle-solana --example measure`.
 //!
 //! Two scenarios: every recipient already has a USDC account, and none has (each
-//! transfer then carries a `CreateIdempotent` and the treasury pays the rent).
+//! transfer then carries a `CreateIdempotent` and the treasury pays the rent); each with
+//! the memo's statement root (what the engine sends) and without it (the packing before
+//! payments committed to statements), side by side.
 
 use std::sync::Arc;
 
@@ -17,12 +19,14 @@ const PRIORITY_FEE_MICRO_LAMPORTS: u64 = 10_000;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     for existing_atas in [true, false] {
-        measure(existing_atas).await?;
+        for statements in [false, true] {
+            measure(existing_atas, statements).await?;
+        }
     }
     Ok(())
 }
 
-async fn measure(existing_atas: bool) -> anyhow::Result<()> {
+async fn measure(existing_atas: bool, statements: bool) -> anyhow::Result<()> {
     let chain = LocalChain::new();
     let mint = chain.create_usdc_mint();
     let keypair = Keypair::new();
@@ -41,6 +45,7 @@ async fn measure(existing_atas: bool) -> anyhow::Result<()> {
                 payout_id: format!("0190c1f8-7b2e-7c3a-9d41-{i:012x}"),
                 wallet,
                 amount_micro_usdc: 25_000_000 + i as u64,
+                statement: statements.then_some([i as u8; 32]),
             }
         })
         .collect();
@@ -83,8 +88,13 @@ async fn measure(existing_atas: bool) -> anyhow::Result<()> {
     } else {
         "all new ATAs"
     };
+    let root = if statements {
+        "memo with the statement root"
+    } else {
+        "memo without a statement root"
+    };
     println!(
-        "== {PAYOUTS} payouts, {label}, priority fee {PRIORITY_FEE_MICRO_LAMPORTS} µlamports/CU"
+        "== {PAYOUTS} payouts, {label}, {root}, priority fee {PRIORITY_FEE_MICRO_LAMPORTS} µlamports/CU"
     );
     println!("transactions: {}", rows.len());
     let full = rows.iter().map(|r| r.0).max().unwrap_or(0);

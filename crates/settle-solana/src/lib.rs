@@ -26,6 +26,7 @@ pub mod local;
 pub mod lookup;
 pub mod pack;
 pub mod payer;
+pub mod publish;
 pub mod reconcile;
 pub mod rpc;
 pub mod rpc_server;
@@ -42,6 +43,7 @@ pub use payer::{
     AttemptOutcome, FileJournal, Journal, JournalError, MemoryJournal, PayError, PayReport, Payer,
     PayerConfig, PayoutOutcome, SignedAttempt,
 };
+pub use publish::{PublishError, memo_texts, memo_transaction, publish_memo, verified_fee_payer};
 pub use reconcile::{Discrepancy, ReconcileReport, SettledPayout, reconcile};
 pub use rpc::RpcChain;
 pub use rpc_server::{RpcServer, serve_local_chain, serve_local_chain_on};

@@ -75,6 +75,9 @@ pub const MEMO_REFS_PREFIX: &str = "settle refs: ";
 pub const MEMO_REF_DOMAIN: &[u8] = b"settle/solana/memo-ref/v1\0";
 /// Hex digits of a memo reference after `r-` (96 bits).
 pub const MEMO_REF_HEX_DIGITS: usize = 24;
+/// What follows a memo's payout references or attempt id: the root over the statements of
+/// the transaction's payouts, 64 hex digits ([`settle_proof::statements_root`]).
+pub const MEMO_STATEMENTS_PREFIX: &str = " st=";
 /// Prefix of a memo that names an attempt (when the ids do not fit). Kept short:
 /// every byte counts, and `settle att-<16 hex>` lets one more transfer fit.
 pub const MEMO_ATTEMPT_PREFIX: &str = "settle ";
@@ -88,6 +91,10 @@ pub struct Transfer {
     pub wallet: Pubkey,
     /// Amount in µUSDC (token base units), > 0.
     pub amount_micro_usdc: u64,
+    /// The hash of the payout's statement ([`settle_proof::statement_hash`]): the memo
+    /// carries one root over those of its transaction's transfers. `None` when unknown (a
+    /// transfer read back from a journal); a batch with one such transfer carries no root.
+    pub statement: Option<[u8; 32]>,
 }
 
 /// Why a wallet address was refused. [`WalletError::code`] is a stable API code.
@@ -371,6 +378,25 @@ pub fn refs_memo(key: &MemoKey, payout_ids: &[String]) -> String {
     format!("{MEMO_REFS_PREFIX}{}", refs.join(","))
 }
 
+/// The root over the statements of `transfers` as a memo ends with it (empty when a
+/// transfer's statement is unknown).
+fn statements_suffix(transfers: &[Transfer]) -> String {
+    let hashes: Option<Vec<[u8; 32]>> = transfers.iter().map(|t| t.statement).collect();
+    match hashes {
+        Some(hashes) if !hashes.is_empty() => format!(
+            "{MEMO_STATEMENTS_PREFIX}{}",
+            hex::encode(settle_proof::statements_root(&hashes))
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The statement root a memo carries, if any.
+pub fn memo_statements_root(memo: &str) -> Option<[u8; 32]> {
+    let (_, root) = memo.rsplit_once(MEMO_STATEMENTS_PREFIX)?;
+    settle_proof::digest32(root)
+}
+
 /// The short memo naming only the attempt.
 pub fn attempt_memo(attempt_id: &str) -> String {
     format!("{MEMO_ATTEMPT_PREFIX}{attempt_id}")
@@ -501,10 +527,11 @@ fn fit(params: &PackParams, tables: &LookupTables, mut batch: Batch) -> Option<B
     {
         return None;
     }
-    batch.memo = refs_memo(&params.memo_key, &batch.payout_ids());
+    let root = statements_suffix(&batch.transfers);
+    batch.memo = refs_memo(&params.memo_key, &batch.payout_ids()) + &root;
     if batch.serialized_size(params, tables) <= PACKET_DATA_SIZE {
         return Some(batch);
     }
-    batch.memo = attempt_memo(&batch.attempt_id);
+    batch.memo = attempt_memo(&batch.attempt_id) + &root;
     (batch.serialized_size(params, tables) <= PACKET_DATA_SIZE).then_some(batch)
 }

@@ -289,6 +289,7 @@ impl TryFrom<&AttemptRecord> for SignedAttempt {
                         .parse::<Pubkey>()
                         .map_err(|e| JournalError(format!("wallet {}: {e}", t.wallet)))?,
                     amount_micro_usdc: t.amount_micro_usdc,
+                    statement: None,
                 })
             })
             .collect::<Result<Vec<_>, JournalError>>()?;

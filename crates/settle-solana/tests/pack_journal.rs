@@ -25,6 +25,7 @@ fn transfers(n: usize, id_len: usize) -> Vec<Transfer> {
             payout_id: format!("{i:0>id_len$}"),
             wallet: Keypair::new().pubkey(),
             amount_micro_usdc: 1 + i as u64,
+            statement: None,
         })
         .collect()
 }
@@ -79,11 +80,13 @@ fn new_token_accounts_cost_room_and_are_created_once_per_batch() {
             payout_id: "a".into(),
             wallet,
             amount_micro_usdc: 1,
+            statement: None,
         },
         Transfer {
             payout_id: "b".into(),
             wallet,
             amount_micro_usdc: 2,
+            statement: None,
         },
     ];
     let missing: HashSet<Pubkey> = [get_associated_token_address(&wallet, &p.mint)].into();
@@ -193,6 +196,7 @@ fn attempt(id: &str, payouts: &[&str]) -> SignedAttempt {
                 payout_id: p.to_string(),
                 wallet: Keypair::new().pubkey(),
                 amount_micro_usdc: 5,
+                statement: None,
             })
             .collect(),
         tx_bytes: vec![1, 2, 3],

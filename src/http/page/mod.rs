@@ -45,6 +45,72 @@ pub fn routes() -> Router<AppState> {
         .route("/dashboard/login", post(login))
         .route("/dashboard/logout", post(logout))
         .route("/dashboard/assets/{name}", get(asset))
+        .route("/dashboard/statements/{payout_id}", get(payout_statement))
+        .route(
+            "/dashboard/statements/{payout_id}/statement.json",
+            get(payout_statement_json),
+        )
+}
+
+/// The signed-in provider's statement of `subject` (401 when not signed in).
+async fn own_statement(
+    state: &AppState,
+    headers: &HeaderMap,
+    subject: &crate::statement::Subject,
+) -> Result<crate::statement::check::Statement, Problem> {
+    match signed_in(state, headers).await {
+        Ok(Some(provider_id)) => super::statement::statement_of(state, &provider_id, subject).await,
+        Ok(None) | Err(_) => Err(Problem::unauthorized(
+            "unauthenticated",
+            "sign in to the dashboard",
+        )),
+    }
+}
+
+/// `GET /dashboard/statements/{payout_id}`: the statement of one of the signed-in
+/// provider's payouts as a page, with its JSON to download and the command that checks it.
+async fn payout_statement(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(payout_id): Path<String>,
+) -> Response {
+    let json_href = format!("/dashboard/statements/{payout_id}/statement.json");
+    let subject = crate::statement::Subject::Payout(payout_id);
+    match own_statement(&state, &headers, &subject).await {
+        Ok(statement) => {
+            let rpc = state.anchor.rpc_url.clone();
+            let rpc = if rpc.is_empty() {
+                crate::config::SolanaConfig::default().rpc_url
+            } else {
+                rpc
+            };
+            html(
+                StatusCode::OK,
+                crate::report::statement::page(&statement, &json_href, &rpc),
+            )
+        }
+        Err(problem) => problem.into_response(),
+    }
+}
+
+/// `GET /dashboard/statements/{payout_id}/statement.json`: the same statement's JSON.
+async fn payout_statement_json(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(payout_id): Path<String>,
+) -> Response {
+    let subject = crate::statement::Subject::Payout(payout_id);
+    match own_statement(&state, &headers, &subject).await {
+        Ok(statement) => {
+            let mut response = axum::Json(statement).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_static("attachment; filename=\"statement.json\""),
+            );
+            response
+        }
+        Err(problem) => problem.into_response(),
+    }
 }
 
 /// The query of the page and its panel: the range and grouping of the history, and a

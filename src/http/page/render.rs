@@ -13,21 +13,7 @@ use crate::domain::money::format_micro_usdc;
 use crate::domain::payout::PayoutStatus;
 use crate::store::read::{EarningsBy, EarningsGroup, EarningsTotals, PayoutRow};
 
-/// Text for HTML content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::report::html::escape;
 
 /// A query-string value.
 fn url_encode(text: &str) -> String {
@@ -605,6 +591,11 @@ fn payouts_section(
                 .map(escape)
                 .unwrap_or_default(),
         };
+        let details = format!(
+            "{details}<br><a href=\"/dashboard/statements/{}\">{}</a>",
+            escape(&url_encode(&p.payout_id)),
+            escape(lang.t("statement_link"))
+        );
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",

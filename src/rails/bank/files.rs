@@ -179,11 +179,6 @@ pub fn end_to_end_id(rail: Rail, payout_id: &str) -> String {
     }
 }
 
-/// The remittance text shown to the provider: `settle payout weekly 2026-11-23`.
-pub fn remittance(p: &PayoutRecord) -> String {
-    format!("settle payout {} {}", p.run_kind, p.run_key)
-}
-
 /// USD cents of a bank payout (bank payouts are created floored to whole cents).
 pub fn usd_cents(p: &PayoutRecord) -> i64 {
     p.amount_micro_usdc / MICRO_USDC_PER_CENT
@@ -197,7 +192,11 @@ fn unusable(p: &PayoutRecord, why: impl std::fmt::Display) -> DomainError {
 }
 
 /// The SEPA credit transfer of a payout.
-pub fn sepa_payment(p: &PayoutRecord, execution: NaiveDate) -> Result<SepaPayment, DomainError> {
+pub fn sepa_payment(
+    p: &PayoutRecord,
+    execution: NaiveDate,
+    statement: Option<&[u8; 32]>,
+) -> Result<SepaPayment, DomainError> {
     let PayoutMethod::Sepa { iban, bic, holder } = &p.method else {
         return Err(unusable(p, "its method is not SEPA"));
     };
@@ -223,7 +222,7 @@ pub fn sepa_payment(p: &PayoutRecord, execution: NaiveDate) -> Result<SepaPaymen
             .map(Bic::parse)
             .transpose()
             .map_err(|e| unusable(p, e))?,
-        remittance_info: remittance(p),
+        remittance_info: p.remittance(statement),
     })
 }
 
@@ -265,7 +264,7 @@ pub fn nacha_entry(p: &PayoutRecord) -> Result<NachaEntry, DomainError> {
 /// Checks that a payout can be written into a file of its rail.
 pub fn check_bankable(p: &PayoutRecord) -> Result<(), DomainError> {
     match p.rail {
-        Rail::Sepa => sepa_payment(p, NaiveDate::MIN).map(|_| ()),
+        Rail::Sepa => sepa_payment(p, NaiveDate::MIN, None).map(|_| ()),
         Rail::Ach => nacha_entry(p).map(|_| ()),
         Rail::Solana => Err(unusable(p, "it is a Solana payout")),
     }
@@ -298,14 +297,15 @@ pub struct BankFile {
 }
 
 /// Writes the file of a batch: `payouts` in batch order (sorted by payout id), created at
-/// `created` (the batch's `recorded_at` on the ledger, UTC).
+/// `created` (the batch's `recorded_at` on the ledger, UTC); a SEPA transfer's remittance
+/// carries its payout's hash in `statements` (SPEC §13), when there is one.
 pub fn write_file(
     originator: &Originator,
     rail: Rail,
     batch_id: &str,
-    created: NaiveDateTime,
-    modifier: char,
+    (created, modifier): (NaiveDateTime, char),
     payouts: &[PayoutRecord],
+    statements: &std::collections::HashMap<String, [u8; 32]>,
 ) -> Result<BankFile, DomainError> {
     let today = created.date();
     match rail {
@@ -313,7 +313,7 @@ pub fn write_file(
             let execution = sepa_execution_date(today)?;
             let payments = payouts
                 .iter()
-                .map(|p| sepa_payment(p, execution))
+                .map(|p| sepa_payment(p, execution, statements.get(&p.payout_id)))
                 .collect::<Result<Vec<_>, _>>()?;
             let total_cents = payments.iter().map(|p| p.amount_eur_cents).sum();
             let batch = SepaBatch {

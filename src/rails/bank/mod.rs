@@ -31,7 +31,7 @@ pub mod files;
 pub mod inbox;
 pub mod reconcile;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
@@ -153,6 +153,20 @@ pub async fn batch_payouts(store: &Store, b: &BankBatch) -> Result<Vec<PayoutRec
     Ok(out)
 }
 
+/// The statement hash each payout's transfer commits to (SPEC §13).
+async fn statements_of(
+    store: &Store,
+    payouts: &[PayoutRecord],
+) -> Result<HashMap<String, [u8; 32]>, BankError> {
+    let pairs: Vec<(&str, &str)> = payouts
+        .iter()
+        .map(|p| (p.payout_id.as_str(), p.provider_id.as_str()))
+        .collect();
+    Ok(crate::statement::statement_hashes(store, &pairs)
+        .await
+        .map_err(LedgerError::from)?)
+}
+
 fn naive(ms: i64) -> NaiveDateTime {
     DateTime::from_timestamp_millis(ms)
         .map(|t| t.naive_utc())
@@ -206,15 +220,27 @@ async fn rebuild(
         },
         _ => 'A',
     };
-    let file = files::write_file(
-        originator,
-        b.rail,
-        &b.batch_id,
-        naive(b.generated_at_ms),
-        modifier,
-        &payouts,
-    )?;
-    let sha = file_sha256_hex(&file.contents);
+    let statements = statements_of(&ledger.store, &payouts).await?;
+    let write = |statements: &HashMap<String, [u8; 32]>| {
+        files::write_file(
+            originator,
+            b.rail,
+            &b.batch_id,
+            (naive(b.generated_at_ms), modifier),
+            &payouts,
+            statements,
+        )
+    };
+    let mut file = write(&statements)?;
+    let mut sha = file_sha256_hex(&file.contents);
+    if sha != b.sha256 && !statements.is_empty() {
+        // A batch written before payments committed to statements.
+        let before = write(&HashMap::new())?;
+        let before_sha = file_sha256_hex(&before.contents);
+        if before_sha == b.sha256 {
+            (file, sha) = (before, before_sha);
+        }
+    }
     if sha != b.sha256 {
         return rejected(
             "bank_file_mismatch",
@@ -585,10 +611,18 @@ async fn generate_one(
     let batch_id = files::batch_id(rail, &ids);
     // The SHA-256 and bytes of the last file built: the recorded batch's, when it is.
     let built: std::sync::Mutex<Option<(String, String)>> = std::sync::Mutex::new(None);
+    let statements = statements_of(&ledger.store, chosen).await?;
     let file = |slot: BatchSlot| {
         let created = naive(slot.created_ms);
         let modifier = files::modifier_for(slot.same_day_ach);
-        let file = files::write_file(originator, rail, &batch_id, created, modifier, chosen)?;
+        let file = files::write_file(
+            originator,
+            rail,
+            &batch_id,
+            (created, modifier),
+            chosen,
+            &statements,
+        )?;
         let sha256 = file_sha256_hex(&file.contents);
         let generated = BankBatchGenerated {
             batch_id: batch_id.clone(),

@@ -88,6 +88,7 @@ fn signed_attempt(row: &AttemptRow) -> Result<SignedAttempt, JournalError> {
                     .parse::<Pubkey>()
                     .map_err(|e| JournalError(format!("wallet {wallet}: {e}")))?,
                 amount_micro_usdc: *amount,
+                statement: None,
             })
         })
         .collect::<Result<Vec<_>, JournalError>>()?;

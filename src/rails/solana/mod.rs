@@ -372,7 +372,14 @@ impl SolanaRail {
             ..PayPendingReport::default()
         };
         let outbox = journal::outbox(ledger).await?;
-        let (transfers, mut results, invalid) = plan_transfers(&outbox, &mut report);
+        let pairs: Vec<(&str, &str)> = outbox
+            .iter()
+            .map(|p| (p.payout_id.as_str(), p.provider_id.as_str()))
+            .collect();
+        let statements = crate::statement::statement_hashes(&ledger.store, &pairs)
+            .await
+            .map_err(crate::ledger::LedgerError::from)?;
+        let (transfers, mut results, invalid) = plan_transfers(&outbox, &statements, &mut report);
         report.outbox = outbox.len();
         tracing::info!(
             payouts = outbox.len(),
@@ -463,6 +470,7 @@ impl SolanaRail {
 /// payouts that cannot be paid at all with the reason; adds up the outbox's amount.
 fn plan_transfers(
     outbox: &[PayoutFacts],
+    statements: &HashMap<String, [u8; 32]>,
     report: &mut PayPendingReport,
 ) -> (Vec<Transfer>, Vec<PayoutResult>, HashMap<String, String>) {
     let mut transfers = Vec::with_capacity(outbox.len());
@@ -491,6 +499,7 @@ fn plan_transfers(
                 payout_id: p.payout_id.clone(),
                 wallet,
                 amount_micro_usdc,
+                statement: statements.get(&p.payout_id).copied(),
             }),
             (Err(reason), _) | (_, Err(reason)) => {
                 invalid.insert(p.payout_id.clone(), reason);

@@ -211,6 +211,11 @@ pub fn sealing(store: &Store) -> settle::privacy::vault::Privacy {
 pub fn settle_command() -> std::process::Command {
     let mut cmd = std::process::Command::new(settle_bin());
     cmd.env("SETTLE_PRIVACY_MASTER_KEY", TEST_MASTER_KEY);
+    if std::env::var("SETTLE_TEST_PG_URL").is_ok_and(|u| !u.is_empty()) {
+        // On PostgreSQL the default anchor log lies in the working directory (the
+        // repository's, in a test): a served test ledger anchors only where a test says.
+        cmd.env("SETTLE_ANCHOR__ENABLED", "false");
+    }
     cmd
 }
 

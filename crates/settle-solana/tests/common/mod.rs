@@ -94,6 +94,7 @@ pub fn transfers(prefix: &str, wallets: &[Pubkey]) -> Vec<Transfer> {
             payout_id: format!("{prefix}-{i:04}"),
             wallet: *w,
             amount_micro_usdc: 1_000_000 + 1_234 * i as u64 + 7,
+            statement: None,
         })
         .collect()
 }
