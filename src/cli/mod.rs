@@ -78,6 +78,17 @@ pub struct Cli {
     /// Database URL: sqlite://PATH (embedded default) or postgres://…
     #[arg(long, global = true, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     pub database: String,
+    /// PostgreSQL: the connection of the role that owns the tables, for what only it may
+    /// do: `settle migrate` runs the migrations with it (the rest of the command, and every
+    /// other command, runs as `--database`, the runtime role), `settle rebuild` runs with
+    /// it. Unset: `--database` does all.
+    #[arg(
+        long,
+        global = true,
+        env = "SETTLE_DATABASE_OWNER_URL",
+        hide_env_values = true
+    )]
+    pub owner_database: Option<String>,
     /// Run as if at this instant (RFC 3339). Never earlier than the latest booking.
     #[arg(long, global = true)]
     pub now: Option<String>,
@@ -118,6 +129,12 @@ pub enum Cmd {
         /// Fix this ledger's clock to the real clock (what plain `migrate` does too).
         #[arg(long)]
         real_clock: bool,
+        /// PostgreSQL: print (do not run) the statements that give ROLE (default
+        /// `settle_runtime`) the rights the engine needs at run time and no more, to be run
+        /// by the owner of the tables after every migration; migrates nothing.
+        #[arg(long, value_name = "ROLE", num_args = 0..=1,
+              default_missing_value = crate::store::roles::RUNTIME_ROLE)]
+        print_grants: Option<String>,
     },
     /// The whole job on a fresh machine: a SQLite file, sample providers, a generated week of
     /// usage, the Monday run paying USDC on a local chain, SEPA and NACHA files.
@@ -210,6 +227,18 @@ pub enum Cmd {
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
+}
+
+impl Cli {
+    /// The database the command's ledger is opened on: `--owner-database` for `rebuild`
+    /// when given (it rewrites every projection under a lock only the owner may take),
+    /// `--database` otherwise.
+    pub fn ledger_url(&self) -> &str {
+        match (&self.command, &self.owner_database) {
+            (Cmd::Rebuild, Some(owner)) => owner,
+            _ => &self.database,
+        }
+    }
 }
 
 impl Cmd {
@@ -329,9 +358,20 @@ fn may_book(cmd: &Cmd) -> bool {
 /// `config`: this process's configuration seeds a ledger that has none, and nothing more
 /// (a difference is warned about once).
 pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledger> {
-    let store = Store::open(&cli.database, &config.store)
+    if let (Cmd::Migrate { .. }, Some(owner)) = (&cli.command, &cli.owner_database) {
+        // The schema is changed by its owner; the clock mode and the policy below are
+        // booked as `--database`, as every booking is.
+        let store = Store::open(owner, &config.store)
+            .await
+            .with_context(|| format!("opening database {} (owner)", redact(owner)))?;
+        let migrated = store.migrate().await;
+        store.close().await;
+        migrated.context("migrating the database as its owner")?;
+    }
+    let url = cli.ledger_url();
+    let store = Store::open(url, &config.store)
         .await
-        .with_context(|| format!("opening database {}", redact(&cli.database)))?;
+        .with_context(|| format!("opening database {}", redact(url)))?;
     store.migrate().await.context("migrating the database")?;
     let now = match &cli.now {
         Some(text) => Some(parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?),
@@ -366,14 +406,10 @@ pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledge
             }
         }
     };
-    let sealing = crate::privacy::vault::privacy_of(
-        &config.privacy,
-        &cli.database,
-        &store,
-        may_book(&cli.command),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sealing =
+        crate::privacy::vault::privacy_of(&config.privacy, url, &store, may_book(&cli.command))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut ledger = Ledger::new(store, clock, config.ledger.clone()).with_privacy(sealing);
     if mode.is_some() || matches!(cli.command, Cmd::Migrate { .. }) {
         let seed = config.seed_policy();
@@ -432,6 +468,7 @@ async fn decide_clock_mode(
     if let Cmd::Migrate {
         simulated_clock,
         real_clock,
+        ..
     } = command
     {
         let wanted = match (simulated_clock, real_clock) {
@@ -548,6 +585,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     // One loaded configuration for the ledger and the server (the other sections are read
     // by the commands that use them, from the same file and environment).
     let mut config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    if let Cmd::Migrate {
+        print_grants: Some(role),
+        ..
+    } = &cli.command
+    {
+        return print_grants(&cli, &config, role, &mut std::io::stdout().lock()).await;
+    }
     let ledger = open_ledger(&cli, &mut config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
@@ -637,6 +681,41 @@ async fn demo_cmd(dir: &std::path::Path, format: Format) -> anyhow::Result<i32> 
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         _ => print!("{}", crate::demo::render_table(&report)),
+    }
+    Ok(0)
+}
+
+/// `settle migrate --print-grants ROLE`: prints the statements that give the runtime role
+/// its rights, read from the ledger's database (`--owner-database` when given, else
+/// `--database`); runs none.
+async fn print_grants(
+    cli: &Cli,
+    config: &Config,
+    role: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let url = cli.owner_database.as_deref().unwrap_or(&cli.database);
+    if url.starts_with("sqlite:") {
+        bail!("{}", crate::store::StoreError::GrantsNeedPostgres);
+    }
+    let store = Store::open(url, &config.store)
+        .await
+        .with_context(|| format!("opening database {}", redact(url)))?;
+    let statements = store.runtime_grants(role).await;
+    store.close().await;
+    let statements = statements.map_err(|e| anyhow::anyhow!("{e}"))?;
+    writeln!(
+        out,
+        "-- The runtime role {role}: reads, books, rewrites the projections; never updates, deletes\n\
+         -- or truncates an append-only table ({}), never changes the schema.\n\
+         -- Create it once (a superuser or a role with CREATEROLE), its password set apart:\n\
+         --   CREATE ROLE {role} LOGIN;\n\
+         -- Run these as the owner of the tables, again after every `settle migrate`:\n\
+         -- tables a later migration adds get SELECT and INSERT only until then.",
+        crate::store::roles::APPEND_ONLY_TABLES.join(", ")
+    )?;
+    for statement in statements {
+        writeln!(out, "{statement};")?;
     }
     Ok(0)
 }
