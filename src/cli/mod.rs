@@ -79,9 +79,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     pub database: String,
     /// PostgreSQL: the connection of the role that owns the tables, for what only it may
-    /// do: `settle migrate` runs the migrations with it (the rest of the command, and every
-    /// other command, runs as `--database`, the runtime role), `settle rebuild` runs with
-    /// it. Unset: `--database` does all.
+    /// do: `settle migrate` and `settle rebuild` run with it; every other command runs as
+    /// `--database` (the runtime role, which cannot change the schema). Unset: `--database`
+    /// does all.
     #[arg(
         long,
         global = true,
@@ -135,6 +135,10 @@ pub enum Cmd {
         #[arg(long, value_name = "ROLE", num_args = 0..=1,
               default_missing_value = crate::store::roles::RUNTIME_ROLE)]
         print_grants: Option<String>,
+        /// PostgreSQL: after migrating, run those statements for ROLE (as the owner: with
+        /// `--owner-database`), so the runtime role can open the migrated schema.
+        #[arg(long, value_name = "ROLE")]
+        grant: Option<String>,
     },
     /// The whole job on a fresh machine: a SQLite file, sample providers, a generated week of
     /// usage, the Monday run paying USDC on a local chain, SEPA and NACHA files.
@@ -230,12 +234,13 @@ pub enum Cmd {
 }
 
 impl Cli {
-    /// The database the command's ledger is opened on: `--owner-database` for `rebuild`
-    /// when given (it rewrites every projection under a lock only the owner may take),
-    /// `--database` otherwise.
+    /// The database the command's ledger is opened on: `--owner-database`, when given,
+    /// for `migrate` (it changes the schema, and on a new ledger books its clock mode
+    /// before the runtime role has its grants) and `rebuild` (it rewrites every projection
+    /// under a lock only the owner may take); `--database` otherwise.
     pub fn ledger_url(&self) -> &str {
         match (&self.command, &self.owner_database) {
-            (Cmd::Rebuild, Some(owner)) => owner,
+            (Cmd::Migrate { .. } | Cmd::Rebuild, Some(owner)) => owner,
             _ => &self.database,
         }
     }
@@ -358,16 +363,6 @@ fn may_book(cmd: &Cmd) -> bool {
 /// `config`: this process's configuration seeds a ledger that has none, and nothing more
 /// (a difference is warned about once).
 pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledger> {
-    if let (Cmd::Migrate { .. }, Some(owner)) = (&cli.command, &cli.owner_database) {
-        // The schema is changed by its owner; the clock mode and the policy below are
-        // booked as `--database`, as every booking is.
-        let store = Store::open(owner, &config.store)
-            .await
-            .with_context(|| format!("opening database {} (owner)", redact(owner)))?;
-        let migrated = store.migrate().await;
-        store.close().await;
-        migrated.context("migrating the database as its owner")?;
-    }
     let url = cli.ledger_url();
     let store = Store::open(url, &config.store)
         .await
@@ -592,6 +587,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     {
         return print_grants(&cli, &config, role, &mut std::io::stdout().lock()).await;
     }
+    if let Cmd::Migrate { grant: Some(_), .. } = &cli.command
+        && cli.ledger_url().starts_with("sqlite:")
+    {
+        bail!("{}", crate::store::StoreError::GrantsNeedPostgres);
+    }
     let ledger = open_ledger(&cli, &mut config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
@@ -721,8 +721,20 @@ async fn print_grants(
 }
 
 /// `settle migrate` (already done by opening the ledger): says so, with the clock mode.
+/// With `--grant ROLE`, then gives the runtime role its grants (`--print-grants`).
 async fn migrate_cmd(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyhow::Result<i32> {
-    writeln!(out, "database {} is up to date", redact(&cli.database))?;
+    writeln!(out, "database {} is up to date", redact(cli.ledger_url()))?;
+    if let Cmd::Migrate {
+        grant: Some(role), ..
+    } = &cli.command
+    {
+        ledger
+            .store
+            .grant_runtime(role)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        writeln!(out, "granted the runtime role {role} its rights")?;
+    }
     if let Some(mode) = ledger.store.clock_mode().await? {
         writeln!(out, "clock: {}", mode.as_str())?;
     }

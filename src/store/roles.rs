@@ -204,6 +204,21 @@ impl Store {
         };
         Ok(grant_statements(&facts, role))
     }
+
+    /// Runs the statements of [`Store::runtime_grants`] for `role`, in one transaction, as
+    /// the connected role (the owner of the tables).
+    pub async fn grant_runtime(&self, role: &str) -> Result<(), StoreError> {
+        let statements = self.runtime_grants(role).await?;
+        let Db::Postgres(pool) = &self.db else {
+            return Err(StoreError::GrantsNeedPostgres);
+        };
+        let mut tx = pool.begin().await?;
+        for statement in &statements {
+            sqlx::query(statement).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }
 
 /// The statements of [`Store::runtime_grants`] for `facts`.

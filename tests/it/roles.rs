@@ -180,7 +180,7 @@ async fn a_schema_behind_the_binary_is_schema_outdated_for_the_runtime_role() {
         .await
         .unwrap();
     assert_eq!(recorded, last);
-    // The clock mode was booked by the runtime role, the schema changed by the owner.
+    // The clock mode is booked once (by the owner, who migrated).
     let clock_events: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event_type = 'ledger.clock_set'")
             .fetch_one(owner.pool())
@@ -211,6 +211,46 @@ async fn a_rebuild_runs_as_the_owner() {
     assert_eq!(code, 0, "{out}{err}");
 }
 
+/// Production's first start (compose's `migrate` service, the systemd unit's
+/// `ExecStartPre`): on an empty database `settle migrate --owner-database OWNER --grant ROLE`
+/// creates the schema and books the clock as the owner, then gives the runtime role its
+/// grants; `settle` then books as the runtime role.
+#[tokio::test]
+async fn a_new_database_is_migrated_and_granted_by_the_owner() {
+    let mut db = TestDb::unmigrated().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let role = db.own_role("settle_rt");
+    db.create_login_role(&role).await;
+    let runtime = db.url_as(&role);
+    let (code, out, err) = run_cli(&runtime, &["migrate"]);
+    assert_eq!(code, 1, "the runtime role cannot create the schema: {out}");
+    assert!(err.contains("schema_outdated"), "{err}");
+    let (code, out, err) = run_cli(
+        &runtime,
+        &[
+            "migrate",
+            "--owner-database",
+            db.owner_url(),
+            "--grant",
+            &role,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("granted the runtime role {role}")),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bookings.ndjson");
+    // A real-clock ledger without operators: the ungated commands (rates are gated).
+    let ungated: Vec<&str> = BOOKINGS.lines().take(2).collect();
+    std::fs::write(&file, ungated.join("\n")).unwrap();
+    let (code, out, err) = run_cli(&runtime, &["import", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "import as the runtime role: {out}{err}");
+}
+
 #[tokio::test]
 async fn print_grants_is_refused_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
@@ -219,4 +259,7 @@ async fn print_grants_is_refused_on_sqlite() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("grants_need_postgres"), "{err}");
     assert!(out.is_empty(), "{out}");
+    let (code, _, err) = run_cli(&url, &["migrate", "--grant", "settle_runtime"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("grants_need_postgres"), "{err}");
 }
