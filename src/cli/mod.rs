@@ -580,17 +580,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     // One loaded configuration for the ledger and the server (the other sections are read
     // by the commands that use them, from the same file and environment).
     let mut config = Config::load(cli.config.as_deref(), std::env::vars())?;
-    if let Cmd::Migrate {
-        print_grants: Some(role),
-        ..
-    } = &cli.command
-    {
-        return print_grants(&cli, &config, role, &mut std::io::stdout().lock()).await;
-    }
-    if let Cmd::Migrate { grant: Some(_), .. } = &cli.command
-        && cli.ledger_url().starts_with("sqlite:")
-    {
-        bail!("{}", crate::store::StoreError::GrantsNeedPostgres);
+    if let Some(code) = grants_first(&cli, &config).await {
+        return code;
     }
     let ledger = open_ledger(&cli, &mut config).await?;
     let mut stdout = std::io::stdout().lock();
@@ -685,10 +676,33 @@ async fn demo_cmd(dir: &std::path::Path, format: Format) -> anyhow::Result<i32> 
     Ok(0)
 }
 
+/// `settle migrate --print-grants ROLE`, run instead of opening the ledger; `--grant ROLE`
+/// refused on SQLite before it migrates anything. `None`: open the ledger.
+async fn grants_first(cli: &Cli, config: &Config) -> Option<anyhow::Result<i32>> {
+    let Cmd::Migrate {
+        print_grants,
+        grant,
+        ..
+    } = &cli.command
+    else {
+        return None;
+    };
+    if let Some(role) = print_grants {
+        return Some(print_grants_cmd(cli, config, role, &mut std::io::stdout().lock()).await);
+    }
+    if grant.is_some() && cli.ledger_url().starts_with("sqlite:") {
+        return Some(Err(anyhow::anyhow!(
+            "{}",
+            crate::store::StoreError::GrantsNeedPostgres
+        )));
+    }
+    None
+}
+
 /// `settle migrate --print-grants ROLE`: prints the statements that give the runtime role
 /// its rights, read from the ledger's database (`--owner-database` when given, else
 /// `--database`); runs none.
-async fn print_grants(
+async fn print_grants_cmd(
     cli: &Cli,
     config: &Config,
     role: &str,
