@@ -80,6 +80,17 @@ pub struct Cli {
     /// Database URL: sqlite://PATH (embedded default) or postgres://…
     #[arg(long, global = true, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     pub database: String,
+    /// PostgreSQL: the connection of the role that owns the tables, for what only it may
+    /// do: `settle migrate` and `settle rebuild` run with it; every other command runs as
+    /// `--database` (the runtime role, which cannot change the schema). Unset: `--database`
+    /// does all.
+    #[arg(
+        long,
+        global = true,
+        env = "SETTLE_DATABASE_OWNER_URL",
+        hide_env_values = true
+    )]
+    pub owner_database: Option<String>,
     /// Run as if at this instant (RFC 3339). Never earlier than the latest booking.
     #[arg(long, global = true)]
     pub now: Option<String>,
@@ -120,6 +131,16 @@ pub enum Cmd {
         /// Fix this ledger's clock to the real clock (what plain `migrate` does too).
         #[arg(long)]
         real_clock: bool,
+        /// PostgreSQL: print (do not run) the statements that give ROLE (default
+        /// `settle_runtime`) the rights the engine needs at run time and no more, to be run
+        /// by the owner of the tables after every migration; migrates nothing.
+        #[arg(long, value_name = "ROLE", num_args = 0..=1,
+              default_missing_value = crate::store::roles::RUNTIME_ROLE)]
+        print_grants: Option<String>,
+        /// PostgreSQL: after migrating, run those statements for ROLE (as the owner: with
+        /// `--owner-database`), so the runtime role can open the migrated schema.
+        #[arg(long, value_name = "ROLE")]
+        grant: Option<String>,
     },
     /// The whole job on a fresh machine: a SQLite file, sample providers, a generated week of
     /// usage, the Monday run paying USDC on a local chain, SEPA and NACHA files.
@@ -214,6 +235,19 @@ pub enum Cmd {
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
     Chain(solana::ChainCmd),
+}
+
+impl Cli {
+    /// The database the command's ledger is opened on: `--owner-database`, when given,
+    /// for `migrate` (it changes the schema, and on a new ledger books its clock mode
+    /// before the runtime role has its grants) and `rebuild` (it rewrites every projection
+    /// under a lock only the owner may take); `--database` otherwise.
+    pub fn ledger_url(&self) -> &str {
+        match (&self.command, &self.owner_database) {
+            (Cmd::Migrate { .. } | Cmd::Rebuild, Some(owner)) => owner,
+            _ => &self.database,
+        }
+    }
 }
 
 impl Cmd {
@@ -333,9 +367,10 @@ fn may_book(cmd: &Cmd) -> bool {
 /// `config`: this process's configuration seeds a ledger that has none, and nothing more
 /// (a difference is warned about once).
 pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledger> {
-    let store = Store::open(&cli.database, &config.store)
+    let url = cli.ledger_url();
+    let store = Store::open(url, &config.store)
         .await
-        .with_context(|| format!("opening database {}", redact(&cli.database)))?;
+        .with_context(|| format!("opening database {}", redact(url)))?;
     store.migrate().await.context("migrating the database")?;
     let now = match &cli.now {
         Some(text) => Some(parse_rfc3339_ms(text).map_err(|e| anyhow::anyhow!("--now: {e}"))?),
@@ -370,14 +405,10 @@ pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledge
             }
         }
     };
-    let sealing = crate::privacy::vault::privacy_of(
-        &config.privacy,
-        &cli.database,
-        &store,
-        may_book(&cli.command),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sealing =
+        crate::privacy::vault::privacy_of(&config.privacy, url, &store, may_book(&cli.command))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut ledger = Ledger::new(store, clock, config.ledger.clone()).with_privacy(sealing);
     if mode.is_some() || matches!(cli.command, Cmd::Migrate { .. }) {
         let seed = config.seed_policy();
@@ -436,6 +467,7 @@ async fn decide_clock_mode(
     if let Cmd::Migrate {
         simulated_clock,
         real_clock,
+        ..
     } = command
     {
         let wanted = match (simulated_clock, real_clock) {
@@ -568,6 +600,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     // One loaded configuration for the ledger and the server (the other sections are read
     // by the commands that use them, from the same file and environment).
     let mut config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    if let Some(code) = grants_first(&cli, &config).await {
+        return code;
+    }
     let ledger = open_ledger(&cli, &mut config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
@@ -664,9 +699,79 @@ async fn demo_cmd(dir: &std::path::Path, format: Format) -> anyhow::Result<i32> 
     Ok(0)
 }
 
+/// `settle migrate --print-grants ROLE`, run instead of opening the ledger; `--grant ROLE`
+/// refused on SQLite before it migrates anything. `None`: open the ledger.
+async fn grants_first(cli: &Cli, config: &Config) -> Option<anyhow::Result<i32>> {
+    let Cmd::Migrate {
+        print_grants,
+        grant,
+        ..
+    } = &cli.command
+    else {
+        return None;
+    };
+    if let Some(role) = print_grants {
+        return Some(print_grants_cmd(cli, config, role, &mut std::io::stdout().lock()).await);
+    }
+    if grant.is_some() && cli.ledger_url().starts_with("sqlite:") {
+        return Some(Err(anyhow::anyhow!(
+            "{}",
+            crate::store::StoreError::GrantsNeedPostgres
+        )));
+    }
+    None
+}
+
+/// `settle migrate --print-grants ROLE`: prints the statements that give the runtime role
+/// its rights, read from the ledger's database (`--owner-database` when given, else
+/// `--database`); runs none.
+async fn print_grants_cmd(
+    cli: &Cli,
+    config: &Config,
+    role: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    let url = cli.owner_database.as_deref().unwrap_or(&cli.database);
+    if url.starts_with("sqlite:") {
+        bail!("{}", crate::store::StoreError::GrantsNeedPostgres);
+    }
+    let store = Store::open(url, &config.store)
+        .await
+        .with_context(|| format!("opening database {}", redact(url)))?;
+    let statements = store.runtime_grants(role).await;
+    store.close().await;
+    let statements = statements.map_err(|e| anyhow::anyhow!("{e}"))?;
+    writeln!(
+        out,
+        "-- The runtime role {role}: reads, books, rewrites the projections; never updates, deletes\n\
+         -- or truncates an append-only table ({}), never changes the schema.\n\
+         -- Create it once (a superuser or a role with CREATEROLE), its password set apart:\n\
+         --   CREATE ROLE {role} LOGIN;\n\
+         -- Run these as the owner of the tables, again after every `settle migrate`:\n\
+         -- tables a later migration adds get SELECT and INSERT only until then.",
+        crate::store::roles::APPEND_ONLY_TABLES.join(", ")
+    )?;
+    for statement in statements {
+        writeln!(out, "{statement};")?;
+    }
+    Ok(0)
+}
+
 /// `settle migrate` (already done by opening the ledger): says so, with the clock mode.
+/// With `--grant ROLE`, then gives the runtime role its grants (`--print-grants`).
 async fn migrate_cmd(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyhow::Result<i32> {
-    writeln!(out, "database {} is up to date", redact(&cli.database))?;
+    writeln!(out, "database {} is up to date", redact(cli.ledger_url()))?;
+    if let Cmd::Migrate {
+        grant: Some(role), ..
+    } = &cli.command
+    {
+        ledger
+            .store
+            .grant_runtime(role)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        writeln!(out, "granted the runtime role {role} its rights")?;
+    }
     if let Some(mode) = ledger.store.clock_mode().await? {
         writeln!(out, "clock: {}", mode.as_str())?;
     }

@@ -22,6 +22,7 @@ pub mod providers;
 pub mod rails;
 pub mod read;
 pub mod reliability;
+pub mod roles;
 pub mod runs;
 pub mod snapshot;
 pub mod statements;
@@ -165,6 +166,33 @@ pub enum StoreError {
     /// A component between the caller and the database stopped (e.g. the usage booker).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The schema is behind this binary and the connected role may not migrate it (the
+    /// runtime role: [`roles`]).
+    #[error(
+        "schema_outdated: the database schema is at version {at}, this binary needs {needs}: run `settle migrate` as the owner role (--owner-database or SETTLE_DATABASE_OWNER_URL)"
+    )]
+    SchemaOutdated { at: i64, needs: i64 },
+    /// The database records migrations this binary does not have or has otherwise, and the
+    /// connected role may not run the migrator that would say which.
+    #[error(
+        "schema_foreign: the database records migrations this binary does not have or has otherwise (a newer or a changed release): run this release's `settle migrate` as the owner role to see which"
+    )]
+    SchemaForeign,
+    /// `settle migrate --print-grants` on SQLite.
+    #[error(
+        "grants_need_postgres: the runtime role's grants are PostgreSQL's; a SQLite ledger is guarded by its file's owner and mode"
+    )]
+    GrantsNeedPostgres,
+    /// A role name the grants cannot name.
+    #[error(
+        "invalid_role: {0:?} is not a plain role name (lower-case letters, digits and _, at most 63, not a reserved word)"
+    )]
+    InvalidRole(String),
+    /// An operation only the owner of the tables may run, attempted as another role.
+    #[error(
+        "needs_owner: {0} needs the owner role of the tables: run it with --owner-database or SETTLE_DATABASE_OWNER_URL"
+    )]
+    NeedsOwner(&'static str),
 }
 
 /// Where a ledger's booking time comes from, fixed once per ledger.
@@ -527,15 +555,6 @@ impl Store {
             ))),
             recent_keys: Arc::new(usage::RecentKeys::new(options.usage_recent_keys_max)),
         })
-    }
-
-    /// Applies the schema migrations of this dialect. Writes no ledger event.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        match &self.db {
-            Db::Sqlite(pool) => sqlx::migrate!("migrations/sqlite").run(pool).await?,
-            Db::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await?,
-        }
-        Ok(())
     }
 
     /// A pool of sqlx's `Any` driver on the same database (connected on first use), for tests

@@ -181,7 +181,17 @@ impl Snapshot {
         let _writer = writer_lock(&self.sqlite_writer, self.dialect).await;
         self.tx.run(self.dialect.begin_write()).await?;
         if self.dialect == Dialect::Postgres {
-            self.tx.run("LOCK TABLE events IN SHARE MODE").await?;
+            // A mode that shuts inserts out needs more than the runtime role's rights on
+            // `events` (`roles`): a rebuild runs as the owner.
+            self.tx
+                .run("LOCK TABLE events IN SHARE MODE")
+                .await
+                .map_err(|e| match &e {
+                    sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
+                        StoreError::NeedsOwner("rebuild")
+                    }
+                    _ => StoreError::Database(e),
+                })?;
         }
         // The events are append-only: the same count means the same events.
         let count: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(

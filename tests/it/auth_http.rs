@@ -44,9 +44,10 @@ async fn tokens_authenticate_by_hash_and_scope() {
     assert_eq!(row.get::<String, _>(1), "provider");
     assert_eq!(row.get::<Option<String>, _>(2).as_deref(), Some("prv_a"));
     // The table is append-only: its trigger refuses the UPDATE (same message on both
-    // databases).
+    // databases), even to the owner of the tables (the runtime role has no right to try).
+    let owner = app.db.owner_store().await;
     let refused = sqlx::query("UPDATE api_tokens SET scope = 'admin'")
-        .execute(app.ledger.store.pool())
+        .execute(owner.pool())
         .await
         .expect_err("UPDATE of api_tokens accepted");
     assert!(

@@ -1148,7 +1148,7 @@ async fn batches_generated_before_0008_are_indexed_by_the_migration() {
         "the crash left one batch with its payouts created"
     );
     common::upgrade_through(
-        &w.ledger.store,
+        &w.db,
         8,
         &[
             "DROP TABLE bank_batch_payouts",

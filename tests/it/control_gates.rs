@@ -382,8 +382,9 @@ async fn the_clock_mode_rewritten_by_sql_turns_no_real_clock_ledger_into_a_repla
             ],
         )
     };
-    // The table an earlier release kept the mode in: changing it changes nothing.
-    let store = db.store().await;
+    // The table an earlier release kept the mode in: changing it changes nothing. (The
+    // writer has the owner's rights: it rewrites the chain below.)
+    let store = db.owner_store().await;
     sqlx::query(
         "INSERT INTO ledger_settings (name, value, set_at_ms) VALUES ('clock', 'simulated', 0) \
          ON CONFLICT (name) DO UPDATE SET value = 'simulated'",

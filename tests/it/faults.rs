@@ -357,7 +357,13 @@ async fn killed_rebuild_leaves_consistent_projections() {
     .await
     .unwrap();
     for i in 0..8i64 {
-        let (mut child, progress) = spawn_with_progress(&["--database", &db.url, "rebuild"]);
+        let (mut child, progress) = spawn_with_progress(&[
+            "--database",
+            &db.url,
+            "--owner-database",
+            db.owner_url(),
+            "rebuild",
+        ]);
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let seen = loop {
             assert!(
@@ -403,7 +409,7 @@ async fn killed_rebuild_leaves_consistent_projections() {
         );
     }
     probe.close().await;
-    let (code, _, _) = run_cli(&db.url, &["rebuild"]);
+    let (code, _, _) = run_cli(&db.url, &["--owner-database", db.owner_url(), "rebuild"]);
     assert_eq!(code, 0);
 }
 

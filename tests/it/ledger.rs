@@ -61,7 +61,10 @@ async fn append_only_tables_refuse_update_delete_and_truncate() {
     let db = TestDb::new().await;
     let (ledger, _) = db.ledger_at(NOW).await;
     seed(&ledger).await;
-    let pool = ledger.store.pool();
+    // The triggers refuse even the owner, who holds every right on the tables (the runtime
+    // role is refused by its grants before: `roles`).
+    let owner = db.owner_store().await;
+    let pool = owner.pool();
     sqlx::query("INSERT INTO api_tokens (token_id, token_hash, scope, provider_id, label, created_at_ms, expires_at_ms) VALUES ('t1', $1, 'admin', NULL, 'test', 0, NULL)")
         .bind(vec![1u8; 32])
         .execute(pool)
@@ -157,18 +160,17 @@ async fn verify_names_the_stream_and_sequence_of_a_tampered_event() {
         .await
         .unwrap()
         .get(0);
-    // Behind the engine's back: remove the guard, then make the usage pay twice as much.
+    // Behind the engine's back, with the owner's rights: remove the guard, then make the
+    // usage pay twice as much.
+    let owner = db.owner_store().await;
     let drop_guard = if db.is_postgres() {
         "DROP TRIGGER events_refuse_update_delete ON events"
     } else {
         "DROP TRIGGER events_refuse_update"
     };
-    sqlx::query(drop_guard)
-        .execute(ledger.store.pool())
-        .await
-        .unwrap();
+    sqlx::query(drop_guard).execute(owner.pool()).await.unwrap();
     sqlx::query("UPDATE events SET payload = REPLACE(payload, '\"net_micro_usdc\":', '\"net_micro_usdc\":1') WHERE idem_key = 'usage:u1'")
-        .execute(ledger.store.pool())
+        .execute(owner.pool())
         .await
         .unwrap();
     let (code, out, _) = run_cli(&db.url, &["verify", "--format", "json"]);
@@ -229,8 +231,10 @@ async fn rebuild_of_100k_events_equals_the_live_projections() {
     // The live projections, the projector's backlog folded (as every reader sees them).
     ledger.store.catch_up_all().await.unwrap();
     let live = all_projections(&ledger.store).await;
+    // A rebuild runs as the owner (it locks `events` against writers).
+    let owner = db.owner_store().await;
     let report = settle::verify::rebuild(
-        &ledger.store,
+        &owner,
         settle::config::StoreConfig::default().verify_streams_per_page,
         &|_| {},
     )
@@ -277,7 +281,9 @@ async fn a_rebuild_refuses_to_swap_in_a_fold_the_ledger_outgrew() {
     let (ledger, _) = db.ledger_at(NOW).await;
     import_lines(&ledger, &provider_lines("r1", 2)).await;
     let folded = ledger.store.event_count().await.unwrap();
-    let mut snapshot = ledger.store.snapshot().await.unwrap();
+    // A rebuild runs as the owner (it locks `events` against writers).
+    let owner = db.owner_store().await;
+    let mut snapshot = owner.snapshot().await.unwrap();
     // The snapshot is taken at its first read; its fold is recorded page by page.
     let streams = snapshot.streams_after("", 100).await.unwrap();
     assert_eq!(streams.len(), 1, "{streams:?}");
@@ -294,9 +300,7 @@ async fn a_rebuild_refuses_to_swap_in_a_fold_the_ledger_outgrew() {
         live().await == before,
         "a refused swap changed the projections"
     );
-    let report = settle::verify::rebuild(&ledger.store, 1, &|_| {})
-        .await
-        .unwrap();
+    let report = settle::verify::rebuild(&owner, 1, &|_| {}).await.unwrap();
     assert_eq!(report.events, ledger.store.event_count().await.unwrap());
     assert!(report.ok(), "{:?}", report.problems);
     assert!(
@@ -401,18 +405,18 @@ async fn indexed_identifiers_compare_as_bytes_after_an_upgrade() {
         .collect();
     let undo: Vec<&str> = undo.iter().map(String::as_str).collect();
     let before = all_projections(&ledger.store).await;
-    common::upgrade_through(&ledger.store, 9, &undo).await;
+    common::upgrade_through(&db, 9, &undo).await;
     // A schema from before 0009 runs every later migration too: 0011 sets the columns it
     // indexes to byte order as well.
-    common::upgrade_through(&ledger.store, 11, &[]).await;
+    common::upgrade_through(&db, 11, &[]).await;
     // 0012 sets the collation of the columns it creates and indexes again.
-    common::upgrade_through(&ledger.store, 12, &[]).await;
-    common::upgrade_through(&ledger.store, 13, &[]).await;
-    common::upgrade_through(&ledger.store, 14, &[]).await;
-    common::upgrade_through(&ledger.store, 15, &[]).await;
-    common::upgrade_through(&ledger.store, 16, &[]).await;
-    common::upgrade_through(&ledger.store, 17, &[]).await;
-    common::upgrade_through(&ledger.store, 18, &[]).await;
+    common::upgrade_through(&db, 12, &[]).await;
+    common::upgrade_through(&db, 13, &[]).await;
+    common::upgrade_through(&db, 14, &[]).await;
+    common::upgrade_through(&db, 15, &[]).await;
+    common::upgrade_through(&db, 16, &[]).await;
+    common::upgrade_through(&db, 17, &[]).await;
+    common::upgrade_through(&db, 18, &[]).await;
     assert_eq!(
         keys_not_in_byte_order(&db, &ledger.store).await,
         Vec::<String>::new()

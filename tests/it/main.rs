@@ -39,6 +39,7 @@ mod pricing;
 mod privacy;
 mod projector;
 mod reliability;
+mod roles;
 mod route_tokens;
 mod rule_defects;
 mod runs;

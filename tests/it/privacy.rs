@@ -446,7 +446,10 @@ async fn an_erased_provider_reads_erased_and_keeps_its_money_history() {
     );
     assert_eq!(w.payouts_of("eu_de").await.len(), payouts_before);
     w.check().await;
-    let (code, _, err) = common::run_cli(&w.db.url, &["rebuild"]);
+    let (code, _, err) = common::run_cli(
+        &w.db.url,
+        &["--owner-database", w.db.owner_url(), "rebuild"],
+    );
     assert_eq!(code, 0, "{err}");
     w.check().await;
 
@@ -615,7 +618,10 @@ async fn a_changed_ciphertext_is_detected() {
     .await
     .unwrap();
     assert!(payload.contains(&email));
-    // A writer behind the engine: the append-only guard dropped first.
+    // A writer behind the engine, with the owner's rights: the append-only guard dropped
+    // first.
+    let owner = w.db.owner_store().await;
+    let pool = owner.pool();
     let guards: &[&str] = if w.db.is_postgres() {
         &["DROP TRIGGER events_refuse_update_delete ON events"]
     } else {

@@ -460,7 +460,7 @@ async fn a_fold_refused_at_any_statement_commits_nothing_and_the_next_fold_takes
         "account_balances",
         "projection_checkpoints",
     ];
-    let mut faults = common::DbFaults::install(&db.url, db.is_postgres(), &tables).await;
+    let mut faults = common::DbFaults::install(db.owner_url(), db.is_postgres(), &tables).await;
     let checkpoints = "SELECT CAST(COALESCE(SUM(seq), 0) AS BIGINT) FROM projection_checkpoints";
     for (trial, table) in tables.iter().enumerate() {
         let results = ledger
@@ -699,7 +699,7 @@ async fn verify_reads_a_page_of_streams_at_a_time_and_finds_a_difference_on_any_
         found[2]
     );
 
-    let rebuilt = settle::verify::rebuild(store, per_page, &|_| {})
+    let rebuilt = settle::verify::rebuild(&db.owner_store().await, per_page, &|_| {})
         .await
         .unwrap();
     assert!(rebuilt.ok(), "{:?}", rebuilt.problems);

@@ -465,7 +465,7 @@ async fn online_intervals_from_many_batches_are_read_as_their_union() {
         vec![(ms("11:00"), ms("11:05"))]
     );
     // The migration builds the same spans from the intervals recorded.
-    super::common::upgrade_through(store, 15, &["DROP TABLE gpu_online_spans"]).await;
+    super::common::upgrade_through(&db, 15, &["DROP TABLE gpu_online_spans"]).await;
     let rebuilt = (
         online_spans(store, "gpu-u1", 0).await.unwrap(),
         online_spans(store, "gpu-u2", 0).await.unwrap(),

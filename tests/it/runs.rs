@@ -799,7 +799,7 @@ async fn a_chunk_read_ahead_decides_only_while_nothing_moved_since() {
         .await
         .unwrap();
     let c = ahead("c").await;
-    let rebuilt = settle::verify::rebuild(&w.ledger.store, 1_000, &|_| {})
+    let rebuilt = settle::verify::rebuild(&w.db.owner_store().await, 1_000, &|_| {})
         .await
         .expect("rebuild");
     assert!(rebuilt.ok(), "{:?}", rebuilt.problems);

@@ -242,7 +242,7 @@ impl Sim {
             });
         }
         w.import(&lines).await;
-        let db = DbFaults::install(&w.db.url, w.db.is_postgres(), FAULT_TABLES).await;
+        let db = DbFaults::install(w.db.owner_url(), w.db.is_postgres(), FAULT_TABLES).await;
         Sim {
             w,
             rail,

@@ -598,7 +598,7 @@ async fn attempts_signed_before_0007_are_indexed_by_the_migration() {
         .await
         .unwrap();
     // The schema before 0007: no index, and the migration not yet applied.
-    common::upgrade_through(&w.ledger.store, 7, &["DROP TABLE solana_attempt_payouts"]).await;
+    common::upgrade_through(&w.db, 7, &["DROP TABLE solana_attempt_payouts"]).await;
     let report = settle::verify::verify(&w.ledger.store, &|_| {})
         .await
         .unwrap();

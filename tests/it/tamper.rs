@@ -84,7 +84,8 @@ async fn max_seq(ledger: &Ledger, stream: &str) -> i64 {
 /// The attacker: drops the append-only guard, rewrites `STREAM` as `edit` says with every
 /// sequence number and hash recomputed, and rebuilds the projections.
 async fn tamper(db: &TestDb, edit: impl FnOnce(&mut Vec<StoredEvent>)) {
-    let store = db.store().await;
+    // With the owner's rights: the runtime role can neither drop a trigger nor rebuild.
+    let store = db.owner_store().await;
     let guards: &[&str] = if db.is_postgres() {
         &["DROP TRIGGER events_refuse_update_delete ON events"]
     } else {
@@ -116,7 +117,7 @@ async fn tamper(db: &TestDb, edit: impl FnOnce(&mut Vec<StoredEvent>)) {
     }
     tx.commit().await.unwrap();
     store.close().await;
-    let (code, out, err) = run_cli(&db.url, &["rebuild"]);
+    let (code, out, err) = run_cli(&db.url, &["--owner-database", db.owner_url(), "rebuild"]);
     assert_eq!(code, 0, "the attacker's rebuild: {out}{err}");
 }
 

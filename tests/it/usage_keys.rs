@@ -124,7 +124,10 @@ async fn a_re_send_is_answered_from_the_keys_remembered_and_0_remembers_none() {
         unguard,
         "UPDATE events SET idem_key = idem_key || ':moved' WHERE event_type = 'usage.recorded'",
     ] {
-        sqlx::query(sql).execute(a.store.pool()).await.unwrap();
+        // Behind the engine, with the owner's rights.
+        let owner = db.owner_store().await;
+        sqlx::query(sql).execute(owner.pool()).await.unwrap();
+        owner.close().await;
     }
     assert_eq!(send(&a, &[hour("m-1", "prv_m", 8)]).await, ["duplicate"]);
     assert_eq!(

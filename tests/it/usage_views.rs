@@ -395,8 +395,8 @@ async fn nothing_read_before_a_rebuild_prices_usage_after_it() {
     let before = payable(&a, "prv_r").await;
     assert_eq!(before, price(9_990_000, HOUR, FEE_BPS).2);
     // Another process rebuilds the tables from the events: the rate is 2.49 again.
-    let (b, _) = db.ledger_at(NOW).await;
-    let report = settle::verify::rebuild(&b.store, 1_000, &|_| {})
+    let b = db.owner_store().await;
+    let report = settle::verify::rebuild(&b, 1_000, &|_| {})
         .await
         .expect("rebuild");
     assert!(report.ok(), "{:?}", report.problems);

@@ -4,6 +4,14 @@
 //! directory; with it (e.g. `postgres://postgres@127.0.0.1:5432/test`) on a fresh
 //! PostgreSQL database created for the test and dropped afterwards. `.ci/run` runs the
 //! whole suite both ways.
+//!
+//! On PostgreSQL the database is migrated as the admin of `SETTLE_TEST_PG_URL` (the owner
+//! of the tables) and the test gets a URL ([`TestDb::url`]) of the runtime role
+//! [`TEST_RUNTIME_ROLE`], given the grants `settle migrate --print-grants` prints: the
+//! suite runs as production's `settle serve` does. A test that changes the tables as an
+//! outsider would (tampering, undoing a migration, installing a fault) does it through
+//! [`TestDb::owner_url`] / [`TestDb::owner_store`]. `SETTLE_TEST_PG_AS_OWNER=1` hands tests
+//! the owner's URL instead.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,18 +24,101 @@ use settle::store::{Store, StoreOptions};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The runtime role the suite runs as on PostgreSQL: one for the cluster (roles are
+/// cluster-wide), created by the first test that needs it, given its grants in each test's
+/// database.
+pub const TEST_RUNTIME_ROLE: &str = "settle_test_runtime";
+
+/// The password of the test roles (ignored under `trust` authentication).
+const TEST_ROLE_PASSWORD: &str = "settle-test-role";
+
 pub struct TestDb {
+    /// The URL the engine runs on: the runtime role's on PostgreSQL.
     pub url: String,
+    /// The URL of the tables' owner (the admin of `SETTLE_TEST_PG_URL`; on SQLite `url`).
+    owner_url: String,
     _dir: Option<tempfile::TempDir>,
     pg: Option<(String, String)>,
+    /// Roles made for this test alone, dropped after its database.
+    own_roles: Vec<String>,
+    /// The runtime role of [`TestDb::url`], when the test runs as one.
+    runtime: Option<String>,
 }
 
 impl TestDb {
-    /// A fresh, migrated database for one test.
+    /// A fresh, migrated database for one test: on PostgreSQL migrated by its owner and
+    /// handed to the test as [`TEST_RUNTIME_ROLE`] (unless `SETTLE_TEST_PG_AS_OWNER`).
     pub async fn new() -> TestDb {
-        let db = TestDb::unmigrated().await;
+        let mut db = TestDb::unmigrated().await;
         db.migrate().await;
+        let as_owner = std::env::var("SETTLE_TEST_PG_AS_OWNER").is_ok_and(|v| !v.is_empty());
+        if db.is_postgres() && !as_owner {
+            db.url = db.grant_runtime(TEST_RUNTIME_ROLE).await;
+            db.runtime = Some(TEST_RUNTIME_ROLE.to_owned());
+        }
         db
+    }
+
+    /// The owner's URL: for what only an outsider with the owner's rights does (tampering
+    /// with the append-only tables, undoing migrations, installing faults).
+    pub fn owner_url(&self) -> &str {
+        &self.owner_url
+    }
+
+    /// A store opened as the owner ([`TestDb::owner_url`]).
+    pub async fn owner_store(&self) -> Store {
+        Store::open(&self.owner_url, &StoreOptions::default())
+            .await
+            .expect("open store as the owner")
+    }
+
+    /// Creates the login role `role` when the cluster has none of that name (tests race
+    /// to create it: a duplicate is no error), gives it the grants `settle migrate
+    /// --print-grants` prints on this (migrated) database, run as the owner, and returns
+    /// its URL for this database.
+    pub async fn grant_runtime(&self, role: &str) -> String {
+        self.create_login_role(role).await;
+        let owner = self.owner_store().await;
+        let statements = owner.runtime_grants(role).await.expect("the grants");
+        for statement in &statements {
+            sqlx::query(statement)
+                .execute(owner.pool())
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        owner.close().await;
+        self.url_as(role)
+    }
+
+    /// Creates the login role `role` (no rights) unless the cluster has one of that name.
+    pub async fn create_login_role(&self, role: &str) {
+        let owner = self.owner_store().await;
+        sqlx::query(&format!(
+            "DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD '{TEST_ROLE_PASSWORD}'; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        ))
+        .execute(owner.pool())
+        .await
+        .unwrap_or_else(|e| panic!("create role {role}: {e}"));
+        owner.close().await;
+    }
+
+    /// A role of this test alone (a random name), dropped after the test's database.
+    pub fn own_role(&mut self, prefix: &str) -> String {
+        let role = format!("{prefix}_{}", rand::random::<u32>());
+        self.own_roles.push(role.clone());
+        role
+    }
+
+    /// This database's URL as the login role `role`.
+    pub fn url_as(&self, role: &str) -> String {
+        let (scheme, rest) = self.owner_url.split_once("://").expect("a URL");
+        let host = match (rest.find('@'), rest.find('/')) {
+            (Some(at), Some(slash)) if at < slash => &rest[at + 1..],
+            (Some(at), None) => &rest[at + 1..],
+            _ => rest,
+        };
+        format!("{scheme}://{role}:{TEST_ROLE_PASSWORD}@{host}")
     }
 
     /// A fresh, empty database (no schema): for tests of the migrations themselves.
@@ -55,17 +146,23 @@ impl TestDb {
                     .unwrap_or(&admin_url);
                 TestDb {
                     url: format!("{base}/{name}"),
+                    owner_url: format!("{base}/{name}"),
                     _dir: None,
                     pg: Some((admin_url.clone(), name)),
+                    own_roles: Vec::new(),
+                    runtime: None,
                 }
             }
             _ => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("settle.db").display());
                 TestDb {
+                    owner_url: url.clone(),
                     url,
                     _dir: Some(dir),
                     pg: None,
+                    own_roles: Vec::new(),
+                    runtime: None,
                 }
             }
         }
@@ -76,7 +173,7 @@ impl TestDb {
     }
 
     async fn migrate(&self) {
-        let store = self.store().await;
+        let store = self.owner_store().await;
         store.migrate().await.expect("migrate");
         store.close().await;
     }
@@ -110,7 +207,9 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some((admin_url, name)) = self.pg.take() {
-            // Drop the test database from a helper thread with its own runtime.
+            let roles = std::mem::take(&mut self.own_roles);
+            // Drop the test database, then its own roles (whose rights lived in it), from a
+            // helper thread with its own runtime.
             let _ = std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -122,6 +221,11 @@ impl Drop for TestDb {
                             sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                                 .execute(&admin)
                                 .await;
+                        for role in roles {
+                            let _ = sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+                                .execute(&admin)
+                                .await;
+                        }
                         admin.close().await;
                     }
                 });
@@ -131,11 +235,12 @@ impl Drop for TestDb {
     }
 }
 
-/// The `settle` binary built for this test run.
-/// Takes `store` back to before migration `version` by running `undo` (statements that
-/// reverse it) and forgetting the migration, then migrates forward again: a database an
-/// older release created, upgraded as `settle migrate` upgrades it.
-pub async fn upgrade_through(store: &Store, version: i64, undo: &[&str]) {
+/// Takes the database of `db` back to before migration `version` by running `undo`
+/// (statements that reverse it) and forgetting the migration, then migrates forward again:
+/// a database an older release created, upgraded as `settle migrate` upgrades it (as the
+/// owner: the runtime role may do neither).
+pub async fn upgrade_through(db: &TestDb, version: i64, undo: &[&str]) {
+    let store = db.owner_store().await;
     for statement in undo {
         sqlx::query(statement).execute(store.pool()).await.unwrap();
     }
@@ -148,6 +253,11 @@ pub async fn upgrade_through(store: &Store, version: i64, undo: &[&str]) {
         .migrate()
         .await
         .unwrap_or_else(|e| panic!("migration {version}: {e}"));
+    store.close().await;
+    if let Some(role) = &db.runtime {
+        // As after every `settle migrate`: the tables the migration made get their grants.
+        db.grant_runtime(role).await;
+    }
 }
 
 /// Inserts `e` into `events` as a database writer could, with no engine in between (the
