@@ -12,6 +12,8 @@ CREATE TABLE IF NOT EXISTS anchor_publications (
     root TEXT COLLATE "C" NOT NULL,
     at_ms BIGINT NOT NULL
 );
+-- Byte order for the key columns, also where the table was made before.
+ALTER TABLE anchor_publications ALTER COLUMN signature TYPE TEXT COLLATE "C";
 DROP TRIGGER IF EXISTS anchors_refuse_update_delete ON anchors;
 CREATE TRIGGER anchors_refuse_update_delete BEFORE UPDATE OR DELETE ON anchors FOR EACH ROW EXECUTE FUNCTION settle_refuse_mutation();
 DROP TRIGGER IF EXISTS anchors_refuse_truncate ON anchors;

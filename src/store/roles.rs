@@ -379,8 +379,17 @@ mod tests {
         let mut guarded = std::collections::BTreeSet::new();
         for file in std::fs::read_dir(dir).unwrap() {
             let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
-            for line in text.lines().filter(|l| l.contains("EXECUTE FUNCTION settle_refuse_mutation")) {
-                let table = line.split(" ON ").nth(1).unwrap().split_whitespace().next().unwrap();
+            for line in text
+                .lines()
+                .filter(|l| l.contains("EXECUTE FUNCTION settle_refuse_mutation"))
+            {
+                let table = line
+                    .split(" ON ")
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap();
                 guarded.insert(table.to_owned());
             }
         }
