@@ -620,16 +620,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Approvals(_) | Cmd::Operator(_) | Cmd::Control(_) => {
             control_cmds(&ledger, &cli, &mut stdout).await?
         }
-        Cmd::Verify { anchors } => {
-            verify_cmd(&ledger, &cli, &config, anchors.as_ref(), &mut stdout).await?
-        }
-        Cmd::Anchor(args) => anchor::anchor_cmd(&ledger, &cli, &config, args, &mut stdout).await?,
-        Cmd::Statement(cmd) => {
-            statement::statement_cmd(&ledger, &cli, &config, cmd, &mut stdout).await?
-        }
-        Cmd::Rebuild => {
-            let per_page = config.store.verify_streams_per_page;
-            rebuild_cmd(&ledger, cli.format, per_page, &mut stdout).await?
+        Cmd::Verify { .. } | Cmd::Anchor(_) | Cmd::Statement(_) | Cmd::Rebuild => {
+            integrity_cmds(&ledger, &cli, &config, &mut stdout).await?
         }
         Cmd::Run(cmd) => {
             runs::run_cmd(&ledger, cmd, cli.config.as_deref(), cli.format, &mut stdout).await?
@@ -676,6 +668,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     ledger.store.close().await;
     Ok(code)
+}
+
+/// The commands that check the ledger or prove it to others: `verify`, `anchor`, `statement`
+/// (SPEC §13) and `rebuild`.
+async fn integrity_cmds(
+    ledger: &Ledger,
+    cli: &Cli,
+    config: &Config,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    match &cli.command {
+        Cmd::Verify { anchors } => verify_cmd(ledger, cli, config, anchors.as_ref(), out).await,
+        Cmd::Anchor(args) => anchor::anchor_cmd(ledger, cli, config, args, out).await,
+        Cmd::Statement(cmd) => statement::statement_cmd(ledger, cli, config, cmd, out).await,
+        Cmd::Rebuild => {
+            let per_page = config.store.verify_streams_per_page;
+            rebuild_cmd(ledger, cli.format, per_page, out).await
+        }
+        _ => unreachable!("called for the integrity commands only"),
+    }
 }
 
 /// The commands of dual control (SPEC §9): `approvals`, `operator`, `control`.
