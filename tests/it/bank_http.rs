@@ -6,29 +6,12 @@ use crate::bank_support;
 
 use bank_support::*;
 use serde_json::{Value, json};
-use settle::auth::{NewToken, Scope, create_token};
+use settle::auth::Scope;
 use settle::config::HttpConfig;
-use settle::domain::ids::ProviderId;
 use settle::http::{AppState, Application};
 
 async fn token(w: &World, scope: Scope, provider: Option<&str>) -> String {
-    create_token(
-        &w.ledger.store,
-        &NewToken {
-            scope,
-            provider_id: provider.map(|p| ProviderId::parse(p).unwrap()),
-            name: format!("bank-{scope}-{}", rand::random::<u32>()),
-            label: "bank test".into(),
-            expires_in_days: None,
-            created_by: settle::ledger::Actor::operator("test"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
-        w.ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .token
+    crate::common::api_token(&w.ledger, scope, provider).await
 }
 
 /// The bank routes with the world's outbox, served on a free port.

@@ -18,16 +18,9 @@ fn cli(w: &World, args: &[&str]) -> (i32, String, String) {
 
 /// `settle statement verify` (no database); (exit code, stdout, stderr).
 fn verify(args: &[&str]) -> (i32, String, String) {
-    let out = common::settle_command()
-        .args(["statement", "verify"])
-        .args(args)
-        .output()
-        .expect("run settle");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut all = vec!["statement", "verify"];
+    all.extend_from_slice(args);
+    common::run_settle(&all)
 }
 
 /// A weekly run of three providers paid on the local chain; the ledger anchored and the
@@ -247,10 +240,8 @@ async fn an_altered_event_total_or_order_fails_the_check() {
 async fn a_period_statement_is_proven_against_the_same_root() {
     let dir = tempfile::tempdir().unwrap();
     let (w, log, root) = paid_and_published(dir.path()).await;
-    let file = dir.path().join("period.json").display().to_string();
-    let (code, out, err) = cli(
-        &w,
-        &[
+    let show = |extra: &[&str]| {
+        let mut args = vec![
             "statement",
             "show",
             "--provider",
@@ -261,10 +252,12 @@ async fn a_period_statement_is_proven_against_the_same_root() {
             "2026-12-01",
             "--anchors",
             &log,
-            "--out",
-            &file,
-        ],
-    );
+        ];
+        args.extend_from_slice(extra);
+        cli(&w, &args)
+    };
+    let file = dir.path().join("period.json").display().to_string();
+    let (code, out, err) = show(&["--out", &file]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = verify(&[&file, "--root", &root]);
     assert_eq!(code, 0, "{out}{err}");
@@ -276,24 +269,7 @@ async fn a_period_statement_is_proven_against_the_same_root() {
     );
     // The page shows it, escaped, with the check command.
     let html = dir.path().join("period.html").display().to_string();
-    let (code, out, err) = cli(
-        &w,
-        &[
-            "statement",
-            "show",
-            "--provider",
-            "st0001",
-            "--from",
-            "2026-11-01",
-            "--to",
-            "2026-12-01",
-            "--anchors",
-            &log,
-            "--html",
-            "--out",
-            &html,
-        ],
-    );
+    let (code, out, err) = show(&["--html", "--out", &html]);
     assert_eq!(code, 0, "{out}{err}");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
@@ -412,28 +388,6 @@ async fn serve_anchors_by_default_and_publishes_on_its_interval() {
     assert!(out.contains("published"), "{out}");
 }
 
-/// A provider token of `provider` on the world's ledger.
-async fn provider_token(w: &World, provider: &str) -> String {
-    use settle::auth::{NewToken, Scope, create_token};
-    create_token(
-        &w.ledger.store,
-        &NewToken {
-            scope: Scope::Provider,
-            provider_id: Some(settle::domain::ids::ProviderId::parse(provider).unwrap()),
-            name: format!("statement-{provider}"),
-            label: "test".into(),
-            expires_in_days: None,
-            created_by: settle::ledger::Actor::operator("test"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
-        w.ledger.now_ms(),
-    )
-    .await
-    .expect("create token")
-    .token
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_provider_reads_its_statement_from_the_api_and_the_dashboard() {
     let dir = tempfile::tempdir().unwrap();
@@ -448,8 +402,9 @@ async fn the_provider_reads_its_statement_from_the_api_and_the_dashboard() {
         .unwrap();
     let base = format!("http://127.0.0.1:{}", app.port());
     tokio::spawn(app.run_until_stopped(std::future::pending()));
-    let own = provider_token(&w, "st0000").await;
-    let other = provider_token(&w, "st0001").await;
+    let provider = settle::auth::Scope::Provider;
+    let own = common::api_token(&w.ledger, provider, Some("st0000")).await;
+    let other = common::api_token(&w.ledger, provider, Some("st0001")).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -132,6 +132,18 @@ pub fn digest32(text: &str) -> Option<Digest32> {
     hex::decode(text).ok()?.try_into().ok()
 }
 
+/// The level above `level`: each pair joined, an odd last node carried up.
+fn next_level(level: &[Digest32]) -> Vec<Digest32> {
+    level
+        .chunks(2)
+        .map(|pair| match pair {
+            [left, right] => node(left, right),
+            [single] => *single,
+            _ => unreachable!("chunks of two"),
+        })
+        .collect()
+}
+
 /// The root of the tree over `leaves` (a fixed digest when there are none).
 pub fn merkle_root(leaves: &[Digest32]) -> Digest32 {
     if leaves.is_empty() {
@@ -139,14 +151,7 @@ pub fn merkle_root(leaves: &[Digest32]) -> Digest32 {
     }
     let mut level = leaves.to_vec();
     while level.len() > 1 {
-        level = level
-            .chunks(2)
-            .map(|pair| match pair {
-                [left, right] => node(left, right),
-                [single] => *single,
-                _ => unreachable!("chunks of two"),
-            })
-            .collect();
+        level = next_level(&level);
     }
     level[0]
 }
@@ -164,14 +169,7 @@ pub fn merkle_path(leaves: &[Digest32], mut index: usize) -> Vec<Step> {
                 Step::Right(level[sibling])
             });
         }
-        level = level
-            .chunks(2)
-            .map(|pair| match pair {
-                [left, right] => node(left, right),
-                [single] => *single,
-                _ => unreachable!("chunks of two"),
-            })
-            .collect();
+        level = next_level(&level);
         index /= 2;
     }
     path

@@ -331,17 +331,46 @@ pub fn settle_command() -> std::process::Command {
 
 /// Runs `settle` with args against `url`; returns (exit code, stdout, stderr).
 pub fn run_cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = settle_command()
-        .arg("--database")
-        .arg(url)
-        .args(args)
-        .output()
-        .expect("run settle");
+    let mut all = vec!["--database", url];
+    all.extend_from_slice(args);
+    run_settle(&all)
+}
+
+/// Runs `settle` with args (no database given); returns (exit code, stdout, stderr).
+pub fn run_settle(args: &[&str]) -> (i32, String, String) {
+    let out = settle_command().args(args).output().expect("run settle");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A new API token of `scope` (bound to `provider` when given) on `ledger`, made by the
+/// operator `test` at the ledger's clock: its secret.
+pub async fn api_token(
+    ledger: &Ledger,
+    scope: settle::auth::Scope,
+    provider: Option<&str>,
+) -> String {
+    use settle::auth::{NewToken, create_token};
+    create_token(
+        &ledger.store,
+        &NewToken {
+            scope,
+            provider_id: provider.map(|p| settle::domain::ids::ProviderId::parse(p).unwrap()),
+            name: format!("test-{scope}-{}", rand::random::<u32>()),
+            label: "test".into(),
+            expires_in_days: None,
+            created_by: settle::ledger::Actor::operator("test"),
+            needs_approval: false,
+        },
+        &settle::config::AuthConfig::default(),
+        ledger.now_ms(),
+    )
+    .await
+    .expect("create token")
+    .token
 }
 
 /// Validates every event on the ledger against `ledger-schemas/{type}.v{version}.json`;
