@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use common::{TestDb, free_port, run_cli};
 use serde_json::{Value, json};
-use settle::auth::{NewToken, Scope, create_token};
+use settle::auth::Scope;
 use settle::config::LedgerConfig;
 use settle::domain::bands::WithoutPriceBook;
-use settle::domain::ids::ProviderId;
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
 use settle::ledger::{Actor, Ledger};
 use settle::wire::import::{apply, parse_line};
@@ -507,23 +506,7 @@ async fn serve(
 }
 
 async fn token(ledger: &Ledger, scope: Scope) -> String {
-    create_token(
-        &ledger.store,
-        &NewToken {
-            scope,
-            provider_id: None::<ProviderId>,
-            name: format!("bands-{scope}"),
-            label: "bands test".into(),
-            expires_in_days: None,
-            created_by: settle::ledger::Actor::operator("test"),
-            needs_approval: false,
-        },
-        &settle::config::AuthConfig::default(),
-        ledger.now_ms(),
-    )
-    .await
-    .unwrap()
-    .token
+    crate::common::api_token(ledger, scope, None).await
 }
 
 /// A real originator, none of whose identifiers is the built-in example's.

@@ -26,14 +26,7 @@ async fn apply_printed_grants(db: &TestDb, role: &str) -> Vec<String> {
         .map(|l| l.trim_end_matches(';').to_owned())
         .collect();
     assert!(statements.len() > 5, "{out}");
-    let owner = db.owner_store().await;
-    for statement in &statements {
-        sqlx::query(statement)
-            .execute(owner.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-    owner.close().await;
+    db.run_as_owner(&statements).await;
     statements
 }
 

@@ -80,14 +80,20 @@ impl TestDb {
         self.create_login_role(role).await;
         let owner = self.owner_store().await;
         let statements = owner.runtime_grants(role).await.expect("the grants");
-        for statement in &statements {
+        self.run_as_owner(&statements).await;
+        self.url_as(role)
+    }
+
+    /// Runs each of `statements` as the owner of the tables, in order.
+    pub async fn run_as_owner(&self, statements: &[String]) {
+        let owner = self.owner_store().await;
+        for statement in statements {
             sqlx::query(statement)
                 .execute(owner.pool())
                 .await
                 .unwrap_or_else(|e| panic!("{statement}: {e}"));
         }
         owner.close().await;
-        self.url_as(role)
     }
 
     /// Creates the login role `role` (no rights) unless the cluster has one of that name.
