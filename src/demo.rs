@@ -550,6 +550,8 @@ fn prepare_dir(dir: &Path) -> anyhow::Result<PathBuf> {
         "settle.db-wal",
         "settle.db-shm",
         "settle.db.master-key",
+        "settle.db.anchors",
+        "settle.db.anchors.key",
     ] {
         let _ = std::fs::remove_file(dir.join(f));
     }

@@ -71,6 +71,7 @@ fn the_demo_pays_what_an_independent_computation_says() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     the_demo_shows_a_signed_request_and_its_approval(&report, dir.path());
+    the_demo_proves_a_statement_and_runs_again(&report, dir.path());
 
     // Read the generated input the way a provider's accountant would.
     let input = std::fs::read_to_string(dir.path().join("demo-input.ndjson")).unwrap();
@@ -296,6 +297,39 @@ fn the_demo_pays_what_an_independent_computation_says() {
             other => panic!("unexpected rail {other}"),
         }
     }
+}
+
+/// The demo's anchor was published on its chain and `prv_atlas`'s statement checked against
+/// it; the command it prints checks the statement again, offline, when pasted; and a second
+/// demo in the same directory starts a new ledger and a new anchor log.
+fn the_demo_proves_a_statement_and_runs_again(report: &Value, dir: &std::path::Path) {
+    let s = &report["statement"];
+    assert!(s["verified"].as_str().unwrap().starts_with("ok: "), "{s}");
+    assert!(
+        s["publication"].as_str().is_some_and(|p| p.len() > 40),
+        "{s}"
+    );
+    let command = s["verify_command"].as_str().unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", command])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.starts_with("ok: "),
+        "{command}: {text}"
+    );
+    let again = std::process::Command::new(common::settle_bin())
+        .args(["--format", "json", "demo", "--dir"])
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "the demo again in its directory: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }
 
 /// The bank's answers the demo imported (the SEPA payout booked, the ACH payout returned
