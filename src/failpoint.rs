@@ -2,6 +2,11 @@
 //! prove that what was committed before is whole and what was not is absent. A leaf:
 //! every layer may call [`failpoint`], and it names no other module.
 
+/// Whether this build aborts at armed failpoints: debug builds (the tests) and release
+/// builds with the `failpoints` feature. A test that needs a failpoint skips, saying so,
+/// when they are compiled out.
+pub const COMPILED_IN: bool = cfg!(any(debug_assertions, feature = "failpoints"));
+
 /// The environment variable naming a failpoint: `SETTLE_FAILPOINT=<name>` aborts the
 /// process the first time `<name>` is reached, `SETTLE_FAILPOINT=<name>:<n>` the n-th time.
 pub const FAILPOINT_ENV: &str = "SETTLE_FAILPOINT";

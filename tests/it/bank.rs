@@ -622,6 +622,11 @@ fn generation_crashed_at(w: &World, failpoint: &str) {
 
 #[tokio::test]
 async fn a_crash_anywhere_in_generation_is_finished_by_the_next_run() {
+    if !crate::common::failpoints_or_skip(
+        "a_crash_anywhere_in_generation_is_finished_by_the_next_run",
+    ) {
+        return;
+    }
     use settle::rails::bank::failpoints::*;
     for failpoint in [
         GENERATE_BEFORE_COMMIT,
@@ -1136,6 +1141,11 @@ async fn files_hold_at_most_batch_payouts_max_payouts_and_each_is_valid_on_its_o
 /// that batch instead of putting its payouts into a second file.
 #[tokio::test]
 async fn batches_generated_before_0008_are_indexed_by_the_migration() {
+    if !crate::common::failpoints_or_skip(
+        "batches_generated_before_0008_are_indexed_by_the_migration",
+    ) {
+        return;
+    }
     use settle::rails::bank::failpoints::AFTER_GENERATED;
     let w = mixed_world().await;
     w.at("2026-12-01T00:05:00Z");

@@ -299,6 +299,11 @@ async fn expected_candidates(ledger: &Ledger, run: &RunKey) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
+    if !crate::common::failpoints_or_skip(
+        "runs_killed_at_failpoints_and_at_random_finish_exactly_once",
+    ) {
+        return;
+    }
     let started = Instant::now();
     let reference = World::new("2026-11-14T12:00:00Z").await;
     let mut crashed = Crashed::new().await;

@@ -548,6 +548,11 @@ fn assert_table_state_at(failpoint: &str, s: &State) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_payer_killed_around_the_lookup_table_transaction_pays_each_provider_exactly_once() {
+    if !crate::common::failpoints_or_skip(
+        "the_payer_killed_around_the_lookup_table_transaction_pays_each_provider_exactly_once",
+    ) {
+        return;
+    }
     let mut scenarios = 0;
     for name in failpoints::ALL
         .into_iter()
@@ -566,6 +571,11 @@ async fn the_payer_killed_around_the_lookup_table_transaction_pays_each_provider
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_payer_killed_at_every_failpoint_pays_each_provider_exactly_once() {
+    if !crate::common::failpoints_or_skip(
+        "the_payer_killed_at_every_failpoint_pays_each_provider_exactly_once",
+    ) {
+        return;
+    }
     let mut scenarios = 0;
     for name in failpoints::ALL {
         for hit in [1, 2] {

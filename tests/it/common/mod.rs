@@ -352,6 +352,19 @@ pub fn run_settle(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Whether the `settle` under test aborts at failpoints; when it does not (a release build
+/// without the `failpoints` feature) the test `name` says it is skipped, and why, and
+/// returns early: `cargo test --release --features failpoints` runs it.
+pub fn failpoints_or_skip(name: &str) -> bool {
+    if !settle::failpoint::COMPILED_IN {
+        eprintln!(
+            "{name}: skipped: failpoints are compiled out of this build (run it with \
+             `cargo test --release --features failpoints`, or a debug build)"
+        );
+    }
+    settle::failpoint::COMPILED_IN
+}
+
 /// A new API token of `scope` (bound to `provider` when given) on `ledger`, made by the
 /// operator `test` at the ledger's clock: its secret.
 pub async fn api_token(
