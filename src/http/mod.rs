@@ -59,7 +59,8 @@ pub struct AppState {
     pub streams: Arc<stream::StreamHub>,
     /// Failed authentications by client address (`limit`), this server's own.
     pub auth_failures: Arc<limit::AuthFailures>,
-    /// The anchors statements are proven against (`anchor.file` resolved by `serve`).
+    /// The anchors statements are proven against (`anchor.file` resolved by `serve`, its
+    /// `rpc_url` resolved to the served chain's when empty).
     pub anchor: Arc<crate::config::AnchorConfig>,
 }
 
@@ -74,7 +75,10 @@ impl AppState {
             runs: Arc::new(config.runs.clone()),
             control: Arc::new(config.control.clone()),
             bank: Arc::new(config.bank.clone()),
-            anchor: Arc::new(config.anchor.clone()),
+            anchor: Arc::new(crate::config::AnchorConfig {
+                rpc_url: config.anchor.rpc(&config.solana).to_owned(),
+                ..config.anchor.clone()
+            }),
             streams: Arc::new(stream::StreamHub::new(&config.http)),
             auth_failures: Arc::new(limit::AuthFailures::default()),
         }

@@ -272,21 +272,20 @@ pub fn check(s: &Statement) -> Result<Checked, String> {
     if s.format != FORMAT {
         return Err(format!("not a {FORMAT} statement"));
     }
-    let head = check_chain(s)?;
+    let chain = check_chain(s)?;
     let totals = Totals::of(&s.provider_id, &s.events)?;
     if totals != s.totals {
         return Err("the totals are not the sums of the listed events' lines".into());
     }
     let statement_hash = match (&s.kind[..], &s.payout) {
-        ("payout", Some(p)) => Some(check_payout(s, p)?),
+        ("payout", Some(p)) => Some(check_payout(s, p, &chain.last_listed)?),
         ("period", None) if s.period.is_some() => None,
         _ => return Err(format!("kind {:?} does not match its parts", s.kind)),
     };
-    let (anchor_root, final_root) = check_anchor(s, &head)?;
+    let final_root = check_anchor(s, &chain.head)?;
     if let (Some(hash), Some(payment)) = (&statement_hash, &s.payment) {
         check_payment(hash, payment)?;
     }
-    let _ = anchor_root;
     Ok(Checked {
         provider_id: s.provider_id.clone(),
         events: s.events.len(),
@@ -299,10 +298,19 @@ pub fn check(s: &Statement) -> Result<Checked, String> {
     })
 }
 
-/// The chain from `prev_hash` through the events and the tail: answers the head's hash.
-fn check_chain(s: &Statement) -> Result<Digest32, String> {
+/// The hashes [`check_chain`] recomputed.
+struct Chain {
+    /// At the last listed event (a payout's `payout.created`).
+    last_listed: Digest32,
+    /// At the anchored head.
+    head: Digest32,
+}
+
+/// The chain from `prev_hash` through the events and the tail.
+fn check_chain(s: &Statement) -> Result<Chain, String> {
     let first = s.events.first().ok_or("the statement lists no event")?.seq;
     let mut hash = hex32("proof.prev_hash", &s.proof.prev_hash)?.to_vec();
+    let mut last_listed = Vec::new();
     for (i, e) in s.events.iter().chain(&s.proof.tail).enumerate() {
         if e.seq != first + i as i64 {
             return Err(format!(
@@ -312,6 +320,9 @@ fn check_chain(s: &Statement) -> Result<Digest32, String> {
             ));
         }
         hash = event_hash(&hash, &canonical_bytes(&e.stored(&s.stream)?)).to_vec();
+        if i + 1 == s.events.len() {
+            last_listed.clone_from(&hash);
+        }
     }
     let last = first + (s.events.len() + s.proof.tail.len()) as i64 - 1;
     if last != s.proof.head_seq || hash != hex32("proof.head_hash", &s.proof.head_hash)? {
@@ -321,11 +332,16 @@ fn check_chain(s: &Statement) -> Result<Digest32, String> {
                 .into(),
         );
     }
-    Ok(hash.try_into().expect("32 bytes"))
+    let digest = |h: Vec<u8>| Digest32::try_from(h).expect("32 bytes");
+    Ok(Chain {
+        last_listed: digest(last_listed),
+        head: digest(hash),
+    })
 }
 
-/// The payout's `payout.created` event ends the listed events; answers the statement hash.
-fn check_payout(s: &Statement, p: &PayoutPart) -> Result<Digest32, String> {
+/// The payout's `payout.created` event, whose chained hash is `hash`, ends the listed
+/// events; answers the statement hash.
+fn check_payout(s: &Statement, p: &PayoutPart, hash: &Digest32) -> Result<Digest32, String> {
     let last = s.events.last().ok_or("no event")?;
     let payload: serde_json::Value =
         serde_json::from_str(&last.payload).map_err(|e| format!("seq {}: {e}", last.seq))?;
@@ -340,17 +356,12 @@ fn check_payout(s: &Statement, p: &PayoutPart) -> Result<Digest32, String> {
             p.payout_id, p.amount_micro_usdc
         ));
     }
-    // The hash at the payout's event: recomputed along the chain up to it.
-    let mut hash = hex32("proof.prev_hash", &s.proof.prev_hash)?.to_vec();
-    for e in &s.events {
-        hash = event_hash(&hash, &canonical_bytes(&e.stored(&s.stream)?)).to_vec();
-    }
     let computed = settle_proof::statement_hash(
         &s.provider_id,
         &p.payout_id,
         &s.stream,
         p.seq,
-        &hash,
+        hash,
         p.amount_micro_usdc,
     );
     if hex::encode(computed) != p.statement_hash {
@@ -359,9 +370,8 @@ fn check_payout(s: &Statement, p: &PayoutPart) -> Result<Digest32, String> {
     Ok(computed)
 }
 
-/// The head's path to the anchor, its root, signature and links: answers the anchor's root
-/// and the final root.
-fn check_anchor(s: &Statement, head: &Digest32) -> Result<(Digest32, Digest32), String> {
+/// The head's path to the anchor, its root, signature and links: answers the final root.
+fn check_anchor(s: &Statement, head: &Digest32) -> Result<Digest32, String> {
     let a = &s.proof.anchor;
     let heads_root = hex32("anchor.heads_root", &a.heads_root)?;
     let leaf = head_leaf(&s.stream, s.proof.head_seq, head);
@@ -400,7 +410,7 @@ fn check_anchor(s: &Statement, head: &Digest32) -> Result<(Digest32, Digest32), 
     if hex::encode(current) != s.proof.final_root {
         return Err("proof.final_root is not where the links lead".into());
     }
-    Ok((root, current))
+    Ok(current)
 }
 
 fn check_payment(statement_hash: &Digest32, p: &Payment) -> Result<(), String> {

@@ -78,15 +78,10 @@ async fn payout_statement(
     let subject = crate::statement::Subject::Payout(payout_id);
     match own_statement(&state, &headers, &subject).await {
         Ok(statement) => {
-            let rpc = state.anchor.rpc_url.clone();
-            let rpc = if rpc.is_empty() {
-                crate::config::SolanaConfig::default().rpc_url
-            } else {
-                rpc
-            };
+            let rpc = &state.anchor.rpc_url;
             html(
                 StatusCode::OK,
-                crate::report::statement::page(&statement, &json_href, &rpc),
+                crate::report::statement::page(&statement, &json_href, rpc),
             )
         }
         Err(problem) => problem.into_response(),
