@@ -61,6 +61,8 @@ struct Args {
     /// `at-end`: nothing is folded until the last batch (booking and folding timed apart).
     fold: String,
     pg_url: String,
+    /// `--db citus`: the admin URL of the cluster's coordinator (`ops/citus/cluster.sh`).
+    citus_url: String,
     dir: Option<String>,
     phases: Vec<String>,
     /// `http` phase: concurrent senders (each posts the next batch when answered).
@@ -81,6 +83,8 @@ fn parse_args() -> Args {
         fold: "behind".into(),
         pg_url: std::env::var("SETTLE_BENCH_PG_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        citus_url: std::env::var("SETTLE_BENCH_CITUS_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:9700/postgres".into()),
         dir: None,
         phases: vec!["raw".into(), "engine".into()],
         clients: 1,
@@ -100,6 +104,7 @@ fn parse_args() -> Args {
             "--db" => a.dbs = val().split(',').map(str::to_owned).collect(),
             "--phase" => a.phases = val().split(',').map(str::to_owned).collect(),
             "--pg-url" => a.pg_url = val(),
+            "--citus-url" => a.citus_url = val(),
             "--dir" => a.dir = Some(val()),
             "--clients" => a.clients = val().parse().expect("--clients N"),
             "--child" => a.child = true,
@@ -262,6 +267,8 @@ fn net_micro(ev: &Ev) -> i64 {
 struct Db {
     url: String,
     pg: Option<(String, String)>,
+    /// A database of the Citus cluster (made and dropped on every node).
+    citus: bool,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -277,6 +284,7 @@ async fn fresh_db(args: &Args, kind: &str, phase: &str) -> Db {
             Db {
                 url,
                 pg: None,
+                citus: false,
                 _dir: Some(dir),
             }
         }
@@ -302,14 +310,32 @@ async fn fresh_db(args: &Args, kind: &str, phase: &str) -> Db {
             Db {
                 url: format!("{base}/{name}"),
                 pg: Some((args.pg_url.clone(), name)),
+                citus: false,
                 _dir: None,
             }
         }
-        other => panic!("--db sqlite|postgres, got {other}"),
+        "citus" => {
+            let name = format!("settle_bench_{}_{phase}", std::process::id());
+            let _ = settle::store::citus::drop_database(&args.citus_url, &name).await;
+            let url = settle::store::citus::create_database(&args.citus_url, &name)
+                .await
+                .expect("a database on the cluster (--citus-url)");
+            Db {
+                url,
+                pg: Some((args.citus_url.clone(), name)),
+                citus: true,
+                _dir: None,
+            }
+        }
+        other => panic!("--db sqlite|postgres|citus, got {other}"),
     }
 }
 
 async fn drop_db(db: Db) {
+    if let (true, Some((admin_url, name))) = (db.citus, &db.pg) {
+        let _ = settle::store::citus::drop_database(admin_url, name).await;
+        return;
+    }
     if let Some((admin_url, name)) = &db.pg {
         let admin = sqlx::AnyPool::connect(admin_url).await.unwrap();
         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -343,6 +369,14 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
             .connect(&db.url)
             .await
             .expect("open raw database");
+        if db.citus {
+            // The cluster's raw limit: the table spread over the workers like the ledger.
+            sqlx::query(RAW_TABLE).execute(&pool).await.unwrap();
+            sqlx::query("SELECT create_distributed_table('raw_events', 'event_id')")
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
         raw_inserts(args, w, &pool).await
     } else {
         let pool = SqlitePoolOptions::new()
@@ -370,6 +404,9 @@ async fn run_raw(args: &Args, w: &Workload, db: &Db) -> serde_json::Value {
 
 /// The raw phase on one driver: multi-row `INSERT … ON CONFLICT DO NOTHING`, a transaction
 /// per batch.
+/// The raw phase's table: an event's id and its net, nothing else.
+const RAW_TABLE: &str = "CREATE TABLE IF NOT EXISTS raw_events (event_id TEXT PRIMARY KEY, net_micro_usdc BIGINT NOT NULL)";
+
 async fn raw_inserts<D>(args: &Args, w: &Workload, pool: &sqlx::Pool<D>) -> serde_json::Value
 where
     D: sqlx::Database,
@@ -380,12 +417,7 @@ where
     i64: for<'q> sqlx::Encode<'q, D> + for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
     usize: sqlx::ColumnIndex<D::Row>,
 {
-    sqlx::query(
-        "CREATE TABLE raw_events (event_id TEXT PRIMARY KEY, net_micro_usdc BIGINT NOT NULL)",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
+    sqlx::query(RAW_TABLE).execute(pool).await.unwrap();
     let mut sent = 0usize;
     let mut latencies = Vec::new();
     let started = Instant::now();
@@ -921,6 +953,8 @@ fn main() {
                     &args.fold,
                     "--pg-url",
                     &args.pg_url,
+                    "--citus-url",
+                    &args.citus_url,
                     "--clients",
                     &args.clients.to_string(),
                 ]);

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench runs -- --db sqlite --providers 100000
 //! cargo bench --bench runs -- --db postgres --providers 100000
+//! cargo bench --bench runs -- --db citus --providers 100000   # ops/citus/cluster.sh
 //! ```
 //!
 //! The parent process runs each phase in a child process of this same binary, so each
@@ -27,7 +28,8 @@
 //!
 //! The database after `setup` is kept as a snapshot (`<sqlite-path>.setup`, or the
 //! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
-//! `run` and `rerun` again without loading.
+//! `run` and `rerun` again without loading. On Citus (`--db citus`, the cluster of
+//! `--citus-url`) the database is made on every node and there is no snapshot.
 
 #[path = "fixture.rs"]
 mod fixture;
@@ -58,6 +60,8 @@ struct Args {
     db: String,
     providers: usize,
     pg_url: String,
+    /// `--db citus`: the admin URL of the cluster's coordinator.
+    citus_url: String,
     sqlite_path: String,
     reuse: bool,
     loaders: usize,
@@ -81,6 +85,8 @@ fn parse_args() -> Args {
     let mut a = Args {
         db: "sqlite".into(),
         providers: 100_000,
+        citus_url: std::env::var("SETTLE_BENCH_CITUS_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:9700/postgres".into()),
         pg_url: std::env::var("SETTLE_BENCH_PG_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
         sqlite_path: "/tmp/settle-bench-runs.db".into(),
@@ -102,6 +108,7 @@ fn parse_args() -> Args {
             "--db" => a.db = val(),
             "--providers" => a.providers = val().parse().expect("--providers N"),
             "--pg-url" => a.pg_url = val(),
+            "--citus-url" => a.citus_url = val(),
             "--sqlite-path" => a.sqlite_path = val(),
             "--reuse" => a.reuse = true,
             "--loaders" => a.loaders = val().parse().expect("--loaders N"),
@@ -132,7 +139,7 @@ fn parse_args() -> Args {
         "--rail solana|ach|sepa"
     );
     if a.loaders == 0 {
-        a.loaders = if a.db == "postgres" { 8 } else { 1 };
+        a.loaders = if a.db == "sqlite" { 1 } else { 8 };
     }
     a
 }
@@ -163,6 +170,11 @@ fn sqlite_files(path: &str) -> [String; 3] {
 /// Copies the database after setup to the snapshot (given the open `store`, which is
 /// closed), or back to the benchmark database (`None`: no connection open).
 async fn snapshot(args: &Args, store: Option<&Store>) {
+    if args.db == "citus" {
+        // No template databases across the nodes: the setup stays as it is.
+        assert!(store.is_some(), "--reuse is not supported on Citus");
+        return;
+    }
     let to_snapshot = store.is_some();
     if args.db == "postgres" {
         if let Some(store) = store {
@@ -207,6 +219,13 @@ async fn snapshot(args: &Args, store: Option<&Store>) {
 }
 
 fn url(args: &Args) -> String {
+    if args.db == "citus" {
+        let base = args
+            .citus_url
+            .rsplit_once('/')
+            .map_or(&*args.citus_url, |(b, _)| b);
+        return format!("{base}/{PG_DB}");
+    }
     if args.db == "postgres" {
         let base = args
             .pg_url
@@ -221,6 +240,13 @@ fn url(args: &Args) -> String {
 
 /// Drops and creates the benchmark database.
 async fn fresh_database(args: &Args) {
+    if args.db == "citus" {
+        let _ = settle::store::citus::drop_database(&args.citus_url, PG_DB).await;
+        settle::store::citus::create_database(&args.citus_url, PG_DB)
+            .await
+            .expect("a database on the cluster (--citus-url)");
+        return;
+    }
     if args.db == "postgres" {
         sqlx::any::install_default_drivers();
         let admin = sqlx::AnyPool::connect(&args.pg_url)

@@ -768,5 +768,12 @@ async fn migrate_cmd(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyhow
     if let Some(mode) = ledger.store.clock_mode().await? {
         writeln!(out, "clock: {}", mode.as_str())?;
     }
+    if let Some(d) = ledger.store.distribute().await? {
+        writeln!(
+            out,
+            "citus: {} tables distributed by stream and {} reference tables across {} workers",
+            d.by_stream, d.reference, d.workers
+        )?;
+    }
     Ok(0)
 }

@@ -91,6 +91,11 @@ impl TableSpec {
     }
 }
 
+/// The key column that names the stream a per-provider row belongs to (`provider:{id}`): the
+/// last key column of every table whose rows one provider's events write, so that a
+/// distributed database can keep them beside that stream's events.
+pub const STREAM_COLUMN: &str = "stream";
+
 /// Every projection table. Column names double as the SQL schema's.
 pub const TABLES: &[TableSpec] = &[
     TableSpec {
@@ -101,7 +106,7 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "earnings_daily",
-        key: &["provider_id", "gpu_id", "day"],
+        key: &["provider_id", "gpu_id", "day", "stream"],
         vals: &[
             "model",
             "gross_micro_usdc",
@@ -119,7 +124,7 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "usage_segments",
-        key: &["gpu_id", "started_at_ms"],
+        key: &["gpu_id", "started_at_ms", "stream"],
         vals: &[
             "ended_at_ms",
             "event_id",
@@ -139,13 +144,13 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "payable_recorded",
-        key: &["provider_id", "day"],
+        key: &["provider_id", "day", "stream"],
         vals: &["amount_micro_usdc"],
         ints: &["day", "amount_micro_usdc"],
     },
     TableSpec {
         name: "providers",
-        key: &["provider_id"],
+        key: &["provider_id", "stream"],
         vals: &[
             "name",
             "email",
@@ -163,19 +168,19 @@ pub const TABLES: &[TableSpec] = &[
         name: "provider_tiers",
         // `seq`: the event's position in the provider's stream, so that tier changes
         // booked in the same millisecond all stay in the history, in booking order.
-        key: &["provider_id", "from_ms", "seq"],
+        key: &["provider_id", "from_ms", "seq", "stream"],
         vals: &["tier"],
         ints: &["from_ms", "seq"],
     },
     TableSpec {
         name: "gpus",
-        key: &["gpu_id"],
+        key: &["gpu_id", "stream"],
         vals: &["provider_id", "model", "registered_at_ms"],
         ints: &["registered_at_ms"],
     },
     TableSpec {
         name: "rates",
-        key: &["provider_id", "model", "effective_from_ms"],
+        key: &["provider_id", "model", "effective_from_ms", "stream"],
         vals: &["rate_usdc_per_hour"],
         ints: &["effective_from_ms"],
     },
@@ -187,7 +192,7 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "payouts",
-        key: &["payout_id"],
+        key: &["payout_id", "stream"],
         vals: &[
             "provider_id",
             "run_kind",
@@ -214,7 +219,7 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "run_decisions",
-        key: &["run_kind", "run_key", "provider_id"],
+        key: &["run_kind", "run_key", "provider_id", "stream"],
         vals: &[
             "decision",
             "available_micro_usdc",
@@ -377,7 +382,11 @@ pub enum ProjOp {
         set: Vec<(usize, Val)>,
     },
     /// Delete the usage segments of one event on one GPU.
-    RemoveSegments { gpu_id: String, event_id: String },
+    RemoveSegments {
+        stream: String,
+        gpu_id: String,
+        event_id: String,
+    },
 }
 
 /// The additive aggregates: only ever changed by [`ProjOp::Add`], so their rows are sums
@@ -466,7 +475,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::UsageRecorded(_)
         | EventBody::UsageVoided(_)
         | EventBody::AdjustmentPosted(_) => {
-            usage_family_ops(&mut out, recorded_at_ms, body);
+            usage_family_ops(&mut out, stream, recorded_at_ms, body);
         }
         EventBody::ProviderRegistered(_)
         | EventBody::ProviderUpdated(_)
@@ -474,10 +483,10 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         | EventBody::RateSet(_)
         | EventBody::FeeScheduleSet(_)
         | EventBody::FxRateSet(_) => {
-            registry_ops(&mut out, seq, recorded_at_ms, body);
+            registry_ops(&mut out, stream, seq, recorded_at_ms, body);
         }
         EventBody::PayoutRunDecided(_) | EventBody::PayoutRunCompleted(_) => {
-            run_ops(&mut out, recorded_at_ms, body);
+            run_ops(&mut out, stream, recorded_at_ms, body);
         }
         EventBody::PayoutCreated(_)
         | EventBody::PayoutHeld(_)
@@ -487,7 +496,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         | EventBody::PayoutSettled(_)
         | EventBody::PayoutFailed(_)
         | EventBody::PayoutReturned(_) => {
-            payout_ops(&mut out, recorded_at_ms, body);
+            payout_ops(&mut out, stream, recorded_at_ms, body);
         }
         EventBody::BankBatchGenerated(_)
         | EventBody::BankBatchStatusChanged(_)
@@ -512,7 +521,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         // method the provider cannot be paid until it registers anew.
         EventBody::ProviderErased(x) => out.push(patch(
             "providers",
-            vec![x.provider_id.as_str().into()],
+            vec![x.provider_id.as_str().into(), stream.into()],
             vec![
                 ("name", super::provider::ERASED.into()),
                 ("email", super::provider::ERASED.into()),
@@ -527,14 +536,17 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
 
 /// What usage, its voids and adjustments do: earnings by day, payable by booking day, the
 /// GPU's usage segments.
-fn usage_family_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
+fn usage_family_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &EventBody) {
     match body {
         EventBody::UsageRecorded(u) => {
             usage_ops(
                 out,
-                &u.provider_id,
-                &u.gpu_id,
-                &u.model,
+                &UsageOf {
+                    stream,
+                    provider_id: &u.provider_id,
+                    gpu_id: &u.gpu_id,
+                    model: &u.model,
+                },
                 &u.segments,
                 1,
                 recorded_at_ms,
@@ -542,7 +554,11 @@ fn usage_family_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody
             for s in &u.segments {
                 out.push(ProjOp::Put {
                     table: "usage_segments",
-                    key: vec![u.gpu_id.as_str().into(), s.started_at_ms.into()],
+                    key: vec![
+                        u.gpu_id.as_str().into(),
+                        s.started_at_ms.into(),
+                        stream.into(),
+                    ],
                     vals: vec![
                         s.ended_at_ms.into(),
                         u.event_id.as_str().into(),
@@ -558,19 +574,24 @@ fn usage_family_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody
         EventBody::UsageVoided(v) => {
             usage_ops(
                 out,
-                &v.provider_id,
-                &v.gpu_id,
-                &v.model,
+                &UsageOf {
+                    stream,
+                    provider_id: &v.provider_id,
+                    gpu_id: &v.gpu_id,
+                    model: &v.model,
+                },
                 &v.segments,
                 -1,
                 recorded_at_ms,
             );
             out.push(ProjOp::RemoveSegments {
+                stream: stream.to_owned(),
                 gpu_id: v.gpu_id.clone(),
                 event_id: v.event_id.clone(),
             });
         }
         EventBody::AdjustmentPosted(a) => out.push(payable_recorded(
+            stream,
             &a.provider_id,
             recorded_at_ms,
             a.amount_micro_usdc,
@@ -582,7 +603,13 @@ fn usage_family_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody
 
 /// What the registry does: providers and their tier history, GPUs, rates, fee schedules and
 /// FX rates.
-fn registry_ops(out: &mut Vec<ProjOp>, seq: i64, recorded_at_ms: i64, body: &EventBody) {
+fn registry_ops(
+    out: &mut Vec<ProjOp>,
+    stream: &str,
+    seq: i64,
+    recorded_at_ms: i64,
+    body: &EventBody,
+) {
     match body {
         EventBody::ProviderRegistered(p) => {
             // The row of the record the provider aggregate's own fold starts.
@@ -592,36 +619,18 @@ fn registry_ops(out: &mut Vec<ProjOp>, seq: i64, recorded_at_ms: i64, body: &Eve
                 key,
                 vals,
             });
-            out.push(tier_put(&p.provider_id, recorded_at_ms, seq, p.tier));
+            out.push(tier_put(
+                stream,
+                &p.provider_id,
+                recorded_at_ms,
+                seq,
+                p.tier,
+            ));
         }
-        EventBody::ProviderUpdated(p) => {
-            let mut set: Vec<(&str, Val)> = Vec::new();
-            if let Some(name) = &p.name {
-                set.push(("name", name.as_str().into()));
-            }
-            if let Some(email) = &p.email {
-                set.push(("email", email.as_str().into()));
-            }
-            if let Some(tier) = p.tier {
-                set.push(("tier", tier.as_str().into()));
-                out.push(tier_put(&p.provider_id, recorded_at_ms, seq, tier));
-            }
-            if let Some(schedule) = p.schedule {
-                set.push(("schedule", schedule.as_str().into()));
-            }
-            if let Some(status) = p.status {
-                set.push(("status", status.as_str().into()));
-            }
-            if let Some(method) = &p.payout_method {
-                set.push(("payout_method", json(method)));
-                set.push(("method_set_at_ms", recorded_at_ms.into()));
-                set.push(("method_invalid", Val::Int(0)));
-            }
-            out.push(patch("providers", vec![p.provider_id.as_str().into()], set));
-        }
+        EventBody::ProviderUpdated(p) => provider_updated_ops(out, stream, seq, recorded_at_ms, p),
         EventBody::GpuRegistered(g) => out.push(ProjOp::Put {
             table: "gpus",
-            key: vec![g.gpu_id.as_str().into()],
+            key: vec![g.gpu_id.as_str().into(), stream.into()],
             vals: vec![
                 g.provider_id.as_str().into(),
                 g.model.as_str().into(),
@@ -659,8 +668,45 @@ fn registry_ops(out: &mut Vec<ProjOp>, seq: i64, recorded_at_ms: i64, body: &Eve
     }
 }
 
+/// What a provider's update does: the fields it sets, a tier change's history row.
+fn provider_updated_ops(
+    out: &mut Vec<ProjOp>,
+    stream: &str,
+    seq: i64,
+    recorded_at_ms: i64,
+    p: &ProviderUpdated,
+) {
+    let mut set: Vec<(&str, Val)> = Vec::new();
+    if let Some(name) = &p.name {
+        set.push(("name", name.as_str().into()));
+    }
+    if let Some(email) = &p.email {
+        set.push(("email", email.as_str().into()));
+    }
+    if let Some(tier) = p.tier {
+        set.push(("tier", tier.as_str().into()));
+        out.push(tier_put(stream, &p.provider_id, recorded_at_ms, seq, tier));
+    }
+    if let Some(schedule) = p.schedule {
+        set.push(("schedule", schedule.as_str().into()));
+    }
+    if let Some(status) = p.status {
+        set.push(("status", status.as_str().into()));
+    }
+    if let Some(method) = &p.payout_method {
+        set.push(("payout_method", json(method)));
+        set.push(("method_set_at_ms", recorded_at_ms.into()));
+        set.push(("method_invalid", Val::Int(0)));
+    }
+    out.push(patch(
+        "providers",
+        vec![p.provider_id.as_str().into(), stream.into()],
+        set,
+    ));
+}
+
 /// What a payout run records: each candidate's decision and the run's completion.
-fn run_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
+fn run_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &EventBody) {
     match body {
         EventBody::PayoutRunDecided(d) => out.push(ProjOp::Put {
             table: "run_decisions",
@@ -668,6 +714,7 @@ fn run_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 d.run_kind.as_str().into(),
                 d.run_key.as_str().into(),
                 d.provider_id.as_str().into(),
+                stream.into(),
             ],
             vals: vec![
                 d.decision.as_str().into(),
@@ -694,7 +741,7 @@ fn run_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
 
 /// What a payout's creation and each step of its life do to its row (and a return that
 /// proves the bank details wrong, to its provider's).
-fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
+fn payout_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &EventBody) {
     match body {
         EventBody::PayoutCreated(p) => {
             // The row of the record the payout aggregate's own fold starts.
@@ -706,6 +753,7 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
             });
         }
         EventBody::PayoutHeld(p) => out.push(payout_patch(
+            stream,
             &p.payout_id,
             recorded_at_ms,
             PayoutStep::Hold,
@@ -720,6 +768,7 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 set.push(("eur_per_usd", rate.as_str().into()));
             }
             out.push(payout_patch(
+                stream,
                 &p.payout_id,
                 recorded_at_ms,
                 PayoutStep::Release,
@@ -727,12 +776,14 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
             ))
         }
         EventBody::PayoutCancelled(p) => out.push(payout_patch(
+            stream,
             &p.payout_id,
             recorded_at_ms,
             PayoutStep::Cancel,
             vec![],
         )),
         EventBody::PayoutSubmitted(p) => out.push(payout_patch(
+            stream,
             &p.payout_id,
             recorded_at_ms,
             PayoutStep::Submit,
@@ -742,24 +793,39 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
             ],
         )),
         EventBody::PayoutSettled(p) => out.push(payout_patch(
+            stream,
             &p.payout_id,
             recorded_at_ms,
             PayoutStep::Settle,
             vec![("reference", p.reference.as_str().into())],
         )),
+        EventBody::PayoutFailed(_) | EventBody::PayoutReturned(_) => {
+            payout_undone_ops(out, stream, recorded_at_ms, body);
+        }
+        // Every other event is dispatched elsewhere by [`ops`].
+        _ => {}
+    }
+}
+
+/// What a payout's failure or return does: its row's step, and a provider's bank details
+/// blocked when the rail proved them wrong.
+fn payout_undone_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &EventBody) {
+    match body {
         EventBody::PayoutFailed(p) => {
             out.push(payout_patch(
+                stream,
                 &p.payout_id,
                 recorded_at_ms,
                 PayoutStep::Fail,
                 vec![("failure_reason", p.reason.as_str().into())],
             ));
             if p.method_invalid {
-                out.push(method_invalid_patch(&p.provider_id));
+                out.push(method_invalid_patch(stream, &p.provider_id));
             }
         }
         EventBody::PayoutReturned(p) => {
             out.push(payout_patch(
+                stream,
                 &p.payout_id,
                 recorded_at_ms,
                 PayoutStep::Return,
@@ -769,19 +835,19 @@ fn payout_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 )],
             ));
             if p.method_invalid {
-                out.push(method_invalid_patch(&p.provider_id));
+                out.push(method_invalid_patch(stream, &p.provider_id));
             }
         }
-        // Every other event is dispatched elsewhere by [`ops`].
+        // Every other event is dispatched elsewhere by [`payout_ops`].
         _ => {}
     }
 }
 
 /// A provider's bank details blocked until updated (a bank's rejection or return).
-fn method_invalid_patch(provider_id: &str) -> ProjOp {
+fn method_invalid_patch(stream: &str, provider_id: &str) -> ProjOp {
     patch(
         "providers",
-        vec![provider_id.into()],
+        vec![provider_id.into(), stream.into()],
         vec![("method_invalid", Val::Int(1))],
     )
 }
@@ -867,18 +933,27 @@ fn approval_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
     }
 }
 
-fn tier_put(provider_id: &str, from_ms: i64, seq: i64, tier: Tier) -> ProjOp {
+fn tier_put(stream: &str, provider_id: &str, from_ms: i64, seq: i64, tier: Tier) -> ProjOp {
     ProjOp::Put {
         table: "provider_tiers",
-        key: vec![provider_id.into(), from_ms.into(), seq.into()],
+        key: vec![
+            provider_id.into(),
+            from_ms.into(),
+            seq.into(),
+            stream.into(),
+        ],
         vals: vec![tier.as_str().into()],
     }
 }
 
-fn payable_recorded(provider_id: &str, recorded_at_ms: i64, delta: i64) -> ProjOp {
+fn payable_recorded(stream: &str, provider_id: &str, recorded_at_ms: i64, delta: i64) -> ProjOp {
     ProjOp::Add {
         table: "payable_recorded",
-        key: vec![provider_id.into(), day_number(recorded_at_ms).into()],
+        key: vec![
+            provider_id.into(),
+            day_number(recorded_at_ms).into(),
+            stream.into(),
+        ],
         init: vec![Val::Int(0)],
         deltas: vec![(0, delta)],
     }
@@ -886,6 +961,7 @@ fn payable_recorded(provider_id: &str, recorded_at_ms: i64, delta: i64) -> ProjO
 
 /// A payout's row after `step`: the status the transition table leads to.
 fn payout_patch(
+    stream: &str,
     payout_id: &str,
     at_ms: i64,
     step: PayoutStep,
@@ -893,18 +969,31 @@ fn payout_patch(
 ) -> ProjOp {
     set.push(("status", step.to().as_str().into()));
     set.push(("updated_at_ms", at_ms.into()));
-    patch("payouts", vec![payout_id.into()], set)
+    patch("payouts", vec![payout_id.into(), stream.into()], set)
+}
+
+/// Whose usage an event books: the stream it lies on, the provider, the GPU and its model.
+#[derive(Clone, Copy)]
+struct UsageOf<'a> {
+    stream: &'a str,
+    provider_id: &'a str,
+    gpu_id: &'a str,
+    model: &'a str,
 }
 
 fn usage_ops(
     out: &mut Vec<ProjOp>,
-    provider_id: &str,
-    gpu_id: &str,
-    model: &str,
+    of: &UsageOf<'_>,
     segments: &[Segment],
     sign: i64,
     recorded_at_ms: i64,
 ) {
+    let UsageOf {
+        stream,
+        provider_id,
+        gpu_id,
+        model,
+    } = *of;
     let mut net_total = 0;
     for s in segments {
         net_total += s.net_micro_usdc;
@@ -914,6 +1003,7 @@ fn usage_ops(
                 provider_id.into(),
                 gpu_id.into(),
                 day_number(s.started_at_ms).into(),
+                stream.into(),
             ],
             init: vec![model.into(), 0.into(), 0.into(), 0.into(), 0.into()],
             deltas: vec![
@@ -925,6 +1015,7 @@ fn usage_ops(
         });
     }
     out.push(payable_recorded(
+        stream,
         provider_id,
         recorded_at_ms,
         sign * net_total,
@@ -937,7 +1028,10 @@ pub type Row = (Vec<Val>, Vec<Val>);
 /// The `providers` row of a provider's registry record.
 pub fn provider_row(p: &ProviderRecord) -> Row {
     (
-        vec![p.provider_id.as_str().into()],
+        vec![
+            p.provider_id.as_str().into(),
+            provider_stream(&p.provider_id).into(),
+        ],
         vec![
             p.name.as_str().into(),
             p.email.as_str().into(),
@@ -955,7 +1049,12 @@ pub fn provider_row(p: &ProviderRecord) -> Row {
 /// The `rates` row of a provider's rate for a model from an instant.
 fn rate_row(provider_id: &str, model: &str, from_ms: i64, rate: &str) -> Row {
     (
-        vec![provider_id.into(), model.into(), from_ms.into()],
+        vec![
+            provider_id.into(),
+            model.into(),
+            from_ms.into(),
+            provider_stream(provider_id).into(),
+        ],
         vec![rate.into()],
     )
 }
@@ -971,7 +1070,10 @@ fn fee_row(tier: Tier, from_ms: i64, fee_bps: u16) -> Row {
 /// The `payouts` row of a payout.
 pub fn payout_row(p: &PayoutRecord) -> Row {
     (
-        vec![p.payout_id.as_str().into()],
+        vec![
+            p.payout_id.as_str().into(),
+            provider_stream(&p.provider_id).into(),
+        ],
         vec![
             p.provider_id.as_str().into(),
             p.run_kind.as_str().into(),
@@ -1098,11 +1200,16 @@ impl Projections {
                     }
                 }
             }
-            ProjOp::RemoveSegments { gpu_id, event_id } => {
+            ProjOp::RemoveSegments {
+                stream,
+                gpu_id,
+                event_id,
+            } => {
                 let event_col = col("usage_segments", "event_id");
                 if let Some(rows) = self.tables.get_mut("usage_segments") {
                     rows.retain(|k, v| {
                         !(k[0] == Val::Text(gpu_id.clone())
+                            && k[2] == Val::Text(stream.clone())
                             && v[event_col] == Val::Text(event_id.clone()))
                     });
                 }
@@ -1324,15 +1431,15 @@ mod tests {
             rows(&p, "earnings_daily"),
             vec![
                 (
-                    vec![t("p"), t("g"), i(1)],
+                    vec![t("p"), t("g"), i(1), t("provider:p")],
                     vec![t("H100"), i(1_000), i(200), i(800), i(14 * 3_600_000)]
                 ),
                 (
-                    vec![t("p"), t("g"), i(2)],
+                    vec![t("p"), t("g"), i(2), t("provider:p")],
                     vec![t("H100"), i(305), i(61), i(244), i(7_200_000 + 10)]
                 ),
                 (
-                    vec![t("p"), t("h"), i(1)],
+                    vec![t("p"), t("h"), i(1), t("provider:p")],
                     vec![t("H100"), i(7), i(1), i(6), i(10)]
                 ),
             ]
@@ -1341,14 +1448,14 @@ mod tests {
         assert_eq!(
             rows(&p, "payable_recorded"),
             vec![
-                (vec![t("p"), i(3)], vec![i(1_044)]),
-                (vec![t("p"), i(4)], vec![i(6)]),
+                (vec![t("p"), i(3), t("provider:p")], vec![i(1_044)]),
+                (vec![t("p"), i(4), t("provider:p")], vec![i(6)]),
             ]
         );
         assert_eq!(
             rows(&p, "usage_segments")[0],
             (
-                vec![t("g"), i(DAY + 10 * 3_600_000)],
+                vec![t("g"), i(DAY + 10 * 3_600_000), t("provider:p")],
                 vec![
                     i(2 * DAY),
                     t("ev-1"),
@@ -1383,22 +1490,22 @@ mod tests {
             rows(&p, "earnings_daily"),
             vec![
                 (
-                    vec![t("p"), t("g"), i(1)],
+                    vec![t("p"), t("g"), i(1), t("provider:p")],
                     vec![t("H100"), i(0), i(0), i(0), i(0)]
                 ),
                 (
-                    vec![t("p"), t("g"), i(2)],
+                    vec![t("p"), t("g"), i(2), t("provider:p")],
                     vec![t("H100"), i(5), i(1), i(4), i(10)]
                 ),
                 (
-                    vec![t("p"), t("h"), i(1)],
+                    vec![t("p"), t("h"), i(1), t("provider:p")],
                     vec![t("H100"), i(7), i(1), i(6), i(10)]
                 ),
             ]
         );
         assert_eq!(
             rows(&p, "payable_recorded")[2],
-            (vec![t("p"), i(5)], vec![i(-1_040)])
+            (vec![t("p"), i(5), t("provider:p")], vec![i(-1_040)])
         );
         let kept: Vec<(Val, Val)> = rows(&p, "usage_segments")
             .into_iter()
@@ -1444,7 +1551,7 @@ mod tests {
         assert_eq!(
             rows(&p, "providers"),
             vec![(
-                vec![t("p")],
+                vec![t("p"), t("provider:p")],
                 vec![
                     t("P"),
                     t("p@x"),
@@ -1491,7 +1598,7 @@ mod tests {
         assert_eq!(
             rows(&p, "providers"),
             vec![(
-                vec![t("p")],
+                vec![t("p"), t("provider:p")],
                 vec![
                     t("Q"),
                     t("q@x"),
@@ -1530,8 +1637,14 @@ mod tests {
         assert_eq!(
             rows(&p, "provider_tiers"),
             vec![
-                (vec![t("p"), i(100), i(1)], vec![t("community")]),
-                (vec![t("p"), i(200), i(4)], vec![t("enterprise")]),
+                (
+                    vec![t("p"), i(100), i(1), t("provider:p")],
+                    vec![t("community")]
+                ),
+                (
+                    vec![t("p"), i(200), i(4), t("provider:p")],
+                    vec![t("enterprise")]
+                ),
             ]
         );
 
@@ -1576,11 +1689,17 @@ mod tests {
         );
         assert_eq!(
             rows(&p, "gpus"),
-            vec![(vec![t("g")], vec![t("p"), t("H100"), i(400)])]
+            vec![(
+                vec![t("g"), t("provider:p")],
+                vec![t("p"), t("H100"), i(400)]
+            )]
         );
         assert_eq!(
             rows(&p, "rates"),
-            vec![(vec![t("p"), t("H100"), i(450)], vec![t("2.500000")])]
+            vec![(
+                vec![t("p"), t("H100"), i(450), t("provider:p")],
+                vec![t("2.500000")]
+            )]
         );
         assert_eq!(
             rows(&p, "fee_schedules"),
@@ -1616,7 +1735,7 @@ mod tests {
         );
         assert_eq!(
             rows(&p, "payable_recorded"),
-            vec![(vec![t("p"), i(0)], vec![i(500)])]
+            vec![(vec![t("p"), i(0), t("provider:p")], vec![i(500)])]
         );
         p.fold(
             s,
@@ -1635,7 +1754,7 @@ mod tests {
         assert_eq!(
             rows(&p, "run_decisions"),
             vec![(
-                vec![t("weekly"), t("2026-11-30"), t("p")],
+                vec![t("weekly"), t("2026-11-30"), t("p"), t("provider:p")],
                 vec![t("paid"), i(500), i(400), t("po"), i(20)]
             )]
         );
@@ -2021,7 +2140,7 @@ mod tests {
             serde_json::to_string(&vec![Val::Null, i(1), t("a")]).unwrap(),
             r#"[null,1,"a"]"#
         );
-        assert_eq!(table("gpus").key, ["gpu_id"]);
+        assert_eq!(table("gpus").key, ["gpu_id", "stream"]);
         assert_eq!(col("payouts", "status"), 8);
         assert_eq!(Projections::default().rows("gpus").count(), 0);
     }

@@ -687,6 +687,7 @@ async fn late_overlaps(
         .iter()
         .map(|e| OverlapProbe {
             index: e.index,
+            stream: &e.at.stream,
             gpu_id: &e.gpu_id,
             started_at_ms: e.started_at_ms,
             ended_at_ms: e.ended_at_ms,
@@ -749,7 +750,12 @@ async fn read_views(
         .copied()
         .filter(|e| view_gpu(&views, e).is_none())
         .collect();
-    let unknown: Vec<&str> = distinct(unviewed.iter().map(|e| e.gpu_id.as_str()));
+    let mut unknown: Vec<(&str, &str)> = unviewed
+        .iter()
+        .map(|e| (e.gpu_id.as_str(), e.at.stream.as_str()))
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
     let mut gpus: HashMap<String, GpuOwner> = HashMap::new();
     // A GPU's latest booked end is read from its segments, which the projector folds
     // behind the append (`ProjOp::is_deferred`): the streams of the events naming such a

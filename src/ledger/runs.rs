@@ -283,11 +283,12 @@ fn facts_of(provider: &ProviderRecord, figures: CandidateFigures) -> Candidate {
 /// The facts `decide` needs about one provider, read on `conn`.
 async fn candidate_facts(
     conn: &mut crate::store::Conn,
+    citus: bool,
     provider: &ProviderRecord,
     cutoff_ms: i64,
 ) -> Result<Candidate, LedgerError> {
     let id = provider.provider_id.as_str();
-    let figures = rows::candidate_figures(conn, &[id], day_number(cutoff_ms)).await?;
+    let figures = rows::candidate_figures(conn, citus, &[id], day_number(cutoff_ms)).await?;
     Ok(facts_of(
         provider,
         figures.get(id).copied().unwrap_or_default(),
@@ -358,7 +359,7 @@ pub async fn projected_next_payout(
         }
         let cutoff = cutoff_ms(&run)?;
         let decided_at = now_ms.max(date_start_ms(scheduled.run_date));
-        let facts = candidate_facts(&mut conn, &provider, cutoff).await?;
+        let facts = candidate_facts(&mut conn, store.is_citus(), &provider, cutoff).await?;
         let outcome = decide(&facts, &policy(&run, config, decided_at));
         let projected = ProjectedPayout {
             run_kind: run.kind().to_owned(),
@@ -591,7 +592,7 @@ impl Ledger {
             let (reads, used) = match ahead {
                 Some(a) if a.valid_in(tx, &names).await? => (&a.reads, true),
                 _ => {
-                    fresh = read_candidates(tx.conn(), run, chunk).await?;
+                    fresh = read_candidates(tx.conn(), self.store.is_citus(), run, chunk).await?;
                     (&fresh, false)
                 }
             };
@@ -615,11 +616,12 @@ impl Ledger {
         let mut snap = self.store.read_ahead().await?;
         let streams: Vec<String> = chunk.iter().map(|p| provider_stream(p)).collect();
         let names: Vec<&str> = streams.iter().map(String::as_str).collect();
-        let heads = rows::folded_heads(snap.conn(), &names).await?;
+        let citus = self.store.is_citus();
+        let heads = rows::folded_heads(snap.conn(), citus, &names).await?;
         let ahead = if heads.len() == names.len() {
             Some(CandidatesAhead {
                 rebuilt: crate::store::usage::rebuild_marker(snap.conn()).await?,
-                reads: read_candidates(snap.conn(), run, chunk).await?,
+                reads: read_candidates(snap.conn(), citus, run, chunk).await?,
                 heads,
             })
         } else {
@@ -757,6 +759,7 @@ pub struct CandidateReads {
 /// Reads [`CandidateReads`] of `chunk` on `conn` (under the chunk's lock, or ahead of it).
 async fn read_candidates(
     conn: &mut crate::store::Conn,
+    citus: bool,
     run: &RunKey,
     chunk: &[&str],
 ) -> Result<CandidateReads, LedgerError> {
@@ -767,7 +770,7 @@ async fn read_candidates(
     Ok(CandidateReads {
         decided: crate::store::keys::booked_keys(conn, &keys).await?,
         providers: crate::store::providers::load_providers(conn, chunk).await?,
-        figures: rows::candidate_figures(conn, chunk, day_number(cutoff_ms(run)?)).await?,
+        figures: rows::candidate_figures(conn, citus, chunk, day_number(cutoff_ms(run)?)).await?,
         keys,
     })
 }

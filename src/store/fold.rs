@@ -53,10 +53,11 @@ pub struct Folded {
 pub(crate) async fn fold_streams(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     streams: &[&str],
     events_max: i64,
 ) -> Result<Folded, StoreError> {
-    let tail = read_tail(conn, dialect, streams, events_max).await?;
+    let tail = read_tail(conn, dialect, citus, streams, events_max).await?;
     write_tail(conn, dialect, tail).await
 }
 
@@ -77,22 +78,23 @@ struct Tail {
 async fn read_tail(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     streams: &[&str],
     events_max: i64,
 ) -> Result<Tail, StoreError> {
     if streams.is_empty() {
         return Ok(Tail::default());
     }
-    let from = dialect.json_rows(1, streams.len());
     // On PostgreSQL the checkpoint rows are locked (in name order, as every folder locks
     // them, so folders cannot deadlock): a second fold of a stream waits for the first to
     // commit and then reads the checkpoint it moved, instead of folding the same events and
     // failing at the end. Before, the projector's fold of hundreds of streams lost that
     // race to any dashboard read that folded one of them, and was rolled back whole (lag
     // of seconds under load). A stream folded for the first time has no row to lock: two
-    // such folds still meet at the row's insert, where one fails and retries.
-    let checkpoints =
-        read_checkpoints(conn, dialect, streams, dialect == Dialect::Postgres).await?;
+    // such folds still meet at the row's insert, where one fails and retries. (Citus locks
+    // rows only in a statement on one shard: there one statement per stream.)
+    let lock = dialect == Dialect::Postgres;
+    let checkpoints = read_checkpoints(conn, dialect, citus, streams, lock).await?;
     let after: Vec<(&str, i64)> = streams
         .iter()
         .map(|s| (*s, checkpoints.get(*s).copied().unwrap_or(0)))
@@ -102,6 +104,23 @@ async fn read_tail(
     // sequential scan of the whole ledger (21 ms at 200,000 events, for a tail of one
     // event; every command's `begin` folds): the lateral subquery keeps it on the index
     // (0.2 ms). SQLite always joins by nested loops over the index.
+    let rows: Vec<FoldedEvent> = if citus {
+        read_tails_per_stream(conn, &after, events_max).await?
+    } else {
+        read_tails(conn, dialect, &after, events_max).await?
+    };
+    decode_tail(rows, checkpoints, events_max)
+}
+
+/// The events after each `(stream, seq)` of `after`, in stream and sequence order, at most
+/// `events_max`: one statement.
+async fn read_tails(
+    conn: &mut Conn,
+    dialect: Dialect,
+    after: &[(&str, i64)],
+    events_max: i64,
+) -> Result<Vec<FoldedEvent>, StoreError> {
+    let from = dialect.json_rows(1, after.len());
     let sql = match dialect {
         Dialect::Postgres => format!(
             "SELECT e.stream, e.seq, e.event_type, e.version, e.recorded_at_ms, e.payload FROM {from} \
@@ -116,12 +135,51 @@ async fn read_tail(
              ORDER BY e.stream, e.seq LIMIT $2"
         ),
     };
-    let rows: Vec<FoldedEvent> = on!(&mut *conn, |c| sqlx::query_as(&sql)
-        .bind(json_rows_param(&after))
+    on!(&mut *conn, |c| sqlx::query_as(&sql)
+        .bind(json_rows_param(after))
         .bind(events_max)
         .fetch_all(c)
         .await)
-    .map_err(classify)?;
+    .map_err(classify)
+}
+
+/// [`read_tails`] on Citus: a statement per stream, each routed to the stream's shard (Citus
+/// pushes no lateral subquery with a limit down to the shards).
+async fn read_tails_per_stream(
+    conn: &mut Conn,
+    after: &[(&str, i64)],
+    events_max: i64,
+) -> Result<Vec<FoldedEvent>, StoreError> {
+    let mut rows: Vec<FoldedEvent> = Vec::new();
+    let mut sorted = after.to_vec();
+    sorted.sort_unstable();
+    for (stream, seq) in sorted {
+        let left = events_max - rows.len() as i64;
+        if left <= 0 {
+            break;
+        }
+        let tail: Vec<FoldedEvent> = on!(&mut *conn, |c| sqlx::query_as(
+            "SELECT stream, seq, event_type, version, recorded_at_ms, payload FROM events \
+             WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        )
+        .bind(stream)
+        .bind(seq)
+        .bind(left)
+        .fetch_all(c)
+        .await)
+        .map_err(classify)?;
+        rows.extend(tail);
+    }
+    Ok(rows)
+}
+
+/// The ops the projector folds of `rows` (read after `checkpoints`), and where each stream's
+/// fold ends.
+fn decode_tail(
+    rows: Vec<FoldedEvent>,
+    checkpoints: BTreeMap<String, i64>,
+    events_max: i64,
+) -> Result<Tail, StoreError> {
     let event_count = rows.len();
     let mut adds = Vec::new();
     let mut folded_to: BTreeMap<String, i64> = BTreeMap::new();
@@ -187,9 +245,32 @@ struct FoldedEvent {
 async fn read_checkpoints(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     streams: &[&str],
     lock: bool,
 ) -> Result<BTreeMap<String, i64>, StoreError> {
+    if citus && lock {
+        // A statement per stream, routed to its shard (Citus locks rows only there), in
+        // name order.
+        let mut sorted = streams.to_vec();
+        sorted.sort_unstable();
+        let sql = format!(
+            "SELECT stream, seq FROM projection_checkpoints WHERE stream = $1{}",
+            if lock { " FOR UPDATE" } else { "" }
+        );
+        let mut out = BTreeMap::new();
+        for stream in sorted {
+            let row: Option<StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(&sql)
+                .bind(stream)
+                .fetch_optional(c)
+                .await)
+            .map_err(classify)?;
+            if let Some(r) = row {
+                out.insert(r.stream, r.seq);
+            }
+        }
+        return Ok(out);
+    }
     let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
     let sql = format!(
         "SELECT c.stream, c.seq FROM {} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0{}",
@@ -216,20 +297,21 @@ async fn read_checkpoints(
 pub(crate) async fn fold_behind(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     heads: &[(&str, i64)],
 ) -> Result<Folded, StoreError> {
     if heads.is_empty() {
         return Ok(Folded::default());
     }
     let names: Vec<&str> = heads.iter().map(|(s, _)| *s).collect();
-    let checkpoints = read_checkpoints(conn, dialect, &names, false).await?;
+    let checkpoints = read_checkpoints(conn, dialect, citus, &names, false).await?;
     let mut behind: Vec<&str> = heads
         .iter()
         .filter(|(s, head)| checkpoints.get(*s).copied().unwrap_or(0) < *head)
         .map(|(s, _)| *s)
         .collect();
     behind.sort_unstable();
-    fold_streams(conn, dialect, &behind, i64::MAX).await
+    fold_streams(conn, dialect, citus, &behind, i64::MAX).await
 }
 
 /// Moves each folded stream's checkpoint from the value the fold read (`checkpoints`; none
@@ -410,6 +492,26 @@ impl Store {
         if streams.is_empty() {
             return Ok(0);
         }
+        if self.is_citus() {
+            let mut behind = Vec::new();
+            for stream in streams {
+                // One statement on the stream's shard.
+                let is_behind: Option<bool> = on!(&self.db, |c| {
+                    sqlx::query_scalar(
+                    "SELECT e.seq > COALESCE(c.seq, 0) FROM \
+                     (SELECT stream, seq FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1) AS e \
+                     LEFT JOIN projection_checkpoints AS c ON c.stream = e.stream AND c.stream = $1"
+                )
+                .bind(stream)
+                .fetch_optional(c)
+                .await
+                })?;
+                if is_behind == Some(true) {
+                    behind.push((*stream).to_owned());
+                }
+            }
+            return self.fold_all_of(&behind, events_per_tx.max(1)).await;
+        }
         let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
         let sql = format!(
             "SELECT j.value ->> 0 FROM {} WHERE \
@@ -429,16 +531,22 @@ impl Store {
     pub async fn catch_up_all(&self) -> Result<u64, StoreError> {
         // One probe per stream through the primary key (a skip scan), like
         // `max_recorded_at_ms`: no scan of the events.
-        let behind: Vec<String> = on!(&self.db, |c| {
-            sqlx::query_scalar(
-            &format!("{STREAMS_SKIP_SCAN} \
+        // On Citus every shard groups its own streams' heads instead (a recursive scan does
+        // not distribute); the checkpoints lie on the same shards.
+        let sql = if self.is_citus() {
+            "SELECT h.stream FROM (SELECT stream, MAX(seq) AS head FROM events GROUP BY stream) AS h \
+             LEFT JOIN projection_checkpoints AS c ON c.stream = h.stream \
+             WHERE COALESCE(c.seq, 0) < h.head"
+                .to_owned()
+        } else {
+            format!(
+                "{STREAMS_SKIP_SCAN} \
              SELECT s.stream FROM s WHERE s.stream IS NOT NULL AND \
              COALESCE((SELECT c.seq FROM projection_checkpoints AS c WHERE c.stream = s.stream), 0) \
-             < (SELECT h.seq FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)"),
-        )
-        .fetch_all(c)
-        .await
-        })?;
+             < (SELECT h.seq FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)"
+            )
+        };
+        let behind: Vec<String> = on!(&self.db, |c| sqlx::query_scalar(&sql).fetch_all(c).await)?;
         self.fold_all_of(&behind, FOLD_EVENTS_MAX).await
     }
 
@@ -532,7 +640,7 @@ impl Store {
         let dialect = self.dialect();
         let read = if dialect == Dialect::Sqlite {
             let mut read = super::TxConn::begin_with(&self.db, dialect.begin_snapshot()).await?;
-            let tail = read_tail(&mut read, dialect, streams, events_max).await?;
+            let tail = read_tail(&mut read, dialect, false, streams, events_max).await?;
             read.commit().await?;
             if tail.folded.events == 0 {
                 return Ok(Folded::default());
@@ -544,12 +652,12 @@ impl Store {
         let (_guard, mut tx) = self.write_tx().await?;
         let folded = match read {
             Some(tail)
-                if read_checkpoints(&mut tx, dialect, streams, false).await?
+                if read_checkpoints(&mut tx, dialect, false, streams, false).await?
                     == tail.checkpoints =>
             {
                 write_tail(&mut tx, dialect, tail).await?
             }
-            _ => fold_streams(&mut tx, dialect, streams, events_max).await?,
+            _ => fold_streams(&mut tx, dialect, self.is_citus(), streams, events_max).await?,
         };
         crate::failpoint::failpoint(FOLD_BEFORE_COMMIT);
         tx.commit().await.map_err(classify)?;
@@ -562,6 +670,7 @@ impl Store {
 pub(crate) async fn lock_streams(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     streams: &[&str],
 ) -> Result<(), StoreError> {
     let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
@@ -574,6 +683,9 @@ pub(crate) async fn lock_streams(
     .await
     .map(|_| ()))
     .map_err(classify)?;
+    if citus {
+        super::citus::lock_on_shards(conn, streams).await?;
+    }
     Ok(())
 }
 

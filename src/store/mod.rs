@@ -13,6 +13,7 @@ mod append;
 pub mod bank_answers;
 mod chain;
 mod checkpoint;
+pub mod citus;
 mod fold;
 pub mod keys;
 pub mod payouts;
@@ -256,7 +257,7 @@ impl StoreError {
 /// Classifies a database error as a conflict the writer should retry.
 fn classify(e: sqlx::Error) -> StoreError {
     if let sqlx::Error::Database(db) = &e
-        && db.kind() == sqlx::error::ErrorKind::UniqueViolation
+        && is_unique_violation(db.as_ref())
     {
         return StoreError::Conflict(db.message().to_owned());
     }
@@ -270,7 +271,17 @@ fn classify(e: sqlx::Error) -> StoreError {
 /// already (PostgreSQL names the index, SQLite the columns).
 fn is_key_taken(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db)
-        if db.kind() == sqlx::error::ErrorKind::UniqueViolation && db.message().contains("idem_key"))
+        if is_unique_violation(db.as_ref()) && db.message().contains("idem_key"))
+}
+
+/// Whether a unique index refused a row. Citus reports a refusal met by a multi-row `COPY`
+/// into a shard as an internal error (`XX000`) with PostgreSQL's message.
+fn is_unique_violation(db: &dyn sqlx::error::DatabaseError) -> bool {
+    db.kind() == sqlx::error::ErrorKind::UniqueViolation
+        || (db.code().as_deref() == Some("XX000")
+            && db
+                .message()
+                .starts_with("duplicate key value violates unique constraint"))
 }
 
 fn is_transient(e: &sqlx::Error) -> bool {
@@ -402,6 +413,9 @@ pub struct Store {
     usage_views: Arc<std::sync::Mutex<usage::StreamViews>>,
     /// The usage keys this process booked or found booked lately (`usage::RecentKeys`).
     pub(crate) recent_keys: Arc<usage::RecentKeys>,
+    /// Whether the database is a Citus coordinator (`citus`): the few statements Citus
+    /// cannot distribute take another form.
+    citus: bool,
 }
 
 /// An event to append: its body, who caused it, when it was booked, and its idempotency key
@@ -531,6 +545,7 @@ impl Store {
         };
         let db = connect(&url, dialect, options).await?;
         let any = connect_any(&url, dialect, options)?;
+        let citus = citus::detect(&db).await?;
         let checkpointer = match &db {
             Db::Sqlite(_) if options.sqlite_checkpoint_interval_ms > 0 => {
                 Some(Arc::new(checkpoint::Checkpointer::spawn(
@@ -554,6 +569,7 @@ impl Store {
                 options.usage_views_segments_max,
             ))),
             recent_keys: Arc::new(usage::RecentKeys::new(options.usage_recent_keys_max)),
+            citus,
         })
     }
 
@@ -645,21 +661,19 @@ impl Store {
             .await
             .map(|r| r.rows_affected()))
             .map_err(classify)?;
+            if self.citus {
+                citus::lock_on_shards(&mut tx, &[stream]).await?;
+            }
         }
-        let head: Option<Head> = on!(&mut *tx, |c| sqlx::query_as(
-            "SELECT seq, hash, recorded_at_ms FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(stream)
-        .fetch_optional(c)
-        .await)
-        .map_err(classify)?;
+        let head = read_head(&mut tx, stream).await?;
         record_write_step("heads", started);
         Ok(WriteTx {
             tx,
             _writer: guard,
             dialect: self.dialect(),
+            citus: self.citus,
             stream: stream.to_owned(),
-            head: head.unwrap_or_else(Head::genesis),
+            head,
             pending: Vec::new(),
             ops: Vec::new(),
             others: BTreeMap::new(),
@@ -698,13 +712,23 @@ impl Store {
             return self.lock_head(guard, tx, name, true).await;
         }
         let started = Instant::now();
+        if self.citus {
+            // A probe per stream on its shard (a lateral subquery does not distribute).
+            fold::lock_streams(&mut tx, self.dialect(), self.citus, names).await?;
+            let mut heads = BTreeMap::new();
+            for name in names {
+                heads.insert((*name).to_owned(), read_head(&mut tx, name).await?);
+            }
+            record_write_step("heads", started);
+            return Ok(self.booking_tx(guard, tx, heads, false));
+        }
         let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
         let rows = json_rows_param(&rows);
         let heads_sql = match self.dialect() {
             Dialect::Postgres => {
                 // The array is unpacked in order: every writer locks in name order, so
                 // writers of overlapping stream sets cannot deadlock.
-                fold::lock_streams(&mut tx, self.dialect(), names).await?;
+                fold::lock_streams(&mut tx, self.dialect(), self.citus, names).await?;
                 format!(
                     "SELECT j.value ->> 0 AS stream, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
                      (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
@@ -753,7 +777,7 @@ impl Store {
             // The streams' locks are still taken: a writer holding one (a payout run's
             // chunk) is waited for, not raced into a conflict at every attempt.
             let started = Instant::now();
-            fold::lock_streams(&mut tx, self.dialect(), &names).await?;
+            fold::lock_streams(&mut tx, self.dialect(), self.citus, &names).await?;
             record_write_step("heads", started);
         }
         Ok(self.booking_tx(guard, tx, heads, true))
@@ -779,6 +803,7 @@ impl Store {
             tx,
             _writer: guard,
             dialect: self.dialect(),
+            citus: self.citus,
             stream: first,
             head,
             pending: Vec::new(),
@@ -796,15 +821,19 @@ impl Store {
     /// last events, found stream by stream through the primary key (a skip scan: one index
     /// probe per stream, no index on `recorded_at`).
     pub async fn max_recorded_at_ms(&self) -> Result<Option<i64>, StoreError> {
-        Ok(on!(&self.db, |c| {
-            sqlx::query_scalar(
-            &format!("{STREAMS_SKIP_SCAN} \
+        // On Citus each shard reads its own maximum (a recursive scan does not distribute).
+        let sql = if self.is_citus() {
+            "SELECT MAX(recorded_at_ms) FROM events".to_owned()
+        } else {
+            format!(
+                "{STREAMS_SKIP_SCAN} \
              SELECT MAX((SELECT h.recorded_at_ms FROM events AS h WHERE h.stream = s.stream ORDER BY h.seq DESC LIMIT 1)) \
-             FROM s WHERE s.stream IS NOT NULL"),
-        )
+             FROM s WHERE s.stream IS NOT NULL"
+            )
+        };
+        Ok(on!(&self.db, |c| sqlx::query_scalar(&sql)
             .fetch_one(c)
-            .await
-        })?)
+            .await)?)
     }
 
     /// All streams, in name order.
@@ -1281,14 +1310,41 @@ struct StoredHead {
     seq: Option<i64>,
 }
 
+/// The head of `stream` as stored (its genesis when it has no event): one primary-key probe.
+async fn read_head(conn: &mut Conn, stream: &str) -> Result<Head, StoreError> {
+    let head: Option<Head> = on!(&mut *conn, |c| {
+        sqlx::query_as(
+        "SELECT seq, hash, recorded_at_ms FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(stream)
+    .fetch_optional(c)
+    .await
+    })
+    .map_err(classify)?;
+    Ok(head.unwrap_or_else(Head::genesis))
+}
+
 /// Fails with [`StoreError::Conflict`] unless each of `heads` (stream, sequence) is still
-/// its stream's stored head (0: no event): one statement for all of them.
+/// its stream's stored head (0: no event): one statement for all of them (on Citus one per
+/// stream, on its shard).
 async fn check_heads(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     heads: &[(&str, i64)],
 ) -> Result<(), StoreError> {
     if heads.is_empty() {
+        return Ok(());
+    }
+    if citus {
+        for (stream, seq) in heads {
+            let stored = read_head(conn, stream).await?.seq;
+            if stored != *seq {
+                return Err(StoreError::Conflict(format!(
+                    "stream {stream} moved past the kept head {seq}"
+                )));
+            }
+        }
         return Ok(());
     }
     let sql = format!(
@@ -1318,6 +1374,8 @@ pub struct WriteTx {
     tx: TxConn,
     _writer: Option<OwnedMutexGuard<()>>,
     dialect: Dialect,
+    /// Whether the database is a Citus coordinator ([`Store::is_citus`]).
+    citus: bool,
     stream: String,
     /// The head of `stream`, with the events appended to it so far.
     head: Head,
@@ -1377,6 +1435,9 @@ impl WriteTx {
             .await
             .map(|r| r.rows_affected()))
             .map_err(classify)?;
+            if self.citus {
+                citus::lock_on_shards(&mut self.tx, &[stream]).await?;
+            }
         }
         let head: Option<Head> = on!(&mut *self.tx, |c| sqlx::query_as(
             "SELECT seq, hash, recorded_at_ms FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1",
@@ -1399,7 +1460,7 @@ impl WriteTx {
             .map(|(stream, head)| (stream.as_str(), head.seq))
             .collect();
         heads.push((&self.stream, self.head.seq));
-        fold::fold_behind(&mut self.tx, self.dialect, &heads).await?;
+        fold::fold_behind(&mut self.tx, self.dialect, self.citus, &heads).await?;
         Ok(())
     }
 
@@ -1420,11 +1481,16 @@ impl WriteTx {
                 (s, head.seq)
             })
             .collect();
-        fold::fold_behind(&mut self.tx, self.dialect, &heads).await?;
+        fold::fold_behind(&mut self.tx, self.dialect, self.citus, &heads).await?;
         Ok(())
     }
 
     /// The connection, for the reads a command needs inside its transaction.
+    /// Whether the database is a Citus coordinator ([`Store::is_citus`]).
+    pub fn is_citus(&self) -> bool {
+        self.citus
+    }
+
     pub fn conn(&mut self) -> &mut Conn {
         &mut self.tx
     }
@@ -1542,7 +1608,7 @@ impl WriteTx {
                 .filter(|(stream, seq)| self.head_seq_of(stream) == Some(**seq))
                 .map(|(stream, seq)| (stream.as_str(), *seq))
                 .collect();
-            check_heads(&mut self.tx, self.dialect, &unwritten).await?;
+            check_heads(&mut self.tx, self.dialect, self.citus, &unwritten).await?;
             record_write_step("heads", started);
         }
         let started = Instant::now();
@@ -1566,7 +1632,7 @@ impl WriteTx {
         if !self.defer_aggregates {
             appended.sort_unstable();
             appended.dedup();
-            fold::fold_streams(&mut self.tx, self.dialect, &appended, i64::MAX).await?;
+            fold::fold_streams(&mut self.tx, self.dialect, self.citus, &appended, i64::MAX).await?;
         }
         let appended: Vec<String> = appended.into_iter().map(str::to_owned).collect();
         record_write_step("write", started);

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use sqlx::{Arguments, Row};
 
-use crate::domain::projection::{ProjOp, Projections, TABLES, TableSpec, Val, table};
+use crate::domain::projection::{
+    ProjOp, Projections, STREAM_COLUMN, TABLES, TableSpec, Val, table,
+};
 
 use super::on;
 use super::{Conn, Dialect, StoreError};
@@ -47,11 +49,11 @@ async fn insert_rows_into(
     conflict: Conflict<'_>,
 ) -> Result<(), sqlx::Error> {
     let cols: Vec<&str> = spec.columns().collect();
+    let unique = conflict_key(Dialect::of(conn), spec);
     let tail = match conflict {
         Conflict::Fail => String::new(),
         Conflict::Replace => format!(
-            "ON CONFLICT ({}) DO UPDATE SET {}",
-            spec.key.join(","),
+            "ON CONFLICT ({unique}) DO UPDATE SET {}",
             spec.vals
                 .iter()
                 .map(|c| format!("{c} = excluded.{c}"))
@@ -59,8 +61,7 @@ async fn insert_rows_into(
                 .join(", ")
         ),
         Conflict::Add(add_cols) => format!(
-            "ON CONFLICT ({}) DO UPDATE SET {}",
-            spec.key.join(","),
+            "ON CONFLICT ({unique}) DO UPDATE SET {}",
             add_cols
                 .iter()
                 .map(|&i| {
@@ -107,6 +108,22 @@ async fn insert_rows_into(
             .map(|r| r.rows_affected()))?;
     }
     Ok(())
+}
+
+/// The columns of `spec`'s unique key as an `ON CONFLICT` target. A per-provider table
+/// (keyed by its `stream`, the distribution column on Citus, `store::citus`) is unique by
+/// its key with the stream on PostgreSQL, where the stream is part of the primary key, and
+/// by its key without it on SQLite, whose tables keep their first primary key (the stream is
+/// a function of the other key columns either way).
+fn conflict_key(dialect: Dialect, spec: &TableSpec) -> String {
+    let key = spec.key.iter().copied();
+    match dialect {
+        Dialect::Postgres => key.collect::<Vec<_>>().join(","),
+        Dialect::Sqlite => key
+            .filter(|c| *c != STREAM_COLUMN)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -215,12 +232,17 @@ pub async fn apply_ops(conn: &mut Conn, ops: &[ProjOp]) -> Result<(), sqlx::Erro
                 }
                 patches.push(t, key, set);
             }
-            ProjOp::RemoveSegments { gpu_id, event_id } => {
+            ProjOp::RemoveSegments {
+                stream,
+                gpu_id,
+                event_id,
+            } => {
                 puts.flush(conn, "usage_segments").await?;
                 patches.flush(conn, Some("usage_segments")).await?;
                 on!(&mut *conn, |c| sqlx::query(
-                    "DELETE FROM usage_segments WHERE gpu_id = $1 AND event_id = $2"
+                    "DELETE FROM usage_segments WHERE stream = $1 AND gpu_id = $2 AND event_id = $3"
                 )
+                .bind(stream)
                 .bind(gpu_id)
                 .bind(event_id)
                 .execute(c)
@@ -458,7 +480,7 @@ mod tests {
             .collect();
         ProjOp::Put {
             table: "payouts",
-            key: vec![Val::Text(id.into())],
+            key: vec![Val::Text(id.into()), Val::Text("provider:p".into())],
             vals,
         }
     }
@@ -467,7 +489,7 @@ mod tests {
         let spec = table("payouts");
         ProjOp::Patch {
             table: "payouts",
-            key: vec![Val::Text(id.into())],
+            key: vec![Val::Text(id.into()), Val::Text("provider:p".into())],
             set: columns
                 .iter()
                 .map(|(c, v)| (spec.vals.iter().position(|x| x == c).unwrap(), v.clone()))

@@ -618,7 +618,7 @@ pub async fn provider_gpus(
     }
     let rows: Vec<GpuRow> = on!(pool, |c| {
         sqlx::query_as(&format!(
-        "SELECT g.gpu_id, g.model, g.registered_at_ms, {} FROM gpus g LEFT JOIN earnings_daily e ON e.provider_id = g.provider_id AND e.gpu_id = g.gpu_id WHERE g.provider_id = $1 AND g.gpu_id > $4 GROUP BY g.gpu_id, g.model, g.registered_at_ms ORDER BY g.gpu_id LIMIT $5",
+        "SELECT g.gpu_id, g.model, g.registered_at_ms, {} FROM gpus g LEFT JOIN earnings_daily e ON e.stream = g.stream AND e.provider_id = g.provider_id AND e.gpu_id = g.gpu_id WHERE g.stream = $6 AND g.provider_id = $1 AND g.gpu_id > $4 GROUP BY g.gpu_id, g.model, g.registered_at_ms ORDER BY g.gpu_id LIMIT $5",
         cols.join(", ")
     ))
     .bind(provider_id)
@@ -626,6 +626,9 @@ pub async fn provider_gpus(
     .bind(month_start_ms(now_ms) / MS_PER_DAY)
     .bind(after_gpu_id.unwrap_or(""))
     .bind(limit)
+    // The provider's stream: the join and the filter on the distribution column keep the
+    // statement on one shard on Citus (`store::citus`).
+    .bind(provider_stream(provider_id))
     .fetch_all(c)
     .await
     })?;

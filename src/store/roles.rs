@@ -101,7 +101,10 @@ impl Store {
     /// on a schema behind this binary it migrates when the connected role may create in the
     /// schema, and otherwise fails with [`StoreError::SchemaOutdated`] instead of trying.
     /// SQLite (one file, one owner) always runs the migrator.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    ///
+    /// On a Citus coordinator it then distributes the tables not yet distributed
+    /// ([`Store::distribute`]) and returns what it did.
+    pub async fn migrate(&self) -> Result<Option<super::citus::Distribution>, StoreError> {
         match &self.db {
             Db::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await?,
             Db::Postgres(pool) => match self.schema_state().await? {
@@ -115,7 +118,7 @@ impl Store {
                 _ => POSTGRES_MIGRATOR.run(pool).await?,
             },
         }
-        Ok(())
+        self.distribute().await
     }
 
     /// How the database's schema stands against this binary's migrations.

@@ -44,10 +44,24 @@ impl ReadAhead {
 /// head: one statement, primary-key probes only.
 pub async fn folded_heads(
     conn: &mut Conn,
+    citus: bool,
     streams: &[&str],
 ) -> Result<HashMap<String, i64>, StoreError> {
     if streams.is_empty() {
         return Ok(HashMap::new());
+    }
+    if citus {
+        // Each shard answers for its streams: a checkpoint with no event after it.
+        let found: Vec<super::StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(
+            "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
+             WHERE c.stream = ANY(CAST($1 AS TEXT[])) \
+             AND EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream AND e.seq = c.seq) \
+             AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream AND e.seq > c.seq)"
+        )
+        .bind(super::citus::text_array(streams))
+        .fetch_all(c)
+        .await)?;
+        return Ok(found.into_iter().map(|h| (h.stream, h.seq)).collect());
     }
     let rows: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
     let sql = format!(
@@ -80,11 +94,39 @@ pub struct CandidateFigures {
 /// (`payouts_by_provider`) per provider.
 pub async fn candidate_figures(
     conn: &mut Conn,
+    citus: bool,
     provider_ids: &[&str],
     day: i64,
 ) -> Result<HashMap<String, CandidateFigures>, StoreError> {
     let mut out = HashMap::with_capacity(provider_ids.len());
     if provider_ids.is_empty() {
+        return Ok(out);
+    }
+    if citus {
+        // Citus runs no correlated subquery over a list of parameters: the figures are
+        // grouped on each shard by stream, the providers' rows joined on it (all
+        // co-located), for the streams of the chunk.
+        let streams: Vec<String> = provider_ids.iter().map(|p| provider_stream(p)).collect();
+        let streams: Vec<&str> = streams.iter().map(String::as_str).collect();
+        let sql = format!(
+            "SELECT p.provider_id, COALESCE(b.balance_micro_usdc, 0) AS payable_balance_micro_usdc, \
+             CAST(COALESCE(r.total, 0) AS BIGINT) AS recorded_before_micro_usdc, \
+             CAST(COALESCE(q.total, 0) AS BIGINT) AS payouts_not_undone_micro_usdc \
+             FROM providers AS p \
+             LEFT JOIN account_balances AS b ON b.owner = p.stream AND b.account = p.stream || ':payable' \
+             LEFT JOIN (SELECT stream, SUM(amount_micro_usdc) AS total FROM payable_recorded \
+               WHERE day < $2 GROUP BY stream) AS r ON r.stream = p.stream \
+             LEFT JOIN (SELECT stream, SUM(amount_micro_usdc) AS total FROM payouts \
+               WHERE status NOT IN ({}) GROUP BY stream) AS q ON q.stream = p.stream \
+             WHERE p.stream = ANY(CAST($1 AS TEXT[]))",
+            PayoutStatus::sql_list(PayoutStatus::is_undone),
+        );
+        let found: Vec<ProviderFigures> = on!(&mut *conn, |c| sqlx::query_as(&sql)
+            .bind(super::citus::text_array(&streams))
+            .bind(day)
+            .fetch_all(c)
+            .await)?;
+        out.extend(found.into_iter().map(|f| (f.provider_id, f.figures)));
         return Ok(out);
     }
     let rows: Vec<(&str, String, String)> = provider_ids

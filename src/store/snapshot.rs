@@ -52,6 +52,8 @@ pub struct Snapshot {
     tx: TxConn,
     dialect: Dialect,
     copies_created: bool,
+    /// Whether the database is a Citus coordinator ([`Store::is_citus`]).
+    citus: bool,
     /// The store's SQLite writer lock, for [`Snapshot::replace_tables`].
     sqlite_writer: Arc<Mutex<()>>,
 }
@@ -65,6 +67,7 @@ impl Store {
             tx,
             dialect: self.dialect(),
             copies_created: false,
+            citus: self.is_citus(),
             sqlite_writer: self.sqlite_writer.clone(),
         })
     }
@@ -78,8 +81,13 @@ impl Snapshot {
         after: &str,
         limit: i64,
     ) -> Result<Vec<StreamPosition>, StoreError> {
-        Ok(on!(&mut *self.tx, |c| {
-            sqlx::query_as(
+        // On Citus each shard groups its own streams (a recursive scan does not distribute).
+        let sql = if self.citus {
+            "SELECT h.stream, h.head, COALESCE(c.seq, 0) AS checkpoint \
+             FROM (SELECT stream, MAX(seq) AS head FROM events WHERE stream > $1 \
+                   GROUP BY stream ORDER BY stream LIMIT $2) AS h \
+             LEFT JOIN projection_checkpoints AS c ON c.stream = h.stream ORDER BY h.stream"
+        } else {
             "WITH RECURSIVE s(stream, n) AS ( \
                SELECT (SELECT MIN(stream) FROM events WHERE stream > $1), 1 \
                UNION ALL \
@@ -88,12 +96,14 @@ impl Snapshot {
              SELECT s.stream, (SELECT MAX(h.seq) FROM events AS h WHERE h.stream = s.stream) AS head, \
                COALESCE(c.seq, 0) AS checkpoint \
              FROM s LEFT JOIN projection_checkpoints AS c ON c.stream = s.stream \
-             WHERE s.stream IS NOT NULL ORDER BY s.stream",
-        )
-        .bind(after)
-        .bind(limit)
-        .fetch_all(c)
-        .await
+             WHERE s.stream IS NOT NULL ORDER BY s.stream"
+        };
+        Ok(on!(&mut *self.tx, |c| {
+            sqlx::query_as(sql)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(c)
+                .await
         })?)
     }
 
@@ -282,16 +292,28 @@ impl Snapshot {
             .map(|k| format!("f.{k} = t.{k}"))
             .collect::<Vec<_>>()
             .join(" AND ");
-        let stored_not_folded = format!(
-            "FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {copy} AS f WHERE {same_key})"
-        );
+        let keys = spec
+            .key
+            .iter()
+            .map(|k| format!("t.{k}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The keys stored but not folded. Citus runs no correlated subquery over a
+        // distributed table: there a set difference (the copy is a local table).
+        let stored_not_folded = if self.citus {
+            format!("SELECT {keys} FROM {table} AS t EXCEPT SELECT {keys} FROM {copy} AS t")
+        } else {
+            format!(
+                "SELECT {keys} FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM {copy} AS f WHERE {same_key})"
+            )
+        };
         let changed: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(&format!(
             "SELECT COUNT(*) FROM ({folded_not_stored}) AS d"
         ))
         .fetch_one(c)
         .await)?;
         let extra: i64 = on!(&mut *self.tx, |c| sqlx::query_scalar(&format!(
-            "SELECT COUNT(*) {stored_not_folded}"
+            "SELECT COUNT(*) FROM ({stored_not_folded}) AS d"
         ))
         .fetch_one(c)
         .await)?;
@@ -309,14 +331,8 @@ impl Snapshot {
             let stored = self.stored_row(spec, &key).await?;
             format!("key {key:?}: folded {folded:?}, stored {stored:?}")
         } else {
-            let keys = spec
-                .key
-                .iter()
-                .map(|k| format!("t.{k}"))
-                .collect::<Vec<_>>()
-                .join(", ");
             let key = on!(&mut *self.tx, |c| sqlx::query(&format!(
-                "SELECT {keys} {stored_not_folded} LIMIT 1"
+                "{stored_not_folded} LIMIT 1"
             ))
             .fetch_one(c)
             .await

@@ -36,6 +36,8 @@ struct Overlap {
 pub struct OverlapProbe<'a> {
     /// The caller's name for the probe, returned with its overlap.
     pub index: usize,
+    /// The stream of the GPU's owner.
+    pub stream: &'a str,
     pub gpu_id: &'a str,
     pub started_at_ms: i64,
     pub ended_at_ms: i64,
@@ -57,11 +59,36 @@ pub async fn overlapping_segments(
     if probes.is_empty() {
         return Ok(overlaps);
     }
+    let dialect = tx.dialect();
+    if tx.is_citus() {
+        // Per stream, on its shard: the same backward step, pinned to the stream.
+        for (stream, group) in super::citus::per_stream(probes, |p| p.stream) {
+            let rows: Vec<(usize, &str, i64, i64)> = group
+                .iter()
+                .map(|p| (p.index, p.gpu_id, p.ended_at_ms, p.started_at_ms))
+                .collect();
+            let sql = format!(
+                "SELECT CAST(j.value ->> 0 AS BIGINT) AS probe, s.started_at_ms, s.ended_at_ms FROM {} \
+                 CROSS JOIN LATERAL (SELECT p.started_at_ms, p.ended_at_ms FROM usage_segments AS p \
+                 WHERE p.gpu_id = j.value ->> 1 AND p.stream = $2 \
+                 AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
+                 ORDER BY p.started_at_ms DESC LIMIT 1) AS s \
+                 WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)",
+                dialect.json_rows(1, rows.len())
+            );
+            let found: Vec<Overlap> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+                .bind(json_rows_param(&rows))
+                .bind(stream)
+                .fetch_all(c)
+                .await)?;
+            record_overlaps(&mut overlaps, found)?;
+        }
+        return Ok(overlaps);
+    }
     let rows: Vec<(usize, &str, i64, i64)> = probes
         .iter()
         .map(|p| (p.index, p.gpu_id, p.ended_at_ms, p.started_at_ms))
         .collect();
-    let dialect = tx.dialect();
     let from = dialect.json_rows(1, probes.len());
     let sql = match dialect {
         // One backward index step per probe, its row read in the same step.
@@ -86,13 +113,22 @@ pub async fn overlapping_segments(
         .bind(json_rows_param(&rows))
         .fetch_all(c)
         .await)?;
+    record_overlaps(&mut overlaps, found)?;
+    Ok(overlaps)
+}
+
+/// Keeps the first overlap found of each probe.
+fn record_overlaps(
+    overlaps: &mut HashMap<usize, (i64, i64)>,
+    found: Vec<Overlap>,
+) -> Result<(), StoreError> {
     for o in found {
         let index = usize::try_from(o.probe).map_err(corrupt)?;
         overlaps
             .entry(index)
             .or_insert((o.started_at_ms, o.ended_at_ms));
     }
-    Ok(overlaps)
+    Ok(())
 }
 
 /// The platform's fee schedules.
@@ -631,30 +667,37 @@ struct GpuFactsRow {
     latest_end_ms: Option<i64>,
 }
 
-/// The registered GPUs among `gpu_ids`: owner, model, latest booked end (one backward
-/// primary-key step per GPU).
+/// The registered GPUs among `gpus` (each a GPU's id and the stream of the event that names
+/// it): owner, model, latest booked end (one backward primary-key step per GPU).
 pub async fn gpu_facts(
     tx: &mut WriteTx,
-    gpu_ids: &[&str],
+    gpus: &[(&str, &str)],
 ) -> Result<HashMap<String, (String, GpuFacts)>, StoreError> {
-    if gpu_ids.is_empty() {
+    if gpus.is_empty() {
         return Ok(HashMap::new());
     }
-    let from = tx.dialect().json_rows(1, gpu_ids.len());
-    let sql = format!(
-        "SELECT g.gpu_id, g.provider_id, g.model, \
-         (SELECT s.ended_at_ms FROM usage_segments AS s WHERE s.gpu_id = g.gpu_id \
-         ORDER BY s.started_at_ms DESC LIMIT 1) AS latest_end_ms \
-         FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
-    );
-    let rows: Vec<(&str,)> = gpu_ids.iter().map(|g| (*g,)).collect();
-    let found: Vec<GpuFactsRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
-        .bind(json_rows_param(&rows))
-        .fetch_all(c)
-        .await)?;
+    let found = if tx.is_citus() {
+        gpu_facts_per_stream(tx, gpus).await?
+    } else {
+        let mut ids: Vec<&str> = gpus.iter().map(|(g, _)| *g).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let from = tx.dialect().json_rows(1, ids.len());
+        let sql = format!(
+            "SELECT g.gpu_id, g.provider_id, g.model, \
+             (SELECT s.ended_at_ms FROM usage_segments AS s WHERE s.gpu_id = g.gpu_id \
+             ORDER BY s.started_at_ms DESC LIMIT 1) AS latest_end_ms \
+             FROM {from} JOIN gpus AS g ON g.gpu_id = j.value ->> 0"
+        );
+        let rows: Vec<(&str,)> = ids.iter().map(|g| (*g,)).collect();
+        on!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&rows))
+            .fetch_all(c)
+            .await)?
+    };
     Ok(found
         .into_iter()
-        .map(|g| {
+        .map(|g: GpuFactsRow| {
             let facts = GpuFacts {
                 model: g.model,
                 latest_end_ms: g.latest_end_ms,
@@ -662,6 +705,73 @@ pub async fn gpu_facts(
             (g.gpu_id, (g.provider_id, facts))
         })
         .collect())
+}
+
+/// A GPU and the stream of its owner.
+#[derive(sqlx::FromRow)]
+struct GpuStream {
+    gpu_id: String,
+    stream: String,
+}
+
+/// [`gpu_facts`] on Citus: per stream, its GPUs among `gpus` on the stream's shard; then a
+/// GPU found on none of the streams that name it (another provider's, or unknown) is
+/// looked for on every shard, and its facts read on its owner's.
+async fn gpu_facts_per_stream(
+    tx: &mut WriteTx,
+    gpus: &[(&str, &str)],
+) -> Result<Vec<GpuFactsRow>, StoreError> {
+    let facts_sql = |n: usize| {
+        format!(
+            "SELECT g.gpu_id, g.provider_id, g.model, \
+             (SELECT s.ended_at_ms FROM usage_segments AS s WHERE s.gpu_id = g.gpu_id AND s.stream = $2 \
+             ORDER BY s.started_at_ms DESC LIMIT 1) AS latest_end_ms \
+             FROM {} JOIN gpus AS g ON g.gpu_id = j.value ->> 0 AND g.stream = $2",
+            Dialect::Postgres.json_rows(1, n)
+        )
+    };
+    let mut found: Vec<GpuFactsRow> = Vec::new();
+    for (stream, group) in super::citus::per_stream(gpus, |(_, s)| s) {
+        let mut rows: Vec<(&str,)> = group.iter().map(|(g, _)| (*g,)).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        let sql = facts_sql(rows.len());
+        let on_stream: Vec<GpuFactsRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&rows))
+            .bind(stream)
+            .fetch_all(c)
+            .await)?;
+        found.extend(on_stream);
+    }
+    let mut missing: Vec<&str> = gpus
+        .iter()
+        .map(|(g, _)| *g)
+        .filter(|g| !found.iter().any(|f| f.gpu_id == *g))
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    let rows: Vec<(&str,)> = missing.iter().map(|g| (*g,)).collect();
+    let owners: Vec<GpuStream> = on!(tx.conn(), |c| sqlx::query_as(&format!(
+        "SELECT g.gpu_id, g.stream FROM {} JOIN gpus AS g ON g.gpu_id = j.value ->> 0",
+        Dialect::Postgres.json_rows(1, rows.len())
+    ))
+    .bind(json_rows_param(&rows))
+    .fetch_all(c)
+    .await)?;
+    for GpuStream { gpu_id, stream } in owners {
+        let rows = [(gpu_id.as_str(),)];
+        let sql = facts_sql(1);
+        let owned: Vec<GpuFactsRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&rows))
+            .bind(&stream)
+            .fetch_all(c)
+            .await)?;
+        found.extend(owned);
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

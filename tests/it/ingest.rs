@@ -9,13 +9,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use common::{TestDb, run_cli};
-use settle::config::LedgerConfig;
 use settle::domain::event::provider_stream;
 use settle::domain::ids::{AdjustmentId, EventId, ProviderId};
 use settle::domain::time::{MS_PER_DAY, format_ms, parse_rfc3339_ms};
 use settle::ledger::ingest::{SenderScope, UsageInput, UsageResult};
-use settle::ledger::{Actor, Applied, Ledger, ManualClock};
-use settle::store::{Store, StoreOptions};
+use settle::ledger::{Actor, Applied, Ledger};
 use settle::wire::import::{apply, parse_line};
 use sqlx::Row;
 
@@ -1761,13 +1759,7 @@ async fn concurrent_senders_book_every_event_exactly_once() {
         let url = db.url.clone();
         tasks.push(tokio::spawn(async move {
             // Each sender: its own pool, its own ledger, all 10,000 events in its own order.
-            let options = StoreOptions {
-                connections_max: 2,
-                ..StoreOptions::default()
-            };
-            let store = Store::open(&url, &options).await.expect("open store");
-            let clock = Arc::new(ManualClock::new(ms(NOW)));
-            let ledger = Ledger::new(store, clock, LedgerConfig::default());
+            let ledger = common::sender_ledger(&url, ms(NOW)).await;
             let mut rng = rand::rngs::StdRng::seed_from_u64(sender);
             let mut order: Vec<usize> = (0..events.len()).collect();
             order.shuffle(&mut rng);

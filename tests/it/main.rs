@@ -16,6 +16,7 @@ mod bank;
 mod bank_answers;
 mod bank_http;
 mod bank_inbox;
+mod citus;
 mod control;
 mod control_gates;
 mod core_dump;

@@ -672,7 +672,7 @@ async fn verify_reads_a_page_of_streams_at_a_time_and_finds_a_difference_on_any_
         "UPDATE account_balances SET balance_micro_usdc = balance_micro_usdc + 1 \
          WHERE owner = 'provider:f6' AND account = 'provider:f6:payable'",
         "DELETE FROM gpus WHERE gpu_id = 'f2-g'",
-        "INSERT INTO payable_recorded (provider_id, day, amount_micro_usdc) VALUES ('f5', 3, 7)",
+        "INSERT INTO payable_recorded (provider_id, day, amount_micro_usdc, stream) VALUES ('f5', 3, 7, 'provider:f5')",
     ] {
         sqlx::query(sql).execute(store.pool()).await.unwrap();
     }

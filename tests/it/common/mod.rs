@@ -12,6 +12,11 @@
 //! outsider would (tampering, undoing a migration, installing a fault) does it through
 //! [`TestDb::owner_url`] / [`TestDb::owner_store`]. `SETTLE_TEST_PG_AS_OWNER=1` hands tests
 //! the owner's URL instead.
+//!
+//! With `SETTLE_TEST_CITUS_URL` (the coordinator of a Citus cluster, e.g.
+//! `postgres://postgres@127.0.0.1:9700/postgres` from `ops/citus/cluster.sh`) a test runs on
+//! a fresh database of the cluster instead: made on the coordinator and every worker, the
+//! workers added to it, and distributed by `Store::migrate` as `settle migrate` does.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,8 +134,8 @@ impl TestDb {
 
     /// A fresh, empty database (no schema): for tests of the migrations themselves.
     pub async fn unmigrated() -> TestDb {
-        match std::env::var("SETTLE_TEST_PG_URL") {
-            Ok(admin_url) if !admin_url.is_empty() => {
+        match pg_admin_url() {
+            Some(admin_url) => {
                 let name = format!(
                     "settle_t_{}_{}_{}",
                     std::process::id(),
@@ -141,10 +146,17 @@ impl TestDb {
                 let admin = sqlx::AnyPool::connect(&admin_url)
                     .await
                     .expect("connect to SETTLE_TEST_PG_URL");
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&admin)
-                    .await
-                    .expect("create test database");
+                if is_citus() {
+                    // On every node of the cluster (Citus does not propagate it).
+                    settle::store::citus::create_database(&admin_url, &name)
+                        .await
+                        .expect("a database on the cluster");
+                } else {
+                    sqlx::query(&format!("CREATE DATABASE {name}"))
+                        .execute(&admin)
+                        .await
+                        .expect("create test database");
+                }
                 admin.close().await;
                 let base = admin_url
                     .rsplit_once('/')
@@ -213,6 +225,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some((admin_url, name)) = self.pg.take() {
+            let citus = is_citus();
             let roles = std::mem::take(&mut self.own_roles);
             // Drop the test database, then its own roles (whose rights lived in it), from a
             // helper thread with its own runtime.
@@ -222,6 +235,9 @@ impl Drop for TestDb {
                     .build()
                     .expect("runtime");
                 rt.block_on(async {
+                    if citus {
+                        let _ = settle::store::citus::drop_database(&admin_url, &name).await;
+                    }
                     if let Ok(admin) = sqlx::AnyPool::connect(&admin_url).await {
                         let _ =
                             sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -239,6 +255,19 @@ impl Drop for TestDb {
             .join();
         }
     }
+}
+
+/// The admin URL of the PostgreSQL server the suite runs on: `SETTLE_TEST_CITUS_URL` (a
+/// Citus coordinator), else `SETTLE_TEST_PG_URL`; none on SQLite.
+pub fn pg_admin_url() -> Option<String> {
+    ["SETTLE_TEST_CITUS_URL", "SETTLE_TEST_PG_URL"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+}
+
+/// Whether the suite runs on a Citus cluster (`SETTLE_TEST_CITUS_URL`).
+pub fn is_citus() -> bool {
+    std::env::var("SETTLE_TEST_CITUS_URL").is_ok_and(|u| !u.is_empty())
 }
 
 /// Takes the database of `db` back to before migration `version` by running `undo`
@@ -294,6 +323,21 @@ where
     .expect("insert an event behind the engine");
 }
 
+/// A ledger of its own on `url` (a pool of two connections, a clock standing at `now_ms`):
+/// one of several concurrent senders.
+pub async fn sender_ledger(url: &str, now_ms: i64) -> Ledger {
+    let options = StoreOptions {
+        connections_max: 2,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(url, &options).await.expect("open store");
+    Ledger::new(
+        store,
+        Arc::new(ManualClock::new(now_ms)),
+        LedgerConfig::default(),
+    )
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -327,7 +371,7 @@ pub fn sealing(store: &Store) -> settle::privacy::vault::Privacy {
 pub fn settle_command() -> std::process::Command {
     let mut cmd = std::process::Command::new(settle_bin());
     cmd.env("SETTLE_PRIVACY_MASTER_KEY", TEST_MASTER_KEY);
-    if std::env::var("SETTLE_TEST_PG_URL").is_ok_and(|u| !u.is_empty()) {
+    if pg_admin_url().is_some() {
         // On PostgreSQL the default anchor log lies in the working directory (the
         // repository's, in a test): a served test ledger anchors only where a test says.
         cmd.env("SETTLE_ANCHOR__ENABLED", "false");
