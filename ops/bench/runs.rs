@@ -5,6 +5,7 @@
 //! cargo bench --bench runs -- --db sqlite --providers 100000
 //! cargo bench --bench runs -- --db postgres --providers 100000
 //! cargo bench --bench runs -- --db citus --providers 100000   # ops/citus/cluster.sh
+//! cargo bench --bench runs -- --db citus --providers 100000 --reuse   # after --db postgres
 //! ```
 //!
 //! The parent process runs each phase in a child process of this same binary, so each
@@ -29,7 +30,9 @@
 //! The database after `setup` is kept as a snapshot (`<sqlite-path>.setup`, or the
 //! PostgreSQL database `settle_bench_runs_setup`); `--reuse` restores it and measures
 //! `run` and `rerun` again without loading. On Citus (`--db citus`, the cluster of
-//! `--citus-url`) the database is made on every node and there is no snapshot.
+//! `--citus-url`) the database is made on every node and there is no snapshot: `--reuse`
+//! there moves the PostgreSQL snapshot onto the cluster instead (`pg_dump`, then
+//! `settle migrate` distributes it; the `move` line), as `ops/SCALING.md` moves a ledger.
 
 #[path = "fixture.rs"]
 mod fixture;
@@ -171,8 +174,11 @@ fn sqlite_files(path: &str) -> [String; 3] {
 /// closed), or back to the benchmark database (`None`: no connection open).
 async fn snapshot(args: &Args, store: Option<&Store>) {
     if args.db == "citus" {
-        // No template databases across the nodes: the setup stays as it is.
-        assert!(store.is_some(), "--reuse is not supported on Citus");
+        // No template databases across the nodes: a setup on the cluster stays as it is,
+        // and `--reuse` moves the PostgreSQL snapshot onto the cluster.
+        if store.is_none() {
+            move_onto_cluster(args).await;
+        }
         return;
     }
     let to_snapshot = store.is_some();
@@ -216,6 +222,47 @@ async fn snapshot(args: &Args, store: Option<&Store>) {
                 .unwrap_or_else(|e| panic!("restore {snap}: {e}"));
         }
     }
+}
+
+/// `--db citus --reuse`: the ledger of a `--db postgres` setup (its snapshot database on
+/// `--pg-url`) moved onto the cluster the way `ops/SCALING.md` moves a running ledger: the
+/// dump restored into the coordinator's database, then `settle migrate` distributes it
+/// (timed: the `move` line).
+async fn move_onto_cluster(args: &Args) {
+    fresh_database(args).await;
+    let base = |u: &str| u.rsplit_once('/').map_or(u, |(b, _)| b).to_owned();
+    let from = format!("{}/{PG_SNAPSHOT}", base(&args.pg_url));
+    let t = Instant::now();
+    let status = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "pg_dump --no-owner --no-privileges \"$1\" | psql -q -v ON_ERROR_STOP=1 \"$2\" >/dev/null",
+            "move",
+            &from,
+            &url(args),
+        ])
+        .status()
+        .expect("pg_dump | psql");
+    assert!(
+        status.success(),
+        "restoring {from} on the cluster failed (run --db postgres with the same --providers first)"
+    );
+    let restore_seconds = t.elapsed().as_secs_f64();
+    let store = Store::open(&url(args), &StoreOptions::default())
+        .await
+        .expect("open the cluster's database");
+    let t = Instant::now();
+    let placed = store.migrate().await.expect("migrate onto the cluster");
+    let seconds = t.elapsed().as_secs_f64();
+    let placed = placed.expect("a Citus coordinator (--citus-url)");
+    let events = store.event_count().await.expect("events");
+    store.close().await;
+    println!(
+        "{{\"phase\":\"move\",\"db\":\"citus\",\"providers\":{},\"events\":{events},\"tables_distributed\":{},\"restore_seconds\":{restore_seconds:.2},\"seconds\":{seconds:.2},\"vmhwm_kib\":{}}}",
+        args.providers,
+        placed.now.len(),
+        peak::vmhwm_kib()
+    );
 }
 
 fn url(args: &Args) -> String {

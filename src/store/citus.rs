@@ -28,6 +28,26 @@
 
 use super::{Conn, Db, Store, StoreError, on};
 
+/// Runs `body` on the PostgreSQL connection under a [`Conn`] (`|c| …`, as [`on!`] does):
+/// the statements of a Citus coordinator bind their streams as a native `TEXT[]`
+/// (`stream = ANY($n)`), which Citus prunes to the shards that hold them when it plans; a
+/// text parameter cast to an array in the statement is not folded before Citus plans, and
+/// the statement would go to every shard. Yields `Result<_, sqlx::Error>`.
+macro_rules! on_pg {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::store::Conn::Postgres($c) => {
+                let $c = &mut **$c;
+                $crate::store::sendable(async { $body }).await
+            }
+            $crate::store::Conn::Sqlite(_) => Err(sqlx::Error::Protocol(
+                "a Citus statement on a SQLite connection".into(),
+            )),
+        }
+    };
+}
+pub(crate) use on_pg;
+
 /// The tables hash-distributed by their stream, with their distribution column; the first
 /// is the co-location group's anchor.
 pub const BY_STREAM: &[(&str, &str)] = &[
@@ -203,67 +223,91 @@ pub(super) async fn detect(db: &Db) -> Result<bool, StoreError> {
     })
 }
 
-/// `items` grouped by their stream (`stream_of`), in stream order: on Citus a statement
-/// over several streams runs once per stream, with an equality on the distribution column
-/// (`… AND x.stream = $n`) that lets Citus route it whole to the stream's shard, where every
-/// PostgreSQL form (a lateral subquery, a row lock) runs as on one node.
-pub(crate) fn per_stream<'a, T>(
+/// The shard of `events` (and of every table co-located with it) that holds a stream.
+#[derive(sqlx::FromRow)]
+struct StreamShard {
+    stream: String,
+    shard: i64,
+}
+
+/// `items` grouped by the shard that holds their stream (`stream_of`), read with one
+/// statement that the coordinator answers from its own metadata: each group with its
+/// streams (distinct, in name order) and its items, the groups in shard order. A statement
+/// over one group's streams, filtered by `stream = ANY($n)` on its distributed tables (the
+/// streams bound as an array: [`on_pg`]), is routed whole to that shard, where every PostgreSQL form
+/// (a lateral subquery, a row lock) runs as on one node: a batch over a thousand providers
+/// costs a statement per shard instead of one per stream. Locks taken group by group are
+/// taken in one order by every writer: shard, then name.
+pub(crate) async fn per_shard<'a, T>(
+    conn: &mut Conn,
     items: &'a [T],
     stream_of: impl for<'x> Fn(&'x T) -> &'x str,
-) -> Vec<(&'a str, Vec<&'a T>)> {
-    let mut groups: std::collections::BTreeMap<&'a str, Vec<&'a T>> =
+) -> Result<Vec<(Vec<&'a str>, Vec<&'a T>)>, StoreError> {
+    let streams: Vec<&str> = items
+        .iter()
+        .map(&stream_of)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if streams.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placed: Vec<StreamShard> = on_pg!(&mut *conn, |c| sqlx::query_as(
+        "SELECT s AS stream, get_shard_id_for_distribution_column('events', s) AS shard \
+         FROM unnest(CAST($1 AS TEXT[])) AS s"
+    )
+    .bind(&streams)
+    .fetch_all(c)
+    .await)?;
+    let shard_of: std::collections::HashMap<&str, i64> = placed
+        .iter()
+        .map(|p| (p.stream.as_str(), p.shard))
+        .collect();
+    let mut groups: std::collections::BTreeMap<i64, (Vec<&'a str>, Vec<&'a T>)> =
         std::collections::BTreeMap::new();
     for item in items {
-        groups.entry(stream_of(item)).or_default().push(item);
+        let stream = stream_of(item);
+        let shard = *shard_of.get(stream).ok_or_else(|| {
+            StoreError::Corrupt(format!("Citus placed no shard for stream {stream}"))
+        })?;
+        let (names, members) = groups.entry(shard).or_default();
+        if let Err(at) = names.binary_search(&stream) {
+            names.insert(at, stream);
+        }
+        members.push(item);
     }
-    groups.into_iter().collect()
+    Ok(groups.into_values().collect())
 }
+
+/// The most streams [`lock_on_shards`] names in one statement (a parameter each).
+const LOCKS_PER_STATEMENT: usize = 4_096;
 
 /// Takes the writers' lock of each of `streams` on its shard, as a row lock of
-/// `stream_locks` held until the transaction ends there: one upsert of the streams' rows,
-/// which Citus splits by shard. A transaction over streams on several nodes commits on them
-/// after it commits on the coordinator (two-phase commit), so the coordinator's advisory
-/// lock alone would let the next writer of a stream read its head before the previous
-/// writer's events committed on the stream's node. Writers take the coordinator's locks
-/// first, in name order, so two of them never wait for each other's shard locks.
+/// `stream_locks` held until the transaction ends there: one upsert of the streams' rows as
+/// a multi-row `VALUES`, which Citus splits by shard and sends to the shards at once (an
+/// `INSERT … SELECT` from a parameter goes through the coordinator instead: 200 ms against
+/// 16 ms for a thousand streams here). A transaction over streams on several nodes commits
+/// on them after it commits on the coordinator (two-phase commit), so the coordinator's
+/// advisory lock alone would let the next writer of a stream read its head before the
+/// previous writer's events committed on the stream's node. Writers take the coordinator's
+/// locks first, in name order, so two of them never wait for each other's shard locks.
 pub(crate) async fn lock_on_shards(conn: &mut Conn, streams: &[&str]) -> Result<(), StoreError> {
-    if streams.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();
-    let sql = format!(
-        "INSERT INTO stream_locks (stream) SELECT j.value ->> 0 FROM {} WHERE true \
-         ON CONFLICT (stream) DO UPDATE SET stream = excluded.stream",
-        super::Dialect::Postgres.json_rows(1, rows.len())
-    );
-    on!(&mut *conn, |c| sqlx::query(&sql)
-        .bind(super::json_rows_param(&rows))
-        .execute(c)
-        .await
-        .map(|r| r.rows_affected()))?;
-    Ok(())
-}
-
-/// `items` as a PostgreSQL array literal of text (`{"a","b"}`), bound as one text parameter
-/// and cast in the statement (`CAST($1 AS TEXT[])`): a list of streams a statement filters by
-/// with `= ANY(…)`, which Citus prunes to the shards that hold them.
-pub(crate) fn text_array(items: &[&str]) -> String {
-    let mut out = String::from("{");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push('"');
-        for ch in item.chars() {
-            if ch == '"' || ch == '\\' {
-                out.push('\\');
+    for chunk in streams.chunks(LOCKS_PER_STATEMENT) {
+        let values: Vec<String> = (1..=chunk.len()).map(|i| format!("(${i})")).collect();
+        let sql = format!(
+            "INSERT INTO stream_locks (stream) VALUES {} \
+             ON CONFLICT (stream) DO UPDATE SET stream = excluded.stream",
+            values.join(", ")
+        );
+        on!(&mut *conn, |c| {
+            let mut query = sqlx::query(&sql);
+            for stream in chunk {
+                query = query.bind(*stream);
             }
-            out.push(ch);
-        }
-        out.push('"');
+            query.execute(c).await.map(|r| r.rows_affected())
+        })?;
     }
-    out.push('}');
-    out
+    Ok(())
 }
 
 /// A node of the cluster.
@@ -363,18 +407,4 @@ pub async fn drop_database(coordinator: &str, name: &str) -> Result<(), StoreErr
         conn.close().await?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_arrays_quote_every_element() {
-        assert_eq!(text_array(&[]), "{}");
-        assert_eq!(
-            text_array(&["provider:a", "b\"c", "d\\e"]),
-            r#"{"provider:a","b\"c","d\\e"}"#
-        );
-    }
 }

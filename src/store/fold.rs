@@ -58,7 +58,7 @@ pub(crate) async fn fold_streams(
     events_max: i64,
 ) -> Result<Folded, StoreError> {
     let tail = read_tail(conn, dialect, citus, streams, events_max).await?;
-    write_tail(conn, dialect, tail).await
+    write_tail(conn, dialect, citus, tail).await
 }
 
 /// What a fold read: the checkpoints it started from, the ops the projector folds of the
@@ -105,7 +105,7 @@ async fn read_tail(
     // event; every command's `begin` folds): the lateral subquery keeps it on the index
     // (0.2 ms). SQLite always joins by nested loops over the index.
     let rows: Vec<FoldedEvent> = if citus {
-        read_tails_per_stream(conn, &after, events_max).await?
+        read_tails_per_shard(conn, &after, events_max).await?
     } else {
         read_tails(conn, dialect, &after, events_max).await?
     };
@@ -143,30 +143,34 @@ async fn read_tails(
     .map_err(classify)
 }
 
-/// [`read_tails`] on Citus: a statement per stream, each routed to the stream's shard (Citus
-/// pushes no lateral subquery with a limit down to the shards).
-async fn read_tails_per_stream(
+/// [`read_tails`] on Citus: one statement per shard, its tails pinned to the shard's
+/// streams ([`super::citus::per_shard`]), at most `events_max` events in all.
+async fn read_tails_per_shard(
     conn: &mut Conn,
     after: &[(&str, i64)],
     events_max: i64,
 ) -> Result<Vec<FoldedEvent>, StoreError> {
     let mut rows: Vec<FoldedEvent> = Vec::new();
-    let mut sorted = after.to_vec();
-    sorted.sort_unstable();
-    for (stream, seq) in sorted {
+    for (streams, group) in super::citus::per_shard(conn, after, |(s, _)| *s).await? {
         let left = events_max - rows.len() as i64;
         if left <= 0 {
             break;
         }
-        let tail: Vec<FoldedEvent> = on!(&mut *conn, |c| sqlx::query_as(
-            "SELECT stream, seq, event_type, version, recorded_at_ms, payload FROM events \
-             WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        )
-        .bind(stream)
-        .bind(seq)
-        .bind(left)
-        .fetch_all(c)
-        .await)
+        let after: Vec<(&str, i64)> = group.into_iter().copied().collect();
+        let sql = format!(
+            "SELECT e.stream, e.seq, e.event_type, e.version, e.recorded_at_ms, e.payload FROM {} \
+             CROSS JOIN LATERAL (SELECT x.stream, x.seq, x.event_type, x.version, x.recorded_at_ms, x.payload \
+             FROM events AS x WHERE x.stream = j.value ->> 0 AND x.stream = ANY($3) \
+             AND x.seq > CAST(j.value ->> 1 AS BIGINT) ORDER BY x.seq LIMIT $2) AS e \
+             ORDER BY e.stream, e.seq LIMIT $2",
+            Dialect::Postgres.json_rows(1, after.len())
+        );
+        let tail: Vec<FoldedEvent> = super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&after))
+            .bind(left)
+            .bind(&streams)
+            .fetch_all(c)
+            .await)
         .map_err(classify)?;
         rows.extend(tail);
     }
@@ -218,14 +222,19 @@ fn decode_tail(
 
 /// Writes what [`read_tail`] read: the ops, and each stream's checkpoint moved from the value
 /// read, or [`StoreError::Conflict`] when another fold moved it first.
-async fn write_tail(conn: &mut Conn, dialect: Dialect, tail: Tail) -> Result<Folded, StoreError> {
+async fn write_tail(
+    conn: &mut Conn,
+    dialect: Dialect,
+    citus: bool,
+    tail: Tail,
+) -> Result<Folded, StoreError> {
     if tail.folded.events == 0 {
         return Ok(Folded::default());
     }
     project::apply_ops(conn, &tail.adds)
         .await
         .map_err(classify)?;
-    move_checkpoints(conn, dialect, &tail.checkpoints, &tail.folded_to).await?;
+    move_checkpoints(conn, dialect, citus, &tail.checkpoints, &tail.folded_to).await?;
     Ok(tail.folded)
 }
 
@@ -250,24 +259,23 @@ async fn read_checkpoints(
     lock: bool,
 ) -> Result<BTreeMap<String, i64>, StoreError> {
     if citus && lock {
-        // A statement per stream, routed to its shard (Citus locks rows only there), in
-        // name order.
-        let mut sorted = streams.to_vec();
-        sorted.sort_unstable();
-        let sql = format!(
-            "SELECT stream, seq FROM projection_checkpoints WHERE stream = $1{}",
-            if lock { " FOR UPDATE" } else { "" }
-        );
+        // A statement per shard, pinned to its streams (Citus locks rows only in a
+        // statement on one shard), in shard and name order.
         let mut out = BTreeMap::new();
-        for stream in sorted {
-            let row: Option<StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(&sql)
-                .bind(stream)
-                .fetch_optional(c)
+        for (names, _) in super::citus::per_shard(conn, streams, |s| *s).await? {
+            let rows: Vec<(&str,)> = names.iter().map(|s| (*s,)).collect();
+            let sql = format!(
+                "SELECT c.stream, c.seq FROM {} JOIN projection_checkpoints AS c ON c.stream = j.value ->> 0 \
+                 WHERE c.stream = ANY($2) ORDER BY c.stream FOR UPDATE OF c",
+                dialect.json_rows(1, rows.len())
+            );
+            let found: Vec<StreamSeq> = super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
+                .bind(json_rows_param(&rows))
+                .bind(&names)
+                .fetch_all(c)
                 .await)
             .map_err(classify)?;
-            if let Some(r) = row {
-                out.insert(r.stream, r.seq);
-            }
+            out.extend(found.into_iter().map(|r| (r.stream, r.seq)));
         }
         return Ok(out);
     }
@@ -277,14 +285,25 @@ async fn read_checkpoints(
         dialect.json_rows(1, streams.len()),
         if lock {
             " ORDER BY c.stream FOR UPDATE OF c"
+        } else if citus {
+            // One statement on the shards that hold the streams (one for one stream).
+            " WHERE c.stream = ANY($2)"
         } else {
             ""
         }
     );
-    let rows: Vec<StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(&sql)
-        .bind(json_rows_param(&names))
-        .fetch_all(c)
-        .await)
+    let rows: Vec<StreamSeq> = if citus {
+        super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&names))
+            .bind(streams)
+            .fetch_all(c)
+            .await)
+    } else {
+        on!(&mut *conn, |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&names))
+            .fetch_all(c)
+            .await)
+    }
     .map_err(classify)?;
     Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
 }
@@ -320,6 +339,7 @@ pub(crate) async fn fold_behind(
 async fn move_checkpoints(
     conn: &mut Conn,
     dialect: Dialect,
+    citus: bool,
     checkpoints: &BTreeMap<String, i64>,
     folded_to: &BTreeMap<String, i64>,
 ) -> Result<(), StoreError> {
@@ -333,15 +353,32 @@ async fn move_checkpoints(
             .iter()
             .map(|(s, old, to)| (*s, old.unwrap_or(0), *to))
             .collect();
-        let updated = on!(&mut *conn, |c| sqlx::query(&format!(
+        let sql = format!(
             "UPDATE projection_checkpoints SET seq = CAST(j.value ->> 2 AS BIGINT) FROM {from} \
              WHERE projection_checkpoints.stream = j.value ->> 0 \
-             AND projection_checkpoints.seq = CAST(j.value ->> 1 AS BIGINT)"
-        ))
-        .bind(json_rows_param(&rows))
-        .execute(c)
-        .await
-        .map(|r| r.rows_affected()))
+             AND projection_checkpoints.seq = CAST(j.value ->> 1 AS BIGINT){}",
+            // On Citus, only the shards that hold the streams (one for one stream).
+            if citus {
+                " AND projection_checkpoints.stream = ANY($2)"
+            } else {
+                ""
+            }
+        );
+        let updated = if citus {
+            let streams: Vec<&str> = moved.iter().map(|(s, _, _)| *s).collect();
+            super::citus::on_pg!(&mut *conn, |c| sqlx::query(&sql)
+                .bind(json_rows_param(&rows))
+                .bind(&streams)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+        } else {
+            on!(&mut *conn, |c| sqlx::query(&sql)
+                .bind(json_rows_param(&rows))
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected()))
+        }
         .map_err(classify)?;
         if updated != rows.len() as u64 {
             return Err(StoreError::Conflict(format!(
@@ -655,7 +692,7 @@ impl Store {
                 if read_checkpoints(&mut tx, dialect, false, streams, false).await?
                     == tail.checkpoints =>
             {
-                write_tail(&mut tx, dialect, tail).await?
+                write_tail(&mut tx, dialect, false, tail).await?
             }
             _ => fold_streams(&mut tx, dialect, self.is_citus(), streams, events_max).await?,
         };

@@ -712,44 +712,26 @@ impl Store {
             return self.lock_head(guard, tx, name, true).await;
         }
         let started = Instant::now();
-        if self.citus {
-            // A probe per stream on its shard (a lateral subquery does not distribute).
+        if self.dialect() == Dialect::Postgres {
+            // The array is unpacked in order: every writer locks in name order, so
+            // writers of overlapping stream sets cannot deadlock.
             fold::lock_streams(&mut tx, self.dialect(), self.citus, names).await?;
-            let mut heads = BTreeMap::new();
-            for name in names {
-                heads.insert((*name).to_owned(), read_head(&mut tx, name).await?);
-            }
-            record_write_step("heads", started);
-            return Ok(self.booking_tx(guard, tx, heads, false));
         }
-        let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
-        let rows = json_rows_param(&rows);
-        let heads_sql = match self.dialect() {
-            Dialect::Postgres => {
-                // The array is unpacked in order: every writer locks in name order, so
-                // writers of overlapping stream sets cannot deadlock.
-                fold::lock_streams(&mut tx, self.dialect(), self.citus, names).await?;
-                format!(
-                    "SELECT j.value ->> 0 AS stream, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
-                     (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0 ORDER BY seq DESC LIMIT 1) AS h",
-                    self.dialect().json_rows(1, names.len())
-                )
-            }
-            Dialect::Sqlite => format!(
-                "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM {} JOIN events AS e \
-                 ON e.stream = j.value ->> 0 AND e.seq = (SELECT MAX(x.seq) FROM events AS x WHERE x.stream = j.value ->> 0)",
-                self.dialect().json_rows(1, names.len())
-            ),
-        };
         let mut heads: BTreeMap<String, Head> = names
             .iter()
             .map(|s| (s.to_string(), Head::genesis()))
             .collect();
-        let found: Vec<NamedHead> = on!(&mut *tx, |c| sqlx::query_as(&heads_sql)
-            .bind(&rows)
-            .fetch_all(c)
-            .await)
-        .map_err(classify)?;
+        let found = if self.citus {
+            // A statement per shard, pinned to its streams (a lateral subquery does not
+            // distribute; on one shard it runs as on one node).
+            let mut found = Vec::new();
+            for (group, _) in citus::per_shard(&mut tx, names, |n| *n).await? {
+                found.extend(read_heads(&mut tx, self.dialect(), &group, true).await?);
+            }
+            found
+        } else {
+            read_heads(&mut tx, self.dialect(), names, false).await?
+        };
         for NamedHead { stream, head } in found {
             heads.insert(stream, head);
         }
@@ -1324,6 +1306,44 @@ async fn read_head(conn: &mut Conn, stream: &str) -> Result<Head, StoreError> {
     Ok(head.unwrap_or_else(Head::genesis))
 }
 
+/// The stored heads of `names` that have events (one statement); `pinned` (Citus, all of
+/// `names` on one shard): filtered by `stream = ANY(…)` as well, so Citus routes it there.
+async fn read_heads(
+    conn: &mut Conn,
+    dialect: Dialect,
+    names: &[&str],
+    pinned: bool,
+) -> Result<Vec<NamedHead>, StoreError> {
+    let rows: Vec<(&str,)> = names.iter().map(|n| (*n,)).collect();
+    let filter = if pinned { " AND stream = ANY($2)" } else { "" };
+    let sql = match dialect {
+        Dialect::Postgres => format!(
+            "SELECT j.value ->> 0 AS stream, h.seq, h.hash, h.recorded_at_ms FROM {} CROSS JOIN LATERAL \
+             (SELECT seq, hash, recorded_at_ms FROM events WHERE stream = j.value ->> 0{filter} \
+             ORDER BY seq DESC LIMIT 1) AS h",
+            dialect.json_rows(1, names.len())
+        ),
+        Dialect::Sqlite => format!(
+            "SELECT e.stream, e.seq, e.hash, e.recorded_at_ms FROM {} JOIN events AS e \
+             ON e.stream = j.value ->> 0 AND e.seq = (SELECT MAX(x.seq) FROM events AS x WHERE x.stream = j.value ->> 0)",
+            dialect.json_rows(1, names.len())
+        ),
+    };
+    if pinned {
+        citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&rows))
+            .bind(names)
+            .fetch_all(c)
+            .await)
+    } else {
+        on!(&mut *conn, |c| sqlx::query_as(&sql)
+            .bind(json_rows_param(&rows))
+            .fetch_all(c)
+            .await)
+    }
+    .map_err(classify)
+}
+
 /// Fails with [`StoreError::Conflict`] unless each of `heads` (stream, sequence) is still
 /// its stream's stored head (0: no event): one statement for all of them (on Citus one per
 /// stream, on its shard).
@@ -1336,31 +1356,43 @@ async fn check_heads(
     if heads.is_empty() {
         return Ok(());
     }
-    if citus {
-        for (stream, seq) in heads {
-            let stored = read_head(conn, stream).await?.seq;
-            if stored != *seq {
-                return Err(StoreError::Conflict(format!(
-                    "stream {stream} moved past the kept head {seq}"
-                )));
-            }
+    let groups: Vec<(Vec<&str>, bool)> = if citus {
+        // A statement per shard, pinned to its streams.
+        citus::per_shard(conn, heads, |(s, _)| *s)
+            .await?
+            .into_iter()
+            .map(|(names, _)| (names, true))
+            .collect()
+    } else {
+        vec![(heads.iter().map(|(s, _)| *s).collect(), false)]
+    };
+    let mut stored: BTreeMap<String, i64> = BTreeMap::new();
+    for (names, pinned) in groups {
+        let sql = format!(
+            "SELECT j.value ->> 0 AS stream, (SELECT MAX(e.seq) FROM events AS e WHERE e.stream = j.value ->> 0{}) AS seq FROM {}",
+            if pinned {
+                " AND e.stream = ANY($2)"
+            } else {
+                ""
+            },
+            dialect.json_rows(1, names.len())
+        );
+        let rows: Vec<(&str,)> = names.iter().map(|s| (*s,)).collect();
+        let found: Vec<StoredHead> = if pinned {
+            citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
+                .bind(json_rows_param(&rows))
+                .bind(&names)
+                .fetch_all(c)
+                .await)
+        } else {
+            on!(&mut *conn, |c| sqlx::query_as(&sql)
+                .bind(json_rows_param(&rows))
+                .fetch_all(c)
+                .await)
         }
-        return Ok(());
+        .map_err(classify)?;
+        stored.extend(found.into_iter().map(|h| (h.stream, h.seq.unwrap_or(0))));
     }
-    let sql = format!(
-        "SELECT j.value ->> 0 AS stream, (SELECT MAX(e.seq) FROM events AS e WHERE e.stream = j.value ->> 0) AS seq FROM {}",
-        dialect.json_rows(1, heads.len())
-    );
-    let names: Vec<(&str,)> = heads.iter().map(|(s, _)| (*s,)).collect();
-    let stored: Vec<StoredHead> = on!(&mut *conn, |c| sqlx::query_as(&sql)
-        .bind(json_rows_param(&names))
-        .fetch_all(c)
-        .await)
-    .map_err(classify)?;
-    let stored: BTreeMap<String, i64> = stored
-        .into_iter()
-        .map(|h| (h.stream, h.seq.unwrap_or(0)))
-        .collect();
     match heads.iter().find(|(s, seq)| stored.get(*s) != Some(seq)) {
         None => Ok(()),
         Some((stream, seq)) => Err(StoreError::Conflict(format!(

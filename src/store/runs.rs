@@ -52,13 +52,13 @@ pub async fn folded_heads(
     }
     if citus {
         // Each shard answers for its streams: a checkpoint with no event after it.
-        let found: Vec<super::StreamSeq> = on!(&mut *conn, |c| sqlx::query_as(
+        let found: Vec<super::StreamSeq> = super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(
             "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
-             WHERE c.stream = ANY(CAST($1 AS TEXT[])) \
+             WHERE c.stream = ANY($1) \
              AND EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream AND e.seq = c.seq) \
              AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.stream = c.stream AND e.seq > c.seq)"
         )
-        .bind(super::citus::text_array(streams))
+        .bind(streams)
         .fetch_all(c)
         .await)?;
         return Ok(found.into_iter().map(|h| (h.stream, h.seq)).collect());
@@ -118,14 +118,15 @@ pub async fn candidate_figures(
                WHERE day < $2 GROUP BY stream) AS r ON r.stream = p.stream \
              LEFT JOIN (SELECT stream, SUM(amount_micro_usdc) AS total FROM payouts \
                WHERE status NOT IN ({}) GROUP BY stream) AS q ON q.stream = p.stream \
-             WHERE p.stream = ANY(CAST($1 AS TEXT[]))",
+             WHERE p.stream = ANY($1)",
             PayoutStatus::sql_list(PayoutStatus::is_undone),
         );
-        let found: Vec<ProviderFigures> = on!(&mut *conn, |c| sqlx::query_as(&sql)
-            .bind(super::citus::text_array(&streams))
-            .bind(day)
-            .fetch_all(c)
-            .await)?;
+        let found: Vec<ProviderFigures> =
+            super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
+                .bind(&streams)
+                .bind(day)
+                .fetch_all(c)
+                .await)?;
         out.extend(found.into_iter().map(|f| (f.provider_id, f.figures)));
         return Ok(out);
     }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::keys::{KeyHashes, StreamKey};
 use super::on;
 use super::{Conn, Dialect, Head, Store, StoreError, WriteTx, json_rows_param};
-use crate::domain::event::Tier;
+use crate::domain::event::{Tier, provider_stream};
 use crate::domain::money::{FeeBps, Rate};
 use crate::domain::pricing::{FeeBook, PriceBook, TierHistory};
 
@@ -61,24 +61,26 @@ pub async fn overlapping_segments(
     }
     let dialect = tx.dialect();
     if tx.is_citus() {
-        // Per stream, on its shard: the same backward step, pinned to the stream.
-        for (stream, group) in super::citus::per_stream(probes, |p| p.stream) {
-            let rows: Vec<(usize, &str, i64, i64)> = group
+        // Per shard: the same backward step, pinned to the probe's stream and to the
+        // shard's streams (`citus::per_shard`).
+        for (streams, group) in super::citus::per_shard(tx.conn(), probes, |p| p.stream).await? {
+            let rows: Vec<(usize, &str, i64, i64, &str)> = group
                 .iter()
-                .map(|p| (p.index, p.gpu_id, p.ended_at_ms, p.started_at_ms))
+                .map(|p| (p.index, p.gpu_id, p.ended_at_ms, p.started_at_ms, p.stream))
                 .collect();
             let sql = format!(
                 "SELECT CAST(j.value ->> 0 AS BIGINT) AS probe, s.started_at_ms, s.ended_at_ms FROM {} \
                  CROSS JOIN LATERAL (SELECT p.started_at_ms, p.ended_at_ms FROM usage_segments AS p \
-                 WHERE p.gpu_id = j.value ->> 1 AND p.stream = $2 \
+                 WHERE p.gpu_id = j.value ->> 1 AND p.stream = j.value ->> 4 \
+                 AND p.stream = ANY($2) \
                  AND p.started_at_ms < CAST(j.value ->> 2 AS BIGINT) \
                  ORDER BY p.started_at_ms DESC LIMIT 1) AS s \
                  WHERE s.ended_at_ms > CAST(j.value ->> 3 AS BIGINT)",
                 dialect.json_rows(1, rows.len())
             );
-            let found: Vec<Overlap> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+            let found: Vec<Overlap> = super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
                 .bind(json_rows_param(&rows))
-                .bind(stream)
+                .bind(&streams)
                 .fetch_all(c)
                 .await)?;
             record_overlaps(&mut overlaps, found)?;
@@ -188,13 +190,36 @@ pub async fn pricing_contexts(
         .collect();
     let rows = json_rows_param(&providers.iter().map(|p| (*p,)).collect::<Vec<_>>());
     let from = tx.dialect().json_rows(1, providers.len());
+    // On Citus, only the shards that hold the providers' streams.
+    let citus = tx.is_citus();
+    let streams: Vec<String> = if citus {
+        providers.iter().map(|p| provider_stream(p)).collect()
+    } else {
+        Vec::new()
+    };
+    let pin = |alias: &str| {
+        if citus {
+            format!(" WHERE {alias}.stream = ANY($2)")
+        } else {
+            String::new()
+        }
+    };
     let sql = format!(
-        "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0"
+        "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0{}",
+        pin("t")
     );
-    let tiers: Vec<TierRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
-        .bind(&rows)
-        .fetch_all(c)
-        .await)?;
+    let tiers: Vec<TierRow> = if citus {
+        super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(&rows)
+            .bind(&streams)
+            .fetch_all(c)
+            .await)?
+    } else {
+        on!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(&rows)
+            .fetch_all(c)
+            .await)?
+    };
     for t in tiers {
         if let Some(c) = out.get_mut(&t.provider_id) {
             let tier = Tier::parse(&t.tier).map_err(corrupt)?;
@@ -202,12 +227,21 @@ pub async fn pricing_contexts(
         }
     }
     let sql = format!(
-        "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0"
+        "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0{}",
+        pin("r")
     );
-    let rates: Vec<RateRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
-        .bind(&rows)
-        .fetch_all(c)
-        .await)?;
+    let rates: Vec<RateRow> = if citus {
+        super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(&rows)
+            .bind(&streams)
+            .fetch_all(c)
+            .await)?
+    } else {
+        on!(tx.conn(), |c| sqlx::query_as(&sql)
+            .bind(&rows)
+            .fetch_all(c)
+            .await)?
+    };
     for r in rates {
         if let Some(c) = out.get_mut(&r.provider_id) {
             let rate = Rate::parse(&r.rate_usdc_per_hour).map_err(corrupt)?;
@@ -677,7 +711,7 @@ pub async fn gpu_facts(
         return Ok(HashMap::new());
     }
     let found = if tx.is_citus() {
-        gpu_facts_per_stream(tx, gpus).await?
+        gpu_facts_per_shard(tx, gpus).await?
     } else {
         let mut ids: Vec<&str> = gpus.iter().map(|(g, _)| *g).collect();
         ids.sort_unstable();
@@ -714,34 +748,36 @@ struct GpuStream {
     stream: String,
 }
 
-/// [`gpu_facts`] on Citus: per stream, its GPUs among `gpus` on the stream's shard; then a
-/// GPU found on none of the streams that name it (another provider's, or unknown) is
-/// looked for on every shard, and its facts read on its owner's.
-async fn gpu_facts_per_stream(
+/// [`gpu_facts`] on Citus: per shard, the GPUs among `gpus` owned by the streams that name
+/// them, on that shard (`citus::per_shard`); then a GPU found on none of the streams that
+/// name it (another provider's, or unknown) is looked for on every shard, and its facts
+/// read on its owner's.
+async fn gpu_facts_per_shard(
     tx: &mut WriteTx,
     gpus: &[(&str, &str)],
 ) -> Result<Vec<GpuFactsRow>, StoreError> {
     let facts_sql = |n: usize| {
         format!(
             "SELECT g.gpu_id, g.provider_id, g.model, \
-             (SELECT s.ended_at_ms FROM usage_segments AS s WHERE s.gpu_id = g.gpu_id AND s.stream = $2 \
-             ORDER BY s.started_at_ms DESC LIMIT 1) AS latest_end_ms \
-             FROM {} JOIN gpus AS g ON g.gpu_id = j.value ->> 0 AND g.stream = $2",
+             (SELECT s.ended_at_ms FROM usage_segments AS s WHERE s.gpu_id = g.gpu_id AND s.stream = g.stream \
+             AND s.stream = ANY($2) ORDER BY s.started_at_ms DESC LIMIT 1) AS latest_end_ms \
+             FROM {} JOIN gpus AS g ON g.gpu_id = j.value ->> 0 AND g.stream = j.value ->> 1 \
+             WHERE g.stream = ANY($2)",
             Dialect::Postgres.json_rows(1, n)
         )
     };
     let mut found: Vec<GpuFactsRow> = Vec::new();
-    for (stream, group) in super::citus::per_stream(gpus, |(_, s)| s) {
-        let mut rows: Vec<(&str,)> = group.iter().map(|(g, _)| (*g,)).collect();
+    for (streams, group) in super::citus::per_shard(tx.conn(), gpus, |(_, s)| *s).await? {
+        let mut rows: Vec<(&str, &str)> = group.iter().map(|(g, s)| (*g, *s)).collect();
         rows.sort_unstable();
         rows.dedup();
         let sql = facts_sql(rows.len());
-        let on_stream: Vec<GpuFactsRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+        let on_shard: Vec<GpuFactsRow> = super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
             .bind(json_rows_param(&rows))
-            .bind(stream)
+            .bind(&streams)
             .fetch_all(c)
             .await)?;
-        found.extend(on_stream);
+        found.extend(on_shard);
     }
     let mut missing: Vec<&str> = gpus
         .iter()
@@ -762,11 +798,11 @@ async fn gpu_facts_per_stream(
     .fetch_all(c)
     .await)?;
     for GpuStream { gpu_id, stream } in owners {
-        let rows = [(gpu_id.as_str(),)];
+        let rows = [(gpu_id.as_str(), stream.as_str())];
         let sql = facts_sql(1);
-        let owned: Vec<GpuFactsRow> = on!(tx.conn(), |c| sqlx::query_as(&sql)
+        let owned: Vec<GpuFactsRow> = super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
             .bind(json_rows_param(&rows))
-            .bind(&stream)
+            .bind([stream.as_str()].as_slice())
             .fetch_all(c)
             .await)?;
         found.extend(owned);
