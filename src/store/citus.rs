@@ -48,6 +48,27 @@ macro_rules! on_pg {
 }
 pub(crate) use on_pg;
 
+/// `sqlx::query_as($sql)` with the JSON rows `$rows` bound as `$1`, all rows fetched on
+/// `$conn`; with `$pin` `Some(streams)` (Citus) the streams are bound after it as a native
+/// `TEXT[]` ([`on_pg`]) for the statement's `stream = ANY(…)`, with `None` it runs as on
+/// one database ([`on!`]). Yields `Result<Vec<_>, sqlx::Error>`.
+macro_rules! fetch_pinned {
+    ($conn:expr, $sql:expr, $rows:expr, $pin:expr) => {
+        match $pin {
+            Some(pin) => $crate::store::citus::on_pg!($conn, |c| sqlx::query_as($sql)
+                .bind($rows)
+                .bind(pin)
+                .fetch_all(c)
+                .await),
+            None => $crate::store::on!($conn, |c| sqlx::query_as($sql)
+                .bind($rows)
+                .fetch_all(c)
+                .await),
+        }
+    };
+}
+pub(crate) use fetch_pinned;
+
 /// The tables hash-distributed by their stream, with their distribution column; the first
 /// is the co-location group's anchor.
 pub const BY_STREAM: &[(&str, &str)] = &[

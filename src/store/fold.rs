@@ -292,18 +292,12 @@ async fn read_checkpoints(
             ""
         }
     );
-    let rows: Vec<StreamSeq> = if citus {
-        super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
-            .bind(json_rows_param(&names))
-            .bind(streams)
-            .fetch_all(c)
-            .await)
-    } else {
-        on!(&mut *conn, |c| sqlx::query_as(&sql)
-            .bind(json_rows_param(&names))
-            .fetch_all(c)
-            .await)
-    }
+    let rows: Vec<StreamSeq> = super::citus::fetch_pinned!(
+        &mut *conn,
+        &sql,
+        json_rows_param(&names),
+        citus.then_some(streams)
+    )
     .map_err(classify)?;
     Ok(rows.into_iter().map(|r| (r.stream, r.seq)).collect())
 }
@@ -530,23 +524,22 @@ impl Store {
             return Ok(0);
         }
         if self.is_citus() {
-            let mut behind = Vec::new();
-            for stream in streams {
-                // One statement on the stream's shard.
-                let is_behind: Option<bool> = on!(&self.db, |c| {
-                    sqlx::query_scalar(
-                    "SELECT e.seq > COALESCE(c.seq, 0) FROM \
-                     (SELECT stream, seq FROM events WHERE stream = $1 ORDER BY seq DESC LIMIT 1) AS e \
-                     LEFT JOIN projection_checkpoints AS c ON c.stream = e.stream AND c.stream = $1"
-                )
-                .bind(stream)
-                .fetch_optional(c)
-                .await
-                })?;
-                if is_behind == Some(true) {
-                    behind.push((*stream).to_owned());
-                }
+            // The heads a statement per shard, the checkpoints one statement on the shards
+            // that hold the streams (a correlated subquery over the list does not
+            // distribute).
+            let mut conn = self.db.acquire().await?;
+            let mut heads = Vec::new();
+            for (group, _) in super::citus::per_shard(&mut conn, streams, |s| *s).await? {
+                heads.extend(super::read_heads(&mut conn, Dialect::Postgres, &group, true).await?);
             }
+            let checkpoints =
+                read_checkpoints(&mut conn, Dialect::Postgres, true, streams, false).await?;
+            drop(conn);
+            let behind: Vec<String> = heads
+                .into_iter()
+                .filter(|h| checkpoints.get(&h.stream).copied().unwrap_or(0) < h.head.seq)
+                .map(|h| h.stream)
+                .collect();
             return self.fold_all_of(&behind, events_per_tx.max(1)).await;
         }
         let names: Vec<(&str,)> = streams.iter().map(|s| (*s,)).collect();

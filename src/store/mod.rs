@@ -496,10 +496,10 @@ impl Head {
 
 /// [`Head`] with its stream's name.
 #[derive(sqlx::FromRow)]
-struct NamedHead {
-    stream: String,
+pub(super) struct NamedHead {
+    pub(super) stream: String,
     #[sqlx(flatten)]
-    head: Head,
+    pub(super) head: Head,
 }
 
 /// A stream's head and its hash.
@@ -1308,7 +1308,7 @@ async fn read_head(conn: &mut Conn, stream: &str) -> Result<Head, StoreError> {
 
 /// The stored heads of `names` that have events (one statement); `pinned` (Citus, all of
 /// `names` on one shard): filtered by `stream = ANY(…)` as well, so Citus routes it there.
-async fn read_heads(
+pub(super) async fn read_heads(
     conn: &mut Conn,
     dialect: Dialect,
     names: &[&str],
@@ -1329,18 +1329,12 @@ async fn read_heads(
             dialect.json_rows(1, names.len())
         ),
     };
-    if pinned {
-        citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
-            .bind(json_rows_param(&rows))
-            .bind(names)
-            .fetch_all(c)
-            .await)
-    } else {
-        on!(&mut *conn, |c| sqlx::query_as(&sql)
-            .bind(json_rows_param(&rows))
-            .fetch_all(c)
-            .await)
-    }
+    citus::fetch_pinned!(
+        &mut *conn,
+        &sql,
+        json_rows_param(&rows),
+        pinned.then_some(names)
+    )
     .map_err(classify)
 }
 
@@ -1378,18 +1372,12 @@ async fn check_heads(
             dialect.json_rows(1, names.len())
         );
         let rows: Vec<(&str,)> = names.iter().map(|s| (*s,)).collect();
-        let found: Vec<StoredHead> = if pinned {
-            citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
-                .bind(json_rows_param(&rows))
-                .bind(&names)
-                .fetch_all(c)
-                .await)
-        } else {
-            on!(&mut *conn, |c| sqlx::query_as(&sql)
-                .bind(json_rows_param(&rows))
-                .fetch_all(c)
-                .await)
-        }
+        let found: Vec<StoredHead> = citus::fetch_pinned!(
+            &mut *conn,
+            &sql,
+            json_rows_param(&rows),
+            pinned.then_some(&names)
+        )
         .map_err(classify)?;
         stored.extend(found.into_iter().map(|h| (h.stream, h.seq.unwrap_or(0))));
     }

@@ -208,18 +208,8 @@ pub async fn pricing_contexts(
         "SELECT t.provider_id, t.from_ms, t.seq, t.tier FROM {from} JOIN provider_tiers AS t ON t.provider_id = j.value ->> 0{}",
         pin("t")
     );
-    let tiers: Vec<TierRow> = if citus {
-        super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
-            .bind(&rows)
-            .bind(&streams)
-            .fetch_all(c)
-            .await)?
-    } else {
-        on!(tx.conn(), |c| sqlx::query_as(&sql)
-            .bind(&rows)
-            .fetch_all(c)
-            .await)?
-    };
+    let tiers: Vec<TierRow> =
+        super::citus::fetch_pinned!(tx.conn(), &sql, &rows, citus.then_some(&streams))?;
     for t in tiers {
         if let Some(c) = out.get_mut(&t.provider_id) {
             let tier = Tier::parse(&t.tier).map_err(corrupt)?;
@@ -230,18 +220,8 @@ pub async fn pricing_contexts(
         "SELECT r.provider_id, r.model, r.effective_from_ms, r.rate_usdc_per_hour FROM {from} JOIN rates AS r ON r.provider_id = j.value ->> 0{}",
         pin("r")
     );
-    let rates: Vec<RateRow> = if citus {
-        super::citus::on_pg!(tx.conn(), |c| sqlx::query_as(&sql)
-            .bind(&rows)
-            .bind(&streams)
-            .fetch_all(c)
-            .await)?
-    } else {
-        on!(tx.conn(), |c| sqlx::query_as(&sql)
-            .bind(&rows)
-            .fetch_all(c)
-            .await)?
-    };
+    let rates: Vec<RateRow> =
+        super::citus::fetch_pinned!(tx.conn(), &sql, &rows, citus.then_some(&streams))?;
     for r in rates {
         if let Some(c) = out.get_mut(&r.provider_id) {
             let rate = Rate::parse(&r.rate_usdc_per_hour).map_err(corrupt)?;
