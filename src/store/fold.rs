@@ -269,12 +269,9 @@ async fn read_checkpoints(
                  WHERE c.stream = ANY($2) ORDER BY c.stream FOR UPDATE OF c",
                 dialect.json_rows(1, rows.len())
             );
-            let found: Vec<StreamSeq> = super::citus::on_pg!(&mut *conn, |c| sqlx::query_as(&sql)
-                .bind(json_rows_param(&rows))
-                .bind(&names)
-                .fetch_all(c)
-                .await)
-            .map_err(classify)?;
+            let found: Vec<StreamSeq> =
+                super::citus::fetch_pinned!(&mut *conn, &sql, json_rows_param(&rows), Some(&names))
+                    .map_err(classify)?;
             out.extend(found.into_iter().map(|r| (r.stream, r.seq)));
         }
         return Ok(out);
