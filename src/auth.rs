@@ -86,7 +86,7 @@ impl Scope {
     }
 
     /// Whether tokens of this scope are bound to one provider.
-    pub fn needs_provider(self) -> bool {
+    pub(crate) fn needs_provider(self) -> bool {
         matches!(self, Scope::Provider | Scope::Ingest)
     }
 }
@@ -110,7 +110,7 @@ pub struct Principal {
 
 /// The actor of the events a token causes: `token:{name}#{token_id}`. Neither part can hold
 /// `#` or `:`, so the string names one token and cannot pose as another kind of actor.
-pub fn token_actor(name: &str, token_id: &str) -> Actor {
+pub(crate) fn token_actor(name: &str, token_id: &str) -> Actor {
     Actor(format!("token:{name}#{token_id}"))
 }
 
@@ -121,7 +121,7 @@ impl Principal {
     }
 
     /// Whether this principal may read `provider_id`'s data.
-    pub fn may_read_provider(&self, provider_id: &str) -> bool {
+    pub(crate) fn may_read_provider(&self, provider_id: &str) -> bool {
         match self.scope {
             Scope::Admin => true,
             Scope::Provider => self.provider_id.as_deref() == Some(provider_id),
@@ -224,7 +224,7 @@ fn split_token(token: &str) -> Option<(&str, &str)> {
 
 /// A token name: 1 to [`NAME_LEN_MAX`] ASCII letters, digits or `. _ - @` (the charset of
 /// an operator name), so the actor `token:{name}#{id}` reads one way only.
-pub fn check_name(name: &str) -> Result<(), DomainError> {
+pub(crate) fn check_name(name: &str) -> Result<(), DomainError> {
     let valid = !name.is_empty()
         && name.len() <= NAME_LEN_MAX
         && name
@@ -243,7 +243,7 @@ pub fn check_name(name: &str) -> Result<(), DomainError> {
 /// The lifetime in days of a new `scope` token: `requested` (1 to [`EXPIRES_IN_DAYS_MAX`]),
 /// else the scope's default from `policy`; `None`: no expiry (admin and metering only, when
 /// their default is 0).
-pub fn lifetime_days(
+pub(crate) fn lifetime_days(
     scope: Scope,
     requested: Option<i64>,
     policy: &AuthConfig,
@@ -475,7 +475,11 @@ pub async fn verify(store: &Store, token: &str, now_ms: i64) -> Result<Principal
 
 /// Whether the token `token_id`, already verified once (a live stream's), is still valid at
 /// `now_ms`: not revoked, not expired.
-pub async fn still_valid(store: &Store, token_id: &str, now_ms: i64) -> Result<(), AuthError> {
+pub(crate) async fn still_valid(
+    store: &Store,
+    token_id: &str,
+    now_ms: i64,
+) -> Result<(), AuthError> {
     let Some((row, _)) = tokens::with_hash(store, token_id).await? else {
         return Err(AuthError::Invalid);
     };

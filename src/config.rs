@@ -88,7 +88,7 @@ impl LedgerConfig {
 
     /// Lifts the bands (usage rates against the price book, FX rates): for a replay on a
     /// simulated-clock ledger, and for a command a second actor approved.
-    pub fn lift_bands(&mut self) {
+    pub(crate) fn lift_bands(&mut self) {
         self.usage_rate_band_min_pct = 0;
         self.usage_rate_band_max_pct = u32::MAX;
         self.usage_rate_without_price_book = WithoutPriceBook::Accept;
@@ -98,7 +98,7 @@ impl LedgerConfig {
     }
 
     /// The band of the rates sent with usage events.
-    pub fn rate_band(&self) -> RateBand {
+    pub(crate) fn rate_band(&self) -> RateBand {
         RateBand {
             min_pct: self.usage_rate_band_min_pct,
             max_pct: self.usage_rate_band_max_pct,
@@ -415,7 +415,7 @@ impl SecretString {
         SecretString(secret.into())
     }
 
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 
@@ -526,7 +526,7 @@ impl BankConfig {
     /// The keys that still hold the built-in example originator's account identifiers: the
     /// SEPA debtor IBAN, the NACHA immediate origin and company id (names and the ODFI's
     /// routing number are not accounts of the operator).
-    pub fn example_originator_keys(&self) -> Vec<&'static str> {
+    pub(crate) fn example_originator_keys(&self) -> Vec<&'static str> {
         let example = BankConfig::default();
         let mut keys = Vec::new();
         if self.sepa_debtor_iban.replace(' ', "").to_ascii_uppercase() == example.sepa_debtor_iban {
@@ -543,7 +543,7 @@ impl BankConfig {
 
     /// Refuses the built-in example originator unless `allow_example_originator` (stable
     /// code `example_originator`).
-    pub fn check_not_example(&self) -> Result<(), crate::domain::DomainError> {
+    pub(crate) fn check_not_example(&self) -> Result<(), crate::domain::DomainError> {
         let keys = self.example_originator_keys();
         if keys.is_empty() || self.allow_example_originator {
             return Ok(());
@@ -645,9 +645,10 @@ impl Default for SolanaConfig {
 }
 
 impl SolanaConfig {
+    #[cfg(feature = "local-chain")]
     /// A local chain (`cluster = localnet`, any mint) polled fast: the local chain produces
     /// a block per send and per status poll.
-    pub fn local_fast() -> SolanaConfig {
+    pub(crate) fn local_fast() -> SolanaConfig {
         SolanaConfig {
             rpc_url: "http://127.0.0.1:8899".to_owned(),
             cluster: "localnet".to_owned(),
@@ -711,7 +712,10 @@ pub struct Config {
 
 /// The file `<database>.<suffix>` beside the database of a `sqlite://PATH` URL (none for
 /// another database, or an in-memory one).
-pub fn beside_sqlite_database(database_url: &str, suffix: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn beside_sqlite_database(
+    database_url: &str,
+    suffix: &str,
+) -> Option<std::path::PathBuf> {
     let path = database_url.strip_prefix("sqlite://")?;
     let path = path.split('?').next().unwrap_or(path);
     (!path.is_empty() && !path.starts_with(':'))
@@ -760,7 +764,7 @@ impl Default for AnchorConfig {
 
 impl AnchorConfig {
     /// The anchor log of the ledger at `database_url`.
-    pub fn log_path(&self, database_url: &str) -> std::path::PathBuf {
+    pub(crate) fn log_path(&self, database_url: &str) -> std::path::PathBuf {
         if !self.file.is_empty() {
             return self.file.clone().into();
         }
@@ -768,7 +772,7 @@ impl AnchorConfig {
     }
 
     /// The anchor key of the log at `log`.
-    pub fn key_path(&self, log: &std::path::Path) -> std::path::PathBuf {
+    pub(crate) fn key_path(&self, log: &std::path::Path) -> std::path::PathBuf {
         if self.key_file.is_empty() {
             format!("{}.key", log.display()).into()
         } else {
@@ -878,7 +882,7 @@ pub struct ControlConfig {
 
 impl ControlConfig {
     /// The band of the EUR per USD rate.
-    pub fn fx_band(&self) -> FxBand {
+    pub(crate) fn fx_band(&self) -> FxBand {
         FxBand {
             min: self.fx_eur_per_usd_min,
             max: self.fx_eur_per_usd_max,
@@ -933,7 +937,7 @@ impl Config {
     }
 
     /// Puts the ledger's policy in place of this configuration's values.
-    pub fn apply_policy(&mut self, p: &crate::domain::policy::Policy) {
+    pub(crate) fn apply_policy(&mut self, p: &crate::domain::policy::Policy) {
         self.control.apply_policy(p);
         self.ledger.usage_rate_band_min_pct = p.usage_rate_band_min_pct;
         self.ledger.usage_rate_band_max_pct = p.usage_rate_band_max_pct;
@@ -945,7 +949,7 @@ impl Config {
 
 impl ControlConfig {
     /// Puts the ledger's policy in place of this section's policy values.
-    pub fn apply_policy(&mut self, p: &crate::domain::policy::Policy) {
+    pub(crate) fn apply_policy(&mut self, p: &crate::domain::policy::Policy) {
         let c = self;
         c.enforce = p.enforce;
         c.adjustment_approval_micro_usdc = p.adjustment_approval_micro_usdc;

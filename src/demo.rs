@@ -101,7 +101,7 @@ pub const PROVIDERS: &[DemoProvider] = &[
 ];
 
 /// The price book of the demo, USDC per GPU-hour.
-pub fn demo_rate(model: &str) -> &'static str {
+pub(crate) fn demo_rate(model: &str) -> &'static str {
     match model {
         "H100-80GB" => "2.490000",
         "A100-80GB" => "1.790000",
@@ -121,7 +121,7 @@ pub struct Arrival {
 }
 
 /// The Monday of the week before the one containing `today`: the demo's usage week.
-pub fn demo_week(today: NaiveDate) -> NaiveDate {
+pub(crate) fn demo_week(today: NaiveDate) -> NaiveDate {
     let monday = today - Duration::days(today.weekday().num_days_from_monday() as i64);
     monday - Duration::days(7)
 }
@@ -770,7 +770,7 @@ fn write_serve_config(dir: &Path, bank: &BankConfig) -> anyhow::Result<PathBuf> 
 }
 
 /// Renders the report for a terminal.
-pub fn render_table(d: &DemoReport) -> String {
+pub(crate) fn render_table(d: &DemoReport) -> String {
     let mut out = String::new();
     render_booking(&mut out, d);
     render_run(&mut out, d);
@@ -984,11 +984,6 @@ fn render_next_steps(out: &mut String, d: &DemoReport) {
 
 /// The name of the admin token the demo's last step creates.
 const ADMIN_TOKEN_NAME: &str = "demo-admin";
-
-/// Where `settle demo` works by default.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from("settle-demo")
-}
 
 #[cfg(test)]
 mod tests {

@@ -16,8 +16,9 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod control;
+#[cfg(feature = "local-chain")]
 pub mod demo;
-pub mod domain;
+pub use settle_domain as domain;
 pub mod failpoint;
 pub mod http;
 pub mod jobs;

@@ -60,7 +60,7 @@ impl Metrics {
 
     /// Adds `elapsed` to a counter of seconds (`name` ends in `_seconds_total`), kept in whole
     /// microseconds and rendered in seconds.
-    pub fn add_seconds(
+    pub(crate) fn add_seconds(
         &self,
         name: &'static str,
         help: &'static str,
@@ -147,7 +147,7 @@ pub struct LedgerFigures {
 
 /// The gauges of the projections at scrape time: payouts by status and rail, how long ago
 /// the ledger last booked something, and the oldest payout waiting for its rail.
-pub fn ledger_gauges(figures: &LedgerFigures, now_ms: i64) -> String {
+pub(crate) fn ledger_gauges(figures: &LedgerFigures, now_ms: i64) -> String {
     let metrics = Metrics::default();
     for (status, rail, count, sum) in &figures.payouts {
         let labels = [("status", status.as_str()), ("rail", rail.as_str())];
@@ -188,7 +188,7 @@ pub fn ledger_gauges(figures: &LedgerFigures, now_ms: i64) -> String {
 /// without an answer, those past their answer due day, and the entries of bank files that
 /// booked nothing, by problem (`unmatched`, `amount_mismatch`, `unknown_batch`,
 /// `state_conflict`).
-pub fn bank_gauges(open: i64, overdue: i64, unanswered: &[(String, i64)]) -> String {
+pub(crate) fn bank_gauges(open: i64, overdue: i64, unanswered: &[(String, i64)]) -> String {
     let metrics = Metrics::default();
     metrics.gauge(
         "settle_bank_open_payouts",
@@ -215,7 +215,7 @@ pub fn bank_gauges(open: i64, overdue: i64, unanswered: &[(String, i64)]) -> Str
 
 /// Counts one usage event's result: `status` is `accepted`, `duplicate` or `rejected`,
 /// with the rejection's `code`.
-pub fn record_usage(status: &str, rejected_code: Option<&str>) {
+pub(crate) fn record_usage(status: &str, rejected_code: Option<&str>) {
     let metrics = global();
     metrics.count(
         "settle_usage_events_total",
@@ -237,7 +237,7 @@ pub fn record_usage(status: &str, rejected_code: Option<&str>) {
 /// (`store::WriteTx`): `begin` (waiting for a connection, and on SQLite for the one writer;
 /// `BEGIN`), `heads` (the streams' locks and heads), `write` (the event rows and the changes
 /// written with them), `commit`.
-pub fn record_write_step(step: &'static str, started: std::time::Instant) {
+pub(crate) fn record_write_step(step: &'static str, started: std::time::Instant) {
     global().add_seconds(
         "settle_write_tx_seconds_total",
         "Time spent in the steps of the write transactions that append events (begin: waiting for a connection or the SQLite writer, and BEGIN; heads: stream locks and heads; write: rows; commit).",
@@ -250,7 +250,7 @@ pub fn record_write_step(step: &'static str, started: std::time::Instant) {
 /// outside the transaction's own steps: `validate` (each event on its own), `read` (what the
 /// batch's decisions read: keys, views, prices), `decide` (the decisions and the appends in
 /// memory: price, payload, hash).
-pub fn record_usage_step(step: &'static str, started: std::time::Instant) {
+pub(crate) fn record_usage_step(step: &'static str, started: std::time::Instant) {
     global().add_seconds(
         "settle_usage_booking_seconds_total",
         "Time spent booking usage batches, by step (validate, read, decide); the transaction's own steps are in settle_write_tx_seconds_total.",
@@ -261,7 +261,7 @@ pub fn record_usage_step(step: &'static str, started: std::time::Instant) {
 
 /// Counts the usage events of an attempt whose idempotency key was taken for new without a
 /// read (`store::usage::RecentKeys`).
-pub fn record_keys_assumed(events: usize) {
+pub(crate) fn record_keys_assumed(events: usize) {
     global().count(
         "settle_usage_keys_assumed_total",
         "Usage events whose idempotency key a booking took for new without reading it (the unique index checks it).",
@@ -272,7 +272,7 @@ pub fn record_keys_assumed(events: usize) {
 
 /// Counts one booking attempt that took a booked idempotency key for new (retried reading
 /// its keys).
-pub fn record_key_assumption_failed() {
+pub(crate) fn record_key_assumption_failed() {
     global().count(
         "settle_usage_key_assumptions_failed_total",
         "Usage booking attempts that took a booked idempotency key for new and were retried reading their keys.",
@@ -283,7 +283,7 @@ pub fn record_key_assumption_failed() {
 
 /// Counts one wait of a usage booker for the projector (`Store::wait_for_projector`), and
 /// its time.
-pub fn record_projection_wait(waited: std::time::Duration) {
+pub(crate) fn record_projection_wait(waited: std::time::Duration) {
     let metrics = global();
     metrics.count(
         "settle_usage_projection_waits_total",
@@ -301,7 +301,7 @@ pub fn record_projection_wait(waited: std::time::Duration) {
 
 /// Counts one booking of usage batches (`ledger::group`): how many batches it booked together,
 /// and whether it committed.
-pub fn record_usage_group(batches: usize, committed: bool) {
+pub(crate) fn record_usage_group(batches: usize, committed: bool) {
     let metrics = global();
     let outcome = if committed { "committed" } else { "failed" };
     metrics.count(

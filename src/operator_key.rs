@@ -14,7 +14,7 @@ use crate::domain::operator::OperatorKey;
 use crate::ledger::Ledger;
 
 /// A new Ed25519 key from the operating system's random source.
-pub fn random_key() -> SigningKey {
+pub(crate) fn random_key() -> SigningKey {
     use rand::RngCore;
     let mut seed = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut seed);
@@ -82,7 +82,7 @@ pub async fn load_signer(ledger: &Ledger, path: &Path) -> anyhow::Result<Operato
 
 /// The Ed25519 key in the solana-keygen file at `path`, refused (`insecure_<kind>_key`)
 /// when group or others may access it, or unreadable as a key (`invalid_<kind>_key`).
-pub fn read_key_file(path: &Path, kind: &str) -> anyhow::Result<SigningKey> {
+pub(crate) fn read_key_file(path: &Path, kind: &str) -> anyhow::Result<SigningKey> {
     use std::os::unix::fs::PermissionsExt;
     let metadata =
         std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;

@@ -1,5 +1,28 @@
 //! `settle verify` and `settle rebuild`: check the hash chains, the balance of every event's
 //! lines and that the projections equal a fresh fold of the events; or rewrite them from it.
+//!
+//! Both walk the streams of one `store::snapshot` a page of streams at a time, each stream
+//! checked and folded (`StreamCheck`) as its events go by, each page's fold written into the
+//! snapshot's copies of the projection tables: memory holds one page, whatever the ledger.
+//!
+//! `verify` first folds the projector's backlog (`Store::catch_up_all`), so what it compares
+//! is the ledger folded twice, never a lag; in the snapshot a stream's aggregates are folded
+//! up to its checkpoint there and its other ops whole, so it may run while `serve` books.
+//! What it reports, by `kind`:
+//! - per event: `sequence_gap`, `chain_broken`, `hash_mismatch` (the chain), `unbalanced`,
+//!   `invalid_lines`, `lines_mismatch` (the lines), `invalid_payload`;
+//! - per stream: `aggregate_mismatch` (the typed aggregates the commands decide on,
+//!   `domain::projection::StreamAggregates`, against the read models) and
+//!   `checkpoint_ahead`; per table: `projection_mismatch`;
+//! - with an anchor log: `anchor_mismatch` and `anchor_truncated` (each chain recomputed
+//!   from the events' contents must pass through its anchored heads), and the log against
+//!   the roots the ledger recorded ([`VerifyReport::check_anchor_log`]);
+//! - [`VerifyReport::check_clock`]: `booked_ahead_of_clock` on a real-clock ledger;
+//!   [`VerifyReport::check_control`]: the operators' signatures and a verified approval
+//!   behind every gated event (`ledger::proof`).
+//!
+//! `rebuild` folds every stream whole and swaps the copies in for the tables
+//! (`Snapshot::replace_tables`), refusing if events were booked meanwhile.
 
 use crate::anchor::Heads;
 use crate::domain::event::{EventBody, lines_from_json};
@@ -89,7 +112,7 @@ impl VerifyReport {
 
     /// On a real-clock ledger: every event booked later than `limit_ms` (the real clock plus
     /// the allowed skew) is a problem, `booked_ahead_of_clock`.
-    pub async fn check_clock(
+    pub(crate) async fn check_clock(
         &mut self,
         store: &Store,
         real_now_ms: i64,
@@ -127,7 +150,10 @@ impl VerifyReport {
     /// under a verified approval listing it (`unapproved_gated_event`): an event a database
     /// writer inserts is named. Gated events booked before the first operator are listed
     /// apart (`before_control`), not as problems.
-    pub async fn check_control(&mut self, store: &Store) -> Result<(), crate::ledger::LedgerError> {
+    pub(crate) async fn check_control(
+        &mut self,
+        store: &Store,
+    ) -> Result<(), crate::ledger::LedgerError> {
         use crate::domain::event::PLATFORM_STREAM;
         let findings = crate::ledger::proof::control_findings(store).await?;
         for p in &findings.problems {
@@ -164,7 +190,7 @@ impl VerifyReport {
     /// recorded (written or published) that the log lacks is `anchor_log_truncated`, one it
     /// holds otherwise `anchor_log_rewritten`; an anchor signed by another key than
     /// `expected_key` is `anchor_key_unknown`. Then measures the tail no anchor covers yet.
-    pub async fn check_anchor_log(
+    pub(crate) async fn check_anchor_log(
         &mut self,
         store: &Store,
         log: &crate::anchor::Anchors,
@@ -482,7 +508,9 @@ impl<'a> StreamCheck<'a> {
     /// After the stream's last event: its typed aggregates against the fold, and its end
     /// against its anchor.
     fn finish(self, report: &mut VerifyReport, projections: &Projections) {
-        // The typed aggregates the commands decide on agree with the read models.
+        // The price book and the platform's fees and FX rates are rows of their events:
+        // the typed aggregates the commands decide on agree with them. (The `providers` and
+        // `payouts` rows are the typed records themselves, folded afresh by `fold`.)
         for detail in self.aggregates.mismatches(projections) {
             report.push(Problem {
                 stream: self.stream.to_owned(),
@@ -600,6 +628,7 @@ fn check_and_fold(
                             projections.apply(&op);
                         }
                     }
+                    projections.fold_typed(&e.stream, e.recorded_at_ms, &body);
                 }
             }
         }

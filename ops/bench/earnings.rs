@@ -17,6 +17,10 @@
 //! p99 over `--requests`; then requests/s of both, alternating, over random providers,
 //! from `--concurrency` clients for `--seconds`.
 
+#[path = "../../tests/it/common/tables.rs"]
+mod tables;
+use tables::Tables;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

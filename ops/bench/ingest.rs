@@ -1,5 +1,5 @@
 //! Ingestion benchmark: sustained `Ledger::ingest_usage` against the raw insert rate of the
-//! same database. See `ops/bench/README.md` for the command and the figures.
+//! same database. See `ops/bench/ingest.md` for the command and the figures.
 //!
 //! The parent process runs each (database, phase) in a child process of this same binary so
 //! that each phase reports its own peak memory (VmHWM) and starts from a fresh database.
@@ -20,6 +20,10 @@
 mod fixture;
 #[path = "peak.rs"]
 mod peak;
+
+#[path = "../../tests/it/common/tables.rs"]
+mod tables;
+use tables::Tables;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -13,6 +13,10 @@
 #[path = "fixture.rs"]
 mod fixture;
 
+#[path = "../../tests/it/common/tables.rs"]
+mod tables;
+use tables::Tables;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

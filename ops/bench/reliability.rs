@@ -22,6 +22,10 @@ mod fixture;
 #[path = "peak.rs"]
 mod peak;
 
+#[path = "../../tests/it/common/tables.rs"]
+mod tables;
+use tables::Tables;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -39,6 +39,10 @@ mod fixture;
 #[path = "peak.rs"]
 mod peak;
 
+#[path = "../../tests/it/common/tables.rs"]
+mod tables;
+use tables::Tables;
+
 use std::time::Instant;
 
 use settle::config::LedgerConfig;

@@ -53,13 +53,13 @@ impl AnchorKey {
     }
 
     /// The same key as a Solana keypair (the fee payer of a publication).
-    pub fn solana_keypair(&self) -> settle_solana::Keypair {
+    pub(crate) fn solana_keypair(&self) -> settle_solana::Keypair {
         settle_solana::Keypair::new_from_array(self.key.to_bytes())
     }
 }
 
 /// Whether `signature` (base58) is `public`'s (base58) signature of `root`.
-pub fn signature_valid(public: &str, root: &Digest32, signature: &str) -> bool {
+pub(crate) fn signature_valid(public: &str, root: &Digest32, signature: &str) -> bool {
     let key = bs58::decode(public)
         .into_vec()
         .ok()

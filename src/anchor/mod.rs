@@ -142,7 +142,7 @@ pub struct Anchors {
 
 impl Anchors {
     /// The newest anchor's root (zeros before the first).
-    pub fn last_root(&self) -> root::Digest32 {
+    pub(crate) fn last_root(&self) -> root::Digest32 {
         self.entries.last().map_or(root::ROOT_ZERO, |e| e.root)
     }
 }
@@ -160,7 +160,7 @@ pub fn heads_root(heads: &Heads) -> root::Digest32 {
 }
 
 /// The leaves of [`heads_root`], in order.
-pub fn head_leaves(heads: &Heads) -> Vec<root::Digest32> {
+pub(crate) fn head_leaves(heads: &Heads) -> Vec<root::Digest32> {
     heads
         .iter()
         .map(|(stream, (seq, hash))| root::head_leaf(stream, *seq, hash))
@@ -174,7 +174,7 @@ pub fn read(path: &Path) -> Result<Anchors, AnchorError> {
 
 /// Reads an anchor log as [`read`] does; also answers the first anchor whose heads satisfy
 /// `wanted`, with those heads.
-pub fn read_finding(
+pub(crate) fn read_finding(
     path: &Path,
     wanted: impl Fn(&Heads) -> bool,
 ) -> Result<(Anchors, Option<(i64, Heads)>), AnchorError> {

@@ -20,7 +20,7 @@ pub fn memo(n: i64, root: &Digest32) -> String {
 }
 
 /// The anchor number and root of an anchor memo.
-pub fn parse_memo(text: &str) -> Option<(i64, Digest32)> {
+pub(crate) fn parse_memo(text: &str) -> Option<(i64, Digest32)> {
     let rest = text.strip_prefix(MEMO_PREFIX)?;
     let (n, root) = rest.split_once(' ')?;
     let n = n.strip_prefix("n=")?.parse().ok()?;
@@ -127,7 +127,7 @@ async fn verified_transaction(
 
 /// The anchor the transaction `signature` published, read from the node at `rpc_url`: its
 /// signatures must verify and one memo must be an anchor memo.
-pub async fn read_published(rpc_url: &str, signature: &str) -> Result<OnChain, String> {
+pub(crate) async fn read_published(rpc_url: &str, signature: &str) -> Result<OnChain, String> {
     let (tx, payer) = verified_transaction(rpc_url, signature).await?;
     let (n, root) = settle_solana::memo_texts(&tx)
         .iter()
@@ -141,7 +141,10 @@ pub async fn read_published(rpc_url: &str, signature: &str) -> Result<OnChain, S
 }
 
 /// The statement root the memo of payment transaction `signature` carries.
-pub async fn read_memo_statements_root(rpc_url: &str, signature: &str) -> Result<Digest32, String> {
+pub(crate) async fn read_memo_statements_root(
+    rpc_url: &str,
+    signature: &str,
+) -> Result<Digest32, String> {
     let (tx, _) = verified_transaction(rpc_url, signature).await?;
     settle_solana::memo_texts(&tx)
         .iter()

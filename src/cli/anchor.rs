@@ -35,7 +35,7 @@ pub enum AnchorAction {
 }
 
 /// The anchor log of this ledger: `file`, else `anchor.file`, else beside the database.
-pub fn log_path(cli: &Cli, config: &Config, file: Option<&Path>) -> PathBuf {
+pub(crate) fn log_path(cli: &Cli, config: &Config, file: Option<&Path>) -> PathBuf {
     file.map_or_else(|| config.anchor.log_path(&cli.database), Path::to_owned)
 }
 
@@ -46,7 +46,7 @@ pub fn resolved(cli: &Cli, mut config: Config) -> Config {
 }
 
 /// The anchor key of `log` (made when missing).
-pub fn anchor_key(config: &Config, log: &Path) -> anyhow::Result<AnchorKey> {
+pub(crate) fn anchor_key(config: &Config, log: &Path) -> anyhow::Result<AnchorKey> {
     AnchorKey::load_or_create(&config.anchor.key_path(log))
 }
 
@@ -57,7 +57,7 @@ fn failed(e: AnchorError) -> anyhow::Error {
 /// The anchor log `settle verify` checks, read, with the public anchor key when its file
 /// exists: `--anchors FILE`; `--anchors` alone the configured log; no flag the configured
 /// log only when `anchor.file` is set.
-pub fn log_to_check(
+pub(crate) fn log_to_check(
     cli: &Cli,
     config: &Config,
     flag: Option<&Option<PathBuf>>,
@@ -87,7 +87,7 @@ pub fn log_to_check(
 }
 
 /// `settle anchor [publish]`.
-pub async fn anchor_cmd(
+pub(crate) async fn anchor_cmd(
     ledger: &Ledger,
     cli: &Cli,
     config: &Config,

@@ -9,6 +9,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::cli_actor;
+use crate::domain::event::ApprovalStatus;
 use crate::domain::money::format_micro_usdc;
 use crate::domain::time::format_ms;
 use crate::ledger::{Ledger, LedgerError};
@@ -40,7 +41,7 @@ pub enum ApprovalsCmd {
     },
 }
 
-pub async fn approvals_cmd(
+pub(crate) async fn approvals_cmd(
     ledger: &Ledger,
     cmd: &ApprovalsCmd,
     config_path: Option<&Path>,
@@ -55,10 +56,10 @@ pub async fn approvals_cmd(
     let mut code = 0;
     match cmd {
         ApprovalsCmd::List { status } => {
-            let filter = match status.as_str() {
-                "all" => None,
-                "pending" | "approved" | "rejected" => Some(status.as_str()),
-                other => {
+            let filter = match (status.as_str(), ApprovalStatus::parse(status)) {
+                ("all", _) => None,
+                (_, Some(status)) => Some(status),
+                (other, None) => {
                     eprintln!(
                         "rejected: invalid_status: --status is pending, approved, rejected or all, got {other:?}"
                     );

@@ -88,7 +88,7 @@ pub enum BankCmd {
 }
 
 /// The bank configuration: `--config` file, `SETTLE_*` environment, `--outbox`.
-pub fn load_config(path: Option<&Path>, outbox: Option<&str>) -> anyhow::Result<BankConfig> {
+pub(crate) fn load_config(path: Option<&Path>, outbox: Option<&str>) -> anyhow::Result<BankConfig> {
     let mut config = Config::load(path, std::env::vars())
         .context("loading the configuration")?
         .bank;
@@ -153,7 +153,7 @@ fn print_problems(problems: &[String]) -> i32 {
 }
 
 /// Runs a `settle bank` subcommand; its exit code.
-pub async fn bank_cmd(
+pub(crate) async fn bank_cmd(
     ledger: &Ledger,
     args: &BankArgs,
     config_path: Option<&Path>,

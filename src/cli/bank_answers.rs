@@ -179,7 +179,7 @@ fn print_import(
 
 /// `settle bank reconcile`: per batch what the bank confirmed and what is still open, then
 /// the entries that booked nothing. Exit code 2 when anything is overdue or unmatched.
-pub async fn reconcile_cmd(
+pub(crate) async fn reconcile_cmd(
     ledger: &Ledger,
     config: &BankConfig,
     format: Format,
@@ -215,7 +215,7 @@ pub async fn reconcile_cmd(
 }
 
 /// The reconciliation as rows: a row per batch, then a row per exception.
-pub fn reconciliation_rows(r: &Reconciliation) -> Rows {
+pub(crate) fn reconciliation_rows(r: &Reconciliation) -> Rows {
     let mut rows = Rows::new(vec![
         "item",
         "batch_id",
@@ -300,7 +300,7 @@ pub struct SimulateArgs<'a> {
 /// `settle bank simulate BATCH_FILE… --out DIR`: the local bank's answers to the engine's
 /// files, written as `NAME.pain002.xml` and `NAME.camt054.xml` (SEPA) or
 /// `NAME.returns.ach` (NACHA), dated by the ledger's clock.
-pub async fn simulate_cmd(
+pub(crate) async fn simulate_cmd(
     ledger: &Ledger,
     config: &BankConfig,
     args: &SimulateArgs<'_>,

@@ -143,6 +143,7 @@ pub enum Cmd {
         #[arg(long, value_name = "ROLE")]
         grant: Option<String>,
     },
+    #[cfg(feature = "local-chain")]
     /// The whole job on a fresh machine: a SQLite file, sample providers, a generated week of
     /// usage, the Monday run paying USDC on a local chain, SEPA and NACHA files.
     Demo {
@@ -235,6 +236,7 @@ pub enum Cmd {
     Provider(provider::ProviderCmd),
     /// Development chains: `chain local` (needs no database).
     #[command(subcommand)]
+    #[cfg(feature = "local-chain")]
     Chain(solana::ChainCmd),
 }
 
@@ -243,7 +245,7 @@ impl Cli {
     /// for `migrate` (it changes the schema, and on a new ledger books its clock mode
     /// before the runtime role has its grants) and `rebuild` (it rewrites every projection
     /// under a lock only the owner may take); `--database` otherwise.
-    pub fn ledger_url(&self) -> &str {
+    pub(crate) fn ledger_url(&self) -> &str {
         match (&self.command, &self.owner_database) {
             (Cmd::Migrate { .. } | Cmd::Rebuild, Some(owner)) => owner,
             _ => &self.database,
@@ -254,8 +256,9 @@ impl Cli {
 impl Cmd {
     /// The log level when neither `--log-level` nor `RUST_LOG` says: the demo's terminal is
     /// its report, so it logs warnings only; every other command logs `info`.
-    pub fn default_log_level(&self) -> &'static str {
+    pub(crate) fn default_log_level(&self) -> &'static str {
         match self {
+            #[cfg(feature = "local-chain")]
             Cmd::Demo { .. } => "warn",
             _ => "info",
         }
@@ -284,7 +287,7 @@ pub const ACTOR_LEN_MAX: usize = 64;
 
 /// `operator:NAME` from `--actor` or the OS user (`USER`, `LOGNAME`, else `uid:N`). A name
 /// holds letters, digits and `. _ - @` only, so it cannot forge another actor's prefix.
-pub fn operator_from(flag: Option<&str>) -> anyhow::Result<Actor> {
+pub(crate) fn operator_from(flag: Option<&str>) -> anyhow::Result<Actor> {
     let name = match flag {
         Some(name) => name.to_owned(),
         None => std::env::var("USER")
@@ -317,7 +320,7 @@ fn nix_uid() -> u32 {
 static OPERATOR_KEY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
 /// The operator key of this process as `ledger`'s operator, when `--operator-key` names one.
-pub async fn cli_signer(
+pub(crate) async fn cli_signer(
     ledger: &Ledger,
 ) -> anyhow::Result<Option<crate::operator_key::OperatorSigner>> {
     match OPERATOR_KEY.get().and_then(|p| p.as_deref()) {
@@ -326,7 +329,7 @@ pub async fn cli_signer(
     }
 }
 
-pub fn cli_actor() -> Actor {
+pub(crate) fn cli_actor() -> Actor {
     OPERATOR
         .get()
         .cloned()
@@ -367,7 +370,7 @@ fn may_book(cmd: &Cmd) -> bool {
 /// The ledger's control policy (`control.policy_set`) then replaces the policy values of
 /// `config`: this process's configuration seeds a ledger that has none, and nothing more
 /// (a difference is warned about once).
-pub async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledger> {
+pub(crate) async fn open_ledger(cli: &Cli, config: &mut Config) -> anyhow::Result<Ledger> {
     let url = cli.ledger_url();
     let store = Store::open(url, &config.store)
         .await
@@ -447,7 +450,7 @@ static LEDGER_POLICY: std::sync::OnceLock<crate::domain::policy::Policy> =
 
 /// The configuration of `path` and the environment, with the opened ledger's control
 /// policy in place of its own policy values: what every command of this process decides by.
-pub fn config_of(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
+pub(crate) fn config_of(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let mut config = Config::load(path, std::env::vars())?;
     if let Some(policy) = LEDGER_POLICY.get() {
         config.apply_policy(policy);
@@ -548,7 +551,7 @@ async fn manual_clock(store: &Store, now: i64) -> anyhow::Result<Arc<dyn Clock>>
 }
 
 /// Hides a password in a database URL.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.find('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
@@ -570,7 +573,9 @@ async fn without_database(cli: &Cli) -> Option<anyhow::Result<i32>> {
         Cmd::Privacy(privacy::PrivacyCmd::Keygen { out }) => {
             Some(privacy::keygen(out, &mut std::io::stdout().lock()))
         }
+        #[cfg(feature = "local-chain")]
         Cmd::Demo { dir } => Some(demo_cmd(dir, cli.format).await),
+        #[cfg(feature = "local-chain")]
         Cmd::Chain(cmd) => Some(solana::chain_cmd(cmd, cli.format).await),
         Cmd::Statement(statement::StatementCmd::Verify {
             file,
@@ -607,6 +612,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let ledger = open_ledger(&cli, &mut config).await?;
     let mut stdout = std::io::stdout().lock();
     let code = match &cli.command {
+        #[cfg(feature = "local-chain")]
         Cmd::Demo { .. } => unreachable!("handled before opening the database"),
         Cmd::Serve { no_scheduler } => {
             let config = anchor::resolved(&cli, config);
@@ -665,6 +671,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 .await?
         }
         // Handled above, before a database is opened.
+        #[cfg(feature = "local-chain")]
         Cmd::Chain(cmd) => solana::chain_cmd(cmd, cli.format).await?,
     };
     ledger.store.close().await;
@@ -682,6 +689,7 @@ async fn control_cmds(ledger: &Ledger, cli: &Cli, out: &mut impl Write) -> anyho
     }
 }
 
+#[cfg(feature = "local-chain")]
 /// `settle demo`: runs the demo in `dir` and prints its report.
 async fn demo_cmd(dir: &std::path::Path, format: Format) -> anyhow::Result<i32> {
     let report = crate::demo::run(dir, &crate::report::shell::program()).await?;

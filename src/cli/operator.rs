@@ -56,7 +56,7 @@ pub enum OperatorCmd {
     },
 }
 
-pub async fn operator_cmd(
+pub(crate) async fn operator_cmd(
     ledger: &Ledger,
     cmd: &OperatorCmd,
     format: Format,

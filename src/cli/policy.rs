@@ -23,7 +23,7 @@ pub enum ControlCmd {
     },
 }
 
-pub async fn control_cmd(
+pub(crate) async fn control_cmd(
     ledger: &Ledger,
     cmd: &ControlCmd,
     config_path: Option<&std::path::Path>,

@@ -49,7 +49,7 @@ pub fn keygen(path: &Path, out: &mut impl Write) -> anyhow::Result<i32> {
 }
 
 /// `settle privacy …` on an open ledger.
-pub async fn privacy_cmd(
+pub(crate) async fn privacy_cmd(
     ledger: &Ledger,
     cmd: &PrivacyCmd,
     format: Format,

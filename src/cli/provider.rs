@@ -26,7 +26,7 @@ pub enum ProviderCmd {
 }
 
 /// `settle provider …`.
-pub async fn provider_cmd(
+pub(crate) async fn provider_cmd(
     ledger: &Ledger,
     cmd: &ProviderCmd,
     config_path: Option<&std::path::Path>,

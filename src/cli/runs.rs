@@ -150,7 +150,7 @@ pub async fn run_cmd(
 
 /// Renders a run report: JSON (the whole report, money as decimal strings), CSV (one row
 /// per candidate) or a table with the totals.
-pub fn print_report(
+pub(crate) fn print_report(
     report: &RunReport,
     format: Format,
     out: &mut impl Write,
@@ -235,7 +235,7 @@ pub fn print_report(
     Ok(())
 }
 
-pub async fn payout_cmd(
+pub(crate) async fn payout_cmd(
     ledger: &Ledger,
     cmd: &PayoutCmd,
     config_path: Option<&std::path::Path>,
@@ -310,7 +310,7 @@ pub async fn payout_cmd(
     Ok(0)
 }
 
-pub async fn calendar_cmd(
+pub(crate) async fn calendar_cmd(
     ledger: &Ledger,
     cmd: &CalendarCmd,
     format: Format,

@@ -23,7 +23,7 @@ use crate::jobs::scheduler::Scheduler;
 use crate::ledger::Ledger;
 
 /// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -14,16 +14,22 @@
 //! are still pending or not sent (run it again). `reconcile solana`: 0 clean, 1 differences.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "local-chain")]
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::config::{Config, SolanaConfig};
-use crate::domain::money::{format_micro_usdc, parse_micro_usdc};
+use crate::domain::money::format_micro_usdc;
+#[cfg(feature = "local-chain")]
+use crate::domain::money::parse_micro_usdc;
 use crate::ledger::Ledger;
-use crate::rails::solana::{SolanaRail, SolanaRailError, dev};
+#[cfg(feature = "local-chain")]
+use crate::rails::solana::dev;
+use crate::rails::solana::{SolanaRail, SolanaRailError};
 use crate::report::output::{Format, Rows};
 
 /// Exit code: the preflight refused, nothing new was sent.
@@ -44,6 +50,7 @@ pub enum ReconcileCmd {
     Solana(SolanaArgs),
 }
 
+#[cfg(feature = "local-chain")]
 #[derive(Subcommand, Debug)]
 pub enum ChainCmd {
     /// A development chain (litesvm with the real SPL programs) served as JSON-RPC, with a
@@ -87,6 +94,7 @@ pub struct SolanaArgs {
     pub wait_timeout_ms: Option<u64>,
 }
 
+#[cfg(feature = "local-chain")]
 #[derive(Args, Debug, Clone)]
 pub struct LocalChainArgs {
     /// Port of the JSON-RPC endpoint on 127.0.0.1 (0: any free port).
@@ -104,7 +112,7 @@ pub struct LocalChainArgs {
 }
 
 /// The rail configuration: file, environment, then flags.
-pub fn load_config(path: Option<&Path>, args: &SolanaArgs) -> anyhow::Result<SolanaConfig> {
+pub(crate) fn load_config(path: Option<&Path>, args: &SolanaArgs) -> anyhow::Result<SolanaConfig> {
     let mut c = Config::load(path, std::env::vars())
         .context("loading the configuration")?
         .solana;
@@ -142,7 +150,7 @@ pub fn load_config(path: Option<&Path>, args: &SolanaArgs) -> anyhow::Result<Sol
 }
 
 /// `settle pay solana`.
-pub async fn pay_cmd(
+pub(crate) async fn pay_cmd(
     ledger: &Ledger,
     cmd: &PayCmd,
     config_path: Option<&Path>,
@@ -209,7 +217,7 @@ pub async fn pay_cmd(
 }
 
 /// `settle reconcile solana`.
-pub async fn reconcile_cmd(
+pub(crate) async fn reconcile_cmd(
     ledger: &Ledger,
     cmd: &ReconcileCmd,
     config_path: Option<&Path>,
@@ -259,7 +267,8 @@ pub async fn reconcile_cmd(
 }
 
 /// `settle chain local`: needs no database.
-pub async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
+#[cfg(feature = "local-chain")]
+pub(crate) async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
     let ChainCmd::Local(args) = cmd;
     let usdc_micro =
         parse_micro_usdc(&args.usdc).map_err(|e| anyhow::anyhow!("--usdc: {}", e.message))?;
@@ -315,6 +324,7 @@ pub async fn chain_cmd(cmd: &ChainCmd, format: Format) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+#[cfg(feature = "local-chain")]
 /// SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     #[cfg(unix)]

@@ -58,7 +58,7 @@ pub enum StatementCmd {
 }
 
 /// `settle statement show`.
-pub async fn statement_cmd(
+pub(crate) async fn statement_cmd(
     ledger: &Ledger,
     cli: &Cli,
     config: &Config,

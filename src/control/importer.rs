@@ -37,7 +37,7 @@ impl<'a> Importer<'a> {
     }
 
     /// Signs the requests of gated lines as `signer`'s operator (a ledger with operators).
-    pub fn signed_by(mut self, signer: Option<&'a dyn Sign>) -> Importer<'a> {
+    pub(crate) fn signed_by(mut self, signer: Option<&'a dyn Sign>) -> Importer<'a> {
         self.signer = signer;
         self
     }

@@ -1,24 +1,36 @@
-//! Dual control: which commands wait for a second actor, and executing them once approved.
+//! Dual control (SPEC §9): which commands wait for a second operator, and executing them
+//! once approved.
 //!
-//! Gated (when enforced, see [`enforced`]):
-//! - `adjustment` whose absolute amount is at or above `control.adjustment_approval_micro_usdc`;
-//! - `provider.register` or `provider.update` that sets a payout method (an operator
-//!   redirecting money; the provider's own change is out of this engine's reach);
-//! - `provider.update` that changes the tier (the tier decides the fee);
-//! - `fee_schedule.set`;
-//! - `fx.rate_set` outside `control.fx_eur_per_usd_min..=max` or moving more than
-//!   `control.fx_step_max_pct` from the latest rate (`domain::bands::fx_check`);
-//! - the release of a held payout at or above `control.release_approval_micro_usdc`.
+//! Gated when enforced ([`enforced`]: always on a real-clock ledger), judged by the ledger's
+//! policy in force ([`effective`]), per [`request_for`]:
+//! - an `adjustment` at or above the adjustment threshold, or one that brings its provider's
+//!   adjustments of the window to it;
+//! - a `provider.register` or `provider.update` that sets a payout method (an operator
+//!   redirecting money; the provider's own change is out of this engine's reach), or an
+//!   update that changes the tier (the tier decides the fee); a provider's erasure;
+//! - a `fee_schedule.set`; a `rate.set` outside its band around the price book; a void at
+//!   or above its threshold;
+//! - an `fx.rate_set` outside the FX bounds, or moving too far from the latest rate
+//!   (`domain::bands::fx_check`) or from a rate in force within the last 7 days;
+//! - the release of a held payout at or above its threshold ([`submit_release`]);
+//! - a new policy ([`submit_policy`]), an operator change ([`submit_operator_change`], always
+//!   a request) and an `admin` or `metering` token ([`submit_token`]).
 //!
-//! A gated command is booked as a request ([`crate::ledger::approvals`]) and answers
+//! A gated command is booked as a request (`ledger::approvals`) and answers
 //! `pending_approval` with its approval id; the same command sent again finds the same
-//! request. An actor other than the requester approves it (the command then runs, its
-//! events naming both actors) or rejects it.
+//! request. An operator other than the requester approves it ([`approve`]: the command runs,
+//! its events naming both, and the decision is booked in the command's own transaction, so
+//! both or neither) or rejects it ([`reject_request`]). On a ledger with operators every
+//! request and decision carries its operator's checked Ed25519 signature ([`Sign`]: the
+//! CLI's key file, or a [`GivenSignature`] from the API's headers); the server never holds
+//! an operator's private key. A bank's notification of change is always a request
+//! ([`propose`]). [`Importer`] applies import lines in order, each through [`submit`].
 
 use serde_json::{Value, json};
 
 use crate::config::{ControlConfig, Enforce, RunConfig};
 use crate::domain::DomainError;
+use crate::domain::event::ApprovalStatus;
 use crate::domain::money::format_micro_usdc;
 use crate::domain::operator::{
     OperatorKey, OperatorName, Operators, Signed, decision_message, request_message,
@@ -182,7 +194,7 @@ pub async fn propose(
 }
 
 /// Releases a held payout, or books the request it needs.
-pub async fn submit_release(
+pub(crate) async fn submit_release(
     ledger: &Ledger,
     config: &ControlConfig,
     runs: &RunConfig,
@@ -243,8 +255,8 @@ async fn pending_or_done(
     let (row, _) = ledger
         .request_approval(request, generation, actor, signed.as_ref())
         .await?;
-    match row.status.as_str() {
-        "approved" | "rejected" => done(row),
+    match row.status {
+        ApprovalStatus::Approved | ApprovalStatus::Rejected => done(row),
         _ => Ok(Submitted::Pending(Box::new(row))),
     }
 }
@@ -272,12 +284,12 @@ async fn current_request(ledger: &Ledger, request: &NewRequest) -> Result<Curren
         else {
             return Ok(Current::Next(generation));
         };
-        match row.status.as_str() {
-            "pending" if ledger.check_not_expired(&row, ledger.now_ms()).is_ok() => {
+        match row.status {
+            ApprovalStatus::Pending if ledger.check_not_expired(&row, ledger.now_ms()).is_ok() => {
                 return Ok(Current::Open(row));
             }
-            "rejected" => return Ok(Current::Done(row)),
-            "approved" if keyed => return Ok(Current::Done(row)),
+            ApprovalStatus::Rejected => return Ok(Current::Done(row)),
+            ApprovalStatus::Approved if keyed => return Ok(Current::Done(row)),
             _ => {}
         }
     }
@@ -471,7 +483,7 @@ async fn execute(
 /// Requests a change of the operators in force: always a request, on a ledger with
 /// operators (`no_operators` before `settle operator bootstrap`), signed by the requesting
 /// operator and executed when a different one approves it.
-pub async fn submit_operator_change(
+pub(crate) async fn submit_operator_change(
     ledger: &Ledger,
     change: &OperatorChange,
     actor: &Actor,
@@ -518,7 +530,7 @@ pub async fn submit_operator_change(
 /// Requests a new control policy: gated wherever control is enforced (a real-clock ledger
 /// always), run at once elsewhere. The approver sees every value that changes beside the
 /// value in force.
-pub async fn submit_policy(
+pub(crate) async fn submit_policy(
     ledger: &Ledger,
     config: &ControlConfig,
     policy: &Policy,
@@ -566,7 +578,7 @@ pub async fn submit_policy(
 /// created waiting for a second operator (SPEC §9): its secret goes to its requester now,
 /// and it authenticates nothing (`token_pending_approval`) until a different operator
 /// approves the request returned beside it.
-pub async fn submit_token(
+pub(crate) async fn submit_token(
     ledger: &Ledger,
     config: &ControlConfig,
     new: &crate::auth::NewToken,
@@ -619,7 +631,7 @@ pub async fn submit_token(
 /// The request that activates the token named `name` of `scope` once approved: keyed by
 /// the name (unique among live tokens), so its first approval id is known before the token
 /// exists (the demo prints the approving line).
-pub fn token_request(name: &str, scope: crate::auth::Scope) -> NewRequest {
+pub(crate) fn token_request(name: &str, scope: crate::auth::Scope) -> NewRequest {
     NewRequest {
         kind: "token",
         command: json!({"type": "token.activate", "name": name, "scope": scope.as_str()})

@@ -20,7 +20,7 @@ const SEED: u64 = 20_261_207;
 
 /// Answers every batch of `generated` into `DIR/bank-answers/` and imports the answers:
 /// one row per answer file with what it booked.
-pub async fn answer_batches(
+pub(crate) async fn answer_batches(
     ledger: &Ledger,
     bank: &BankConfig,
     generated: &GenerateReport,

@@ -132,7 +132,7 @@ fn gpu_week(out: &mut Vec<Arrival>, provider_id: &str, gpu: &str, model: &str, w
 }
 
 /// The week's reliability reports of every sample GPU, starting Monday `week`.
-pub fn week_reports(week: NaiveDate) -> Vec<Arrival> {
+pub(crate) fn week_reports(week: NaiveDate) -> Vec<Arrival> {
     let week_ms = date_start_ms(week);
     let mut out = Vec::new();
     for p in PROVIDERS {

@@ -13,6 +13,7 @@ use super::extract::{Auth, Page, Q, RawBody, page_of};
 use super::problem::Problem;
 use crate::auth::Scope;
 use crate::control::Importer;
+use crate::domain::event::ApprovalStatus;
 use crate::domain::ids::{AdjustmentId, EventId, ProviderId};
 use crate::domain::money::parse_micro_usdc;
 use crate::wire::import::{Totals, parse_line};
@@ -283,7 +284,7 @@ impl ApprovalView {
         ApprovalView {
             approval_id: r.approval_id,
             kind: r.kind,
-            status: r.status,
+            status: r.status.as_str().to_owned(),
             summary: r.summary,
             command: r.command,
             provider_id: r.provider_id,
@@ -330,17 +331,17 @@ pub struct ApprovalListQuery {
     ),
     security(("bearer" = []))
 )]
-pub async fn list_approvals(
+pub(crate) async fn list_approvals(
     State(state): State<AppState>,
     auth: Auth,
     Q(q): Q<ApprovalListQuery>,
 ) -> Result<Json<ApprovalList>, Problem> {
     auth.require(&[Scope::Admin])?;
     let status = q.status.unwrap_or_else(|| "pending".into());
-    let filter = match status.as_str() {
-        "all" => None,
-        "pending" | "approved" | "rejected" => Some(status.as_str()),
-        _ => {
+    let filter = match (status.as_str(), ApprovalStatus::parse(&status)) {
+        ("all", _) => None,
+        (_, Some(status)) => Some(status),
+        (_, None) => {
             return Err(Problem::bad_request(
                 "invalid_status",
                 "status is pending, approved, rejected or all",
@@ -369,7 +370,7 @@ pub async fn list_approvals(
     ),
     security(("bearer" = []))
 )]
-pub async fn show_approval(
+pub(crate) async fn show_approval(
     State(state): State<AppState>,
     auth: Auth,
     Path(id): Path<String>,
@@ -687,7 +688,7 @@ pub async fn run_report(
             .into_iter()
             .map(|c| RunCandidateView {
                 provider_id: c.provider_id,
-                decision: c.decision,
+                decision: c.decision.as_str().to_owned(),
                 available_usdc: format_micro_usdc(c.available_micro_usdc),
                 amount_usdc: format_micro_usdc(c.amount_micro_usdc),
                 payout_id: c.payout_id,

@@ -150,7 +150,7 @@ pub struct BatchPage {
     ),
     security(("bearer" = []))
 )]
-pub async fn list_batches(
+pub(crate) async fn list_batches(
     State(state): State<AppState>,
     auth: Auth,
     Q(q): Q<BatchesQuery>,
@@ -274,7 +274,7 @@ pub struct BatchDetail {
     ),
     security(("bearer" = []))
 )]
-pub async fn show_batch(
+pub(crate) async fn show_batch(
     State(state): State<AppState>,
     auth: Auth,
     Path(id): Path<String>,
@@ -464,7 +464,7 @@ pub struct ReturnView {
     ),
     security(("bearer" = []))
 )]
-pub async fn post_return(
+pub(crate) async fn post_return(
     State(state): State<AppState>,
     auth: Auth,
     RawBody(body): RawBody,
@@ -541,7 +541,7 @@ pub struct AnswerImportView {
     ),
     security(("bearer" = []))
 )]
-pub async fn post_answer_file(
+pub(crate) async fn post_answer_file(
     State(state): State<AppState>,
     auth: Auth,
     RawBody(body): RawBody,

@@ -183,7 +183,7 @@ pub async fn reliability(
 
 /// The figures of a provider whose read was authorised (the summary route, the live stream
 /// and the page share them).
-pub async fn provider_figures(state: &AppState, id: &str) -> Result<Figures, Problem> {
+pub(crate) async fn provider_figures(state: &AppState, id: &str) -> Result<Figures, Problem> {
     let ledger_position = state
         .ledger
         .store
@@ -206,7 +206,7 @@ pub async fn provider_figures(state: &AppState, id: &str) -> Result<Figures, Pro
 }
 
 /// The summary of a provider whose read was authorised.
-pub async fn provider_summary(state: &AppState, id: &str) -> Result<Summary, Problem> {
+pub(crate) async fn provider_summary(state: &AppState, id: &str) -> Result<Summary, Problem> {
     let f = provider_figures(state, id).await?;
     let (periods, b) = (&f.periods, &f.balances);
     Ok(Summary {
@@ -395,7 +395,7 @@ fn csv(body: String, name: &str) -> Response {
     ),
     security(("bearer" = []))
 )]
-pub async fn earnings_csv(
+pub(crate) async fn earnings_csv(
     State(state): State<AppState>,
     auth: Auth,
     Path(id): Path<String>,
@@ -575,7 +575,7 @@ fn payout_item(p: &PayoutRow, cluster: &str) -> PayoutItem {
         provider_id: p.provider_id.clone(),
         run_kind: p.run_kind.clone(),
         run_key: p.run_key.clone(),
-        rail: p.rail.clone(),
+        rail: p.rail.as_str().to_owned(),
         status: p.status.to_string(),
         amount_usdc: format_micro_usdc(p.amount_micro_usdc),
         amount_eur: p.amount_eur_cents.map(format_cents),
@@ -668,7 +668,7 @@ const CSV_PAYOUTS_MAX: i64 = 100_000;
     ),
     security(("bearer" = []))
 )]
-pub async fn payouts_csv(
+pub(crate) async fn payouts_csv(
     State(state): State<AppState>,
     auth: Auth,
     Path(id): Path<String>,

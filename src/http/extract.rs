@@ -87,7 +87,7 @@ impl StaticToken {
 }
 
 /// [`StaticToken`] as a middleware (`from_fn_with_state`).
-pub async fn require_static_token(
+pub(crate) async fn require_static_token(
     State(guard): State<StaticToken>,
     request: Request,
     next: Next,
@@ -196,7 +196,11 @@ impl Auth {
 
     /// Authorises reading `provider_id`'s data: admin, or the provider's own token. Another
     /// provider's id answers 404 exactly like an unknown one, so ids do not leak.
-    pub async fn read_provider(&self, state: &AppState, provider_id: &str) -> Result<(), Problem> {
+    pub(crate) async fn read_provider(
+        &self,
+        state: &AppState,
+        provider_id: &str,
+    ) -> Result<(), Problem> {
         self.require(&[Scope::Admin, Scope::Provider])?;
         let not_found = || Problem::not_found(format!("no provider {provider_id}"));
         if !self.0.may_read_provider(provider_id) {
@@ -280,7 +284,7 @@ impl Page {
 }
 
 /// An opaque cursor: hex of `{kind}|{position}`.
-pub fn encode_cursor(kind: &str, position: &str) -> String {
+pub(crate) fn encode_cursor(kind: &str, position: &str) -> String {
     hex::encode(format!("{kind}|{position}"))
 }
 
@@ -293,7 +297,7 @@ fn decode_cursor(cursor: &str, kind: &str) -> Option<String> {
 
 /// Takes one page of `items` sorted by `key`: those after `page.after`, at most
 /// `page.limit`, and the cursor of the next page when more remain.
-pub fn page_of<T>(
+pub(crate) fn page_of<T>(
     items: Vec<T>,
     page: &Page,
     kind: &str,

@@ -42,7 +42,7 @@ fn window(config: &HttpConfig) -> Duration {
 
 /// The client address of a request: see the module documentation. `None` when the
 /// connection's address is unknown (a router served without [`ConnectInfo`]).
-pub fn client_of(
+pub(crate) fn client_of(
     extensions: &Extensions,
     headers: &HeaderMap,
     config: &HttpConfig,
@@ -54,7 +54,7 @@ pub fn client_of(
 /// The peer, or behind trusted proxies the first forwarded address, from the right, that is
 /// not a trusted proxy (the one the nearest untrusted party connected from). An entry that
 /// does not parse ends the walk at the last trusted hop.
-pub fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
+pub(crate) fn client_addr(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|net| net.contains(ip));
     let mut client = peer.to_canonical();
     if !is_trusted(client) {

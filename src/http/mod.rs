@@ -90,7 +90,7 @@ impl AppState {
 /// Every route has the request timeout (`http.request_timeout_ms`, 503 `request_timeout`);
 /// every route but `/healthz` and `/readyz` passes the gate of `http.concurrency_max` and
 /// `http.queue_max` (503 `overloaded`), so probes still answer under load.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let usage_bytes_max = state.ledger.config.batch_bytes_max;
     let body_bytes_max = state.config.body_bytes_max;
     let request_timeout = Duration::from_millis(state.config.request_timeout_ms.max(1));
@@ -279,7 +279,7 @@ impl Application {
 
     /// The failed authentications of this server's clients, for routes merged into it
     /// or guarded like it (`/metrics`).
-    pub fn auth_failures(&self) -> Arc<limit::AuthFailures> {
+    pub(crate) fn auth_failures(&self) -> Arc<limit::AuthFailures> {
         self.auth_failures.clone()
     }
 
@@ -293,7 +293,7 @@ impl Application {
     }
 
     /// Adds routes (e.g. `/metrics`) before serving.
-    pub fn merge(mut self, routes: Router) -> Application {
+    pub(crate) fn merge(mut self, routes: Router) -> Application {
         self.router = self.router.merge(routes);
         self
     }

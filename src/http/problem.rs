@@ -53,14 +53,18 @@ impl Problem {
     }
 
     /// 429, with the seconds after which the client may try again.
-    pub fn too_many_requests(code: &str, detail: impl Into<String>, retry_after_s: u64) -> Problem {
+    pub(crate) fn too_many_requests(
+        code: &str,
+        detail: impl Into<String>,
+        retry_after_s: u64,
+    ) -> Problem {
         Problem {
             retry_after_s: Some(retry_after_s),
             ..Problem::new(StatusCode::TOO_MANY_REQUESTS, code, detail)
         }
     }
 
-    pub fn bad_request(code: &str, detail: impl Into<String>) -> Problem {
+    pub(crate) fn bad_request(code: &str, detail: impl Into<String>) -> Problem {
         Problem::new(StatusCode::BAD_REQUEST, code, detail)
     }
 
@@ -72,12 +76,12 @@ impl Problem {
         Problem::new(StatusCode::FORBIDDEN, "forbidden_scope", detail)
     }
 
-    pub fn unauthorized(code: &str, detail: impl Into<String>) -> Problem {
+    pub(crate) fn unauthorized(code: &str, detail: impl Into<String>) -> Problem {
         Problem::new(StatusCode::UNAUTHORIZED, code, detail)
     }
 
     /// A failure of ours: logged in full, answered without details.
-    pub fn internal(error: &dyn std::fmt::Display) -> Problem {
+    pub(crate) fn internal(error: &dyn std::fmt::Display) -> Problem {
         tracing::error!(error = %error, "request failed");
         Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -87,7 +91,7 @@ impl Problem {
     }
 
     /// The database could not be reached in time: worth retrying.
-    pub fn unavailable(error: &dyn std::fmt::Display) -> Problem {
+    pub(crate) fn unavailable(error: &dyn std::fmt::Display) -> Problem {
         tracing::warn!(error = %error, "storage unavailable");
         Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,

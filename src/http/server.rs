@@ -35,7 +35,7 @@ pub struct ServeLimits {
 }
 
 impl ServeLimits {
-    pub fn from_config(config: &HttpConfig) -> ServeLimits {
+    pub(crate) fn from_config(config: &HttpConfig) -> ServeLimits {
         ServeLimits {
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
             connections_max: config.connections_max,
@@ -45,7 +45,7 @@ impl ServeLimits {
 }
 
 /// Checks the limits that would stop the server from serving at all.
-pub fn check_config(config: &HttpConfig) -> Result<(), String> {
+pub(crate) fn check_config(config: &HttpConfig) -> Result<(), String> {
     for (key, value) in [
         ("header_read_timeout_ms", config.header_read_timeout_ms),
         ("request_timeout_ms", config.request_timeout_ms),

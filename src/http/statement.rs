@@ -30,7 +30,7 @@ impl From<StatementError> for Problem {
 
 /// The statement of `provider_id` for `subject`, proven against the served anchor log
 /// (`anchor.file`; none: `statement_not_anchored`).
-pub async fn statement_of(
+pub(crate) async fn statement_of(
     state: &AppState,
     provider_id: &str,
     subject: &Subject,

@@ -90,7 +90,7 @@ pub struct UsageResponse {
     ),
     security(("bearer" = []))
 )]
-pub async fn post_usage(
+pub(crate) async fn post_usage(
     State(state): State<AppState>,
     auth: Auth,
     RawBody(body): RawBody,

@@ -86,7 +86,7 @@ impl Scheduler {
         self
     }
 
-    pub fn with_schedule(mut self, schedule: Schedule) -> Scheduler {
+    pub(crate) fn with_schedule(mut self, schedule: Schedule) -> Scheduler {
         self.schedule = schedule;
         self
     }

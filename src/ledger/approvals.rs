@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Actor, Applied, Ledger, LedgerError, find_idem, reject};
 use crate::domain::event::{
-    ApprovalDecided, ApprovalRequested, EventBody, ExecutedEvent, PLATFORM_STREAM,
+    ApprovalDecided, ApprovalDecision, ApprovalRequested, ApprovalStatus, EventBody, ExecutedEvent,
+    PLATFORM_STREAM,
 };
 use crate::domain::operator::Signed;
 use crate::store::NewEvent;
@@ -35,7 +36,7 @@ impl NewRequest {
     /// The id of the `generation`-th request of this command: the first (0) as before
     /// generations existed; a later one once the one before was used (approved) or expired,
     /// so an approval is used once.
-    pub fn approval_id_at(&self, generation: u32) -> String {
+    pub(crate) fn approval_id_at(&self, generation: u32) -> String {
         let text = match generation {
             0 => format!("approval|{}|{}", self.kind, self.command),
             g => format!("approval|{}|{}|{g}", self.kind, self.command),
@@ -45,7 +46,7 @@ impl NewRequest {
     }
 
     /// What the operators' signatures cover (`domain::operator::content_hash`), in hex.
-    pub fn content_hash_hex(&self) -> String {
+    pub(crate) fn content_hash_hex(&self) -> String {
         hex::encode(crate::domain::operator::content_hash(
             self.kind,
             &self.command,
@@ -163,7 +164,7 @@ impl Ledger {
     /// it stands (pending, or already decided) and whether it was booked now.
     /// `signed`: the requesting operator's signature of the request (checked by the
     /// caller), on a ledger with operators.
-    pub async fn request_approval(
+    pub(crate) async fn request_approval(
         &self,
         request: &NewRequest,
         generation: u32,
@@ -202,7 +203,7 @@ impl Ledger {
     }
 
     /// A request by id, if there is one.
-    pub async fn find_approval(
+    pub(crate) async fn find_approval(
         &self,
         approval_id: &str,
     ) -> Result<Option<ApprovalRow>, LedgerError> {
@@ -210,14 +211,18 @@ impl Ledger {
     }
 
     /// When a pending request expires (`control.approval_expiry_hours` after it was booked).
-    pub fn approval_expires_at_ms(&self, row: &ApprovalRow) -> i64 {
+    pub(crate) fn approval_expires_at_ms(&self, row: &ApprovalRow) -> i64 {
         row.requested_at_ms + self.config.control.approval_expiry_hours * 3_600_000
     }
 
     /// Refuses a pending request whose time is up at `now_ms` (`approval_expired`).
-    pub fn check_not_expired(&self, row: &ApprovalRow, now_ms: i64) -> Result<(), LedgerError> {
+    pub(crate) fn check_not_expired(
+        &self,
+        row: &ApprovalRow,
+        now_ms: i64,
+    ) -> Result<(), LedgerError> {
         let expires_at_ms = self.approval_expires_at_ms(row);
-        if row.status == "pending" && now_ms >= expires_at_ms {
+        if row.status == ApprovalStatus::Pending && now_ms >= expires_at_ms {
             return reject(
                 "approval_expired",
                 format!(
@@ -239,11 +244,15 @@ impl Ledger {
     }
 
     /// Refuses a request decided already (`approval_decided`).
-    pub fn check_pending(row: &ApprovalRow) -> Result<(), LedgerError> {
-        if row.status != "pending" {
+    pub(crate) fn check_pending(row: &ApprovalRow) -> Result<(), LedgerError> {
+        if row.status != ApprovalStatus::Pending {
             return reject(
                 "approval_decided",
-                format!("approval {} is already {}", row.approval_id, row.status),
+                format!(
+                    "approval {} is already {}",
+                    row.approval_id,
+                    row.status.as_str()
+                ),
             );
         }
         Ok(())
@@ -252,7 +261,7 @@ impl Ledger {
     /// Checks that `actor` (the operator of `signed`, on a ledger with operators) may
     /// decide the request: it is pending and neither the actor nor the operator is its
     /// requester (`approver_is_requester`).
-    pub fn check_decider(
+    pub(crate) fn check_decider(
         row: &ApprovalRow,
         actor: &Actor,
         signed: Option<&Signed>,
@@ -286,7 +295,7 @@ impl Ledger {
     /// Books the decision on a pending request alone: a rejection, or an approval whose
     /// command wrote nothing (it was booked already). Deciding twice is refused
     /// (`approval_decided`).
-    pub async fn decide_approval(
+    pub(crate) async fn decide_approval(
         &self,
         approval_id: &str,
         approved: bool,
@@ -329,7 +338,11 @@ fn decided_event(
     NewEvent {
         body: EventBody::ApprovalDecided(ApprovalDecided {
             approval_id: approval_id.to_owned(),
-            decision: if approved { "approved" } else { "rejected" }.to_owned(),
+            decision: if approved {
+                ApprovalDecision::Approved
+            } else {
+                ApprovalDecision::Rejected
+            },
             decided_by: actor.0.clone(),
             reason: reason.map(|r| r.trim().to_owned()),
             decider_operator: signed.map(|s| s.operator.clone()),

@@ -28,7 +28,7 @@ impl Ledger {
     /// The usage event a void of `event_id` (of `provider_id`, when named) reverses, with
     /// its stream: `unknown_event`, or `ambiguous_event_id` when several providers booked
     /// that id and none is named.
-    pub async fn usage_to_void(
+    pub(crate) async fn usage_to_void(
         &self,
         event_id: &EventId,
         provider_id: Option<&ProviderId>,

@@ -1,14 +1,41 @@
 //! Usage ingestion (SPEC §4): exactly-once booking of metered usage.
 //!
-//! A batch is validated event by event (one bad event never rejects the others), grouped by
+//! A batch is validated event by event (one bad event never rejects the others: ids,
+//! instants, the booking window, the content hash of the normalised event), grouped by
 //! provider, and each provider's events are appended to that provider's stream inside a
-//! transaction that holds the stream's write lock (on SQLite, the one writer), on the head it
-//! read under that lock or, without reading it, on the head its process kept from its last
-//! batch there, committed only if the stream is still at it (`Store::begin_usage`; several
-//! providers share one transaction, up to
-//! `ledger.ingest_streams_per_tx_max`): the idempotency check, the overlap check and the
-//! append are atomic, so an event is counted once even with concurrent senders, retries and
-//! crashes.
+//! transaction that holds the stream's write lock (on SQLite, the one writer); several
+//! providers share one transaction, up to `ledger.ingest_streams_per_tx_max`, retried whole
+//! on a conflict. The idempotency check, the overlap check and the append are atomic, so an
+//! event is counted once even with concurrent senders, retries and crashes.
+//!
+//! Each new event is decided by the pure `domain::usage::decide` (its GPU's owner, overlap
+//! with booked usage, the rate band, the price book and the tier; priced per UTC day by
+//! `domain::pricing`) and appended with no projection op of its own: its segments and
+//! aggregates are folded behind it by the projector (`store::fold`).
+//!
+//! What a batch reads (one statement each, in `store::usage` and `store::keys`), and what its
+//! process keeps between batches so that the next one reads less:
+//! - Heads: when the process kept a view of every stream of the batch, the transaction
+//!   begins on the heads kept with them, unread (`Store::begin_usage`). An append claims
+//!   `(stream, head + 1)`, which the primary key refuses if another writer moved the stream;
+//!   at commit the streams left without an append are checked against their stored heads,
+//!   except those whose answers relied on no view (`WriteTx::head_not_relied_on`: re-sends,
+//!   answered from their booked keys, which stay booked with their content). A failed
+//!   attempt has taken the views out, so its retry reads the heads.
+//! - Keys: those the process knows booked (`RecentKeys`) answer their re-sends unread; on a
+//!   first attempt the others may be taken for new (`WriteTx::assume_keys_new`), which the
+//!   unique index on `events (idem_key, stream)` checks at the append, and the keys of the
+//!   events then rejected are read after all (a re-send overlaps itself); a retry reads them.
+//! - Facts: a stream's view keeps its GPUs with their latest booked end and its tier and
+//!   rate history, valid only at the head it was read at and dropped when `settle rebuild`
+//!   leaves a new `projections_rebuilt` marker. What a view lacks is read (`gpu_facts`,
+//!   `pricing_contexts`); an event starting before its GPU's latest booked end is probed
+//!   for overlap (`overlapping_segments`).
+//! - Segments: before reading them, the batch folds the streams it locked up to their heads
+//!   (`WriteTx::fold_locked_streams`), except a stream whose view is `segments_complete` (for
+//!   a GPU read) or holds the segments booked since its last fold (for an overlap probe:
+//!   `TakenViews::unfolded_overlap`). An overlap with usage the projector has not folded yet
+//!   is rejected as it would be after a fold.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,21 @@
 //! The application layer and the only writer of the ledger:
 //! command → validate → decide → append, in one transaction per stream.
 //!
+//! A command runs inside `write_stream!`, private to this module tree: it begins the store's
+//! write transaction on its stream, reads the state the command decides on under the
+//! stream's lock, answers a re-sent idempotency key, books what the pure decision of
+//! `domain` returned (`book_decided`) with an approval's decision when one runs it, and
+//! commits, retrying the whole body, reads included, when another writer got there first.
+//! Usage batches and a payout run's chunks share one transaction over many provider streams
+//! (`Store::begin_streams`, `Store::begin_usage`), each stream keeping its own sequence,
+//! chain and lock; booking each provider on its own would give the same ledger.
+//!
+//! Idempotency keys (`usage:{event_id}`, `void:{event_id}`, `adj:{adjustment_id}`,
+//! `run:{kind}:{key}:{provider}`, …) are unique per stream in the database. Usage and void
+//! keys are scoped to their provider's stream ([`find_idem_in_stream`]), as are a run's;
+//! the others are looked up across streams ([`find_idem`]), so an id reused under another
+//! provider is still a `conflict`.
+//!
 //! Invariant: `http`, `jobs`, `rails` and `cli` change the ledger only through here.
 
 pub mod approvals;
@@ -175,7 +190,7 @@ impl Idem {
 
     /// The answer to a re-send: `None` when the key is unused (on any stream), else
     /// `duplicate` for the same content or the `conflict` refusal.
-    pub async fn resent(&self, tx: &mut WriteTx) -> Result<Option<Applied>, LedgerError> {
+    pub(crate) async fn resent(&self, tx: &mut WriteTx) -> Result<Option<Applied>, LedgerError> {
         match find_idem(tx, &self.key).await? {
             None => Ok(None),
             Some(stored) => duplicate_or_conflict(&stored, &self.hash, &self.what).map(Some),
@@ -348,7 +363,7 @@ pub async fn find_idem(
 /// Looks up an idempotency key on the transaction's own stream only: for the keys SPEC §4
 /// scopes to a provider (a usage event_id and its void), which another provider may use
 /// too.
-pub async fn find_idem_in_stream(
+pub(crate) async fn find_idem_in_stream(
     tx: &mut WriteTx,
     key: &str,
 ) -> Result<Option<Option<Vec<u8>>>, LedgerError> {
@@ -365,7 +380,7 @@ async fn idem_lookup(
 }
 
 /// Decides duplicate vs conflict for a reused idempotency key.
-pub fn duplicate_or_conflict(
+pub(crate) fn duplicate_or_conflict(
     stored_hash: &Option<Vec<u8>>,
     hash: &[u8],
     what: &str,

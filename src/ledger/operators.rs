@@ -142,7 +142,7 @@ impl Ledger {
     /// Books an approved operator change (once per approval): refused when it names an
     /// operator that is not in force or a key already held, or would leave fewer than
     /// [`BOOTSTRAP_OPERATORS_MIN`] operators (no one could approve alone then).
-    pub async fn change_operator(
+    pub(crate) async fn change_operator(
         &self,
         change: &OperatorChange,
         approval_id: &str,

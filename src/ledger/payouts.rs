@@ -268,7 +268,7 @@ impl Ledger {
 
     /// [`Ledger::submit_payout`] for several payouts sent under one reference (a bank
     /// batch), each with its end-to-end id, together ([`Ledger::payout_commands`]).
-    pub async fn submit_payouts(
+    pub(crate) async fn submit_payouts(
         &self,
         payouts: &[(&str, Option<&str>)],
         reference: &str,
@@ -294,7 +294,7 @@ impl Ledger {
     /// submitted, or submitted → submitted when an expired transaction was signed again.
     /// Idempotent per attempt (`payout:{id}:submitted:{attempt_id}`). A payout its attempt
     /// already settled or failed (a repair after the outcome) is left alone: `duplicate`.
-    pub async fn submit_payout_attempt(
+    pub(crate) async fn submit_payout_attempt(
         &self,
         payout_ids: &[&str],
         attempt_id: &str,
@@ -354,7 +354,7 @@ impl Ledger {
     /// failed with `reason` (the bank's code and its meaning), the amount back to payable;
     /// with `method_invalid` the provider's bank details are blocked until updated. Each
     /// payout with its own reason, together ([`Ledger::payout_commands`]).
-    pub async fn reject_payouts(
+    pub(crate) async fn reject_payouts(
         &self,
         rejected: &[(&str, String, bool)],
         actor: &Actor,
@@ -411,7 +411,7 @@ impl Ledger {
 
     /// [`Ledger::return_payout`] for several distinct payouts `(payout_id, reason_code,
     /// reason)` together ([`Ledger::payout_commands`]).
-    pub async fn return_payouts(
+    pub(crate) async fn return_payouts(
         &self,
         returns: &[(&str, &str, &str)],
         method_invalid: bool,

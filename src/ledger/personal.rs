@@ -86,7 +86,7 @@ impl Ledger {
     ///
     /// # Errors
     /// As [`Ledger::provider_record`].
-    pub async fn open_method_texts<'a>(
+    pub(crate) async fn open_method_texts<'a>(
         &self,
         methods: impl Iterator<Item = (&'a str, &'a mut String)>,
     ) -> Result<(), LedgerError> {
@@ -153,7 +153,7 @@ impl Ledger {
     ///
     /// # Errors
     /// As [`Ledger::provider_record`].
-    pub async fn open_facts<'a>(
+    pub(crate) async fn open_facts<'a>(
         &self,
         facts: impl Iterator<Item = &'a mut crate::store::rails::PayoutFacts>,
     ) -> Result<(), LedgerError> {
@@ -273,7 +273,7 @@ impl Ledger {
 }
 
 /// Why a payout of an erased provider cannot be paid.
-pub fn erased_reason(provider_id: &str) -> String {
+pub(crate) fn erased_reason(provider_id: &str) -> String {
     format!(
         "provider {provider_id} was erased; its payout method is gone (the amount returns to payable)"
     )

@@ -94,7 +94,11 @@ impl Ledger {
     /// Puts `policy` in force as the next version (the command of an approved request, or
     /// run at once where control is not enforced). The same policy again is a duplicate;
     /// `enforce = never` on a real-clock ledger is refused (`control_required`).
-    pub async fn set_policy(&self, policy: &Policy, actor: &Actor) -> Result<Applied, LedgerError> {
+    pub(crate) async fn set_policy(
+        &self,
+        policy: &Policy,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
         self.check_policy(policy).await?;
         let current = self.policy().await?;
         if current.as_ref().is_some_and(|c| c.policy == *policy) {
@@ -107,7 +111,7 @@ impl Ledger {
 
     /// Refuses a policy this ledger may not run under: an invalid one (`invalid_policy`),
     /// or `enforce = never` on a real-clock ledger (`control_required`).
-    pub async fn check_policy(&self, policy: &Policy) -> Result<(), LedgerError> {
+    pub(crate) async fn check_policy(&self, policy: &Policy) -> Result<(), LedgerError> {
         policy.check().map_err(LedgerError::Rejected)?;
         if policy.enforce == Enforce::Never
             && self.store.clock_mode().await? == Some(ClockMode::Real)
@@ -156,7 +160,7 @@ impl Ledger {
     /// an approved `token` request): recorded in a write transaction of the platform
     /// stream, so the approval's decision commits with it. `unknown_token` when no such
     /// token waits (revoked meanwhile), `ambiguous_token` when several do.
-    pub async fn activate_token(
+    pub(crate) async fn activate_token(
         &self,
         name: &str,
         scope: &str,

@@ -28,7 +28,7 @@ pub struct ControlFindings {
 
 impl ControlFindings {
     /// The providers an unproven gated event touches (a run holds them).
-    pub fn unproven_providers(&self) -> BTreeSet<String> {
+    pub(crate) fn unproven_providers(&self) -> BTreeSet<String> {
         self.unproven
             .iter()
             .filter_map(|u| u.provider_id.clone())
@@ -37,7 +37,7 @@ impl ControlFindings {
 }
 
 /// Reads the chain's control events and gated events and checks them.
-pub async fn control_findings(store: &Store) -> Result<ControlFindings, LedgerError> {
+pub(crate) async fn control_findings(store: &Store) -> Result<ControlFindings, LedgerError> {
     let kinds: Vec<&str> = OPERATOR_EVENTS
         .into_iter()
         .chain([

@@ -2,6 +2,14 @@
 //! stream. The rails build the facts (signed bytes, a file's contents); these commands
 //! check them against the payouts and the rail's projection and append, so only `ledger`
 //! appends. Each is one transaction on the platform stream, idempotent by its key.
+//!
+//! A signed Solana attempt is recorded only if each payout it pays exists, is on the Solana
+//! rail, is created or submitted, is paid its amount to the wallet of its method snapshot,
+//! and is held by no other open, landed or failed attempt. An attempt without transfers must
+//! be a lookup table's maintenance transaction (compute-budget and lookup-table instructions
+//! on one table, nothing that can move money), and no two live maintenance attempts may
+//! touch the same addresses (`maintenance_conflict`). A bank batch is recorded only if none
+//! of its payouts is in a batch yet, before its file is written.
 
 use std::collections::HashSet;
 
@@ -64,10 +72,10 @@ fn check_transfer(
     claims: &rows::Claims,
 ) -> Result<(), LedgerError> {
     let (id, wallet, amount) = transfer;
-    if p.rail != Rail::Solana.as_str() {
+    if p.rail != Rail::Solana {
         return reject(
             "invalid_rail",
-            format!("payout {id} travels on {}, not solana", p.rail),
+            format!("payout {id} travels on {}, not solana", p.rail.as_str()),
         );
     }
     if !p.status.is_in_transit() {
@@ -112,7 +120,7 @@ impl Ledger {
     /// on the Solana rail, is `created` or `submitted`, the transfer pays its amount to the
     /// wallet of its method snapshot, and no other open or landed/failed attempt holds it.
     /// Returns the payouts' facts in transfer order (also on a duplicate).
-    pub async fn record_solana_signed(
+    pub(crate) async fn record_solana_signed(
         &self,
         body: SolanaTxSigned,
         actor: &Actor,
@@ -202,7 +210,7 @@ impl Ledger {
     /// Records how a signed attempt ended (`solana_tx.resolved`, key
     /// `solana_tx:{attempt_id}:resolved`); an attempt has one outcome. Returns the attempt
     /// as recorded.
-    pub async fn record_solana_resolved(
+    pub(crate) async fn record_solana_resolved(
         &self,
         body: SolanaTxResolved,
         actor: &Actor,
@@ -241,7 +249,7 @@ impl Ledger {
     /// is in a batch already: `file` builds the batch's event (its file's name, SHA-256 and
     /// total) for the slot it gets. `false` when the batch exists or another batch took one
     /// of its payouts first (the caller looks again).
-    pub async fn record_bank_batch(
+    pub(crate) async fn record_bank_batch(
         &self,
         batch_id: &str,
         ids: &[String],
@@ -286,7 +294,7 @@ impl Ledger {
     /// Moves bank batch `batch_id` one step of its lifecycle, to `status`
     /// (`bank_batch.status_changed`, key `bank_batch:{batch_id}:{status}`);
     /// `invalid_batch_state` off [`BatchStatus::previous`], a duplicate once it was done.
-    pub async fn change_bank_batch_status(
+    pub(crate) async fn change_bank_batch_status(
         &self,
         batch_id: &str,
         status: BatchStatus,
@@ -316,7 +324,7 @@ impl Ledger {
     /// Records a bank answer file as booked (`bank_answer.imported`, key
     /// `bank_answer:{kind}:{message_id}`), after its entries were: a duplicate when it was
     /// recorded with the same bytes, `conflict` when with others.
-    pub async fn record_bank_answer(
+    pub(crate) async fn record_bank_answer(
         &self,
         answer: BankAnswerImported,
         actor: &Actor,

@@ -186,7 +186,11 @@ impl Ledger {
             .await
     }
 
-    pub async fn set_fee(&self, cmd: &SetFee, actor: &Actor) -> Result<Applied, LedgerError> {
+    pub(crate) async fn set_fee(
+        &self,
+        cmd: &SetFee,
+        actor: &Actor,
+    ) -> Result<Applied, LedgerError> {
         let now = self.now_ms();
         crate::ledger::write_stream!(self, PLATFORM_STREAM, |tx| {
             let mut state = PlatformState::default();

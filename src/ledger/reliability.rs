@@ -168,7 +168,7 @@ impl Ledger {
     /// same report again is a duplicate, other content under its id a conflict. A
     /// benchmark that changes whether the GPU passes its model's minimums books
     /// `gpu.listing_changed`.
-    pub async fn record_gpu_report(
+    pub(crate) async fn record_gpu_report(
         &self,
         report: &GpuReport,
         actor: &Actor,
@@ -178,7 +178,7 @@ impl Ledger {
 
     /// [`Ledger::record_gpu_report`] for a sender bound to `own` provider (an agent's
     /// token): only its GPUs' online intervals (`forbidden_gpu` otherwise).
-    pub async fn record_gpu_report_for(
+    pub(crate) async fn record_gpu_report_for(
         &self,
         report: &GpuReport,
         own: Option<&str>,
@@ -321,7 +321,7 @@ impl Ledger {
 
     /// The normalized history of a GPU from its reports (those that matter from
     /// `since_ms` on); `no_schedule` when it has declared none.
-    pub async fn gpu_history(
+    pub(crate) async fn gpu_history(
         &self,
         gpu_id: &str,
         model: &str,

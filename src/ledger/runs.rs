@@ -13,6 +13,17 @@
 //! platform stream closes the run once. Nothing depends on a chunk's atomicity: each
 //! candidate's events are the same as if it had a transaction of its own.
 //!
+//! The decisions read exact aggregates: a chunk's streams are folded in committed steps
+//! before its locks (`Store::catch_up_in_steps`, unless its state was read ahead), and what
+//! is left under them (`WriteTx::fold_locked`). With one chunk in flight (always on
+//! SQLite), the next chunk's state is read ahead in a snapshot of its own while the chunk
+//! before commits ([`Ledger::read_ahead`], only where the projections hold every stream up
+//! to its head); it decides only if every stream of the chunk is still at that head and no
+//! `settle rebuild` ran since, else the chunk reads again under its lock. The rules in
+//! force are the ledger's policy, not a process's; a provider touched by a gated event that
+//! no verified approval ran is held (`control_unproven`), and a EUR payout without a fresh
+//! FX rate too (`fx_stale`).
+//!
 //! Crash tests abort the process at named [failpoints](failpoint).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -28,11 +39,10 @@ use super::registry::ProviderRecord;
 use super::{Actor, Ledger, LedgerError, content_hash, find_idem_in_stream, reject};
 pub use crate::config::RunConfig;
 use crate::domain::DomainError;
-use crate::domain::decision::{Candidate, Decision, Outcome, RunPolicy, decide};
+use crate::domain::decision::{Candidate, Decision, Figures, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
 use crate::store::keys::{KeyHashes, StreamKey};
-use crate::store::runs::CandidateFigures;
 use crate::store::{Dialect, NewEvent, Store, WriteTx};
 
 pub(crate) const MS_PER_HOUR: i64 = 3_600_000;
@@ -114,7 +124,7 @@ fn calendar_error(e: CalendarError) -> LedgerError {
 }
 
 /// The idempotency key of a candidate's decision.
-pub fn decision_key(run: &RunKey, provider_id: &str) -> String {
+pub(crate) fn decision_key(run: &RunKey, provider_id: &str) -> String {
     format!("run:{}:{}:{provider_id}", run.kind(), run.key_string())
 }
 
@@ -129,7 +139,7 @@ fn payout_event_key(run: &RunKey, provider_id: &str, step: &str) -> String {
 }
 
 /// The idempotency key of a run's completion.
-pub fn completion_key(run: &RunKey) -> String {
+pub(crate) fn completion_key(run: &RunKey) -> String {
     format!("run:{}:{}:completed", run.kind(), run.key_string())
 }
 
@@ -142,12 +152,12 @@ pub fn payout_id(run: &RunKey, provider_id: &str) -> String {
 }
 
 /// The run's cutoff in milliseconds.
-pub fn cutoff_ms(run: &RunKey) -> Result<i64, LedgerError> {
+pub(crate) fn cutoff_ms(run: &RunKey) -> Result<i64, LedgerError> {
     Ok(naive_ms(run.cutoff().map_err(calendar_error)?))
 }
 
 /// The run's minimum payout under `config`.
-pub fn minimum_micro_usdc(run: &RunKey, config: &RunConfig) -> i64 {
+pub(crate) fn minimum_micro_usdc(run: &RunKey, config: &RunConfig) -> i64 {
     match run {
         RunKey::Weekly { .. } => config.weekly_minimum_micro_usdc,
         RunKey::Monthly { .. } => config.monthly_minimum_micro_usdc,
@@ -188,7 +198,7 @@ pub use crate::domain::payout::eur_cents;
 /// looked at again; a completed one is a no-op), else the start of the day of the first
 /// provider registration (no run before it has a candidate), else `None` (an empty ledger
 /// has missed nothing).
-pub async fn catch_up_start_ms(
+pub(crate) async fn catch_up_start_ms(
     store: &Store,
     calendar: &Calendar,
 ) -> Result<Option<i64>, LedgerError> {
@@ -237,7 +247,7 @@ pub async fn run_report(
         .collect();
     let (mut payouts, mut payouts_micro_usdc) = (0, 0);
     for c in &candidates {
-        let t = totals.entry(c.decision.clone()).or_default();
+        let t = totals.entry(c.decision.as_str().to_owned()).or_default();
         t.count += 1;
         t.amount_micro_usdc += c.amount_micro_usdc;
         if c.payout_id.is_some() {
@@ -264,22 +274,6 @@ pub async fn completed_runs(store: &Store, limit: i64) -> Result<Vec<RunSummary>
     Ok(rows::completed_runs(store, limit).await?)
 }
 
-/// The facts `decide` needs about a provider, from its registry row and its figures:
-/// `available(cutoff)` of SPEC §5 is the payable lines recorded before the cutoff minus
-/// every payout of the provider that has not failed, been cancelled or been returned.
-fn facts_of(provider: &ProviderRecord, figures: CandidateFigures) -> Candidate {
-    Candidate {
-        rail: provider.payout_method.as_ref().map(PayoutMethod::rail),
-        method_invalid: provider.method_invalid,
-        method_set_at_ms: provider.method_set_at_ms,
-        status: provider.status,
-        payable_balance_micro_usdc: figures.payable_balance_micro_usdc,
-        available_micro_usdc: figures.recorded_before_micro_usdc
-            - figures.payouts_not_undone_micro_usdc,
-        external_hold_reason: None,
-    }
-}
-
 /// The facts `decide` needs about one provider, read on `conn`.
 async fn candidate_facts(
     conn: &mut crate::store::Conn,
@@ -289,7 +283,7 @@ async fn candidate_facts(
 ) -> Result<Candidate, LedgerError> {
     let id = provider.provider_id.as_str();
     let figures = rows::candidate_figures(conn, citus, &[id], day_number(cutoff_ms)).await?;
-    Ok(facts_of(
+    Ok(Candidate::of(
         provider,
         figures.get(id).copied().unwrap_or_default(),
     ))
@@ -670,7 +664,7 @@ impl Ledger {
             if !is_candidate(run, provider) {
                 continue;
             }
-            let mut facts = facts_of(
+            let mut facts = Candidate::of(
                 provider,
                 figures.get(*provider_id).copied().unwrap_or_default(),
             );
@@ -753,7 +747,7 @@ pub struct CandidateReads {
     keys: Vec<StreamKey>,
     decided: KeyHashes,
     providers: HashMap<String, ProviderRecord>,
-    figures: HashMap<String, CandidateFigures>,
+    figures: HashMap<String, Figures>,
 }
 
 /// Reads [`CandidateReads`] of `chunk` on `conn` (under the chunk's lock, or ahead of it).
@@ -836,7 +830,7 @@ impl DecisionFacts<'_> {
                 run_kind: run.kind().to_owned(),
                 run_key: run.key_string(),
                 provider_id: provider_id.to_owned(),
-                decision: decision.as_str().to_owned(),
+                decision,
                 available_micro_usdc,
                 amount_micro_usdc,
                 payout_id: payout.clone(),

@@ -35,7 +35,7 @@ fn method_fields(method: &mut PayoutMethod) -> Vec<(&'static str, &mut String)> 
 
 /// The digest that stands for the account `method` pays to (SPEC §11: uniqueness checks
 /// use a keyed hash): the wallet, the IBAN, or the ACH routing and account numbers.
-pub fn method_digest(index: &super::BlindIndex, method: &PayoutMethod) -> String {
+pub(crate) fn method_digest(index: &super::BlindIndex, method: &PayoutMethod) -> String {
     match method {
         PayoutMethod::Solana { wallet } => index.digest("wallet", wallet),
         PayoutMethod::Sepa { iban, .. } => index.digest("iban", iban),
@@ -50,7 +50,12 @@ fn seal_in_place(key: &DataKey, binding: &Binding<'_>, value: &mut String) {
 }
 
 /// Seals `method`'s personal fields for `provider_id` in an event of `event_type`.
-pub fn seal_method(key: &DataKey, provider_id: &str, event_type: &str, method: &mut PayoutMethod) {
+pub(crate) fn seal_method(
+    key: &DataKey,
+    provider_id: &str,
+    event_type: &str,
+    method: &mut PayoutMethod,
+) {
     for (field, value) in method_fields(method) {
         let binding = Binding {
             provider_id,
@@ -64,7 +69,7 @@ pub fn seal_method(key: &DataKey, provider_id: &str, event_type: &str, method: &
 /// Seals the personal fields of a provider's registry event (`provider.registered`,
 /// `provider.updated`) with the provider's key; any other event is left as it is (a
 /// payout's method is the provider's, sealed already).
-pub fn seal_event(key: &DataKey, body: &mut EventBody) {
+pub(crate) fn seal_event(key: &DataKey, body: &mut EventBody) {
     let event_type = body.event_type();
     let (provider_id, name, email, method) = match body {
         EventBody::ProviderRegistered(p) => (
@@ -114,7 +119,7 @@ fn open_in_place(
 /// # Errors
 /// `sealed_text_unreadable` or `sealed_text_invalid`: a value that does not open (changed,
 /// or moved from another provider or field), never passed off as erased.
-pub fn open_method(
+pub(crate) fn open_method(
     key: Option<&DataKey>,
     provider_id: &str,
     method: &mut PayoutMethod,
@@ -131,7 +136,7 @@ pub fn open_method(
 ///
 /// # Errors
 /// As [`open_method`].
-pub fn open_record(
+pub(crate) fn open_record(
     key: Option<&DataKey>,
     record: &mut ProviderRecord,
 ) -> Result<bool, PrivacyError> {
@@ -175,7 +180,7 @@ fn line_fields(line: &mut serde_json::Value) -> Vec<(String, &mut String)> {
 }
 
 /// Whether an import line sets a personal value (a name, an email, a payout method).
-pub fn line_sets_personal_values(command: &str) -> bool {
+pub(crate) fn line_sets_personal_values(command: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(command)
         .is_ok_and(|mut line| !line_fields(&mut line).is_empty())
 }
@@ -183,7 +188,7 @@ pub fn line_sets_personal_values(command: &str) -> bool {
 /// An approval request's command (an import line) and summary with `provider_id`'s
 /// personal values sealed by [`DataKey::seal_fixed`]: the same command gives the same
 /// text, so it finds its request again and the digest an operator signs stays the same.
-pub fn seal_request(
+pub(crate) fn seal_request(
     key: &DataKey,
     provider_id: &str,
     command: &str,
@@ -216,7 +221,7 @@ pub fn seal_request(
 ///
 /// # Errors
 /// As [`open_method`].
-pub fn open_request(
+pub(crate) fn open_request(
     key: Option<&DataKey>,
     provider_id: &str,
     command: &str,

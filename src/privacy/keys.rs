@@ -109,7 +109,7 @@ impl MasterKey {
     ///
     /// # Errors
     /// As [`MasterKey::load`].
-    pub fn read_file(path: &Path) -> Result<MasterKey, PrivacyError> {
+    pub(crate) fn read_file(path: &Path) -> Result<MasterKey, PrivacyError> {
         use std::os::unix::fs::PermissionsExt;
         let shown = path.display();
         let metadata = std::fs::metadata(path)

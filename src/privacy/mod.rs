@@ -22,6 +22,15 @@
 //! Sealing and opening are pure; `keys` reads the master key, `report` reads the chain for
 //! the personal data an older ledger holds in clear. Where the wrapped keys are stored, and
 //! which reads open which fields, is the ledger's.
+//!
+//! Erasure: an erased provider's data key is marked erased at once (every read of its
+//! values shows `erased`, [`open_field`]) and destroyed when the retention of its payment
+//! records ends (`vault`); its events, amounts and chain stay, and still verify. How a
+//! ledger handle seals is its `vault::Privacy`: `Sealing` under a vault, `Missing` when no
+//! master key could be read (booking or showing a personal value is refused, the rest
+//! works), `Clear` for a library handle made without one; `vault::privacy_of` chooses by
+//! the master key a process reads, or makes beside a SQLite ledger that has no data key
+//! yet. `fields` says which values of which events and import lines are personal.
 
 pub mod fields;
 pub mod keys;
@@ -132,7 +141,7 @@ impl DataKey {
     /// approval request only, whose text must be the same when the same command is sent
     /// again (it finds its request, and an operator signs the digest of the text before
     /// sending it); equal values of one provider's requests show as equal, nothing else.
-    pub fn seal_fixed(&self, binding: &Binding<'_>, clear: &str) -> String {
+    pub(crate) fn seal_fixed(&self, binding: &Binding<'_>, clear: &str) -> String {
         let aad = binding.associated_data();
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.bytes())
             .expect("HMAC takes a key of any length");
@@ -223,7 +232,7 @@ fn unreadable(binding: &Binding<'_>) -> PrivacyError {
 }
 
 /// Whether `text` is a sealed value (not clear text written before values were sealed).
-pub fn is_sealed(text: &str) -> bool {
+pub(crate) fn is_sealed(text: &str) -> bool {
     text.starts_with(SEALED_PREFIX)
 }
 
@@ -297,7 +306,7 @@ pub fn open_field(
 
 /// HMAC-SHA256 of `bytes` under a provider's data key: a digest of a command with personal
 /// values (a re-send's check) that tells nothing once the key is destroyed.
-pub fn keyed_digest(key: &DataKey, bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn keyed_digest(key: &DataKey, bytes: &[u8]) -> Vec<u8> {
     let mut mac =
         <Hmac<Sha256> as Mac>::new_from_slice(key.bytes()).expect("HMAC takes a key of any length");
     mac.update(b"settle/keyed-content/v1");

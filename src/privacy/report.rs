@@ -40,7 +40,10 @@ pub struct ClearProvider {
 
 /// The personal fields `payload` (an event of `event_type`) holds in clear, with the
 /// provider they belong to; `None` when it holds none.
-pub fn clear_fields(event_type: &str, payload: &Value) -> Option<(String, BTreeSet<String>)> {
+pub(crate) fn clear_fields(
+    event_type: &str,
+    payload: &Value,
+) -> Option<(String, BTreeSet<String>)> {
     let mut fields = BTreeSet::new();
     let provider = match event_type {
         "provider.registered" | "provider.updated" => {

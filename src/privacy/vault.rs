@@ -50,13 +50,13 @@ impl Vault {
 
     /// This vault keeping an erased provider's key `days` after its last payout (0: none).
     #[must_use]
-    pub fn with_retention_days(mut self, days: i64) -> Vault {
+    pub(crate) fn with_retention_days(mut self, days: i64) -> Vault {
         self.retention_days = days.max(0);
         self
     }
 
     /// How long an erased provider's key is kept after its last payout, in milliseconds.
-    pub fn retention_ms(&self) -> i64 {
+    pub(crate) fn retention_ms(&self) -> i64 {
         self.retention_days.saturating_mul(86_400_000)
     }
 
@@ -168,7 +168,7 @@ impl Vault {
     ///
     /// # Errors
     /// The store's, and `key_unwrap_failed` as [`Vault::key`].
-    pub async fn read_keys(
+    pub(crate) async fn read_keys(
         &self,
         owners: &[&str],
     ) -> Result<std::collections::HashMap<String, DataKey>, VaultError> {
@@ -190,7 +190,7 @@ impl Vault {
     ///
     /// # Errors
     /// The store's.
-    pub async fn is_erased(&self, owner: &str) -> Result<bool, VaultError> {
+    pub(crate) async fn is_erased(&self, owner: &str) -> Result<bool, VaultError> {
         Ok(rows::key_row(&self.store, owner)
             .await?
             .is_some_and(|r| r.erased_at_ms.is_some()))
@@ -208,7 +208,7 @@ impl Vault {
     ///
     /// # Errors
     /// The store's.
-    pub async fn destroy(&self, owner: &str, now_ms: i64) -> Result<bool, VaultError> {
+    pub(crate) async fn destroy(&self, owner: &str, now_ms: i64) -> Result<bool, VaultError> {
         Ok(rows::destroy_key(&self.store, owner, now_ms).await?)
     }
 
@@ -218,7 +218,7 @@ impl Vault {
     ///
     /// # Errors
     /// As [`Vault::key`].
-    pub async fn blind_index(&self, now_ms: i64) -> Result<super::BlindIndex, VaultError> {
+    pub(crate) async fn blind_index(&self, now_ms: i64) -> Result<super::BlindIndex, VaultError> {
         let key = self.key(BLIND_INDEX_OWNER, now_ms).await?.ok_or_else(|| {
             PrivacyError::new("key_unwrap_failed", "the blind index key was destroyed")
         })?;
@@ -226,7 +226,7 @@ impl Vault {
     }
 
     /// The master key's id.
-    pub fn master_key_id(&self) -> &str {
+    pub(crate) fn master_key_id(&self) -> &str {
         self.wrap.key_id()
     }
 }
@@ -258,7 +258,7 @@ impl Privacy {
     ///
     /// # Errors
     /// [`Privacy::Missing`]'s error, and the vault's.
-    pub async fn sealer(&self, owner: &str, now_ms: i64) -> Result<Sealer, VaultError> {
+    pub(crate) async fn sealer(&self, owner: &str, now_ms: i64) -> Result<Sealer, VaultError> {
         match self {
             Privacy::Sealing(vault) => Ok(match vault.key(owner, now_ms).await? {
                 Some(key) => Sealer::Key(key),
@@ -274,7 +274,7 @@ impl Privacy {
     ///
     /// # Errors
     /// [`Privacy::Missing`]'s error, and the vault's.
-    pub async fn read_keys(
+    pub(crate) async fn read_keys(
         &self,
         owners: &[&str],
     ) -> Result<std::collections::HashMap<String, DataKey>, VaultError> {
@@ -286,7 +286,7 @@ impl Privacy {
     }
 
     /// How long an erased provider's key is kept after its last payout, in milliseconds.
-    pub fn retention_ms(&self) -> i64 {
+    pub(crate) fn retention_ms(&self) -> i64 {
         match self {
             Privacy::Sealing(vault) => vault.retention_ms(),
             _ => RETENTION_DAYS_DEFAULT * 86_400_000,
@@ -319,7 +319,7 @@ fn beside_database(database: &str) -> Option<PathBuf> {
 /// # Errors
 /// A master key file others may read (`insecure_master_key`) or that holds no key
 /// (`invalid_master_key`); a new key that cannot be written.
-pub async fn privacy_of(
+pub(crate) async fn privacy_of(
     config: &PrivacyConfig,
     database: &str,
     store: &Store,

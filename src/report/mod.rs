@@ -20,7 +20,7 @@ use crate::store::read::{EarningsBy, EarningsGroup, EarningsReport, EarningsTota
 use output::Rows;
 
 /// The range `[from, to)` from optional texts; defaults to the month containing `now_ms`.
-pub fn parse_range(
+pub(crate) fn parse_range(
     from: Option<&str>,
     to: Option<&str>,
     now_ms: i64,
@@ -64,7 +64,7 @@ pub const EARNINGS_COLUMNS: [&str; 9] = [
 ];
 
 /// An earnings report as rows (one per group).
-pub fn earnings_rows(report: &EarningsReport) -> Rows {
+pub(crate) fn earnings_rows(report: &EarningsReport) -> Rows {
     let mut rows = Rows::new(EARNINGS_COLUMNS.to_vec());
     for g in &report.groups {
         let t = &g.totals;
@@ -104,7 +104,7 @@ pub const PAYOUT_COLUMNS: [&str; 16] = [
 ];
 
 /// Payouts as rows; Solana references get their explorer link on `cluster`.
-pub fn payout_rows(payouts: &[PayoutRow], cluster: &str) -> Rows {
+pub(crate) fn payout_rows(payouts: &[PayoutRow], cluster: &str) -> Rows {
     let mut rows = Rows::new(PAYOUT_COLUMNS.to_vec());
     for p in payouts {
         let explorer = match (&p.reference, p.rail.as_str()) {
@@ -138,7 +138,7 @@ pub fn payout_rows(payouts: &[PayoutRow], cluster: &str) -> Rows {
 /// time axis has no gaps; at most the last `max` periods. Returns them and how many
 /// earlier periods of the range were left out. A report by GPU or model is returned as it
 /// is.
-pub fn every_period(report: &EarningsReport, max: usize) -> (Vec<EarningsGroup>, usize) {
+pub(crate) fn every_period(report: &EarningsReport, max: usize) -> (Vec<EarningsGroup>, usize) {
     let (from, to) = (report.from_ms, report.to_ms);
     if to <= from
         || !matches!(

@@ -75,7 +75,7 @@ impl Rows {
 }
 
 /// The width of each column of a table: its name's, or its widest cell's.
-pub fn table_widths(columns: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
+pub(crate) fn table_widths(columns: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
     let mut widths: Vec<usize> = columns.iter().map(|c| c.len()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
@@ -86,14 +86,14 @@ pub fn table_widths(columns: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
 }
 
 /// A table's header: the column names, then a rule under each.
-pub fn table_head(columns: &[&str], widths: &[usize]) -> String {
+pub(crate) fn table_head(columns: &[&str], widths: &[usize]) -> String {
     let names: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
     let rules: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
     table_line(&names, widths) + &table_line(&rules, widths)
 }
 
 /// One table row, each cell padded to its column's width, newline-terminated.
-pub fn table_line(cells: &[String], widths: &[usize]) -> String {
+pub(crate) fn table_line(cells: &[String], widths: &[usize]) -> String {
     let padded: Vec<String> = cells
         .iter()
         .zip(widths)
@@ -113,7 +113,7 @@ pub fn cell(v: &Value) -> String {
 
 /// One CSV record (RFC 4180 quoting), newline-terminated. A text cell that a spreadsheet
 /// would run as a formula is neutralised first ([`neutralise_formula`]).
-pub fn csv_line(fields: impl Iterator<Item = String>) -> String {
+pub(crate) fn csv_line(fields: impl Iterator<Item = String>) -> String {
     let quoted: Vec<String> = fields
         .map(neutralise_formula)
         .map(|f| {
@@ -130,7 +130,7 @@ pub fn csv_line(fields: impl Iterator<Item = String>) -> String {
 /// CSV injection: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return is
 /// read as a formula by spreadsheets, so such a text cell gets a leading `'` (shown as
 /// text, the value intact after it). Numbers (`-12.500000`) are left as they are.
-pub fn neutralise_formula(field: String) -> String {
+pub(crate) fn neutralise_formula(field: String) -> String {
     if field.starts_with(['=', '+', '-', '@', '\t', '\r']) && !is_decimal(&field) {
         format!("'{field}")
     } else {

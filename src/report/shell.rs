@@ -4,6 +4,7 @@
 //! The program is `settle` only when the first `settle` on `PATH` is this very binary (after
 //! the README's `cargo install --path . --locked`); otherwise it is this binary's absolute
 //! path (e.g. `…/target/debug/settle` under `cargo run`), which works from any directory.
+//! `tests/it/first_minutes.rs` pastes the demo's printed lines into `sh` as they are.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ pub fn program() -> String {
 }
 
 /// [`program`] for the binary `exe` (canonical) and the search path `path_var`.
-pub fn program_for(exe: &Path, path_var: Option<&OsStr>) -> String {
+pub(crate) fn program_for(exe: &Path, path_var: Option<&OsStr>) -> String {
     let found = path_var.and_then(|p| first_on_path(PROGRAM_NAME, p));
     match found {
         Some(found) if found == exe => PROGRAM_NAME.to_owned(),
@@ -54,7 +55,7 @@ fn first_on_path(name: &str, path_var: &OsStr) -> Option<PathBuf> {
 
 /// One word for a POSIX shell: as it is when it holds only characters no shell treats
 /// specially, else in single quotes (a `'` inside written `'\''`).
-pub fn quote(word: &str) -> String {
+pub(crate) fn quote(word: &str) -> String {
     let plain = !word.is_empty()
         && word
             .bytes()
@@ -66,8 +67,9 @@ pub fn quote(word: &str) -> String {
     }
 }
 
+#[cfg(feature = "local-chain")]
 /// A command line: `program` (already quoted, see [`program`]) and `args`, each quoted.
-pub fn command_line(program: &str, args: &[&str]) -> String {
+pub(crate) fn command_line(program: &str, args: &[&str]) -> String {
     let mut line = program.to_owned();
     for arg in args {
         line.push(' ');

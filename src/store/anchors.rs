@@ -25,7 +25,7 @@ pub struct PublicationRow {
 }
 
 /// Records anchor `n` (a second record of the same `n` is refused by the key).
-pub async fn record_anchor(store: &Store, row: &AnchorRow) -> Result<(), StoreError> {
+pub(crate) async fn record_anchor(store: &Store, row: &AnchorRow) -> Result<(), StoreError> {
     on!(store.db(), |c| sqlx::query(
         "INSERT INTO anchors (n, root, at_ms) VALUES ($1, $2, $3)"
     )
@@ -48,7 +48,10 @@ pub async fn anchors(store: &Store) -> Result<Vec<AnchorRow>, StoreError> {
 }
 
 /// Records a publication.
-pub async fn record_publication(store: &Store, row: &PublicationRow) -> Result<(), StoreError> {
+pub(crate) async fn record_publication(
+    store: &Store,
+    row: &PublicationRow,
+) -> Result<(), StoreError> {
     on!(store.db(), |c| sqlx::query(
         "INSERT INTO anchor_publications (signature, n, root, at_ms) VALUES ($1, $2, $3, $4)"
     )
@@ -63,7 +66,7 @@ pub async fn record_publication(store: &Store, row: &PublicationRow) -> Result<(
 }
 
 /// Every publication, oldest first.
-pub async fn publications(store: &Store) -> Result<Vec<PublicationRow>, StoreError> {
+pub(crate) async fn publications(store: &Store) -> Result<Vec<PublicationRow>, StoreError> {
     Ok(on!(store.db(), |c| sqlx::query_as(
         "SELECT signature, n, root, at_ms FROM anchor_publications ORDER BY n, at_ms"
     )

@@ -16,7 +16,7 @@ const IDS_PER_QUERY_MAX: usize = 1_000;
 /// identification number), by end-to-end id: one statement per thousand ids. An id no
 /// payout has is absent; an id several payouts share (never written by the engine) maps to
 /// all of them.
-pub async fn payouts_by_end_to_end_ids(
+pub(crate) async fn payouts_by_end_to_end_ids(
     store: &Store,
     end_to_end_ids: &[&str],
 ) -> Result<HashMap<String, Vec<PayoutRecord>>, StoreError> {
@@ -73,7 +73,7 @@ pub struct ExceptionRow {
 }
 
 /// The answer file of `kind` with `message_id`, when it was booked.
-pub async fn answer_file(
+pub(crate) async fn answer_file(
     store: &Store,
     kind: &str,
     message_id: &str,
@@ -117,7 +117,7 @@ pub async fn exceptions(store: &Store) -> Result<Vec<ExceptionRow>, StoreError> 
 /// Whether a request of the provider update `update_id` was booked, pending or decided
 /// (a notification of change is requested as update `noc-{trace}`). The command is the
 /// request's canonical JSON line, so the id appears in it exactly as written here.
-pub async fn update_requested(store: &Store, update_id: &str) -> Result<bool, StoreError> {
+pub(crate) async fn update_requested(store: &Store, update_id: &str) -> Result<bool, StoreError> {
     let needle = format!("%\"update_id\":\"{update_id}\"%");
     let pool = store.db();
     let found: i64 = on!(pool, |c| {

@@ -25,6 +25,18 @@
 //! Where Citus cannot run a statement the store uses on one node (a recursive skip scan over
 //! the streams, a correlated probe per stream), the store chooses a form it distributes
 //! ([`Store::is_citus`]).
+//!
+//! A statement over many streams goes once per shard (`per_shard`): the streams grouped by
+//! the shard that holds them and bound as a native `TEXT[]` (`on_pg!`, `fetch_pinned!`), so
+//! Citus routes it whole to that shard, where every PostgreSQL form (a lateral subquery, a
+//! row lock) runs as on one node. A writer takes the coordinator's advisory lock of each of
+//! its streams, in name order, and then the stream's row lock in `stream_locks` on its shard
+//! (`lock_on_shards`): a transaction over several nodes commits on them after the
+//! coordinator, and the shard lock keeps the next writer of a stream from reading its head
+//! before the previous writer's events committed there.
+//!
+//! `ops/citus/cluster.sh` starts the cluster the tests (`tests/it/citus.rs`) and the
+//! benchmarks run on; `ops/SCALING.md` tells how the ledger grows on it.
 
 use super::{Conn, Db, Store, StoreError, on};
 
@@ -125,7 +137,7 @@ impl Store {
     /// Distributes the tables that are not yet (see the module doc); a no-op on SQLite, on a
     /// PostgreSQL without Citus and on a ledger distributed already. Run by the tables' owner
     /// after the migrations.
-    pub async fn distribute(&self) -> Result<Option<Distribution>, StoreError> {
+    pub(crate) async fn distribute(&self) -> Result<Option<Distribution>, StoreError> {
         let Db::Postgres(pool) = &self.db else {
             return Ok(None);
         };
@@ -341,7 +353,7 @@ struct Node {
 /// The admin URLs (database `postgres`) of the workers of the cluster whose coordinator
 /// `coordinator` names (an admin URL, `postgres://user@host:port/db`, whose database has the
 /// workers in its node table: `ops/citus/cluster.sh` registers them in `postgres`).
-pub async fn worker_urls(coordinator: &str) -> Result<Vec<String>, StoreError> {
+pub(crate) async fn worker_urls(coordinator: &str) -> Result<Vec<String>, StoreError> {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(coordinator).await?;
     let nodes: Vec<Node> = sqlx::query_as(

@@ -1,19 +1,39 @@
-//! The projector (SPEC §3): folds the additive aggregates of appended events.
+//! The projector (SPEC §3): folds what a booking leaves behind its append.
 //!
-//! A usage booking writes only its events and the state it decides on (the idempotency
-//! keys and the GPU's usage segments, which the next overlap check reads); the aggregates
-//! its events change ([`AGGREGATES`]: balances, earnings by day, payable by booking day) are
-//! folded afterwards, stream by stream in sequence order, by whoever comes first:
+//! A usage booking writes only its events. The projection ops its events defer
+//! (`ProjOp::is_deferred`: the additive [`AGGREGATES`], that is balances, earnings by day
+//! and payable by booking day, and a usage event's `usage_segments`) are folded afterwards,
+//! stream by stream in sequence order, by whoever comes first:
 //! - the background projector of `settle serve` ([`Store::fold_dirty`], [`Store::catch_up_all`]),
 //! - every other command, which folds its stream's tail when it begins
 //!   ([`Store::begin`]) and its own events when it commits,
 //! - every read of an aggregate, which folds the streams it reads ([`Store::catch_up`]):
-//!   a payout decision, `verify`, `balance` and the dashboard all read exactly.
+//!   a payout decision, `verify`, `balance` and the dashboard all read exactly,
+//! - a usage booking that reads segments (a GPU's latest booked end, the overlap probe of a
+//!   late event), which folds the streams it locked up to their heads first
+//!   (`WriteTx::fold_locked_streams`), unless its process's view of the stream already
+//!   holds what the fold would give (`ledger::ingest`).
 //!
-//! Exactly once: a fold writes its aggregate rows and moves the stream's checkpoint
+//! Exactly once: a fold writes its rows and moves the stream's checkpoint
 //! (`projection_checkpoints`) in one transaction, and moves it only from the value it read;
 //! a concurrent fold of the same stream finds the checkpoint moved, fails with
 //! [`StoreError::Conflict`] and rolls back. Crashes roll the whole fold back.
+//!
+//! How folders meet:
+//! - on PostgreSQL a fold locks the checkpoint rows it reads, in stream name order (on
+//!   Citus shard by shard), so a second folder of a stream waits for the first and then
+//!   folds what is left, instead of losing the race at its end; it takes no stream write
+//!   lock, so bookings never wait for it;
+//! - on SQLite, which has one writer, a fold reads and decodes its tail in a read
+//!   transaction beside the writer, then takes the writer and writes only if no checkpoint
+//!   moved meanwhile (else it folds again from what it reads under the writer).
+//!
+//! Bounded: a process remembers at most `store.projector_dirty_streams_max` streams to fold
+//! by name (`Dirty`); past that it remembers only that some stream waits, and its next
+//! fold sweeps every stream behind its head. Booking waits for the projector of its
+//! process while the oldest deferred change is older than
+//! `ledger.usage_projection_lag_max_ms`, for a bounded time
+//! ([`Store::wait_for_projector`]): a stalled projector slows ingestion without stopping it.
 //!
 //! [`AGGREGATES`]: crate::domain::projection::AGGREGATES
 
@@ -479,7 +499,11 @@ impl Store {
     /// stopping it. At the machine's limit the bookers then leave the projector the time it
     /// needs, and the lag stays near `lag_max` instead of growing with the backlog. Returns
     /// how long it waited (zero when it did not).
-    pub async fn wait_for_projector(&self, lag_max: Duration, wait_max: Duration) -> Duration {
+    pub(crate) async fn wait_for_projector(
+        &self,
+        lag_max: Duration,
+        wait_max: Duration,
+    ) -> Duration {
         let following = self
             .follower
             .following
@@ -512,7 +536,7 @@ impl Store {
     /// committed: a long backlog makes progress even when no transaction of its whole
     /// length would commit (a payout run's chunk under dropped connections,
     /// `runs.catch_up_events_per_tx`).
-    pub async fn catch_up_in_steps(
+    pub(crate) async fn catch_up_in_steps(
         &self,
         streams: &[&str],
         events_per_tx: i64,

@@ -8,7 +8,7 @@ use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 
 /// The content hash stored with `key` (`Some(None)`: booked without one), on `stream` or,
 /// without it, on any stream; `None` when the key is unused.
-pub async fn stored_hash(
+pub(crate) async fn stored_hash(
     conn: &mut Conn,
     key: &str,
     stream: Option<&str>,
@@ -32,7 +32,7 @@ pub async fn stored_hash(
 }
 
 /// The `(stream, payload)` of every event booked under `key`, on whichever stream.
-pub async fn payloads_by_key(
+pub(crate) async fn payloads_by_key(
     store: &Store,
     key: &str,
 ) -> Result<Vec<(String, String)>, StoreError> {
@@ -82,7 +82,10 @@ struct BookedKey {
 
 /// Of `keys`, the ones booked already, with their content hash: one statement for a whole
 /// batch (a usage batch, a payout run's chunk of candidates).
-pub async fn booked_keys(conn: &mut Conn, keys: &[StreamKey]) -> Result<KeyHashes, StoreError> {
+pub(crate) async fn booked_keys(
+    conn: &mut Conn,
+    keys: &[StreamKey],
+) -> Result<KeyHashes, StoreError> {
     let from = Dialect::of(conn).json_rows(1, keys.len());
     let sql = format!(
         "SELECT e.stream, e.idem_key, e.content_hash FROM {from} JOIN events AS e ON e.stream = j.value ->> 0 AND e.idem_key = j.value ->> 1"

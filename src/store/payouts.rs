@@ -86,7 +86,7 @@ pub async fn load(conn: &mut Conn, payout_id: &str) -> Result<Option<PayoutRecor
 }
 
 /// The payouts of `payout_ids` that exist, by id: one statement for all of them.
-pub async fn load_many(
+pub(crate) async fn load_many(
     conn: &mut Conn,
     payout_ids: &[&str],
 ) -> Result<HashMap<String, PayoutRecord>, StoreError> {

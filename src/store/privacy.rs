@@ -17,7 +17,7 @@ pub struct TypedPayloadRow {
 /// Up to `limit` events whose type is one of `event_types`, after `after` (a stream and a
 /// sequence) in the order of (stream, sequence): the primary key's order, so the pages of
 /// a ledger that grows meanwhile still cover every event once.
-pub async fn events_of_types(
+pub(crate) async fn events_of_types(
     store: &Store,
     event_types: &[&str],
     after: Option<&(String, i64)>,
@@ -70,7 +70,7 @@ pub async fn key_row(store: &Store, owner: &str) -> Result<Option<KeyRow>, Store
 
 /// Stores `owner`'s new wrapped key unless it has a row already (a concurrent first use
 /// made one: the caller reads that one back).
-pub async fn insert_key(
+pub(crate) async fn insert_key(
     store: &Store,
     owner: &str,
     master_key_id: &str,
@@ -95,7 +95,7 @@ pub async fn insert_key(
 
 /// Marks `owner` erased at `now_ms` (kept if it was erased before) with its key destroyed
 /// from `destroy_after_ms` on; an owner without a key gets a row without one.
-pub async fn mark_erased(
+pub(crate) async fn mark_erased(
     store: &Store,
     owner: &str,
     now_ms: i64,
@@ -106,7 +106,7 @@ pub async fn mark_erased(
 }
 
 /// Up to `limit` keys still wrapped under another master key than `master_key_id`.
-pub async fn keys_not_under(
+pub(crate) async fn keys_not_under(
     store: &Store,
     master_key_id: &str,
     limit: i64,
@@ -123,7 +123,7 @@ pub async fn keys_not_under(
 
 /// Replaces `owner`'s wrapped key `from` by `to` under `master_key_id`, unless it changed
 /// meanwhile (destroyed, or re-wrapped by another rotation): whether it was replaced.
-pub async fn rewrap_key(
+pub(crate) async fn rewrap_key(
     store: &Store,
     owner: &str,
     from: &str,
@@ -146,7 +146,7 @@ pub async fn rewrap_key(
 }
 
 /// The key rows of `owners` (those that have one), read a page of owners per statement.
-pub async fn key_rows(store: &Store, owners: &[&str]) -> Result<Vec<KeyRow>, StoreError> {
+pub(crate) async fn key_rows(store: &Store, owners: &[&str]) -> Result<Vec<KeyRow>, StoreError> {
     let mut rows = Vec::with_capacity(owners.len());
     for page in owners.chunks(KEYS_PER_READ) {
         let sql = format!(
@@ -170,7 +170,7 @@ const KEYS_PER_READ: usize = 500;
 
 /// Whether any provider has a data key row: a ledger whose personal data a master key
 /// already wraps (then a missing master key is never replaced by a new one).
-pub async fn any_key(store: &Store) -> Result<bool, StoreError> {
+pub(crate) async fn any_key(store: &Store) -> Result<bool, StoreError> {
     let found: Option<String> = on!(store.db(), |c| sqlx::query_scalar(
         "SELECT owner FROM provider_keys LIMIT 1"
     )
@@ -180,7 +180,7 @@ pub async fn any_key(store: &Store) -> Result<bool, StoreError> {
 }
 
 /// The erased owners whose key is due for destruction at `now_ms` and still held, sorted.
-pub async fn keys_due(store: &Store, now_ms: i64) -> Result<Vec<String>, StoreError> {
+pub(crate) async fn keys_due(store: &Store, now_ms: i64) -> Result<Vec<String>, StoreError> {
     Ok(on!(store.db(), |c| sqlx::query_scalar(
         "SELECT owner FROM provider_keys \
          WHERE wrapped IS NOT NULL AND erased_at_ms IS NOT NULL AND destroy_after_ms <= $1 \
@@ -192,7 +192,11 @@ pub async fn keys_due(store: &Store, now_ms: i64) -> Result<Vec<String>, StoreEr
 }
 
 /// Destroys `owner`'s key if it is erased and due at `now_ms`: whether it was.
-pub async fn destroy_key(store: &Store, owner: &str, now_ms: i64) -> Result<bool, StoreError> {
+pub(crate) async fn destroy_key(
+    store: &Store,
+    owner: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
     let done = on!(store.db(), |c| {
         sqlx::query(
         "UPDATE provider_keys SET wrapped = NULL, destroyed_at_ms = $2 \
@@ -219,7 +223,7 @@ pub struct PayoutSpan {
 }
 
 /// `provider_id`'s [`PayoutSpan`] (inside a write transaction, or on any connection).
-pub async fn payout_span(
+pub(crate) async fn payout_span(
     conn: &mut super::Conn,
     provider_id: &str,
 ) -> Result<PayoutSpan, StoreError> {
@@ -239,7 +243,7 @@ pub async fn payout_span(
 
 /// [`mark_erased`] inside a write transaction: the erasure's event and its key's row commit
 /// together.
-pub async fn mark_erased_on(
+pub(crate) async fn mark_erased_on(
     conn: &mut super::Conn,
     owner: &str,
     now_ms: i64,
@@ -264,7 +268,7 @@ pub async fn mark_erased_on(
 
 /// Replaces `provider_id`'s payout method digest with `digest` (none: deleted), in the
 /// transaction that books the method or the erasure.
-pub async fn replace_method_digest(
+pub(crate) async fn replace_method_digest(
     conn: &mut super::Conn,
     provider_id: &str,
     digest: Option<&str>,
@@ -291,7 +295,10 @@ pub async fn replace_method_digest(
 }
 
 /// The providers whose payout method has `digest`, sorted.
-pub async fn providers_with_digest(store: &Store, digest: &str) -> Result<Vec<String>, StoreError> {
+pub(crate) async fn providers_with_digest(
+    store: &Store,
+    digest: &str,
+) -> Result<Vec<String>, StoreError> {
     Ok(on!(store.db(), |c| sqlx::query_scalar(
         "SELECT provider_id FROM payout_method_digests WHERE digest = $1 ORDER BY provider_id"
     )

@@ -1,4 +1,19 @@
-//! Applying projection ops in SQL, and loading/replacing whole projection tables.
+//! Applying projection ops in SQL, and loading whole projection tables.
+//!
+//! The ops of one transaction become a few statements of fixed text ([`apply_ops`]): puts
+//! are gathered per table into one multi-row upsert, adds to the additive tables are summed
+//! per row first, and consecutive patches of one table that set the same columns are one
+//! `UPDATE … FROM` over their rows. Inserted rows travel as one JSON parameter on
+//! PostgreSQL (`Dialect::json_rows`) and as the bound parameters of a multi-row `VALUES` on
+//! SQLite (`store::values`); patches as one JSON parameter on both. A statement's text so
+//! depends only on its table and shape, and is prepared once per connection.
+//!
+//! Every table is typed by its declaration (`domain::projection::TableSpec`: the listed
+//! integer columns `BIGINT`, every other one `TEXT`), which
+//! `tests/it/ledger.rs::projection_tables_declare_the_schemas_columns_and_types` checks
+//! against the migrated schema of both databases; rows are read back by column name
+//! ([`row_vals`]). On PostgreSQL the tables updated in place (the aggregates and the
+//! checkpoints) leave room in each page for their rows' next versions (`fillfactor`).
 
 use std::collections::BTreeMap;
 
@@ -189,7 +204,7 @@ impl<'a> PendingPuts<'a> {
 /// commute. A command that appends many events (a payout run's chunk:
 /// `payout_run.decided` and `payout.created` alternate) writes two statements, not one per
 /// event.
-pub async fn apply_ops(conn: &mut Conn, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
+pub(crate) async fn apply_ops(conn: &mut Conn, ops: &[ProjOp]) -> Result<(), sqlx::Error> {
     let mut adds: BTreeMap<&'static str, BTreeMap<Vec<Val>, AddRow>> = BTreeMap::new();
     let mut puts = PendingPuts::default();
     let mut patches = PendingPatches::default();
@@ -367,7 +382,7 @@ async fn add_rows(
 }
 
 /// Loads a whole projection table, keyed like [`Projections`].
-pub async fn load_table(
+pub(crate) async fn load_table(
     conn: &mut Conn,
     spec: &'static TableSpec,
 ) -> Result<BTreeMap<Vec<Val>, Vec<Val>>, StoreError> {

@@ -55,7 +55,7 @@ impl TryFrom<ProviderRow> for ProviderRecord {
 
 /// The registered providers among `provider_ids`, by id: one statement for a whole batch
 /// (a payout run decides its candidates many per transaction).
-pub async fn load_providers(
+pub(crate) async fn load_providers(
     conn: &mut Conn,
     provider_ids: &[&str],
 ) -> Result<HashMap<String, ProviderRecord>, StoreError> {
@@ -85,7 +85,7 @@ pub async fn load_providers(
 }
 
 /// One provider (inside a write transaction, or on any connection).
-pub async fn load_provider(
+pub(crate) async fn load_provider(
     conn: &mut Conn,
     provider_id: &str,
 ) -> Result<Option<ProviderRecord>, StoreError> {
@@ -99,7 +99,7 @@ pub async fn load_provider(
 }
 
 /// The rate text a provider's price book has for `model` from exactly `effective_from_ms`.
-pub async fn rate_from(
+pub(crate) async fn rate_from(
     conn: &mut Conn,
     provider_id: &str,
     model: &str,
@@ -152,7 +152,7 @@ pub async fn price_book(
 }
 
 /// The fee (bps) a tier's schedule has in force at `at_ms`, if the schedule sets one.
-pub async fn fee_in_force(
+pub(crate) async fn fee_in_force(
     conn: &mut Conn,
     tier: Tier,
     at_ms: i64,
@@ -169,7 +169,7 @@ pub async fn fee_in_force(
 }
 
 /// The fee (bps) a tier's schedule has from exactly `effective_from_ms`.
-pub async fn fee_from(
+pub(crate) async fn fee_from(
     conn: &mut Conn,
     tier: Tier,
     effective_from_ms: i64,

@@ -83,7 +83,7 @@ fn batches_oldest_first(rows: Vec<BatchRow>) -> Result<Vec<BankBatch>, StoreErro
 }
 
 /// Every bank batch, oldest first.
-pub async fn load_batches(conn: &mut Conn) -> Result<Vec<BankBatch>, StoreError> {
+pub(crate) async fn load_batches(conn: &mut Conn) -> Result<Vec<BankBatch>, StoreError> {
     let rows: Vec<BatchRow> = on!(&mut *conn, |c| sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches"
     ))
@@ -93,7 +93,10 @@ pub async fn load_batches(conn: &mut Conn) -> Result<Vec<BankBatch>, StoreError>
 }
 
 /// One bank batch.
-pub async fn load_batch(conn: &mut Conn, batch_id: &str) -> Result<Option<BankBatch>, StoreError> {
+pub(crate) async fn load_batch(
+    conn: &mut Conn,
+    batch_id: &str,
+) -> Result<Option<BankBatch>, StoreError> {
     let row: Option<BatchRow> = on!(&mut *conn, |c| sqlx::query_as(&format!(
         "SELECT {BATCH_COLUMNS} FROM bank_batches WHERE batch_id = $1"
     ))
@@ -120,7 +123,7 @@ pub async fn batch(store: &Store, batch_id: &str) -> Result<Option<BankBatch>, S
 /// The bank batches that may not have been handed off yet: one of their payouts is still
 /// `created` (found through `bank_batch_payouts` and the index of payouts by status), oldest
 /// first.
-pub async fn unfinished_batches(store: &Store) -> Result<Vec<BankBatch>, StoreError> {
+pub(crate) async fn unfinished_batches(store: &Store) -> Result<Vec<BankBatch>, StoreError> {
     let pool = store.db();
     let rows: Vec<BatchRow> = on!(pool, |c| {
         sqlx::query_as(&format!(
@@ -140,7 +143,7 @@ pub async fn unfinished_batches(store: &Store) -> Result<Vec<BankBatch>, StoreEr
 /// from a locale: ids compare as bytes on both databases, migration 0009). A keyset read
 /// through `payouts_by_status_and_id`, so a generation holds one page and one batch in
 /// memory, whatever the number of payouts.
-pub async fn unbatched_created(
+pub(crate) async fn unbatched_created(
     store: &Store,
     rail: Rail,
     after: &str,
@@ -164,7 +167,7 @@ pub async fn unbatched_created(
 }
 
 /// Whether any of `payout_ids` is in a bank batch already.
-pub async fn any_batched(conn: &mut Conn, payout_ids: &[&str]) -> Result<bool, StoreError> {
+pub(crate) async fn any_batched(conn: &mut Conn, payout_ids: &[&str]) -> Result<bool, StoreError> {
     if payout_ids.is_empty() {
         return Ok(false);
     }
@@ -182,7 +185,7 @@ pub async fn any_batched(conn: &mut Conn, payout_ids: &[&str]) -> Result<bool, S
 }
 
 /// How many ACH batches were generated on UTC day `day` (days since the epoch).
-pub async fn ach_batches_on_day(conn: &mut Conn, day: i64) -> Result<usize, StoreError> {
+pub(crate) async fn ach_batches_on_day(conn: &mut Conn, day: i64) -> Result<usize, StoreError> {
     let start = day * crate::domain::time::MS_PER_DAY;
     let count: i64 = on!(&mut *conn, |c| {
         sqlx::query_scalar(
@@ -194,24 +197,6 @@ pub async fn ach_batches_on_day(conn: &mut Conn, day: i64) -> Result<usize, Stor
     .await
     })?;
     usize::try_from(count).map_err(corrupt)
-}
-
-/// The payout method a provider has now (`None`: no provider, or none set).
-pub async fn provider_method(
-    store: &Store,
-    provider_id: &str,
-) -> Result<Option<PayoutMethod>, StoreError> {
-    let pool = store.db();
-    let text: Option<Option<String>> = on!(pool, |c| sqlx::query_scalar(
-        "SELECT payout_method FROM providers WHERE provider_id = $1"
-    )
-    .bind(provider_id)
-    .fetch_optional(c)
-    .await)?;
-    text.flatten()
-        .map(|t| serde_json::from_str(&t))
-        .transpose()
-        .map_err(corrupt)
 }
 
 /// How a signed Solana attempt ended; `None` on [`AttemptRow`] while it is open.
@@ -241,7 +226,7 @@ impl AttemptEnd {
 
     /// Whether the attempt settles or fails its payouts (`landed` or `failed`); an expired
     /// one never lands.
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(self, AttemptEnd::Landed | AttemptEnd::Failed)
     }
 }
@@ -267,7 +252,7 @@ pub struct AttemptRow {
 
 impl AttemptRow {
     /// Whether this attempt settles or fails its payouts (`landed` or `failed`).
-    pub fn is_final(&self) -> bool {
+    pub(crate) fn is_final(&self) -> bool {
         self.outcome.is_some_and(AttemptEnd::is_final)
     }
 }
@@ -352,7 +337,7 @@ pub async fn attempts(store: &Store, which: Attempts) -> Result<Vec<AttemptRow>,
 }
 
 /// One attempt by id.
-pub async fn attempt_by_id(
+pub(crate) async fn attempt_by_id(
     conn: &mut Conn,
     attempt_id: &str,
 ) -> Result<Option<AttemptRow>, StoreError> {
@@ -366,7 +351,7 @@ pub async fn attempt_by_id(
 }
 
 /// The landed attempt whose transaction has `signature` (a Solana payout's reference).
-pub async fn landed_attempt_by_signature(
+pub(crate) async fn landed_attempt_by_signature(
     store: &Store,
     signature: &str,
 ) -> Result<Option<AttemptRow>, StoreError> {
@@ -383,7 +368,7 @@ pub async fn landed_attempt_by_signature(
 
 /// The open lookup-table maintenance attempts (no payouts, no outcome yet), as (attempt id,
 /// signed transaction in base64).
-pub async fn open_maintenance(conn: &mut Conn) -> Result<Vec<(String, String)>, StoreError> {
+pub(crate) async fn open_maintenance(conn: &mut Conn) -> Result<Vec<(String, String)>, StoreError> {
     let rows: Vec<OpenMaintenance> = on!(&mut *conn, |c| {
         sqlx::query_as(
         "SELECT attempt_id, tx_base64 FROM solana_attempts WHERE outcome IS NULL AND payout_ids = '[]' ORDER BY attempt_id",
@@ -417,7 +402,7 @@ pub type Claims = HashMap<String, Vec<(String, Option<AttemptEnd>)>>;
 /// For each of `payout_ids`: the attempts that hold it and are open or landed/failed (a
 /// payout in none of them may be signed; expired attempts never land). One statement,
 /// through the per-payout index `solana_attempt_payouts`.
-pub async fn claims(conn: &mut Conn, payout_ids: &[&str]) -> Result<Claims, StoreError> {
+pub(crate) async fn claims(conn: &mut Conn, payout_ids: &[&str]) -> Result<Claims, StoreError> {
     let mut out: Claims = HashMap::new();
     if payout_ids.is_empty() {
         return Ok(out);
@@ -449,7 +434,7 @@ pub async fn claims(conn: &mut Conn, payout_ids: &[&str]) -> Result<Claims, Stor
 pub struct PayoutFacts {
     pub payout_id: String,
     pub provider_id: String,
-    pub rail: String,
+    pub rail: Rail,
     pub status: PayoutStatus,
     pub amount_micro_usdc: i64,
     /// The method snapshot, as JSON.
@@ -485,7 +470,7 @@ impl TryFrom<FactsRow> for PayoutFacts {
             status: PayoutStatus::parse(&r.status).map_err(corrupt)?,
             payout_id: r.payout_id,
             provider_id: r.provider_id,
-            rail: r.rail,
+            rail: Rail::parse(&r.rail).map_err(corrupt)?,
             amount_micro_usdc: r.amount_micro_usdc,
             method: r.method,
             reference: r.reference,
@@ -506,7 +491,7 @@ const FACTS_COLUMNS: &str =
     "payout_id, provider_id, rail, status, amount_micro_usdc, method, reference";
 
 /// The facts of the payouts named, by id (unknown ids are absent).
-pub async fn payout_facts(
+pub(crate) async fn payout_facts(
     conn: &mut Conn,
     payout_ids: &[String],
 ) -> Result<HashMap<String, PayoutFacts>, StoreError> {
@@ -533,7 +518,7 @@ pub async fn payout_facts(
 }
 
 /// The Solana payouts in a set of statuses, oldest first.
-pub async fn solana_payouts(
+pub(crate) async fn solana_payouts(
     store: &Store,
     status: fn(PayoutStatus) -> bool,
 ) -> Result<Vec<PayoutFacts>, StoreError> {

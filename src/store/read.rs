@@ -4,7 +4,7 @@
 use super::on;
 use super::{Db, Store, StoreError};
 
-use crate::domain::event::{accounts, provider_stream};
+use crate::domain::event::{ApprovalStatus, Rail, accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
 
 /// A provider's balances, in micro-USDC.
@@ -107,7 +107,9 @@ struct PayoutTotal {
 }
 
 /// The figures of the projections the metrics show at scrape time.
-pub async fn ledger_figures(store: &Store) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
+pub(crate) async fn ledger_figures(
+    store: &Store,
+) -> Result<crate::metrics::LedgerFigures, sqlx::Error> {
     let pool = store.db();
     let payouts = on!(pool, |c| sqlx::query_as::<_, PayoutTotal>("SELECT status, rail, COUNT(*) AS count, CAST(COALESCE(SUM(amount_micro_usdc), 0) AS BIGINT) AS amount_micro_usdc FROM payouts GROUP BY status, rail")
         .fetch_all(c)
@@ -134,7 +136,7 @@ pub async fn ledger_figures(store: &Store) -> Result<crate::metrics::LedgerFigur
 }
 
 /// Whether a provider is registered.
-pub async fn provider_exists(store: &Store, provider_id: &str) -> Result<bool, sqlx::Error> {
+pub(crate) async fn provider_exists(store: &Store, provider_id: &str) -> Result<bool, sqlx::Error> {
     super::row_exists(
         store.db(),
         "SELECT 1 FROM providers WHERE provider_id = $1",
@@ -162,7 +164,7 @@ impl EarningsTotals {
         self.duration_ms += other.duration_ms;
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         *self == EarningsTotals::default()
     }
 
@@ -492,7 +494,7 @@ pub struct PeriodTotals {
 }
 
 /// Week-to-date and month-to-date earnings of a provider, in one read.
-pub async fn period_totals(
+pub(crate) async fn period_totals(
     store: &Store,
     provider_id: &str,
     now_ms: i64,
@@ -593,7 +595,7 @@ pub struct GpuEarnings {
 
 /// A provider's GPUs in id order after `after_gpu_id`, at most `limit`, with lifetime,
 /// week-to-date and month-to-date earnings as of `now_ms`.
-pub async fn provider_gpus(
+pub(crate) async fn provider_gpus(
     store: &Store,
     provider_id: &str,
     now_ms: i64,
@@ -716,7 +718,8 @@ pub struct PayoutRow {
     pub provider_id: String,
     pub run_kind: String,
     pub run_key: String,
-    pub rail: String,
+    #[sqlx(try_from = "String")]
+    pub rail: Rail,
     pub amount_micro_usdc: i64,
     pub amount_eur_cents: Option<i64>,
     pub eur_per_usd: Option<String>,
@@ -774,8 +777,8 @@ pub struct ApprovalRow {
     pub amount_micro_usdc: Option<i64>,
     pub requested_by: String,
     pub requested_at_ms: i64,
-    /// `pending`, `approved` or `rejected`.
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: ApprovalStatus,
     pub decided_by: Option<String>,
     pub decided_at_ms: Option<i64>,
     pub reason: Option<String>,
@@ -806,7 +809,7 @@ pub async fn approval(
 /// Requests, oldest first, of one status or all, at most `limit`.
 pub async fn approvals(
     store: &Store,
-    status: Option<&str>,
+    status: Option<ApprovalStatus>,
     limit: i64,
 ) -> Result<Vec<ApprovalRow>, sqlx::Error> {
     let pool = store.db();
@@ -816,7 +819,7 @@ pub async fn approvals(
                 sqlx::query_as(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = $1 ORDER BY requested_at_ms, approval_id LIMIT $2"
             ))
-            .bind(s)
+            .bind(s.as_str())
             .bind(limit)
             .fetch_all(c)
             .await

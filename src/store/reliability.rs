@@ -63,7 +63,7 @@ struct GpuRow {
 /// taken; per row: `None` when recorded now, `Some(body)` with the stored body otherwise
 /// (equal: a duplicate; other: a conflict; a row repeating an earlier row of the batch gets
 /// that row's body).
-pub async fn record_many(
+pub(crate) async fn record_many(
     store: &Store,
     rows: &[ReportRow],
 ) -> Result<Vec<Option<String>>, StoreError> {
@@ -382,7 +382,7 @@ pub async fn online_spans(
 }
 
 /// The GPUs of `provider_id` with their model, by id.
-pub async fn provider_gpus(
+pub(crate) async fn provider_gpus(
     store: &Store,
     provider_id: &str,
 ) -> Result<Vec<(String, String)>, StoreError> {
@@ -408,7 +408,7 @@ pub struct ReportsMark {
 /// every report recorded at or after the latest one (booking time moves forward), and
 /// reads only that instant's rows on the index `gpu_reports_by_provider`: the live stream
 /// polls it.
-pub async fn provider_reports_mark(
+pub(crate) async fn provider_reports_mark(
     store: &Store,
     provider_id: &str,
 ) -> Result<ReportsMark, StoreError> {

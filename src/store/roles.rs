@@ -122,7 +122,7 @@ impl Store {
     }
 
     /// How the database's schema stands against this binary's migrations.
-    pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
+    pub(crate) async fn schema_state(&self) -> Result<SchemaState, StoreError> {
         let migrator = match self.dialect() {
             Dialect::Sqlite => &SQLITE_MIGRATOR,
             Dialect::Postgres => &POSTGRES_MIGRATOR,

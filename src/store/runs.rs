@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::on;
 use super::{Conn, Dialect, Store, StoreError, json_rows_param};
+use crate::domain::decision::{Decision, Figures};
 use crate::domain::event::{accounts, provider_stream};
 use crate::domain::payout::PayoutStatus;
 
@@ -42,7 +43,7 @@ impl ReadAhead {
 
 /// Of `streams`, the ones whose projections hold every event (checkpoint = head), with that
 /// head: one statement, primary-key probes only.
-pub async fn folded_heads(
+pub(crate) async fn folded_heads(
     conn: &mut Conn,
     citus: bool,
     streams: &[&str],
@@ -77,9 +78,10 @@ pub async fn folded_heads(
     Ok(found.into_iter().map(|h| (h.stream, h.seq)).collect())
 }
 
-/// The three figures of SPEC §5 a candidate's decision reads, for one provider.
+/// The three figures of SPEC §5 a candidate's decision reads, for one provider, as read
+/// (by name) into the domain's [`Figures`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, sqlx::FromRow)]
-pub struct CandidateFigures {
+struct CandidateFigures {
     /// The balance of the payable account (whenever recorded).
     pub payable_balance_micro_usdc: i64,
     /// Payable lines booked on days before the cutoff's day.
@@ -88,16 +90,26 @@ pub struct CandidateFigures {
     pub payouts_not_undone_micro_usdc: i64,
 }
 
-/// [`CandidateFigures`] of each of `provider_ids` (zero for a provider without lines or
+impl From<CandidateFigures> for Figures {
+    fn from(f: CandidateFigures) -> Figures {
+        Figures {
+            payable_balance_micro_usdc: f.payable_balance_micro_usdc,
+            recorded_before_micro_usdc: f.recorded_before_micro_usdc,
+            payouts_not_undone_micro_usdc: f.payouts_not_undone_micro_usdc,
+        }
+    }
+}
+
+/// The [`Figures`] of each of `provider_ids` (zero for a provider without lines or
 /// payouts): one statement for a whole chunk of a run's candidates, each figure one
 /// primary-key range (`account_balances`, `payable_recorded`) or index range
 /// (`payouts_by_provider`) per provider.
-pub async fn candidate_figures(
+pub(crate) async fn candidate_figures(
     conn: &mut Conn,
     citus: bool,
     provider_ids: &[&str],
     day: i64,
-) -> Result<HashMap<String, CandidateFigures>, StoreError> {
+) -> Result<HashMap<String, Figures>, StoreError> {
     let mut out = HashMap::with_capacity(provider_ids.len());
     if provider_ids.is_empty() {
         return Ok(out);
@@ -127,7 +139,7 @@ pub async fn candidate_figures(
                 .bind(day)
                 .fetch_all(c)
                 .await)?;
-        out.extend(found.into_iter().map(|f| (f.provider_id, f.figures)));
+        out.extend(found.into_iter().map(|f| (f.provider_id, f.figures.into())));
         return Ok(out);
     }
     let rows: Vec<(&str, String, String)> = provider_ids
@@ -148,7 +160,7 @@ pub async fn candidate_figures(
         .bind(day)
         .fetch_all(c)
         .await)?;
-    out.extend(found.into_iter().map(|f| (f.provider_id, f.figures)));
+    out.extend(found.into_iter().map(|f| (f.provider_id, f.figures.into())));
     Ok(out)
 }
 
@@ -176,7 +188,10 @@ pub async fn latest_fx_rate(
 }
 
 /// The EUR per USD rates booked after `after_ms` (the control's week of FX history).
-pub async fn fx_rates_after(conn: &mut Conn, after_ms: i64) -> Result<Vec<String>, StoreError> {
+pub(crate) async fn fx_rates_after(
+    conn: &mut Conn,
+    after_ms: i64,
+) -> Result<Vec<String>, StoreError> {
     Ok(on!(&mut *conn, |c| sqlx::query_scalar(
         "SELECT eur_per_usd FROM fx_rates WHERE recorded_at_ms > $1 ORDER BY recorded_at_ms",
     )
@@ -192,7 +207,10 @@ struct FxRow {
 }
 
 /// The greatest key of a completed run of `kind`.
-pub async fn latest_run_key(conn: &mut Conn, kind: &str) -> Result<Option<String>, StoreError> {
+pub(crate) async fn latest_run_key(
+    conn: &mut Conn,
+    kind: &str,
+) -> Result<Option<String>, StoreError> {
     Ok(on!(&mut *conn, |c| sqlx::query_scalar(
         "SELECT MAX(run_key) FROM payout_runs WHERE run_kind = $1"
     )
@@ -202,7 +220,7 @@ pub async fn latest_run_key(conn: &mut Conn, kind: &str) -> Result<Option<String
 }
 
 /// When the first provider registered.
-pub async fn first_registration_ms(conn: &mut Conn) -> Result<Option<i64>, StoreError> {
+pub(crate) async fn first_registration_ms(conn: &mut Conn) -> Result<Option<i64>, StoreError> {
     Ok(on!(&mut *conn, |c| sqlx::query_scalar(
         "SELECT MIN(registered_at_ms) FROM providers"
     )
@@ -211,7 +229,7 @@ pub async fn first_registration_ms(conn: &mut Conn) -> Result<Option<i64>, Store
 }
 
 /// When a run completed, if it did.
-pub async fn completed_at(
+pub(crate) async fn completed_at(
     conn: &mut Conn,
     kind: &str,
     key: &str,
@@ -229,7 +247,8 @@ pub async fn completed_at(
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct RunCandidate {
     pub provider_id: String,
-    pub decision: String,
+    #[sqlx(try_from = "String")]
+    pub decision: Decision,
     pub available_micro_usdc: i64,
     pub amount_micro_usdc: i64,
     pub payout_id: Option<String>,
@@ -256,7 +275,7 @@ pub async fn decisions(
 }
 
 /// A provider's decision in a run, if decided.
-pub async fn decision_of(
+pub(crate) async fn decision_of(
     conn: &mut Conn,
     kind: &str,
     key: &str,
@@ -275,7 +294,7 @@ pub async fn decision_of(
 }
 
 /// Per decision of a run: `(decision, count, sum of amounts)`.
-pub async fn decision_totals(
+pub(crate) async fn decision_totals(
     conn: &mut Conn,
     kind: &str,
     key: &str,
@@ -304,7 +323,7 @@ struct DecisionTotal {
 
 /// The providers a run may pay, in provider id order (byte order, the same on every
 /// database): every provider not suspended, on the weekly schedule only for a weekly run.
-pub async fn candidate_ids(store: &Store, weekly: bool) -> Result<Vec<String>, StoreError> {
+pub(crate) async fn candidate_ids(store: &Store, weekly: bool) -> Result<Vec<String>, StoreError> {
     let pool = store.db();
     let sql = if weekly {
         "SELECT provider_id FROM providers WHERE schedule = 'weekly' AND status <> 'suspended'"
@@ -320,7 +339,7 @@ pub async fn candidate_ids(store: &Store, weekly: bool) -> Result<Vec<String>, S
 }
 
 /// The providers already decided in a run.
-pub async fn decided_ids(
+pub(crate) async fn decided_ids(
     store: &Store,
     kind: &str,
     key: &str,

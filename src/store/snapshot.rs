@@ -3,11 +3,26 @@
 //! A [`Snapshot`] is one read transaction (repeatable read on PostgreSQL; one read
 //! transaction on SQLite's WAL): the streams, their events, their projector checkpoints and
 //! the projection tables all as of one instant, however long the reading takes and whatever
-//! commits meanwhile. The streams are read in name order a page at a time, and what a caller
-//! folds from them goes into copies of the projection tables inside the same transaction
-//! (temporary tables, gone with it), where SQL compares them with the tables (`verify`) or
-//! replaces the tables with them (`rebuild`): either holds one page of streams in memory,
-//! not the ledger.
+//! commits meanwhile, so `verify` may run while `serve` books.
+//!
+//! Paging: the streams are read in name order, a page at a time, each with its head and
+//! checkpoint ([`Snapshot::streams_after`], [`StreamPosition`]); a page's events are one
+//! range of the primary key in `(stream, seq)` order, read a bounded number at a time
+//! ([`Snapshot::events_between`]). What the caller folds of a page goes into copies of the
+//! projection tables inside the same transaction ([`Snapshot::record_fold`]: temporary
+//! tables, gone with it). Every projection row belongs to one stream, so the pages fold into
+//! disjoint rows, and memory holds one page of streams, not the ledger.
+//!
+//! Then SQL does the rest:
+//! - `verify` compares the copies with the tables ([`Snapshot::differences`]), a difference
+//!   found in either direction;
+//! - `rebuild` ends the read transaction and, in one short write transaction on the same
+//!   connection that shuts writers out (SQLite's writer; `LOCK TABLE events IN SHARE MODE`
+//!   on PostgreSQL, so it runs as the owner), checks that no event was booked since the
+//!   snapshot (else a conflict that changes nothing), replaces the tables with the copies,
+//!   moves every checkpoint to its stream's head and leaves a new `projections_rebuilt`
+//!   marker, by which processes drop what they kept of the old tables
+//!   ([`Snapshot::replace_tables`]).
 
 use std::sync::Arc;
 
@@ -108,7 +123,9 @@ impl Snapshot {
     }
 
     /// The checkpoints beyond 0 of streams that have no event, with the seq they claim.
-    pub async fn checkpoints_without_events(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+    pub(crate) async fn checkpoints_without_events(
+        &mut self,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
         let rows: Vec<StreamSeq> = on!(&mut *self.tx, |c| {
             sqlx::query_as(
             "SELECT c.stream, c.seq FROM projection_checkpoints AS c \
@@ -124,7 +141,7 @@ impl Snapshot {
     /// `through`, past position `after` (`(stream, seq)`; `(name, i64::MAX)` skips the
     /// stream `name` whole), in stream and sequence order: one statement reads a page of
     /// streams' events, one range of the primary key.
-    pub async fn events_between(
+    pub(crate) async fn events_between(
         &mut self,
         after: (&str, i64),
         through: &str,
@@ -145,7 +162,7 @@ impl Snapshot {
 
     /// Adds the rows of `fold` to the fold compared by [`Snapshot::differences`]. Each call
     /// brings the rows of other streams: every projection row belongs to one stream.
-    pub async fn record_fold(&mut self, fold: &Projections) -> Result<(), StoreError> {
+    pub(crate) async fn record_fold(&mut self, fold: &Projections) -> Result<(), StoreError> {
         self.create_copies().await?;
         insert_copies(&mut self.tx, FOLD_PREFIX, fold).await?;
         Ok(())

@@ -11,7 +11,7 @@ const STREAMS_PER_READ: usize = 500;
 
 /// The `payout.created` events of `streams`, by stream and sequence. Reads the index of
 /// the ledger's rare kinds (`events_control_types`), never a stream's usage.
-pub async fn payouts_created(
+pub(crate) async fn payouts_created(
     store: &Store,
     streams: &[String],
 ) -> Result<Vec<StoredEvent>, StoreError> {
@@ -61,7 +61,7 @@ pub struct SeqWindow {
 }
 
 /// See [`SeqWindow`].
-pub async fn booked_between(
+pub(crate) async fn booked_between(
     store: &Store,
     stream: &str,
     from_ms: i64,
@@ -75,16 +75,5 @@ pub async fn booked_between(
     .bind(from_ms)
     .bind(to_ms)
     .fetch_one(c)
-    .await)?)
-}
-
-/// The hash of the event at `seq` of `stream` (`None` when there is none).
-pub async fn hash_at(store: &Store, stream: &str, seq: i64) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(on!(store.db(), |c| sqlx::query_scalar(
-        "SELECT hash FROM events WHERE stream = $1 AND seq = $2"
-    )
-    .bind(stream)
-    .bind(seq)
-    .fetch_optional(c)
     .await)?)
 }

@@ -60,7 +60,7 @@ pub struct TokenInsert<'a> {
 /// `Ok(Err(holder))`. The check and the insert run under one write lock (SQLite's
 /// `BEGIN IMMEDIATE`; an advisory lock on PostgreSQL), so two creations cannot both take
 /// a name.
-pub async fn insert_named(
+pub(crate) async fn insert_named(
     store: &Store,
     token: &TokenInsert<'_>,
 ) -> Result<Result<(), String>, sqlx::Error> {
@@ -106,7 +106,7 @@ pub async fn insert_named(
 /// Activates a token created waiting for approval, inside the approval's transaction
 /// (`conn` of the ledger's write): the approval and the activation commit together. `false`
 /// when it was active already.
-pub async fn activate_in(
+pub(crate) async fn activate_in(
     conn: &mut super::Conn,
     token_id: &str,
     approval_id: &str,
@@ -130,7 +130,7 @@ pub async fn activate_in(
 
 /// The tokens named `name` of `scope` that wait for their approval (not revoked, not
 /// activated), read in the approval's transaction.
-pub async fn pending_named_in(
+pub(crate) async fn pending_named_in(
     conn: &mut super::Conn,
     name: &str,
     scope: &str,
@@ -190,7 +190,7 @@ pub async fn list(store: &Store) -> Result<Vec<StoredToken>, sqlx::Error> {
 }
 
 /// One token with its stored secret hash.
-pub async fn with_hash(
+pub(crate) async fn with_hash(
     store: &Store,
     token_id: &str,
 ) -> Result<Option<(StoredToken, Vec<u8>)>, sqlx::Error> {

@@ -51,7 +51,7 @@ pub struct OverlapProbe<'a> {
 /// probe starts (any overlapping segment is that one, or starts after it and then that one
 /// starts inside the probe). One primary-key seek per probe, however many segments the GPU
 /// has booked that day.
-pub async fn overlapping_segments(
+pub(crate) async fn overlapping_segments(
     tx: &mut WriteTx,
     probes: &[OverlapProbe<'_>],
 ) -> Result<HashMap<usize, (i64, i64)>, StoreError> {
@@ -134,7 +134,7 @@ fn record_overlaps(
 }
 
 /// The platform's fee schedules.
-pub async fn fee_book(tx: &mut WriteTx) -> Result<FeeBook, StoreError> {
+pub(crate) async fn fee_book(tx: &mut WriteTx) -> Result<FeeBook, StoreError> {
     let mut fees = FeeBook::default();
     let rows: Vec<FeeRow> = on!(tx.conn(), |c| sqlx::query_as(
         "SELECT tier, effective_from_ms, fee_bps FROM fee_schedules"
@@ -180,7 +180,7 @@ pub struct PricingContext {
 }
 
 /// The pricing contexts of `providers` (every one named gets one, empty when unknown).
-pub async fn pricing_contexts(
+pub(crate) async fn pricing_contexts(
     tx: &mut WriteTx,
     providers: &[&str],
 ) -> Result<HashMap<String, PricingContext>, StoreError> {
@@ -366,7 +366,7 @@ pub struct TakenViews {
 
 impl TakenViews {
     /// The pricing context of `stream`'s provider, when read.
-    pub fn context(&self, stream: &str) -> Option<&PricingContext> {
+    pub(crate) fn context(&self, stream: &str) -> Option<&PricingContext> {
         self.views.get(stream).and_then(|v| v.context.as_ref())
     }
 
@@ -379,7 +379,7 @@ impl TakenViews {
 
     /// Notes one of `stream`'s GPUs, read in the batch's transaction (nothing when the
     /// stream is not the batch's).
-    pub fn learned(&mut self, stream: &str, gpu_id: &str, facts: &GpuFacts) {
+    pub(crate) fn learned(&mut self, stream: &str, gpu_id: &str, facts: &GpuFacts) {
         if let Some(view) = self.views.get_mut(stream) {
             view.gpus.insert(gpu_id.to_owned(), facts.clone());
         }
@@ -419,7 +419,7 @@ impl TakenViews {
     }
 
     /// Whether `stream`'s view is [`StreamView::segments_complete`].
-    pub fn segments_complete(&self, stream: &str) -> bool {
+    pub(crate) fn segments_complete(&self, stream: &str) -> bool {
         self.views.get(stream).is_some_and(|v| v.segments_complete)
     }
 
@@ -434,7 +434,7 @@ impl TakenViews {
 
     /// Whether `stream`'s view holds its [`StreamView::unfolded`] segments: a late event of
     /// it is checked against those and the tables, without a fold.
-    pub fn unfolded_known(&self, stream: &str) -> bool {
+    pub(crate) fn unfolded_known(&self, stream: &str) -> bool {
         self.views.get(stream).is_some_and(|v| v.unfolded.is_some())
     }
 
@@ -442,7 +442,7 @@ impl TakenViews {
     /// [`TakenViews::unfolded_known`]), the one the overlap probe of `[started_at_ms,
     /// ended_at_ms)` finds among them (`overlapping_segments`' backward step: the latest
     /// starting before the end, when it ends after the start).
-    pub fn unfolded_overlap(
+    pub(crate) fn unfolded_overlap(
         &self,
         stream: &str,
         gpu_id: &str,
@@ -461,7 +461,10 @@ impl TakenViews {
 
     /// The views with the heads their streams have in `tx` (its appends counted), for
     /// [`Store::keep_usage_views`] once `tx` committed.
-    pub fn at_heads(self, tx: &WriteTx) -> (Option<String>, Vec<(String, Head, StreamView)>) {
+    pub(crate) fn at_heads(
+        self,
+        tx: &WriteTx,
+    ) -> (Option<String>, Vec<(String, Head, StreamView)>) {
         let heads = self
             .views
             .into_iter()
@@ -518,7 +521,7 @@ impl RecentKeys {
 
     /// Whether a batch may assume the keys it does not find here are new; counts the
     /// batch against the backoff when not.
-    pub fn may_assume(&self) -> bool {
+    pub(crate) fn may_assume(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         self.max > 0
             && self
@@ -545,7 +548,7 @@ impl RecentKeys {
     }
 
     /// Notes keys booked (by a transaction that committed) with their content hash.
-    pub fn remember(&self, keys: impl IntoIterator<Item = (StreamKey, Option<Vec<u8>>)>) {
+    pub(crate) fn remember(&self, keys: impl IntoIterator<Item = (StreamKey, Option<Vec<u8>>)>) {
         if self.max == 0 {
             return;
         }
@@ -560,13 +563,13 @@ impl RecentKeys {
     }
 
     /// A batch's assumption held: its transaction committed.
-    pub fn assumption_held(&self) {
+    pub(crate) fn assumption_held(&self) {
         self.failures.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A batch's assumption failed: a key it took for new was booked. The next batches read
     /// their keys, twice as many as after the previous failure in a row.
-    pub fn assumption_failed(&self) {
+    pub(crate) fn assumption_failed(&self) {
         use std::sync::atomic::Ordering::Relaxed;
         let failures = self.failures.fetch_add(1, Relaxed).saturating_add(1);
         let batches = 1u32
@@ -579,7 +582,7 @@ impl RecentKeys {
     }
 
     /// Failed assumptions since the process started.
-    pub fn failed_total(&self) -> u64 {
+    pub(crate) fn failed_total(&self) -> u64 {
         self.failed_total.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -589,7 +592,7 @@ pub(crate) const REBUILT_SETTING: &str = "projections_rebuilt";
 
 /// The marker of the latest `settle rebuild` (`None`: never rebuilt). What was read of the
 /// projections under one marker is stale under another, even where no stream moved.
-pub async fn rebuild_marker(conn: &mut Conn) -> Result<Option<String>, StoreError> {
+pub(crate) async fn rebuild_marker(conn: &mut Conn) -> Result<Option<String>, StoreError> {
     Ok(on!(conn, |c| sqlx::query_scalar(
         "SELECT value FROM ledger_settings WHERE name = $1"
     )
@@ -600,7 +603,7 @@ pub async fn rebuild_marker(conn: &mut Conn) -> Result<Option<String>, StoreErro
 
 /// Takes the kept views of `streams` (locked by `tx`) that are valid at their heads; an
 /// empty view for every other stream.
-pub async fn take_views(
+pub(crate) async fn take_views(
     tx: &mut WriteTx,
     store: &Store,
     streams: &[&str],
@@ -626,7 +629,7 @@ pub async fn take_views(
 impl Store {
     /// Keeps the views of a committed batch, each valid at the head its stream has after
     /// that batch; dropped when a rebuild marker newer than theirs was seen meanwhile.
-    pub fn keep_usage_views(
+    pub(crate) fn keep_usage_views(
         &self,
         rebuilt: Option<String>,
         views: Vec<(String, Head, StreamView)>,
@@ -683,7 +686,7 @@ struct GpuFactsRow {
 
 /// The registered GPUs among `gpus` (each a GPU's id and the stream of the event that names
 /// it): owner, model, latest booked end (one backward primary-key step per GPU).
-pub async fn gpu_facts(
+pub(crate) async fn gpu_facts(
     tx: &mut WriteTx,
     gpus: &[(&str, &str)],
 ) -> Result<HashMap<String, (String, GpuFacts)>, StoreError> {

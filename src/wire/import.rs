@@ -488,7 +488,7 @@ impl Totals {
 }
 
 /// The line's type and id, for its result.
-pub fn describe(command: &Command) -> (String, Option<String>) {
+pub(crate) fn describe(command: &Command) -> (String, Option<String>) {
     match command {
         Command::RegisterProvider(c) => {
             ("provider.register".into(), Some(c.provider_id.to_string()))

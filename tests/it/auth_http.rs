@@ -1,6 +1,7 @@
 //! API tokens: hashed storage, scopes, provider isolation, expiry, revocation, CLI.
 
 use crate::common;
+use crate::common::Tables;
 use crate::http_support;
 
 use serde_json::Value;

@@ -52,7 +52,7 @@ async fn repeated_bad_tokens_get_429_but_a_valid_token_still_passes() {
     );
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["code"], "too_many_auth_failures");
-    // A valid token from the same address is never refused (issue 19: behind a proxy every
+    // A valid token from the same address is never refused (behind a proxy every
     // client shares one address); its failures stay refused for the window.
     let r = app
         .client

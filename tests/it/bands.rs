@@ -1,4 +1,4 @@
-//! Inputs that cannot mint money (issue 19), on both stores: a rate sent with usage stays
+//! Inputs that cannot mint money, on both stores: a rate sent with usage stays
 //! in a configurable band around the provider's price book at `started_at`, per event, in
 //! the ledger, the HTTP usage route and NDJSON import; an FX rate stays in its band and
 //! moves by small steps; `--config` reaches the ledger of `settle ingest/import` and of
@@ -7,6 +7,7 @@
 
 use crate::bank_support;
 use crate::common;
+use crate::common::Tables;
 use crate::http_support;
 
 use std::process::{Child, Stdio};

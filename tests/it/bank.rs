@@ -20,7 +20,8 @@ fn candidate_decision(report: &settle::ledger::runs::RunReport, provider: &str) 
         .find(|c| c.provider_id == provider)
         .unwrap_or_else(|| panic!("{provider} is no candidate"))
         .decision
-        .clone()
+        .as_str()
+        .to_owned()
 }
 
 fn payout_id_of(report: &settle::ledger::runs::RunReport, provider: &str) -> String {

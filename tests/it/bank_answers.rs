@@ -5,6 +5,7 @@
 //! a batch never sent.
 
 use crate::bank_support::*;
+use crate::common::Tables;
 
 use chrono::NaiveDate;
 use settle::config::ControlConfig;

@@ -7,6 +7,7 @@
 //! and each file lies in `processed/` exactly once.
 
 use crate::bank_support::*;
+use crate::common::Tables;
 use crate::common::free_port;
 
 use std::path::{Path, PathBuf};

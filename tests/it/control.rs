@@ -1,8 +1,9 @@
-//! Trust and control (issue 19): the ledger's clock cannot be forged by accident, and no one
+//! Trust and control: the ledger's clock cannot be forged by accident, and no one
 //! moves money alone (dual control). Through the real `settle` binary and the HTTP API, on
 //! SQLite and PostgreSQL (`SETTLE_TEST_PG_URL`).
 
 use crate::common;
+use crate::common::Tables;
 use crate::http_support;
 
 use serde_json::{Value, json};

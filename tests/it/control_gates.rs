@@ -4,6 +4,7 @@
 //! forged event that a payout run must not pay. Each test was first run against the code
 //! before control was provable (where it applies) and failed there.
 
+use crate::common::Tables;
 use serde_json::{Value, json};
 use settle::config::{Config, Enforce};
 use settle::control::{self, Submitted};

@@ -12,6 +12,7 @@
 //! duplicate payout.
 
 use crate::common;
+use crate::common::Tables;
 use crate::runs_support;
 
 use std::io::Write;
@@ -492,7 +493,11 @@ async fn runs_killed_at_failpoints_and_at_random_finish_exactly_once() {
         // Admin decisions on the held payouts, in both ledgers.
         now += 60_000;
         reference.clock.set(now);
-        for c in expected.candidates.iter().filter(|c| c.decision == "held") {
+        for c in expected
+            .candidates
+            .iter()
+            .filter(|c| c.decision.as_str() == "held")
+        {
             let id = c.payout_id.as_deref().unwrap();
             let index: usize = c.provider_id[4..].parse().unwrap();
             let admin = Actor::operator("test");

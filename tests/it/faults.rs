@@ -4,6 +4,7 @@
 //! once and keeps a ledger that verifies.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -417,7 +418,8 @@ async fn killed_rebuild_leaves_consistent_projections() {
 async fn rebuild_holds_the_write_lock(probe: &Store, postgres: bool) -> bool {
     if !postgres {
         // A write transaction of our own cannot start (busy timeout 0).
-        let mut conn = probe.pool().acquire().await.unwrap();
+        let pool = crate::common::tables::any_pool_waiting(probe.url(), 0);
+        let mut conn = pool.acquire().await.unwrap();
         match sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
             Ok(_) => {
                 sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();

@@ -1,4 +1,4 @@
-//! The server that holds (issue 19), against a real `settle serve` process on real sockets:
+//! The server that holds, against a real `settle serve` process on real sockets:
 //! a client sending its headers one byte at a time is cut off while others are served;
 //! SIGTERM finishes within the shutdown deadline whatever the clients do; past the
 //! concurrency limit and its queue, 503 `overloaded` with Retry-After; a request that times
@@ -12,6 +12,7 @@
 //! guard is removed.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

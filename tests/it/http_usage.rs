@@ -1,5 +1,6 @@
 //! `POST /v1/usage` and the admin correction endpoints against the real server.
 
+use crate::common::Tables;
 use crate::http_support;
 
 use serde_json::{Value, json};

@@ -4,6 +4,7 @@
 //! the `settle ingest` command.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;

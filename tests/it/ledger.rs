@@ -3,6 +3,7 @@
 //! writers, event schemas, NDJSON import errors.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::collections::{BTreeMap, HashSet};
 

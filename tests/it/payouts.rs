@@ -1,6 +1,7 @@
 //! The payout lifecycle after a run (SPEC §3 postings) on both stores: submit, settle,
 //! fail, return; idempotency per payout and step; wrong states; the effect on later runs.
 
+use crate::common::Tables;
 use crate::runs_support;
 
 use runs_support::*;
@@ -418,4 +419,56 @@ async fn payouts_settled_together_get_one_answer_and_one_event_each() {
     assert_eq!(twice.code(), "invalid_batch");
     assert_eq!(w.payout(&u).await.status.as_str(), "settled");
     w.check_invariants().await;
+}
+
+/// The `payouts` rows are the typed records: a payout moved through several commands, each
+/// its own transaction, holds what the records' own fold gives, which `verify` folds again
+/// from the events and compares with the row; a row changed behind the engine is named.
+#[tokio::test]
+async fn verify_finds_a_payout_row_the_typed_fold_disagrees_with() {
+    let (w, s, _, u) = paid_world().await;
+    let a = w.actor();
+    w.ledger
+        .submit_payout(&s, "5sigSolana", None, &a)
+        .await
+        .unwrap();
+    w.ledger
+        .settle_payouts(&[&s], "5sigSolana", &a)
+        .await
+        .unwrap();
+    w.ledger
+        .fail_payouts(&[&u], "bank closed the account", &a)
+        .await
+        .unwrap();
+    let settled = w.payout(&s).await;
+    assert_eq!(
+        (settled.status.as_str(), settled.reference.as_deref()),
+        ("settled", Some("5sigSolana"))
+    );
+    let failed = w.payout(&u).await;
+    assert_eq!(
+        (failed.status.as_str(), failed.failure_reason.as_deref()),
+        ("failed", Some("bank closed the account"))
+    );
+    let report = settle::verify::verify(&w.ledger.store, &|_| {})
+        .await
+        .unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+
+    sqlx::query("UPDATE payouts SET reference = 'forged' WHERE payout_id = $1")
+        .bind(&s)
+        .execute(w.ledger.store.pool())
+        .await
+        .unwrap();
+    let report = settle::verify::verify(&w.ledger.store, &|_| {})
+        .await
+        .unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.kind == "projection_mismatch" && p.detail.starts_with("payouts: 1 rows")),
+        "{:?}",
+        report.problems
+    );
 }

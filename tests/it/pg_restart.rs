@@ -18,6 +18,7 @@
 //! run as the `postgres` user through `runuser`.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;

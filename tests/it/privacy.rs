@@ -1,6 +1,7 @@
 //! Personal data on the chain (SPEC §11): what `settle privacy report` finds in clear.
 
 use crate::common;
+use crate::common::Tables;
 use crate::runs_support::*;
 use std::sync::Arc;
 
@@ -474,7 +475,7 @@ async fn an_erased_provider_reads_erased_and_keeps_its_money_history() {
     assert!(
         run.candidates
             .iter()
-            .any(|c| c.provider_id == "eu_de" && c.decision == "no_method"),
+            .any(|c| c.provider_id == "eu_de" && c.decision.as_str() == "no_method"),
         "{:?}",
         run.candidates
     );

@@ -1,4 +1,4 @@
-//! The log-first write path (issue 13, SPEC §3): a usage booking writes the ledger and the
+//! The log-first write path (SPEC §3): a usage booking writes the ledger and the
 //! state its decisions read; the aggregates (balances, earnings by day, payable by day) are
 //! folded behind it by the projector. These tests hold the promises that make that safe:
 //! every reader that decides money or shows it folds first, each event is folded exactly
@@ -6,6 +6,7 @@
 //! Both databases (`SETTLE_TEST_PG_URL`).
 
 use crate::common;
+use crate::common::Tables;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,10 +1,11 @@
-//! A role that cannot rewrite (issue 63): on PostgreSQL the migrations run as the owner of
+//! A role that cannot rewrite: on PostgreSQL the migrations run as the owner of
 //! the tables, and `settle serve` and every booking command as a runtime role given the
 //! grants `settle migrate --print-grants` prints. That role books and reads, and cannot
 //! update, delete or truncate `events`, drop or disable its triggers, or change the schema;
 //! a binary whose schema is behind reports `schema_outdated` instead of migrating as it.
 //! (The whole suite runs as such a role on PostgreSQL: `common::TestDb`.)
 
+use crate::common::Tables;
 use crate::common::{self, TestDb, run_cli};
 
 const NOW: &str = "2026-11-30T12:00:00Z";

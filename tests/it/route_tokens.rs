@@ -1,5 +1,5 @@
 //! Every route of the OpenAPI document, with every kind of bearer, against a real `settle
-//! serve` on the real clock (issue 19, "Trust and control").
+//! serve` on the real clock.
 //!
 //! The server's own `/openapi.json` is read and each of its operations is called with no
 //! token, an expired and a revoked token, an admin, a metering and an ingest token, and a

@@ -1,9 +1,10 @@
-//! Regression tests of the eight rule defects of issue 20, each named after the behaviour
+//! Regression tests of eight rule defects found in review, each named after the behaviour
 //! it proves, on SQLite and (with `SETTLE_TEST_PG_URL`) PostgreSQL; `verify` is clean
 //! after each.
 
 use crate::bank_support;
 use crate::common;
+use crate::common::Tables;
 use crate::runs_support;
 
 use std::sync::Arc;

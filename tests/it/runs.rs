@@ -4,6 +4,7 @@
 //! payout, and the CLI. Every scenario checks the money invariants after each run.
 
 use crate::common;
+use crate::common::Tables;
 use crate::runs_support;
 
 use runs_support::*;

@@ -3,6 +3,7 @@
 //! appears in what the engine prints, even at trace level.
 
 use crate::common;
+use crate::common::Tables;
 
 use common::{TestDb, run_cli};
 use serde_json::{Value, json};

@@ -3,6 +3,7 @@
 //! event is booked once, every candidate decided once, no payout twice, the ledger verifies.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::collections::HashSet;
 use std::process::{Child, Stdio};

@@ -1,4 +1,4 @@
-//! The Solana rail checks what it pays (issue 19): the mint is pinned to the cluster named
+//! The Solana rail checks what it pays: the mint is pinned to the cluster named
 //! in `solana.cluster` (a wrong mint is refused at start by `pay solana`, `reconcile solana`
 //! and `serve`'s Solana worker, and reconcile never agrees with another mint); an existing
 //! recipient token account that is not the recipient wallet's is never paid into; memos
@@ -249,7 +249,7 @@ async fn a_token_account_of_another_owner_is_never_paid_and_the_payout_fails_wit
         .iter()
         .find(|r| r.provider_id == victim.id)
         .unwrap();
-    assert_eq!(result.status, "failed");
+    assert_eq!(result.status, settle::rails::solana::PassStatus::Failed);
     assert!(result.signature.is_none(), "never signed");
     let payout = w.payouts_of(&victim.id).await.remove(0);
     assert_eq!(payout.status.as_str(), "failed");

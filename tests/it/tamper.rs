@@ -6,6 +6,7 @@
 //! `SETTLE_TEST_PG_URL` is set.
 
 use crate::common;
+use crate::common::Tables;
 
 use std::path::Path;
 

@@ -4,6 +4,7 @@
 //! group whose transaction fails books its batches one by one, so one batch's failure is
 //! that batch's alone.
 
+use crate::common::Tables;
 use crate::common::TestDb;
 use crate::ingest::{
     NOW, assert_verified, booked_usage_ids, ms, outcomes, payable, price, provider, usage,

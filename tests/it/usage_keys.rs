@@ -5,6 +5,7 @@
 //! reading its keys, and the next batches read theirs for a while (`store.usage_recent_keys_max`).
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
+use crate::common::Tables;
 use crate::common::TestDb;
 use crate::ingest::{NOW, assert_verified, booked_usage_ids, payable, price, provider, usage};
 use crate::usage_views::send;

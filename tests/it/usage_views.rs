@@ -8,6 +8,7 @@
 //! since the last fold (a late event, probed on the tables and those).
 //! Both stores (PostgreSQL when `SETTLE_TEST_PG_URL` is set).
 
+use crate::common::Tables;
 use crate::common::TestDb;
 use crate::ingest::{NOW, import_lines, outcomes, payable, price, provider, rate_line, usage};
 

@@ -296,27 +296,7 @@ pub fn write_nacha(file: &NachaFile) -> Result<String, NachaError> {
             settlement = pad("", 3),
             batch = batch_count,
         ));
-        let mut hash: u64 = 0;
-        let mut credit_usd_cents: i64 = 0;
-        for e in &entries {
-            trace_seq += 1;
-            hash += routing_prefix_value(&e.routing);
-            credit_usd_cents += e.amount_usd_cents;
-            records.push(format!(
-                "6{code}{rdfi}{check}{account}{amount:010}{id}{name}  0{odfi}{trace:07}",
-                code = e.account_type.credit_transaction_code(),
-                rdfi = e.routing.dfi_identification(),
-                check = e.routing.check_digit(),
-                account = pad(e.account.as_str(), 17),
-                amount = e.amount_usd_cents,
-                id = pad(e.individual_id.as_str(), 15),
-                name = pad(
-                    &to_nacha_ascii(e.individual_name.as_str(), ACH_INDIVIDUAL_NAME_CHARS),
-                    ACH_INDIVIDUAL_NAME_CHARS
-                ),
-                trace = trace_seq,
-            ));
-        }
+        let (hash, credit_usd_cents) = write_entries(&mut records, &entries, odfi, &mut trace_seq);
         file_hash += hash;
         file_credit_usd_cents += credit_usd_cents;
         records.push(format!(
@@ -353,6 +333,38 @@ pub fn write_nacha(file: &NachaFile) -> Result<String, NachaError> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// A batch's entry detail records (`6`), traced on from `trace_seq`: their entry hash and
+/// credit total.
+fn write_entries(
+    records: &mut Vec<String>,
+    entries: &[&NachaEntry],
+    odfi: &str,
+    trace_seq: &mut u64,
+) -> (u64, i64) {
+    let mut hash: u64 = 0;
+    let mut credit_usd_cents: i64 = 0;
+    for e in entries {
+        *trace_seq += 1;
+        hash += routing_prefix_value(&e.routing);
+        credit_usd_cents += e.amount_usd_cents;
+        records.push(format!(
+            "6{code}{rdfi}{check}{account}{amount:010}{id}{name}  0{odfi}{trace:07}",
+            code = e.account_type.credit_transaction_code(),
+            rdfi = e.routing.dfi_identification(),
+            check = e.routing.check_digit(),
+            account = pad(e.account.as_str(), 17),
+            amount = e.amount_usd_cents,
+            id = pad(e.individual_id.as_str(), 15),
+            name = pad(
+                &to_nacha_ascii(e.individual_name.as_str(), ACH_INDIVIDUAL_NAME_CHARS),
+                ACH_INDIVIDUAL_NAME_CHARS
+            ),
+            trace = *trace_seq,
+        ));
+    }
+    (hash, credit_usd_cents)
 }
 
 /// The 8-digit DFI identification as a number (always parseable: a checked routing

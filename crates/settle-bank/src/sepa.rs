@@ -232,13 +232,6 @@ pub fn format_cents(amount_cents: i64) -> String {
 pub fn write_pain001(batch: &SepaBatch) -> Result<String, SepaError> {
     check(batch)?;
 
-    let mut by_date: BTreeMap<NaiveDate, Vec<&SepaPayment>> = BTreeMap::new();
-    for p in &batch.payments {
-        by_date
-            .entry(p.requested_execution_date)
-            .or_default()
-            .push(p);
-    }
     // Bounded by check(): at most 100,000 × 99,999,999,999 < i64::MAX.
     let total_eur_cents: i64 = batch.payments.iter().map(|p| p.amount_eur_cents).sum();
 
@@ -269,6 +262,21 @@ pub fn write_pain001(batch: &SepaBatch) -> Result<String, SepaError> {
     w.close(3, "InitgPty");
     w.close(2, "GrpHdr");
 
+    write_payment_infos(&mut w, batch);
+    w.close(1, "CstmrCdtTrfInitn");
+    w.line(0, "</Document>");
+    Ok(w.out)
+}
+
+/// One `PmtInf` per requested execution date, each with its transfers.
+fn write_payment_infos(w: &mut XmlWriter, batch: &SepaBatch) {
+    let mut by_date: BTreeMap<NaiveDate, Vec<&SepaPayment>> = BTreeMap::new();
+    for p in &batch.payments {
+        by_date
+            .entry(p.requested_execution_date)
+            .or_default()
+            .push(p);
+    }
     let id_prefix: String = batch
         .msg_id
         .as_str()
@@ -305,39 +313,41 @@ pub fn write_pain001(batch: &SepaBatch) -> Result<String, SepaError> {
         w.agent(3, "DbtrAgt", batch.debtor_bic.as_ref());
         w.text(3, "ChrgBr", "SLEV");
         for p in payments {
-            w.open(3, "CdtTrfTxInf");
-            w.open(4, "PmtId");
-            w.text(5, "EndToEndId", p.end_to_end_id.as_str());
-            w.close(4, "PmtId");
-            w.open(4, "Amt");
-            w.line(
-                5,
-                &format!(
-                    r#"<InstdAmt Ccy="EUR">{}</InstdAmt>"#,
-                    format_cents(p.amount_eur_cents)
-                ),
-            );
-            w.close(4, "Amt");
-            if let Some(bic) = &p.creditor_bic {
-                w.agent(4, "CdtrAgt", Some(bic));
-            }
-            w.open(4, "Cdtr");
-            w.text(5, "Nm", &p.creditor_name.to_sepa_latin(SEPA_NAME_CHARS_MAX));
-            w.close(4, "Cdtr");
-            w.account(4, "CdtrAcct", &p.creditor_iban);
-            let remittance = to_sepa_latin(&p.remittance_info, SEPA_REMITTANCE_CHARS_MAX);
-            if !remittance.is_empty() {
-                w.open(4, "RmtInf");
-                w.text(5, "Ustrd", &remittance);
-                w.close(4, "RmtInf");
-            }
-            w.close(3, "CdtTrfTxInf");
+            write_transfer(w, p);
         }
         w.close(2, "PmtInf");
     }
-    w.close(1, "CstmrCdtTrfInitn");
-    w.line(0, "</Document>");
-    Ok(w.out)
+}
+
+/// One credit transfer (`CdtTrfTxInf`).
+fn write_transfer(w: &mut XmlWriter, p: &SepaPayment) {
+    w.open(3, "CdtTrfTxInf");
+    w.open(4, "PmtId");
+    w.text(5, "EndToEndId", p.end_to_end_id.as_str());
+    w.close(4, "PmtId");
+    w.open(4, "Amt");
+    w.line(
+        5,
+        &format!(
+            r#"<InstdAmt Ccy="EUR">{}</InstdAmt>"#,
+            format_cents(p.amount_eur_cents)
+        ),
+    );
+    w.close(4, "Amt");
+    if let Some(bic) = &p.creditor_bic {
+        w.agent(4, "CdtrAgt", Some(bic));
+    }
+    w.open(4, "Cdtr");
+    w.text(5, "Nm", &p.creditor_name.to_sepa_latin(SEPA_NAME_CHARS_MAX));
+    w.close(4, "Cdtr");
+    w.account(4, "CdtrAcct", &p.creditor_iban);
+    let remittance = to_sepa_latin(&p.remittance_info, SEPA_REMITTANCE_CHARS_MAX);
+    if !remittance.is_empty() {
+        w.open(4, "RmtInf");
+        w.text(5, "Ustrd", &remittance);
+        w.close(4, "RmtInf");
+    }
+    w.close(3, "CdtTrfTxInf");
 }
 
 /// The rules the types do not already guarantee.

@@ -132,19 +132,8 @@ impl Calendar {
                 continue;
             }
 
-            let (date_text, holiday) = match line.split_once(char::is_whitespace) {
-                Some((date_text, holiday)) => (date_text, holiday.trim()),
-                None => (line, ""),
-            };
-            let date = parse_iso_date(date_text).ok_or_else(|| {
-                err(
-                    line_no,
-                    format!("expected a `YYYY-MM-DD` date, found {date_text:?}"),
-                )
-            })?;
-            if holiday.is_empty() {
-                return Err(err(line_no, format!("missing holiday name after {date}")));
-            }
+            let (date, holiday) =
+                parse_holiday_line(line).map_err(|message| err(line_no, message))?;
             match entries.entry(date) {
                 Entry::Occupied(previous) => {
                     return Err(err(
@@ -372,6 +361,20 @@ impl Calendar {
             Err(CalendarError::NotCovered { year: date.year() })
         }
     }
+}
+
+/// A holiday line, `YYYY-MM-DD Name`: its date and name, or what is wrong with it.
+fn parse_holiday_line(line: &str) -> Result<(NaiveDate, &str), String> {
+    let (date_text, holiday) = match line.split_once(char::is_whitespace) {
+        Some((date_text, holiday)) => (date_text, holiday.trim()),
+        None => (line, ""),
+    };
+    let date = parse_iso_date(date_text)
+        .ok_or_else(|| format!("expected a `YYYY-MM-DD` date, found {date_text:?}"))?;
+    if holiday.is_empty() {
+        return Err(format!("missing holiday name after {date}"));
+    }
+    Ok((date, holiday))
 }
 
 /// Parses one of the data files embedded in the crate.

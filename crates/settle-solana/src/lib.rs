@@ -22,6 +22,7 @@
 
 pub mod chain;
 pub mod cluster;
+#[cfg(feature = "local-chain")]
 pub mod local;
 pub mod lookup;
 pub mod pack;
@@ -29,6 +30,7 @@ pub mod payer;
 pub mod publish;
 pub mod reconcile;
 pub mod rpc;
+#[cfg(feature = "local-chain")]
 pub mod rpc_server;
 pub mod treasury;
 
@@ -36,6 +38,7 @@ pub use chain::{
     Chain, ChainError, Confirmation, SigStatus, SignatureStatuses, Tip, TokenDelta, TxFailure,
 };
 pub use cluster::{Cluster, ClusterError, check_cluster};
+#[cfg(feature = "local-chain")]
 pub use local::{Delay, LocalChain, LocalChainConfig};
 pub use lookup::{LookupTables, TableHistory, TableRefusal, maintained_table};
 pub use pack::{MemoKey, Transfer, WalletError, memo_ref, validate_wallet};
@@ -46,6 +49,7 @@ pub use payer::{
 pub use publish::{PublishError, memo_texts, memo_transaction, publish_memo, verified_fee_payer};
 pub use reconcile::{Discrepancy, ReconcileReport, SettledPayout, reconcile};
 pub use rpc::RpcChain;
+#[cfg(feature = "local-chain")]
 pub use rpc_server::{RpcServer, serve_local_chain, serve_local_chain_on};
 pub use treasury::{
     PreflightError, PreflightReport, RecipientAccounts, TokenAccountRefusal, Treasury,

@@ -260,115 +260,19 @@ async fn dispatch(chain: &LocalChain, method: &str, params: &[Value]) -> Result<
             let signature = chain.send_transaction(&tx).await?;
             Ok(json!(signature.to_string()))
         }
-        "simulateTransaction" => {
-            let tx = decode_transaction(params)?;
-            let sim = chain.simulate_raw(&tx)?;
-            let result = RpcSimulateTransactionResult {
-                err: sim.err.map(Into::into),
-                logs: Some(sim.logs),
-                accounts: None,
-                units_consumed: Some(sim.units_consumed),
-                loaded_accounts_data_size: None,
-                return_data: None,
-                inner_instructions: None,
-                replacement_blockhash: None,
-                fee: Some(sim.fee),
-                pre_balances: None,
-                post_balances: None,
-                pre_token_balances: None,
-                post_token_balances: None,
-                loaded_addresses: None,
-            };
-            Ok(context(chain, to_value(&result)?))
-        }
-        "getSignatureStatuses" => {
-            let signatures: Vec<Signature> = params
-                .first()
-                .and_then(Value::as_array)
-                .ok_or_else(|| invalid_params("missing signatures"))?
-                .iter()
-                .map(|s| {
-                    s.as_str()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| invalid_params("Invalid param: Invalid"))
-                })
-                .collect::<Result<_, _>>()?;
-            if signatures.len() > 256 {
-                return Err(invalid_params("Too many inputs provided; max 256"));
-            }
-            let search_history = params
-                .get(1)
-                .and_then(|c| c.get("searchTransactionHistory"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let (context_slot, statuses) = chain.statuses_raw(&signatures, search_history)?;
-            let value: Vec<Option<TransactionStatus>> = statuses
-                .into_iter()
-                .map(|s| {
-                    s.map(|s| TransactionStatus {
-                        slot: s.slot,
-                        confirmations: s.confirmations,
-                        status: match &s.err {
-                            None => Ok(()),
-                            Some(e) => Err(e.clone()),
-                        },
-                        err: s.err,
-                        confirmation_status: Some(match s.confirmation {
-                            Confirmation::Processed => TransactionConfirmationStatus::Processed,
-                            Confirmation::Confirmed => TransactionConfirmationStatus::Confirmed,
-                            Confirmation::Finalized => TransactionConfirmationStatus::Finalized,
-                        }),
-                    })
-                })
-                .collect();
-            Ok(json!({"context": {"slot": context_slot}, "value": to_value(&value)?}))
-        }
+        "simulateTransaction" => simulate_transaction(chain, params),
+        "getSignatureStatuses" => signature_statuses(chain, params),
         "getAccountInfo" => {
             let key = param_pubkey(params, 0)?;
             let account = chain.account(&key).await?;
             Ok(context(chain, account.map_or(Value::Null, ui_account)))
         }
-        "getMultipleAccounts" => {
-            let keys: Vec<Pubkey> = params
-                .first()
-                .and_then(Value::as_array)
-                .ok_or_else(|| invalid_params("missing pubkeys"))?
-                .iter()
-                .map(|s| {
-                    s.as_str()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| invalid_params("Invalid param: Invalid"))
-                })
-                .collect::<Result<_, _>>()?;
-            if keys.len() > 100 {
-                return Err(invalid_params("Too many inputs provided; max 100"));
-            }
-            let accounts = chain.accounts(&keys).await?;
-            let value: Vec<Value> = accounts
-                .into_iter()
-                .map(|a| a.map_or(Value::Null, ui_account))
-                .collect();
-            Ok(context(chain, Value::Array(value)))
-        }
+        "getMultipleAccounts" => multiple_accounts(chain, params).await,
         "getBalance" => {
             let key = param_pubkey(params, 0)?;
             Ok(context(chain, json!(chain.sol_balance(&key).await?)))
         }
-        "getTokenAccountBalance" => {
-            let key = param_pubkey(params, 0)?;
-            let account = chain
-                .account(&key)
-                .await?
-                .ok_or_else(|| invalid_params("Invalid param: could not find account"))?;
-            let token = TokenAccount::unpack(&account.data)
-                .map_err(|_| invalid_params("Invalid param: not a Token account"))?;
-            let decimals = chain
-                .account(&token.mint)
-                .await?
-                .and_then(|m| spl_token_interface::state::Mint::unpack(&m.data).ok())
-                .map_or(0, |m| m.decimals);
-            Ok(context(chain, ui_token_amount(token.amount, decimals)))
-        }
+        "getTokenAccountBalance" => token_account_balance(chain, params).await,
         "getMinimumBalanceForRentExemption" => {
             let len = params
                 .first()
@@ -377,39 +281,144 @@ async fn dispatch(chain: &LocalChain, method: &str, params: &[Value]) -> Result<
             let len = usize::try_from(len).map_err(|_| invalid_params("data length"))?;
             Ok(json!(chain.minimum_balance_for_rent_exemption(len).await?))
         }
-        "getTransaction" => {
-            chain.injected_failure()?;
-            let signature: Signature = param_str(params, 0, "signature")?
-                .parse()
-                .map_err(|_| invalid_params("Invalid param: Invalid"))?;
-            let config = params.get(1);
-            let commitment = commitment_of(config);
-            let encoding = config
-                .and_then(|c| c.get("encoding"))
-                .and_then(Value::as_str)
-                .unwrap_or("json")
-                .to_string();
-            let value = chain.with_inner(|view| {
-                let landed = view.landed(&signature)?;
-                let (confirmation, _) = view.confirmation_of(landed.slot);
-                if commitment == Confirmation::Finalized && confirmation != Confirmation::Finalized
-                {
-                    return None;
-                }
-                let decimals_of = |mint: &Pubkey| {
-                    view.account(mint)
-                        .and_then(|m| spl_token_interface::state::Mint::unpack(&m.data).ok())
-                        .map_or(0, |m| m.decimals)
-                };
-                Some(encode_landed(landed, &encoding, &decimals_of))
-            });
-            match value {
-                None => Ok(Value::Null),
-                Some(encoded) => to_value(&encoded?),
-            }
-        }
+        "getTransaction" => transaction(chain, params),
         _ => Err(RpcFault(-32601, "Method not found".into())),
     }
+}
+
+/// `simulateTransaction`: the transaction run without landing, its logs, units and fee.
+fn simulate_transaction(chain: &LocalChain, params: &[Value]) -> Result<Value, RpcFault> {
+    let tx = decode_transaction(params)?;
+    let sim = chain.simulate_raw(&tx)?;
+    let result = RpcSimulateTransactionResult {
+        err: sim.err.map(Into::into),
+        logs: Some(sim.logs),
+        accounts: None,
+        units_consumed: Some(sim.units_consumed),
+        loaded_accounts_data_size: None,
+        return_data: None,
+        inner_instructions: None,
+        replacement_blockhash: None,
+        fee: Some(sim.fee),
+        pre_balances: None,
+        post_balances: None,
+        pre_token_balances: None,
+        post_token_balances: None,
+        loaded_addresses: None,
+    };
+    Ok(context(chain, to_value(&result)?))
+}
+
+/// `getSignatureStatuses`: at most 256 signatures, with history search when asked.
+fn signature_statuses(chain: &LocalChain, params: &[Value]) -> Result<Value, RpcFault> {
+    let signatures: Vec<Signature> = param_list(params, "signatures")?;
+    if signatures.len() > 256 {
+        return Err(invalid_params("Too many inputs provided; max 256"));
+    }
+    let search_history = params
+        .get(1)
+        .and_then(|c| c.get("searchTransactionHistory"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let (context_slot, statuses) = chain.statuses_raw(&signatures, search_history)?;
+    let value: Vec<Option<TransactionStatus>> = statuses
+        .into_iter()
+        .map(|s| {
+            s.map(|s| TransactionStatus {
+                slot: s.slot,
+                confirmations: s.confirmations,
+                status: match &s.err {
+                    None => Ok(()),
+                    Some(e) => Err(e.clone()),
+                },
+                err: s.err,
+                confirmation_status: Some(match s.confirmation {
+                    Confirmation::Processed => TransactionConfirmationStatus::Processed,
+                    Confirmation::Confirmed => TransactionConfirmationStatus::Confirmed,
+                    Confirmation::Finalized => TransactionConfirmationStatus::Finalized,
+                }),
+            })
+        })
+        .collect();
+    Ok(json!({"context": {"slot": context_slot}, "value": to_value(&value)?}))
+}
+
+/// `getMultipleAccounts`: at most 100 accounts, base64.
+async fn multiple_accounts(chain: &LocalChain, params: &[Value]) -> Result<Value, RpcFault> {
+    let keys: Vec<Pubkey> = param_list(params, "pubkeys")?;
+    if keys.len() > 100 {
+        return Err(invalid_params("Too many inputs provided; max 100"));
+    }
+    let accounts = chain.accounts(&keys).await?;
+    let value: Vec<Value> = accounts
+        .into_iter()
+        .map(|a| a.map_or(Value::Null, ui_account))
+        .collect();
+    Ok(context(chain, Value::Array(value)))
+}
+
+/// `getTokenAccountBalance`: a token account's amount in its mint's decimals.
+async fn token_account_balance(chain: &LocalChain, params: &[Value]) -> Result<Value, RpcFault> {
+    let key = param_pubkey(params, 0)?;
+    let account = chain
+        .account(&key)
+        .await?
+        .ok_or_else(|| invalid_params("Invalid param: could not find account"))?;
+    let token = TokenAccount::unpack(&account.data)
+        .map_err(|_| invalid_params("Invalid param: not a Token account"))?;
+    let decimals = chain
+        .account(&token.mint)
+        .await?
+        .and_then(|m| spl_token_interface::state::Mint::unpack(&m.data).ok())
+        .map_or(0, |m| m.decimals);
+    Ok(context(chain, ui_token_amount(token.amount, decimals)))
+}
+
+/// `getTransaction`: a landed transaction, `null` below the commitment asked.
+fn transaction(chain: &LocalChain, params: &[Value]) -> Result<Value, RpcFault> {
+    chain.injected_failure()?;
+    let signature: Signature = param_str(params, 0, "signature")?
+        .parse()
+        .map_err(|_| invalid_params("Invalid param: Invalid"))?;
+    let config = params.get(1);
+    let commitment = commitment_of(config);
+    let encoding = config
+        .and_then(|c| c.get("encoding"))
+        .and_then(Value::as_str)
+        .unwrap_or("json")
+        .to_string();
+    let value = chain.with_inner(|view| {
+        let landed = view.landed(&signature)?;
+        let (confirmation, _) = view.confirmation_of(landed.slot);
+        if commitment == Confirmation::Finalized && confirmation != Confirmation::Finalized {
+            return None;
+        }
+        let decimals_of = |mint: &Pubkey| {
+            view.account(mint)
+                .and_then(|m| spl_token_interface::state::Mint::unpack(&m.data).ok())
+                .map_or(0, |m| m.decimals)
+        };
+        Some(encode_landed(landed, &encoding, &decimals_of))
+    });
+    match value {
+        None => Ok(Value::Null),
+        Some(encoded) => to_value(&encoded?),
+    }
+}
+
+/// The first parameter, an array of strings each parsed as a `T` (signatures, keys).
+fn param_list<T: std::str::FromStr>(params: &[Value], what: &str) -> Result<Vec<T>, RpcFault> {
+    params
+        .first()
+        .and_then(Value::as_array)
+        .ok_or_else(|| invalid_params(format!("missing {what}")))?
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| invalid_params("Invalid param: Invalid"))
+        })
+        .collect()
 }
 
 fn ui_token_amount(amount: u64, decimals: u8) -> Value {

@@ -1,6 +1,8 @@
 //! The node must be on the configured cluster (genesis hash), so that naming the cluster
 //! `localnet`, where any mint is accepted, cannot unpin the mint of a public cluster.
 
+#![cfg(feature = "local-chain")]
+
 use settle_solana::{
     Chain, Cluster, Confirmation, Hash, LocalChain, LocalChainConfig, RpcChain, check_cluster,
     serve_local_chain,

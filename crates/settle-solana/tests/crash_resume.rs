@@ -1,5 +1,7 @@
 //! Crashes around the durable record: the file journal survives, a new payer resumes.
 
+#![cfg(feature = "local-chain")]
+
 mod common;
 
 use std::sync::Arc;

@@ -6,6 +6,8 @@
 //!
 //! `cargo test -p settle-solana --test lookup_tables -- --nocapture` prints the figures.
 
+#![cfg(feature = "local-chain")]
+
 mod common;
 
 use std::collections::HashSet;
@@ -278,6 +280,10 @@ async fn a_small_pass_creates_no_table_and_stays_legacy() {
 /// holds what the payments need but not the tables' rent is refused before anything is
 /// sent; once funded, the rent the tables hold is exactly what was predicted.
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario read top to bottom: a preflight over calls that create and extend tables, with the rent and fees it must count"
+)]
 async fn the_preflight_counts_the_lookup_tables_rent_and_fees() {
     const PAYOUTS: usize = 600;
     /// Below the treasury's own rent-exempt reserve and one transaction's fee.
@@ -1018,6 +1024,10 @@ async fn a_node_that_swaps_a_tables_addresses_gets_nothing_signed_and_the_attack
 /// put in it, or a table that is not the treasury's live table, refuses the pass the same
 /// way; the honest node still pays through the table afterwards.
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario read top to bottom: each way a table can differ from what the treasury put in it, and the refusal it must give"
+)]
 async fn every_other_difference_from_what_the_treasury_put_in_its_table_is_refused() {
     let attacked = Attacked::new().await;
     let victims = &attacked.recipients[..3];

@@ -1,5 +1,7 @@
 //! Exactly-once payouts on the local chain (litesvm + the real SPL programs).
 
+#![cfg(feature = "local-chain")]
+
 mod common;
 
 use std::collections::HashMap;

@@ -1,6 +1,8 @@
 //! The production adapter (`RpcChain` over `solana_client`'s `RpcClient`) against
 //! the local chain served as JSON-RPC, with the real SPL programs behind it.
 
+#![cfg(feature = "local-chain")]
+
 mod common;
 
 use std::sync::Arc;

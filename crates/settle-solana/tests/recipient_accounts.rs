@@ -4,6 +4,8 @@
 //! recipient's token address do not block its payouts; the memo carries keyed references,
 //! never payout ids.
 
+#![cfg(feature = "local-chain")]
+
 mod common;
 
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 //! Keypair file handling, the mint check, preflight and wallet validation.
 
+#![cfg(feature = "local-chain")]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

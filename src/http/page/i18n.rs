@@ -87,7 +87,7 @@ impl Lang {
 
     /// The best language of an `Accept-Language` header (by q-value, then order);
     /// English when it names none the dashboard speaks.
-    pub fn negotiate(accept_language: Option<&str>) -> Lang {
+    pub(crate) fn negotiate(accept_language: Option<&str>) -> Lang {
         let mut best: Option<(u32, Lang)> = None;
         for item in accept_language.unwrap_or("").split(',') {
             let mut parts = item.split(';');
@@ -129,7 +129,7 @@ impl Lang {
     }
 
     /// The label `key` with its `{name}` placeholders filled.
-    pub fn tf(self, key: &str, args: &[(&str, &str)]) -> String {
+    pub(crate) fn tf(self, key: &str, args: &[(&str, &str)]) -> String {
         let mut text = self.t(key).to_owned();
         for (name, value) in args {
             text = text.replace(&format!("{{{name}}}"), value);
@@ -244,7 +244,7 @@ impl Lang {
     }
 
     /// A date without its year, for chart axes: `Nov 30`, `30.11.`, `11月30日`.
-    pub fn short_date(self, d: NaiveDate) -> String {
+    pub(crate) fn short_date(self, d: NaiveDate) -> String {
         match self {
             Lang::En => format!("{} {}", MONTHS_EN[d.month0() as usize], d.day()),
             Lang::De => format!("{:02}.{:02}.", d.day(), d.month()),
@@ -263,7 +263,7 @@ impl Lang {
     }
 
     /// An instant (milliseconds since the epoch), UTC: its date, then `HH:MM UTC`.
-    pub fn date_time(self, ms: i64) -> String {
+    pub(crate) fn date_time(self, ms: i64) -> String {
         let Some(t) = DateTime::from_timestamp_millis(ms) else {
             return String::new();
         };
@@ -276,7 +276,7 @@ impl Lang {
     }
 
     /// The date of an instant (milliseconds since the epoch), UTC.
-    pub fn date_of_ms(self, ms: i64) -> String {
+    pub(crate) fn date_of_ms(self, ms: i64) -> String {
         self.date(crate::domain::time::date_of_ms(ms))
     }
 }

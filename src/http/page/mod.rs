@@ -123,7 +123,7 @@ pub struct PageQuery {
 }
 
 /// The token of the sign-in cookie, if the request carries one.
-pub fn session_token(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn session_token(headers: &HeaderMap) -> Option<String> {
     cookie(headers, SESSION_COOKIE).filter(|t| !t.is_empty())
 }
 
@@ -531,11 +531,6 @@ const ASSETS: [(&str, &str, &str); 2] = [
         include_str!("assets/dashboard.js"),
     ),
 ];
-
-/// Total bytes of the page's own assets (CSS and script), for the size budget.
-pub fn assets_bytes() -> usize {
-    ASSETS.iter().map(|(_, _, body)| body.len()).sum()
-}
 
 /// `GET /dashboard/assets/{name}`
 async fn asset(Path(name): Path<String>) -> Response {

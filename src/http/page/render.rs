@@ -8,7 +8,6 @@ use chrono::NaiveDate;
 use super::chart::{self, Bar};
 use super::i18n::Lang;
 use super::{History, PageQuery, PanelView};
-use crate::domain::event::Rail;
 use crate::domain::money::format_micro_usdc;
 use crate::domain::payout::PayoutStatus;
 use crate::store::read::{EarningsBy, EarningsGroup, EarningsTotals, PayoutRow};
@@ -602,7 +601,7 @@ fn payouts_section(
             escape(&lang.date_time(p.created_at_ms)),
             escape(run_label(lang, &p.run_kind)),
             escape(&p.run_key),
-            escape(&p.rail.to_uppercase()),
+            escape(&p.rail.as_str().to_uppercase()),
             escape(&status_text(lang, p.status.as_str())),
             amount,
             details,
@@ -614,7 +613,7 @@ fn payouts_section(
 /// What the bank answered of a returned or rejected bank payout, and what to do, in the
 /// page's language; `None` for any other payout.
 fn bank_answer(lang: Lang, p: &PayoutRow) -> Option<String> {
-    if !Rail::parse(&p.rail).is_ok_and(Rail::is_bank) {
+    if !p.rail.is_bank() {
         return None;
     }
     let key = match p.status {
@@ -630,7 +629,7 @@ fn bank_answer(lang: Lang, p: &PayoutRow) -> Option<String> {
 /// first) as `Konto aufgelöst: … (AC04)`: the code's description from the i18n files
 /// (`bank_reason_{CODE}`, one for every code `settle_bank::ReturnReason` knows), or the
 /// bare code for one it does not know.
-pub fn bank_reason(lang: Lang, stored: &str) -> String {
+pub(crate) fn bank_reason(lang: Lang, stored: &str) -> String {
     let code = stored.split(':').next().unwrap_or_default().trim();
     match settle_bank::ReturnReason::parse(code) {
         Ok(r) => lang.tf(
@@ -676,6 +675,7 @@ fn downloads_section(out: &mut String, view: &PanelView) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::event::Rail;
 
     #[test]
     fn text_from_outside_is_escaped() {
@@ -718,12 +718,12 @@ mod tests {
 
     #[test]
     fn a_rejected_or_returned_bank_payout_says_why_and_what_to_do() {
-        let row = |rail: &str, status: PayoutStatus, reason: Option<&str>| PayoutRow {
+        let row = |rail: Rail, status: PayoutStatus, reason: Option<&str>| PayoutRow {
             payout_id: "po_1".into(),
             provider_id: "prv".into(),
             run_kind: "monthly".into(),
             run_key: "2026-12".into(),
-            rail: rail.into(),
+            rail,
             amount_micro_usdc: 1,
             amount_eur_cents: None,
             eur_per_usd: None,
@@ -736,7 +736,7 @@ mod tests {
             updated_at_ms: 0,
         };
         let rejected = row(
-            "sepa",
+            Rail::Sepa,
             PayoutStatus::Failed,
             Some("AC01: Incorrect account number"),
         );
@@ -746,14 +746,24 @@ mod tests {
              (AC01). The amount is back in your balance; confirm or update your bank details to \
              be paid again."
         );
-        let returned = row("ach", PayoutStatus::Returned, Some("R02: Account Closed"));
+        let returned = row(
+            Rail::Ach,
+            PayoutStatus::Returned,
+            Some("R02: Account Closed"),
+        );
         assert!(
             bank_answer(Lang::De, &returned).unwrap().starts_with(
                 "Ihre Bank hat diese Auszahlung zurückgegeben: Konto aufgelöst (R02)."
             )
         );
-        assert!(bank_answer(Lang::En, &row("solana", PayoutStatus::Failed, Some("x"))).is_none());
-        assert!(bank_answer(Lang::En, &row("sepa", PayoutStatus::Settled, None)).is_none());
+        assert!(
+            bank_answer(
+                Lang::En,
+                &row(Rail::Solana, PayoutStatus::Failed, Some("x"))
+            )
+            .is_none()
+        );
+        assert!(bank_answer(Lang::En, &row(Rail::Sepa, PayoutStatus::Settled, None)).is_none());
     }
 
     #[test]

@@ -150,7 +150,7 @@ pub fn file_name(rail: Rail, batch_id: &str, created: NaiveDateTime, modifier: c
 }
 
 /// The NACHA file id modifier recorded in an `.ach` file name.
-pub fn modifier_of(file_name: &str) -> Option<char> {
+pub(crate) fn modifier_of(file_name: &str) -> Option<char> {
     let stem = file_name.strip_suffix(".ach")?;
     let (_, m) = stem.rsplit_once('-')?;
     let mut chars = m.chars();
@@ -161,7 +161,7 @@ pub fn modifier_of(file_name: &str) -> Option<char> {
 }
 
 /// The file id modifier of the `n`-th NACHA file of a day (0-based; wraps after 36).
-pub fn modifier_for(n: usize) -> char {
+pub(crate) fn modifier_for(n: usize) -> char {
     FILE_ID_MODIFIERS[n % FILE_ID_MODIFIERS.len()] as char
 }
 
@@ -192,7 +192,7 @@ fn unusable(p: &PayoutRecord, why: impl std::fmt::Display) -> DomainError {
 }
 
 /// The SEPA credit transfer of a payout.
-pub fn sepa_payment(
+pub(crate) fn sepa_payment(
     p: &PayoutRecord,
     execution: NaiveDate,
     statement: Option<&[u8; 32]>,
@@ -227,7 +227,7 @@ pub fn sepa_payment(
 }
 
 /// The ACH credit of a payout.
-pub fn nacha_entry(p: &PayoutRecord) -> Result<NachaEntry, DomainError> {
+pub(crate) fn nacha_entry(p: &PayoutRecord) -> Result<NachaEntry, DomainError> {
     let PayoutMethod::Ach {
         routing,
         account,
@@ -262,7 +262,7 @@ pub fn nacha_entry(p: &PayoutRecord) -> Result<NachaEntry, DomainError> {
 }
 
 /// Checks that a payout can be written into a file of its rail.
-pub fn check_bankable(p: &PayoutRecord) -> Result<(), DomainError> {
+pub(crate) fn check_bankable(p: &PayoutRecord) -> Result<(), DomainError> {
     match p.rail {
         Rail::Sepa => sepa_payment(p, NaiveDate::MIN, None).map(|_| ()),
         Rail::Ach => nacha_entry(p).map(|_| ()),
@@ -275,14 +275,14 @@ fn calendar_error(e: settle_calendar::CalendarError) -> DomainError {
 }
 
 /// SEPA requested execution date: the first TARGET2 business day on or after `today`.
-pub fn sepa_execution_date(today: NaiveDate) -> Result<NaiveDate, DomainError> {
+pub(crate) fn sepa_execution_date(today: NaiveDate) -> Result<NaiveDate, DomainError> {
     Calendar::target2()
         .next_business_day_on_or_after(today)
         .map_err(calendar_error)
 }
 
 /// NACHA effective entry date: the first Federal Reserve business day after `today`.
-pub fn ach_effective_date(today: NaiveDate) -> Result<NaiveDate, DomainError> {
+pub(crate) fn ach_effective_date(today: NaiveDate) -> Result<NaiveDate, DomainError> {
     Calendar::us_federal_reserve()
         .next_business_day_after(today)
         .map_err(calendar_error)

@@ -122,7 +122,7 @@ pub async fn batch(store: &Store, batch_id: &str) -> Result<Option<BankBatch>, L
 }
 
 /// One bank batch, or `unknown_bank_batch`.
-pub async fn known_batch(store: &Store, batch_id: &str) -> Result<BankBatch, BankError> {
+pub(crate) async fn known_batch(store: &Store, batch_id: &str) -> Result<BankBatch, BankError> {
     match batch(store, batch_id).await? {
         Some(b) => Ok(b),
         None => rejected("unknown_bank_batch", format!("no bank batch {batch_id}")),
@@ -133,7 +133,10 @@ pub async fn known_batch(store: &Store, batch_id: &str) -> Result<BankBatch, Ban
 const PAYOUTS_PER_READ: usize = 1_000;
 
 /// The payouts of a batch, in file order.
-pub async fn batch_payouts(store: &Store, b: &BankBatch) -> Result<Vec<PayoutRecord>, BankError> {
+pub(crate) async fn batch_payouts(
+    store: &Store,
+    b: &BankBatch,
+) -> Result<Vec<PayoutRecord>, BankError> {
     let mut out = Vec::with_capacity(b.payout_ids.len());
     for chunk in b.payout_ids.chunks(PAYOUTS_PER_READ) {
         let ids: Vec<&str> = chunk.iter().map(String::as_str).collect();
@@ -279,7 +282,7 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> BankError + '_ {
 
 /// Writes `contents` to `path` atomically, mode 0600: a temporary file in the same
 /// directory, fsync, rename, fsync of the directory.
-pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), BankError> {
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), BankError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let name = path
@@ -312,7 +315,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), BankError> {
 
 /// Writes a batch's file to the outbox unless it is already there with the recorded
 /// SHA-256. Returns its path.
-pub async fn ensure_file(
+pub(crate) async fn ensure_file(
     ledger: &Ledger,
     config: &BankConfig,
     originator: &Originator,
@@ -889,7 +892,7 @@ async fn check_return(
 /// credits of a bank's notification): each checked alone; those still `submitted` settled
 /// first, a batch at a time; then every return booked in one transaction of lifecycle
 /// commands. A result per payout, in order; the outer error is a storage failure.
-pub async fn return_payouts(
+pub(crate) async fn return_payouts(
     ledger: &Ledger,
     returns: &[(&str, &str)],
     actor: &Actor,

@@ -69,7 +69,7 @@ impl DevChain {
 /// Starts a local chain on `addr` (port 0: any free port), creates the mint and a treasury
 /// holding `usdc_micro` µUSDC and `sol_lamports` lamports, and writes the treasury keypair to
 /// `state_dir/treasury.json` (0600).
-pub async fn start_local_chain_on(
+pub(crate) async fn start_local_chain_on(
     state_dir: &Path,
     addr: SocketAddr,
     usdc_micro: u64,

@@ -302,7 +302,11 @@ impl LedgerJournal {
 
     /// Fails a payout the payer never signed (e.g. its simulation proved the transfer
     /// cannot succeed): its amount goes back to payable and the next run pays it again.
-    pub async fn fail_unsent(&self, payout_id: &str, reason: &str) -> Result<Applied, LedgerError> {
+    pub(crate) async fn fail_unsent(
+        &self,
+        payout_id: &str,
+        reason: &str,
+    ) -> Result<Applied, LedgerError> {
         self.ledger
             .fail_payout(payout_id, &clean_reason(reason), &self.actor)
             .await

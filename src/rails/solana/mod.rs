@@ -13,8 +13,22 @@
 //! existing token account (owned by the recipient's wallet, of the pinned mint). Memos carry
 //! keyed references of the payouts ([`settle_solana::memo_ref`]), never payout ids.
 //!
+//! Crash safety: the payer's journal is the ledger ([`LedgerJournal`]). Every signed
+//! transaction, a lookup table's maintenance transaction too, is recorded on the platform
+//! stream before it is sent, once the ledger has checked it (its payouts, or that it only
+//! maintains a lookup table); its payouts are then marked submitted. An attempt is resolved
+//! only by what the chain proves: landed or failed once finalized, expired once the
+//! finalized block height is past its last valid one and its signature is unknown. Only an
+//! expired attempt's transfers are signed again, so at most one live attempt holds a
+//! payout; an RPC error or a timeout leaves the attempt open for the next pass, which
+//! resumes it. [`LedgerJournal::repair`] applies what a crash left between a platform event
+//! and its payouts' events. At most `solana.transactions_in_flight_max` attempts await
+//! their outcome at once. `tests/it/crash_solana.rs` kills the payer at every failpoint and
+//! at random instants.
+//!
 //! Invariant: money leaves only here (and never inside an HTTP request).
 
+#[cfg(feature = "local-chain")]
 pub mod dev;
 pub mod journal;
 
@@ -87,11 +101,34 @@ pub struct PayoutResult {
     pub payout_id: String,
     pub provider_id: String,
     pub amount_micro_usdc: i64,
-    /// `settled`, `failed` (funds back to payable), `pending` (an open attempt, settled by
-    /// a later pass) or `not_sent` (still in the outbox).
-    pub status: &'static str,
+    pub status: PassStatus,
     pub signature: Option<String>,
     pub reason: Option<String>,
+}
+
+/// Where a payout stands after a pass of the Solana rail (spelled in snake case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassStatus {
+    /// Its transaction finalized: the money arrived.
+    Settled,
+    /// Refused, rejected or failed on chain: its funds are payable again.
+    Failed,
+    /// An open attempt, settled by a later pass.
+    Pending,
+    /// Still in the outbox.
+    NotSent,
+}
+
+impl PassStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassStatus::Settled => "settled",
+            PassStatus::Failed => "failed",
+            PassStatus::Pending => "pending",
+            PassStatus::NotSent => "not_sent",
+        }
+    }
 }
 
 /// The result of one pass of the outbox worker.
@@ -210,7 +247,7 @@ pub fn mint_policy(config: &SolanaConfig) -> Result<(Cluster, Pubkey), SolanaRai
 }
 
 /// Parses a commitment name.
-pub fn parse_commitment(text: &str) -> Result<Confirmation, SolanaRailError> {
+pub(crate) fn parse_commitment(text: &str) -> Result<Confirmation, SolanaRailError> {
     match text {
         "processed" => Ok(Confirmation::Processed),
         "confirmed" => Ok(Confirmation::Confirmed),
@@ -252,7 +289,7 @@ impl SolanaRail {
     /// - the node is not on `cluster` by its genesis hash, or claims `localnet` while on a
     ///   public cluster (`cluster_mismatch`);
     /// - the mint is not an SPL Token mint of 6 decimals on chain ([`SolanaRailError::Mint`]).
-    pub async fn with_chain(
+    pub(crate) async fn with_chain(
         config: &SolanaConfig,
         chain: Arc<dyn Chain>,
         treasury: Arc<Treasury>,
@@ -320,7 +357,7 @@ impl SolanaRail {
     }
 
     /// The treasury's USDC (µUSDC, 0 without a token account) and SOL (lamports).
-    pub async fn treasury_balances(&self) -> Result<(u64, u64), SolanaRailError> {
+    pub(crate) async fn treasury_balances(&self) -> Result<(u64, u64), SolanaRailError> {
         let usdc = self
             .chain
             .token_balance(&self.treasury.token_account(&self.mint))
@@ -409,13 +446,13 @@ impl SolanaRail {
         // practice: the outbox holds every unfinished payout) are not reported.
         for r in &results {
             match r.status {
-                "settled" => {
+                PassStatus::Settled => {
                     report.settled += 1;
                     report.settled_micro_usdc += r.amount_micro_usdc;
                 }
-                "failed" => report.failed += 1,
-                "pending" => report.pending += 1,
-                _ => report.not_sent += 1,
+                PassStatus::Failed => report.failed += 1,
+                PassStatus::Pending => report.pending += 1,
+                PassStatus::NotSent => report.not_sent += 1,
             }
         }
         report.payouts = results;
@@ -509,7 +546,7 @@ fn plan_transfers(
             payout_id: p.payout_id.clone(),
             provider_id: p.provider_id.clone(),
             amount_micro_usdc: p.amount_micro_usdc,
-            status: "not_sent",
+            status: PassStatus::NotSent,
             signature: None,
             reason: None,
         });
@@ -528,37 +565,37 @@ async fn record_outcomes(
     for r in results.iter_mut() {
         if let Some(reason) = invalid.get(&r.payout_id) {
             journal.fail_unsent(&r.payout_id, reason).await?;
-            r.status = "failed";
+            r.status = PassStatus::Failed;
             r.reason = Some(reason.clone());
             continue;
         }
         match paid.payouts.get(&r.payout_id) {
             Some(PayoutOutcome::Settled { signature, .. }) => {
-                r.status = "settled";
+                r.status = PassStatus::Settled;
                 r.signature = Some(signature.clone());
             }
             Some(PayoutOutcome::Failed {
                 signature, reason, ..
             }) => {
-                r.status = "failed";
+                r.status = PassStatus::Failed;
                 r.signature = Some(signature.clone());
                 r.reason = Some(reason.clone());
             }
             Some(PayoutOutcome::Rejected { reason }) => {
                 let reason = format!("rejected by simulation, nothing sent: {reason}");
                 journal.fail_unsent(&r.payout_id, &reason).await?;
-                r.status = "failed";
+                r.status = PassStatus::Failed;
                 r.reason = Some(reason);
             }
             Some(PayoutOutcome::Refused { code, reason }) => {
                 // The recipient's token account is not the wallet's USDC account.
                 let reason = format!("{code}: {reason}");
                 journal.fail_unsent(&r.payout_id, &reason).await?;
-                r.status = "failed";
+                r.status = PassStatus::Failed;
                 r.reason = Some(reason);
             }
             Some(PayoutOutcome::Pending { signature, .. }) => {
-                r.status = "pending";
+                r.status = PassStatus::Pending;
                 r.signature = Some(signature.clone());
             }
             Some(PayoutOutcome::NotSent { reason }) => {

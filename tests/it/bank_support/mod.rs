@@ -2,6 +2,7 @@
 //! clock the test moves), the official XSD check of SEPA files (xmllint), checks of the
 //! SEPA rules the XSD does not cover, and an independent NACHA file checker.
 
+use crate::common::Tables;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

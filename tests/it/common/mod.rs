@@ -18,6 +18,9 @@
 //! a fresh database of the cluster instead: made on the coordinator and every worker, the
 //! workers added to it, and distributed by `Store::migrate` as `settle migrate` does.
 
+pub mod tables;
+pub use tables::Tables;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Scenario helpers of the payout run tests: a ledger on a fresh database with a clock
 //! the test moves, import lines, exact earnings, runs, and the money invariants.
 
+use crate::common::Tables;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -371,7 +372,7 @@ pub fn candidate<'a>(report: &'a RunReport, provider: &str) -> &'a runs::RunCand
 }
 
 pub fn decision(report: &RunReport, provider: &str) -> String {
-    candidate(report, provider).decision.clone()
+    candidate(report, provider).decision.as_str().to_owned()
 }
 
 pub fn is_candidate(report: &RunReport, provider: &str) -> bool {

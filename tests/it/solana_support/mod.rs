@@ -2,6 +2,7 @@
 //! (litesvm with the real SPL programs) served as JSON-RPC, providers paid in USDC, weekly
 //! runs, and the checks every scenario ends with.
 
+use crate::common::Tables;
 use std::sync::Arc;
 
 use settle::config::{RunConfig, SolanaConfig};

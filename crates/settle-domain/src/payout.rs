@@ -14,6 +14,13 @@
 //!        ↺ resubmit (Solana re-signed)
 //!   created or submitted ──fail──▶ failed
 //! ```
+//!
+//! The payout aggregate ([`PayoutRecord`], folded by its `apply`) answers the lifecycle
+//! commands ([`PayoutCommand`]) through the pure [`decide`]: the event to book, nothing (a
+//! `duplicate`), or `invalid_payout_state` from the table. The table is tested pair by pair
+//! (`every_status_and_step`), and the statuses are spelled nowhere else in the program: the
+//! sets SQL selects come from here ([`PayoutStatus::sql_list`], `is_pending`, …), which a
+//! scan in `tests/it/architecture.rs` holds.
 
 use std::fmt;
 
@@ -727,7 +734,7 @@ mod tests {
 
     mod aggregate {
         use super::super::*;
-        use crate::domain::event::PayoutHeld;
+        use crate::event::PayoutHeld;
 
         const AT: i64 = 1_767_225_600_000;
 

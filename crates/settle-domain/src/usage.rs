@@ -139,10 +139,10 @@ pub fn void(usage: &UsageRecorded, reason: &str) -> UsageVoided {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::bands::WithoutPriceBook;
-    use crate::domain::event::Tier;
-    use crate::domain::money::FeeBps;
-    use crate::domain::time::parse_rfc3339_ms;
+    use crate::bands::WithoutPriceBook;
+    use crate::event::Tier;
+    use crate::money::FeeBps;
+    use crate::time::parse_rfc3339_ms;
 
     fn ms(t: &str) -> i64 {
         parse_rfc3339_ms(t).unwrap()

@@ -19,6 +19,7 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use super::DomainError;
+use super::event::ApprovalDecision;
 
 /// The event types that change the operators in force (platform stream).
 pub const OPERATOR_EVENTS: [&str; 3] =
@@ -456,7 +457,7 @@ impl ControlCheck {
             operator: operator.clone(),
             signature: signature.clone(),
         };
-        let approved = d.decision == "approved";
+        let approved = d.decision == ApprovalDecision::Approved;
         let message = decision_message(approved, &d.approval_id, hash);
         if let Err(e) = self.operators.check(&signed, &message) {
             return Some((

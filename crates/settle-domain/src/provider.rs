@@ -4,9 +4,9 @@
 //! [`ProviderState::apply`] folds the stream's events into the state; [`decide`] answers a
 //! command with the events it books (none: it changes nothing, a `duplicate`) or the
 //! refusal. The ledger loads the state a command reads from the projections inside the
-//! command's transaction (the same fold, kept in SQL: `tests/it/aggregates.rs` checks that
-//! both agree), decides, and appends. Re-sent commands (the same idempotency key) are
-//! answered by the ledger before [`decide`], as for usage.
+//! command's transaction (the same fold, kept in SQL: `settle verify` checks that both
+//! agree, `aggregate_mismatch`), decides, and appends. Re-sent commands (the same
+//! idempotency key) are answered by the ledger before [`decide`], as for usage.
 
 use std::collections::BTreeMap;
 
@@ -70,56 +70,87 @@ impl ProviderState {
     /// Folds one event of the provider's stream, recorded at `recorded_at_ms`. Events that
     /// do not change the registry (usage, payout runs, …) leave the state as it is.
     pub fn apply(&mut self, recorded_at_ms: i64, body: &EventBody) {
-        match body {
-            EventBody::ProviderRegistered(p) => {
-                self.provider = Some(ProviderRecord::registered(p, recorded_at_ms));
-            }
-            EventBody::ProviderUpdated(u) => {
-                let Some(p) = &mut self.provider else { return };
-                if let Some(name) = &u.name {
-                    p.name.clone_from(name);
-                }
-                if let Some(email) = &u.email {
-                    p.email.clone_from(email);
-                }
-                p.tier = u.tier.unwrap_or(p.tier);
-                p.schedule = u.schedule.unwrap_or(p.schedule);
-                p.status = u.status.unwrap_or(p.status);
-                if let Some(method) = &u.payout_method {
-                    p.payout_method = Some(method.clone());
-                    p.method_set_at_ms = Some(recorded_at_ms);
-                    p.method_invalid = false;
-                }
-            }
-            EventBody::PayoutReturned(PayoutReturned {
+        if let EventBody::RateSet(r) = body {
+            self.rates.insert(
+                (r.model.clone(), r.effective_from_ms),
+                r.rate_usdc_per_hour.clone(),
+            );
+        }
+        apply_to_record(&mut self.provider, recorded_at_ms, body);
+    }
+}
+
+/// Whether `body` changes a provider's registry record (the `providers` row): its
+/// registration, an update, bank details proven wrong by a rail, an erasure.
+pub fn changes_record(body: &EventBody) -> bool {
+    matches!(
+        body,
+        EventBody::ProviderRegistered(_)
+            | EventBody::ProviderUpdated(_)
+            | EventBody::ProviderErased(_)
+            | EventBody::PayoutReturned(PayoutReturned {
                 method_invalid: true,
                 ..
             })
             | EventBody::PayoutFailed(PayoutFailed {
                 method_invalid: true,
                 ..
-            }) => {
-                if let Some(p) = &mut self.provider {
-                    p.method_invalid = true;
-                }
-            }
-            EventBody::ProviderErased(_) => {
-                if let Some(p) = &mut self.provider {
-                    ERASED.clone_into(&mut p.name);
-                    ERASED.clone_into(&mut p.email);
-                    p.payout_method = None;
-                    p.method_set_at_ms = Some(recorded_at_ms);
-                    p.method_invalid = false;
-                }
-            }
-            EventBody::RateSet(r) => {
-                self.rates.insert(
-                    (r.model.clone(), r.effective_from_ms),
-                    r.rate_usdc_per_hour.clone(),
-                );
-            }
-            _ => {}
+            })
+    )
+}
+
+/// Folds one event, recorded at `recorded_at_ms`, into a provider's registry record
+/// (`None`: not registered): the one definition of what an event does to the `providers`
+/// row, for the commands ([`ProviderState::apply`]) and the projector alike
+/// (`projection::TypedFold`).
+pub fn apply_to_record(
+    provider: &mut Option<ProviderRecord>,
+    recorded_at_ms: i64,
+    body: &EventBody,
+) {
+    match body {
+        EventBody::ProviderRegistered(p) => {
+            *provider = Some(ProviderRecord::registered(p, recorded_at_ms));
         }
+        EventBody::ProviderUpdated(u) => {
+            let Some(p) = provider.as_mut() else { return };
+            if let Some(name) = &u.name {
+                p.name.clone_from(name);
+            }
+            if let Some(email) = &u.email {
+                p.email.clone_from(email);
+            }
+            p.tier = u.tier.unwrap_or(p.tier);
+            p.schedule = u.schedule.unwrap_or(p.schedule);
+            p.status = u.status.unwrap_or(p.status);
+            if let Some(method) = &u.payout_method {
+                p.payout_method = Some(method.clone());
+                p.method_set_at_ms = Some(recorded_at_ms);
+                p.method_invalid = false;
+            }
+        }
+        EventBody::PayoutReturned(PayoutReturned {
+            method_invalid: true,
+            ..
+        })
+        | EventBody::PayoutFailed(PayoutFailed {
+            method_invalid: true,
+            ..
+        }) => {
+            if let Some(p) = provider.as_mut() {
+                p.method_invalid = true;
+            }
+        }
+        EventBody::ProviderErased(_) => {
+            if let Some(p) = provider.as_mut() {
+                ERASED.clone_into(&mut p.name);
+                ERASED.clone_into(&mut p.email);
+                p.payout_method = None;
+                p.method_set_at_ms = Some(recorded_at_ms);
+                p.method_invalid = false;
+            }
+        }
+        _ => {}
     }
 }
 
@@ -373,7 +404,7 @@ fn decide_update(state: &ProviderState, c: &UpdateProvider) -> Result<Vec<EventB
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::event::Rail;
+    use crate::event::Rail;
 
     const AT: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 

@@ -211,8 +211,11 @@ impl Line {
 
 /// The name of the stream that holds a provider's events.
 pub fn provider_stream(provider_id: &str) -> String {
-    format!("provider:{provider_id}")
+    format!("{PROVIDER_STREAM_PREFIX}{provider_id}")
 }
+
+/// What a provider's stream name starts with, before the provider's id.
+pub const PROVIDER_STREAM_PREFIX: &str = "provider:";
 
 /// The platform's own stream (fee schedules, FX rates, run reports, bank batches).
 pub const PLATFORM_STREAM: &str = "platform";
@@ -348,7 +351,7 @@ pub struct PayoutRunDecided {
     pub run_kind: String,
     pub run_key: String,
     pub provider_id: String,
-    pub decision: String,
+    pub decision: super::decision::Decision,
     pub available_micro_usdc: i64,
     pub amount_micro_usdc: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -585,13 +588,87 @@ pub struct ApprovalRequested {
     pub requester_signature: Option<String>,
 }
 
+/// An approval's decision, spelled `approved` or `rejected` on the wire and in rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Approved,
+    Rejected,
+}
+
+/// Where an approval stands: waiting for a second person, or decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+}
+
+impl ApprovalDecision {
+    pub fn as_str(self) -> &'static str {
+        ApprovalStatus::from(self).as_str()
+    }
+}
+
+impl From<ApprovalDecision> for ApprovalStatus {
+    fn from(d: ApprovalDecision) -> ApprovalStatus {
+        match d {
+            ApprovalDecision::Approved => ApprovalStatus::Approved,
+            ApprovalDecision::Rejected => ApprovalStatus::Rejected,
+        }
+    }
+}
+
+impl ApprovalStatus {
+    pub const ALL: [ApprovalStatus; 3] = [
+        ApprovalStatus::Pending,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Rejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ApprovalStatus> {
+        ApprovalStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// A stored status's text (`sqlx`'s `try_from` decodes a column through it).
+impl TryFrom<String> for ApprovalStatus {
+    type Error = DomainError;
+
+    fn try_from(text: String) -> Result<ApprovalStatus, DomainError> {
+        ApprovalStatus::parse(&text).ok_or_else(|| {
+            DomainError::new(
+                "invalid_approval_status",
+                format!("unknown approval status {text:?}"),
+            )
+        })
+    }
+}
+
+/// A stored rail's text (`sqlx`'s `try_from` decodes a column through it).
+impl TryFrom<String> for Rail {
+    type Error = DomainError;
+
+    fn try_from(text: String) -> Result<Rail, DomainError> {
+        Rail::parse(&text)
+    }
+}
+
 /// A request approved (and its command executed) or rejected by a different actor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalDecided {
     pub approval_id: String,
-    /// `approved` or `rejected`.
-    pub decision: String,
+    pub decision: ApprovalDecision,
     pub decided_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

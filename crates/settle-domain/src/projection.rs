@@ -1,17 +1,29 @@
 //! Projections: the read models folded from events.
 //!
-//! `ops(event)` is the single source of truth for what an event does to the projections.
-//! The store applies the ops in SQL in the same transaction as the append; `verify` and
-//! `rebuild` apply the same ops to an in-memory [`Projections`] and compare or write it.
+//! [`ops`] is the single source of truth for what an event does to the projections, as
+//! [`ProjOp`]s on the tables [`TABLES`] declares. The store applies them in SQL: the
+//! append's transaction writes the ops that are not deferred ([`immediate_ops`]); the
+//! deferred ones ([`ProjOp::is_deferred`]: the additive [`AGGREGATES`], changed only by
+//! `ProjOp::Add`, and a usage event's segments) are folded behind the append by the
+//! projector, under a checkpoint per stream. `verify` and `rebuild` apply the same ops to an
+//! in-memory [`Projections`], a page of streams at a time, and compare it with the tables or
+//! write it in their place.
+//!
 //! Every projection row depends only on the events of its own stream, so no write touches
-//! another provider's rows, and platform totals are sums over providers.
+//! another provider's rows, pages of streams fold into disjoint rows, and platform totals
+//! are sums over providers.
+//!
+//! The typed aggregates the commands decide on are folded from the same events by their
+//! own `apply` ([`StreamAggregates`]), and `settle verify` reports any difference from the
+//! read models (`aggregate_mismatch`); the `providers` and `payouts` rows a registration
+//! and a creation put are the typed records' rows ([`provider_row`], [`payout_row`]).
 
 use std::collections::BTreeMap;
 
 use super::event::*;
-use super::payout::{PayoutRecord, PayoutStep, lifecycle_step};
+use super::payout::{PayoutRecord, lifecycle_step};
 use super::platform::PlatformState;
-use super::provider::{ProviderRecord, ProviderState};
+use super::provider::{ProviderRecord, ProviderState, apply_to_record, changes_record};
 use super::time::day_number;
 
 /// A projection cell (serialised as JSON null, number or string).
@@ -488,6 +500,8 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::PayoutRunDecided(_) | EventBody::PayoutRunCompleted(_) => {
             run_ops(&mut out, stream, recorded_at_ms, body);
         }
+        // A payout's row, and its provider's when a rail proved the bank details wrong, are
+        // written from the typed records ([`TypedFold`]).
         EventBody::PayoutCreated(_)
         | EventBody::PayoutHeld(_)
         | EventBody::PayoutReleased(_)
@@ -495,9 +509,7 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         | EventBody::PayoutSubmitted(_)
         | EventBody::PayoutSettled(_)
         | EventBody::PayoutFailed(_)
-        | EventBody::PayoutReturned(_) => {
-            payout_ops(&mut out, stream, recorded_at_ms, body);
-        }
+        | EventBody::PayoutReturned(_) => {}
         EventBody::BankBatchGenerated(_)
         | EventBody::BankBatchStatusChanged(_)
         | EventBody::SolanaTxSigned(_)
@@ -517,19 +529,9 @@ pub fn ops(stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) -> Vec
         EventBody::PolicySet(_) | EventBody::ClockSet(_) => {}
         // Read from the chain by the reliability view (`ledger::reliability`).
         EventBody::GpuListingChanged(_) => {}
-        // The personal values leave the row (the events keep them sealed); without a
-        // method the provider cannot be paid until it registers anew.
-        EventBody::ProviderErased(x) => out.push(patch(
-            "providers",
-            vec![x.provider_id.as_str().into(), stream.into()],
-            vec![
-                ("name", super::provider::ERASED.into()),
-                ("email", super::provider::ERASED.into()),
-                ("payout_method", Val::Null),
-                ("method_set_at_ms", recorded_at_ms.into()),
-                ("method_invalid", Val::Int(0)),
-            ],
-        )),
+        // The personal values leave the `providers` row (the events keep them sealed):
+        // written from the typed record ([`TypedFold`]).
+        EventBody::ProviderErased(_) => {}
     }
     out
 }
@@ -612,13 +614,7 @@ fn registry_ops(
 ) {
     match body {
         EventBody::ProviderRegistered(p) => {
-            // The row of the record the provider aggregate's own fold starts.
-            let (key, vals) = provider_row(&ProviderRecord::registered(p, recorded_at_ms));
-            out.push(ProjOp::Put {
-                table: "providers",
-                key,
-                vals,
-            });
+            // Its `providers` row is written from the typed record ([`TypedFold`]).
             out.push(tier_put(
                 stream,
                 &p.provider_id,
@@ -668,7 +664,8 @@ fn registry_ops(
     }
 }
 
-/// What a provider's update does: the fields it sets, a tier change's history row.
+/// What a provider's update does beside its `providers` row (written from the typed
+/// record, [`TypedFold`]): a tier change's history row.
 fn provider_updated_ops(
     out: &mut Vec<ProjOp>,
     stream: &str,
@@ -676,33 +673,9 @@ fn provider_updated_ops(
     recorded_at_ms: i64,
     p: &ProviderUpdated,
 ) {
-    let mut set: Vec<(&str, Val)> = Vec::new();
-    if let Some(name) = &p.name {
-        set.push(("name", name.as_str().into()));
-    }
-    if let Some(email) = &p.email {
-        set.push(("email", email.as_str().into()));
-    }
     if let Some(tier) = p.tier {
-        set.push(("tier", tier.as_str().into()));
         out.push(tier_put(stream, &p.provider_id, recorded_at_ms, seq, tier));
     }
-    if let Some(schedule) = p.schedule {
-        set.push(("schedule", schedule.as_str().into()));
-    }
-    if let Some(status) = p.status {
-        set.push(("status", status.as_str().into()));
-    }
-    if let Some(method) = &p.payout_method {
-        set.push(("payout_method", json(method)));
-        set.push(("method_set_at_ms", recorded_at_ms.into()));
-        set.push(("method_invalid", Val::Int(0)));
-    }
-    out.push(patch(
-        "providers",
-        vec![p.provider_id.as_str().into(), stream.into()],
-        set,
-    ));
 }
 
 /// What a payout run records: each candidate's decision and the run's completion.
@@ -737,119 +710,6 @@ fn run_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &Even
         // Every other event is dispatched elsewhere by [`ops`].
         _ => {}
     }
-}
-
-/// What a payout's creation and each step of its life do to its row (and a return that
-/// proves the bank details wrong, to its provider's).
-fn payout_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &EventBody) {
-    match body {
-        EventBody::PayoutCreated(p) => {
-            // The row of the record the payout aggregate's own fold starts.
-            let (key, vals) = payout_row(&PayoutRecord::created(p, recorded_at_ms));
-            out.push(ProjOp::Put {
-                table: "payouts",
-                key,
-                vals,
-            });
-        }
-        EventBody::PayoutHeld(p) => out.push(payout_patch(
-            stream,
-            &p.payout_id,
-            recorded_at_ms,
-            PayoutStep::Hold,
-            vec![("hold_reason", p.reason.as_str().into())],
-        )),
-        EventBody::PayoutReleased(p) => {
-            let mut set = Vec::new();
-            if let Some(cents) = p.amount_eur_cents {
-                set.push(("amount_eur_cents", cents.into()));
-            }
-            if let Some(rate) = &p.eur_per_usd {
-                set.push(("eur_per_usd", rate.as_str().into()));
-            }
-            out.push(payout_patch(
-                stream,
-                &p.payout_id,
-                recorded_at_ms,
-                PayoutStep::Release,
-                set,
-            ))
-        }
-        EventBody::PayoutCancelled(p) => out.push(payout_patch(
-            stream,
-            &p.payout_id,
-            recorded_at_ms,
-            PayoutStep::Cancel,
-            vec![],
-        )),
-        EventBody::PayoutSubmitted(p) => out.push(payout_patch(
-            stream,
-            &p.payout_id,
-            recorded_at_ms,
-            PayoutStep::Submit,
-            vec![
-                ("reference", p.reference.as_str().into()),
-                ("end_to_end_id", p.end_to_end_id.clone().into()),
-            ],
-        )),
-        EventBody::PayoutSettled(p) => out.push(payout_patch(
-            stream,
-            &p.payout_id,
-            recorded_at_ms,
-            PayoutStep::Settle,
-            vec![("reference", p.reference.as_str().into())],
-        )),
-        EventBody::PayoutFailed(_) | EventBody::PayoutReturned(_) => {
-            payout_undone_ops(out, stream, recorded_at_ms, body);
-        }
-        // Every other event is dispatched elsewhere by [`ops`].
-        _ => {}
-    }
-}
-
-/// What a payout's failure or return does: its row's step, and a provider's bank details
-/// blocked when the rail proved them wrong.
-fn payout_undone_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &EventBody) {
-    match body {
-        EventBody::PayoutFailed(p) => {
-            out.push(payout_patch(
-                stream,
-                &p.payout_id,
-                recorded_at_ms,
-                PayoutStep::Fail,
-                vec![("failure_reason", p.reason.as_str().into())],
-            ));
-            if p.method_invalid {
-                out.push(method_invalid_patch(stream, &p.provider_id));
-            }
-        }
-        EventBody::PayoutReturned(p) => {
-            out.push(payout_patch(
-                stream,
-                &p.payout_id,
-                recorded_at_ms,
-                PayoutStep::Return,
-                vec![(
-                    "failure_reason",
-                    format!("{}: {}", p.reason_code, p.reason).into(),
-                )],
-            ));
-            if p.method_invalid {
-                out.push(method_invalid_patch(stream, &p.provider_id));
-            }
-        }
-        // Every other event is dispatched elsewhere by [`payout_ops`].
-        _ => {}
-    }
-}
-
-/// A provider's bank details blocked until updated (a bank's rejection or return).
-fn method_invalid_patch(stream: &str, provider_id: &str) -> ProjOp {
-    patch(
-        "providers",
-        vec![provider_id.into(), stream.into()],
-        vec![("method_invalid", Val::Int(1))],
-    )
 }
 
 /// What the rails record: bank batches and Solana attempts.
@@ -908,7 +768,7 @@ fn approval_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 a.amount_micro_usdc.into(),
                 a.requested_by.as_str().into(),
                 recorded_at_ms.into(),
-                "pending".into(),
+                ApprovalStatus::Pending.as_str().into(),
                 Val::Null,
                 Val::Null,
                 Val::Null,
@@ -957,19 +817,6 @@ fn payable_recorded(stream: &str, provider_id: &str, recorded_at_ms: i64, delta:
         init: vec![Val::Int(0)],
         deltas: vec![(0, delta)],
     }
-}
-
-/// A payout's row after `step`: the status the transition table leads to.
-fn payout_patch(
-    stream: &str,
-    payout_id: &str,
-    at_ms: i64,
-    step: PayoutStep,
-    mut set: Vec<(&str, Val)>,
-) -> ProjOp {
-    set.push(("status", step.to().as_str().into()));
-    set.push(("updated_at_ms", at_ms.into()));
-    patch("payouts", vec![payout_id.into(), stream.into()], set)
 }
 
 /// Whose usage an event books: the stream it lies on, the provider, the GPU and its model.
@@ -1094,6 +941,163 @@ pub fn payout_row(p: &PayoutRecord) -> Row {
     )
 }
 
+/// The typed fold of the `providers` and `payouts` rows: each event goes through the
+/// aggregates' own `apply` (`provider::apply_to_record`, [`PayoutRecord::apply`]) and the
+/// rows are written whole from the records ([`provider_row`], [`payout_row`]). The store
+/// folds a transaction's events with it at commit, on the records as stored before
+/// ([`TypedFold::hold_provider`], [`TypedFold::hold_payout`]: what [`TypedFold::needs`]
+/// names); `verify` and `rebuild` fold every event of a stream from nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypedFold {
+    /// By stream: the provider's record (`None`: not registered, or not loaded).
+    providers: BTreeMap<String, Option<ProviderRecord>>,
+    /// By payout id.
+    payouts: BTreeMap<String, PayoutRecord>,
+    changed_providers: std::collections::BTreeSet<String>,
+    changed_payouts: std::collections::BTreeSet<String>,
+}
+
+/// The records a [`TypedFold`] needs before it folds some events: the provider of each
+/// stream, and the payouts, that the events change without creating them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub streams: Vec<String>,
+    pub payouts: Vec<String>,
+}
+
+impl TypedFold {
+    /// Whether `body` changes a `providers` or `payouts` row.
+    pub fn changes(body: &EventBody) -> bool {
+        changes_record(body)
+            || matches!(body, EventBody::PayoutCreated(_))
+            || lifecycle_step(body).is_some()
+    }
+
+    /// The records `events` (stream, body), folded in order, need and this fold does not
+    /// hold: created by none of them before.
+    pub fn needs<'e>(&self, events: impl IntoIterator<Item = (&'e str, &'e EventBody)>) -> Needs {
+        let mut streams = std::collections::BTreeSet::new();
+        let mut payouts = std::collections::BTreeSet::new();
+        let mut created = std::collections::BTreeSet::new();
+        let mut registered = std::collections::BTreeSet::new();
+        for (stream, body) in events {
+            match body {
+                EventBody::ProviderRegistered(_) => {
+                    registered.insert(stream);
+                }
+                EventBody::PayoutCreated(p) => {
+                    created.insert(p.payout_id.as_str());
+                }
+                _ => {}
+            }
+            if changes_record(body)
+                && !registered.contains(stream)
+                && !self.providers.contains_key(stream)
+            {
+                streams.insert(stream.to_owned());
+            }
+            if let Some((payout_id, _)) = lifecycle_step(body)
+                && !created.contains(payout_id)
+                && !self.payouts.contains_key(payout_id)
+            {
+                payouts.insert(payout_id.to_owned());
+            }
+        }
+        Needs {
+            streams: streams.into_iter().collect(),
+            payouts: payouts.into_iter().collect(),
+        }
+    }
+
+    /// Holds the record of `stream`'s provider as stored (`None`: none registered).
+    pub fn hold_provider(&mut self, stream: &str, provider: Option<ProviderRecord>) {
+        self.providers.insert(stream.to_owned(), provider);
+    }
+
+    /// Holds a payout's record as stored.
+    pub fn hold_payout(&mut self, payout: PayoutRecord) {
+        self.payouts.insert(payout.payout_id.clone(), payout);
+    }
+
+    /// Folds one event of `stream` recorded at `recorded_at_ms`. An event of a payout the
+    /// fold does not hold (none stored) changes nothing, as an update of a row that is not
+    /// there.
+    pub fn apply(&mut self, stream: &str, recorded_at_ms: i64, body: &EventBody) {
+        if changes_record(body) {
+            let provider = if matches!(body, EventBody::ProviderRegistered(_)) {
+                Some(self.providers.entry(stream.to_owned()).or_default())
+            } else {
+                self.providers.get_mut(stream)
+            };
+            if let Some(provider) = provider {
+                apply_to_record(provider, recorded_at_ms, body);
+                if provider.is_some() {
+                    self.changed_providers.insert(stream.to_owned());
+                }
+            }
+        }
+        if let EventBody::PayoutCreated(p) = body {
+            self.payouts.insert(
+                p.payout_id.clone(),
+                PayoutRecord::created(p, recorded_at_ms),
+            );
+            self.changed_payouts.insert(p.payout_id.clone());
+        } else if let Some((payout_id, _)) = lifecycle_step(body)
+            && let Some(p) = self.payouts.get_mut(payout_id)
+        {
+            p.apply(recorded_at_ms, body);
+            self.changed_payouts.insert(payout_id.to_owned());
+        }
+    }
+
+    /// Folds one event ([`TypedFold::apply`]) and answers the rows it changed, whole.
+    pub fn apply_rows(
+        &mut self,
+        stream: &str,
+        recorded_at_ms: i64,
+        body: &EventBody,
+    ) -> Vec<ProjOp> {
+        if !TypedFold::changes(body) {
+            return Vec::new();
+        }
+        self.apply(stream, recorded_at_ms, body);
+        let mut out = Vec::new();
+        if changes_record(body)
+            && let Some(Some(p)) = self.providers.get(stream)
+        {
+            out.push(put("providers", provider_row(p)));
+        }
+        let payout_id = match body {
+            EventBody::PayoutCreated(p) => Some(p.payout_id.as_str()),
+            _ => lifecycle_step(body).map(|(id, _)| id),
+        };
+        if let Some(p) = payout_id.and_then(|id| self.payouts.get(id)) {
+            out.push(put("payouts", payout_row(p)));
+        }
+        out
+    }
+
+    /// The rows of the records the folded events changed, whole.
+    pub fn puts(&self) -> Vec<ProjOp> {
+        let providers = self
+            .changed_providers
+            .iter()
+            .filter_map(|s| self.providers.get(s)?.as_ref())
+            .map(|p| put("providers", provider_row(p)));
+        let payouts = self
+            .changed_payouts
+            .iter()
+            .filter_map(|id| self.payouts.get(id))
+            .map(|p| put("payouts", payout_row(p)));
+        providers.chain(payouts).collect()
+    }
+}
+
+/// The op that writes `row` of `table` whole.
+fn put(table: &'static str, (key, vals): Row) -> ProjOp {
+    ProjOp::Put { table, key, vals }
+}
+
 /// The typed aggregates of one stream, each folded by its own `apply`: the state the
 /// commands decide on (`provider`, `platform`, `payout`). The read models are folded by
 /// [`ops`]; both come from the same events and must agree, which
@@ -1122,13 +1126,11 @@ impl StreamAggregates {
     }
 
     /// Where the read models in `projections` differ from these aggregates: the rows of
-    /// `providers`, `rates`, `fee_schedules` and `payouts` they hold, and the FX rate in
-    /// force. Every such row belongs to this stream, so `projections` may hold other
-    /// streams too.
+    /// `rates` and `fee_schedules` they hold, and the FX rate in force. Every such row
+    /// belongs to this stream, so `projections` may hold other streams too.
     pub fn mismatches(&self, projections: &Projections) -> Vec<String> {
         let mut rows: Vec<(&str, Row)> = Vec::new();
         if let Some(p) = &self.provider.provider {
-            rows.push(("providers", provider_row(p)));
             for ((model, from), rate) in &self.provider.rates {
                 rows.push(("rates", rate_row(&p.provider_id, model, *from, rate)));
             }
@@ -1136,7 +1138,6 @@ impl StreamAggregates {
         for ((tier, from), bps) in &self.platform.fees {
             rows.push(("fee_schedules", fee_row(*tier, *from, *bps)));
         }
-        rows.extend(self.payouts.values().map(|p| ("payouts", payout_row(p))));
         let mut out = Vec::new();
         for (table, (key, vals)) in rows {
             let held = projections.tables.get(table).and_then(|t| t.get(&key));
@@ -1166,6 +1167,8 @@ impl StreamAggregates {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Projections {
     pub tables: BTreeMap<&'static str, BTreeMap<Vec<Val>, Vec<Val>>>,
+    /// The typed records of the `providers` and `payouts` rows folded so far.
+    typed: TypedFold,
 }
 
 impl Projections {
@@ -1217,9 +1220,18 @@ impl Projections {
         }
     }
 
-    /// Folds one event.
+    /// Folds one event: its [`ops`], and its typed rows ([`Projections::fold_typed`]).
     pub fn fold(&mut self, stream: &str, seq: i64, recorded_at_ms: i64, body: &EventBody) {
         for op in ops(stream, seq, recorded_at_ms, body) {
+            self.apply(&op);
+        }
+        self.fold_typed(stream, recorded_at_ms, body);
+    }
+
+    /// Folds one event into the `providers` and `payouts` rows through their typed records
+    /// ([`TypedFold`]), as the store does at commit.
+    pub fn fold_typed(&mut self, stream: &str, recorded_at_ms: i64, body: &EventBody) {
+        for op in self.typed.apply_rows(stream, recorded_at_ms, body) {
             self.apply(&op);
         }
     }
@@ -1262,7 +1274,7 @@ fn bank_answer_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, a: &BankAnswerImp
 }
 
 /// The `bank_batches` row a generated batch puts.
-fn bank_batch_put(b: &crate::domain::event::BankBatchGenerated, recorded_at_ms: i64) -> ProjOp {
+fn bank_batch_put(b: &crate::event::BankBatchGenerated, recorded_at_ms: i64) -> ProjOp {
     ProjOp::Put {
         table: "bank_batches",
         key: vec![b.batch_id.as_str().into()],
@@ -1273,7 +1285,7 @@ fn bank_batch_put(b: &crate::domain::event::BankBatchGenerated, recorded_at_ms: 
             json(&b.payout_ids),
             b.total_cents.into(),
             b.currency.as_str().into(),
-            crate::domain::batch::BatchStatus::Generated.as_str().into(),
+            crate::batch::BatchStatus::Generated.as_str().into(),
             recorded_at_ms.into(),
             recorded_at_ms.into(),
         ],
@@ -1284,11 +1296,7 @@ fn bank_batch_put(b: &crate::domain::event::BankBatchGenerated, recorded_at_ms: 
 /// An attempt's row; `seq` (its `solana_tx.signed` on the platform stream) orders the
 /// attempts signed within one millisecond (a lookup table's extensions, in the order they
 /// filled it).
-fn solana_attempt_put(
-    s: &crate::domain::event::SolanaTxSigned,
-    seq: i64,
-    recorded_at_ms: i64,
-) -> ProjOp {
+fn solana_attempt_put(s: &crate::event::SolanaTxSigned, seq: i64, recorded_at_ms: i64) -> ProjOp {
     ProjOp::Put {
         table: "solana_attempts",
         key: vec![s.attempt_id.as_str().into()],
@@ -1314,7 +1322,7 @@ mod tests {
     //! Given events folded in order, then exactly these projection rows: every table's
     //! columns as the store and `verify` read them.
     use super::*;
-    use crate::domain::event::tests::seg;
+    use crate::event::tests::seg;
 
     const DAY: i64 = 86_400_000;
 
@@ -1353,6 +1361,115 @@ mod tests {
 
     fn method_json(wallet: &str) -> Val {
         t(&format!(r#"{{"kind":"solana","wallet":"{wallet}"}}"#))
+    }
+
+    /// A provider registered, paid, its payout submitted and failed for its bank details,
+    /// its tier changed: the registration, the creation and the events at their times.
+    fn typed_fold_events() -> (ProviderRegistered, PayoutCreated, Vec<(i64, EventBody)>) {
+        let created = PayoutCreated {
+            payout_id: "po".into(),
+            provider_id: "p".into(),
+            run_kind: "weekly".into(),
+            run_key: "2026-11-30".into(),
+            amount_micro_usdc: 400,
+            method: method("w"),
+            held: false,
+            amount_eur_cents: None,
+            eur_per_usd: None,
+        };
+        let registered = ProviderRegistered {
+            provider_id: "p".into(),
+            name: "P".into(),
+            email: "p@x".into(),
+            tier: Tier::Community,
+            schedule: Schedule::Weekly,
+            status: ProviderStatus::Active,
+            payout_method: Some(method("w")),
+        };
+        let events: Vec<(i64, EventBody)> = vec![
+            (100, EventBody::ProviderRegistered(registered.clone())),
+            (200, EventBody::PayoutCreated(created.clone())),
+            (
+                300,
+                EventBody::PayoutSubmitted(PayoutSubmitted {
+                    payout_id: "po".into(),
+                    provider_id: "p".into(),
+                    rail: Rail::Solana,
+                    reference: "sig".into(),
+                    end_to_end_id: None,
+                }),
+            ),
+            (
+                400,
+                EventBody::PayoutFailed(PayoutFailed {
+                    payout_id: "po".into(),
+                    provider_id: "p".into(),
+                    rail: Rail::Solana,
+                    amount_micro_usdc: 400,
+                    reason: "closed".into(),
+                    method_invalid: true,
+                }),
+            ),
+            (
+                500,
+                EventBody::ProviderUpdated(ProviderUpdated {
+                    provider_id: "p".into(),
+                    tier: Some(Tier::Enterprise),
+                    ..ProviderUpdated::default()
+                }),
+            ),
+        ];
+        (registered, created, events)
+    }
+
+    /// The store folds a transaction's events on the records as stored before it
+    /// ([`TypedFold::needs`], then held); `verify` folds every event from the first. Both
+    /// write the same `providers` and `payouts` rows, whatever the split into transactions.
+    #[test]
+    fn a_typed_fold_on_stored_records_writes_what_the_whole_fold_writes() {
+        let s = "provider:p";
+        let (registered, created, events) = typed_fold_events();
+        let mut whole = Projections::default();
+        for (seq, (at, body)) in (1..).zip(&events) {
+            whole.fold(s, seq, *at, body);
+        }
+        assert_eq!(
+            rows(&whole, "payouts")[0].1[8],
+            t("failed"),
+            "the whole fold moved the payout"
+        );
+        assert_eq!(rows(&whole, "providers")[0].1[7], i(1), "method blocked");
+
+        // The same events in two transactions: the second folds on the stored records.
+        let mut split = Projections::default();
+        let (first, second) = events.split_at(2);
+        let mut fold = TypedFold::default();
+        assert_eq!(
+            fold.needs(first.iter().map(|(_, b)| (s, b))),
+            Needs::default(),
+            "what the transaction creates is not read"
+        );
+        for (at, body) in first {
+            fold.apply(s, *at, body);
+        }
+        fold.puts().iter().for_each(|op| split.apply(op));
+        let mut fold = TypedFold::default();
+        assert_eq!(
+            fold.needs(second.iter().map(|(_, b)| (s, b))),
+            Needs {
+                streams: vec![s.into()],
+                payouts: vec!["po".into()],
+            }
+        );
+        fold.hold_provider(s, Some(ProviderRecord::registered(&registered, 100)));
+        fold.hold_payout(PayoutRecord::created(&created, 200));
+        for (at, body) in second {
+            fold.apply(s, *at, body);
+        }
+        fold.puts().iter().for_each(|op| split.apply(op));
+        for table in ["providers", "payouts"] {
+            assert_eq!(rows(&split, table), rows(&whole, table), "{table}");
+        }
     }
 
     /// [`immediate_ops`] builds nothing for a usage event: this holds only while every op
@@ -1745,7 +1862,7 @@ mod tests {
                 run_kind: "weekly".into(),
                 run_key: "2026-11-30".into(),
                 provider_id: "p".into(),
-                decision: "paid".into(),
+                decision: super::super::decision::Decision::Paid,
                 available_micro_usdc: 500,
                 amount_micro_usdc: 400,
                 payout_id: Some("po".into()),
@@ -1957,7 +2074,7 @@ mod tests {
             20,
             &EventBody::BankBatchStatusChanged(BankBatchStatus {
                 batch_id: "b".into(),
-                status: crate::domain::batch::BatchStatus::Submitted,
+                status: crate::batch::BatchStatus::Submitted,
             }),
         );
         assert_eq!(
@@ -2078,7 +2195,7 @@ mod tests {
             60,
             &EventBody::ApprovalDecided(ApprovalDecided {
                 approval_id: "ap".into(),
-                decision: "rejected".into(),
+                decision: ApprovalDecision::Rejected,
                 decided_by: "bob".into(),
                 reason: Some("no".into()),
                 decider_operator: Some("bob".into()),

@@ -1,12 +1,18 @@
 //! Payout decisions (SPEC §5): each run candidate gets exactly one decision, the first
 //! that applies, in a fixed order.
 
-use super::event::{ProviderStatus, Rail};
+use super::event::{PayoutMethod, ProviderStatus, Rail};
+use super::provider::ProviderRecord;
 
 /// Micro-USDC in one cent.
 pub const MICRO_USDC_PER_CENT: i64 = 10_000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A run candidate's decision, spelled on the wire and in rows as its
+/// [`as_str`](Decision::as_str).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Decision {
     NoMethod,
     CoolingOff,
@@ -40,9 +46,30 @@ impl Decision {
         }
     }
 
+    pub fn parse(text: &str) -> Option<Decision> {
+        Decision::ALL.into_iter().find(|d| d.as_str() == text)
+    }
+
     /// Whether this decision creates a payout.
     pub fn creates_payout(self) -> bool {
         matches!(self, Decision::Held | Decision::Paid)
+    }
+}
+
+/// A stored decision's text (`sqlx`'s `try_from` decodes a column through it).
+impl TryFrom<String> for Decision {
+    type Error = super::DomainError;
+
+    fn try_from(text: String) -> Result<Decision, super::DomainError> {
+        Decision::parse(&text).ok_or_else(|| {
+            super::DomainError::new("invalid_decision", format!("unknown decision {text:?}"))
+        })
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -62,6 +89,35 @@ pub struct Candidate {
     pub available_micro_usdc: i64,
     /// A reason to hold that the caller found (`fx_stale` for a EUR payout without a fresh rate).
     pub external_hold_reason: Option<String>,
+}
+
+/// The sums the ledger keeps for one provider that a run's decision reads (SPEC §5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// The balance of the payable account (whenever recorded).
+    pub payable_balance_micro_usdc: i64,
+    /// Payable lines booked on days before the cutoff's day.
+    pub recorded_before_micro_usdc: i64,
+    /// Payouts not failed, cancelled or returned.
+    pub payouts_not_undone_micro_usdc: i64,
+}
+
+impl Candidate {
+    /// What `decide` knows of a provider, from its registry record and its figures:
+    /// `available(cutoff)` of SPEC §5 is the payable lines recorded before the cutoff minus
+    /// every payout of the provider that has not failed, been cancelled or been returned.
+    pub fn of(provider: &ProviderRecord, figures: Figures) -> Candidate {
+        Candidate {
+            rail: provider.payout_method.as_ref().map(PayoutMethod::rail),
+            method_invalid: provider.method_invalid,
+            method_set_at_ms: provider.method_set_at_ms,
+            status: provider.status,
+            payable_balance_micro_usdc: figures.payable_balance_micro_usdc,
+            available_micro_usdc: figures.recorded_before_micro_usdc
+                - figures.payouts_not_undone_micro_usdc,
+            external_hold_reason: None,
+        }
+    }
 }
 
 /// The run's policy: its minimum, the per-payout limit and the takeover guard.
@@ -137,6 +193,40 @@ pub fn decide(candidate: &Candidate, policy: &RunPolicy) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `available(cutoff)`: the payable recorded before the cutoff, less every payout that
+    /// still stands; the provider's method and status come from its record.
+    #[test]
+    fn a_candidate_is_its_record_and_its_figures() {
+        let provider = ProviderRecord {
+            provider_id: "p".into(),
+            name: "P".into(),
+            email: "p@x".into(),
+            tier: crate::event::Tier::Community,
+            schedule: crate::event::Schedule::Weekly,
+            status: ProviderStatus::OnHold,
+            payout_method: Some(PayoutMethod::Solana { wallet: "w".into() }),
+            method_set_at_ms: Some(7),
+            method_invalid: true,
+            registered_at_ms: 1,
+        };
+        let c = Candidate::of(
+            &provider,
+            Figures {
+                payable_balance_micro_usdc: 90,
+                recorded_before_micro_usdc: 70,
+                payouts_not_undone_micro_usdc: 25,
+            },
+        );
+        assert_eq!(
+            (c.available_micro_usdc, c.payable_balance_micro_usdc),
+            (45, 90)
+        );
+        assert_eq!(
+            (c.rail, c.status, c.method_invalid, c.method_set_at_ms),
+            (Some(Rail::Solana), ProviderStatus::OnHold, true, Some(7))
+        );
+    }
 
     fn base() -> (Candidate, RunPolicy) {
         (

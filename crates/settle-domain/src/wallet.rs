@@ -1,7 +1,7 @@
 //! Solana wallet addresses: base58, 32 bytes, a point on the ed25519 curve (an owner that
 //! can sign, not a program-derived address).
 
-use crate::domain::DomainError;
+use crate::DomainError;
 
 /// Validates a wallet address.
 pub fn validate_wallet(text: &str) -> Result<[u8; 32], DomainError> {

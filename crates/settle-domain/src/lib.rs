@@ -1,7 +1,13 @@
-//! The pure core: money, identifiers, time, pricing, events, postings and the fold of
-//! events into projections. No I/O, no clock, no database, no async.
+//! The pure core of settle: money, identifiers, time, pricing, events, postings, the
+//! aggregates with their pure decisions, the payout state machine and the fold of events
+//! into projections. No I/O, no clock, no database, no async.
 //!
-//! Invariant: nothing in here imports sqlx, tokio, axum or the Solana crates.
+//! The application re-exports this crate as `settle::domain` (`src/lib.rs`), so its modules
+//! name these items by the paths they had when this was its `src/domain/` module.
+//!
+//! Invariant: nothing in here imports sqlx, tokio, axum, the Solana crates or the
+//! application. The crate's `Cargo.toml` depends on none of them, so a use of the store or
+//! the ledger from here does not compile.
 
 pub mod bands;
 pub mod batch;
