@@ -151,16 +151,15 @@ async fn dropped_database_connections_lose_nothing() {
     register_fault_providers(&ledger, 40).await;
     let stop = Arc::new(AtomicBool::new(false));
     let killer = if db.is_postgres() {
-        // One connection of its own, so `pid <> pg_backend_pid()` spares exactly the killer.
-        let admin = Store::open(
-            &db.url,
-            &StoreOptions {
-                connections_max: 1,
-                ..StoreOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+        // One connection of its own, so `pid <> pg_backend_pid()` spares exactly the killer
+        // (not the shared outside pool of `common::tables`, whose other connections it would
+        // end).
+        sqlx::any::install_default_drivers();
+        let admin = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&db.url)
+            .await
+            .unwrap();
         let dbname = db.url.rsplit('/').next().unwrap().to_owned();
         let stop = stop.clone();
         Some(tokio::spawn(async move {
@@ -169,10 +168,12 @@ async fn dropped_database_connections_lose_nothing() {
             while !stop.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(150)).await;
                 // pg_terminate_backend in the aggregate's FILTER runs only on the rows the
-                // WHERE kept (in the WHERE itself the planner may call it on any backend).
-                let hit: i64 = sqlx::query("SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
+                // WHERE kept (in the WHERE itself the planner may call it on any backend). The
+                // engine's connections are the runtime role's: the owner's, kept open by the
+                // tests' outside pool, are not the killer's to end.
+                let hit: i64 = sqlx::query("SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND usename = current_user AND pid <> pg_backend_pid()")
                     .bind(&dbname)
-                    .fetch_one(admin.pool())
+                    .fetch_one(&admin)
                     .await
                     .expect("the killer's own connection is never dropped")
                     .get(0);
