@@ -1098,31 +1098,21 @@ fn put(table: &'static str, (key, vals): Row) -> ProjOp {
     ProjOp::Put { table, key, vals }
 }
 
-/// The typed aggregates of one stream, each folded by its own `apply`: the state the
-/// commands decide on (`provider`, `platform`, `payout`). The read models are folded by
-/// [`ops`]; both come from the same events and must agree, which
-/// [`StreamAggregates::mismatches`] checks (`settle verify`: `aggregate_mismatch`).
+/// The price book and the platform's fees and FX rate of one stream, each folded by its own
+/// `apply`: what the commands decide on beside the `providers` and `payouts` rows (those are
+/// the typed records themselves, [`TypedFold`]). Their read models are `Put` by [`ops`];
+/// both come from the same events and must agree, which [`StreamAggregates::mismatches`]
+/// checks (`settle verify`: `aggregate_mismatch`).
 #[derive(Clone, Debug, Default)]
 pub struct StreamAggregates {
     pub provider: ProviderState,
     pub platform: PlatformState,
-    pub payouts: BTreeMap<String, PayoutRecord>,
 }
 
 impl StreamAggregates {
     pub fn apply(&mut self, recorded_at_ms: i64, body: &EventBody) {
         self.provider.apply(recorded_at_ms, body);
         self.platform.apply(body);
-        if let EventBody::PayoutCreated(p) = body {
-            self.payouts.insert(
-                p.payout_id.clone(),
-                PayoutRecord::created(p, recorded_at_ms),
-            );
-        } else if let Some((payout_id, _)) = lifecycle_step(body)
-            && let Some(p) = self.payouts.get_mut(payout_id)
-        {
-            p.apply(recorded_at_ms, body);
-        }
     }
 
     /// Where the read models in `projections` differ from these aggregates: the rows of
