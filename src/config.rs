@@ -167,7 +167,7 @@ pub struct RunConfig {
     /// Set by the run itself, never by configuration: the providers whose balance an
     /// unproven gated event touches (`ledger::proof`), held with `control_unproven`.
     #[serde(skip)]
-    pub control_unproven: std::collections::BTreeSet<String>,
+    pub control_unproven: std::collections::BTreeSet<crate::domain::ids::ProviderId>,
 }
 
 impl RunConfig {

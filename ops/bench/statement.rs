@@ -244,7 +244,7 @@ async fn main() {
         &ledger.store,
         &log,
         PROVIDER,
-        &settle::statement::Subject::Payout(payout.payout_id),
+        &settle::statement::Subject::Payout(payout.payout_id.into()),
     )
     .await
     .expect("statement");

@@ -79,7 +79,7 @@ pub(crate) async fn provider_cmd(
         "payout_method",
     ]);
     rows.push(vec![
-        record.provider_id.clone().into(),
+        record.provider_id.to_string().into(),
         record.name.clone().into(),
         record.email.clone().into(),
         record.tier.as_str().into(),

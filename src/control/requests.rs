@@ -63,7 +63,7 @@ pub async fn request_for(
                  read `erased` at once, its data key is destroyed when the retention of its \
                  payment records ends"
             ),
-            Some(provider_id.to_string()),
+            Some(provider_id.clone()),
             None,
         )),
         Command::SetFx { fx_id, eur_per_usd } => {
@@ -231,7 +231,7 @@ async fn rate_request(
             c.rate,
             format_ms(c.effective_from_ms)
         ),
-        Some(c.provider_id.to_string()),
+        Some(c.provider_id.clone()),
         None,
     )))
 }
@@ -279,7 +279,7 @@ fn request(
     kind: &'static str,
     line: Value,
     summary: String,
-    provider: Option<String>,
+    provider: Option<ProviderId>,
     amount: Option<i64>,
 ) -> NewRequest {
     NewRequest {
@@ -317,7 +317,7 @@ fn adjustment_request(
             "adjustment {adjustment_id} of {} USDC to {provider_id}: {reason} ({why})",
             format_micro_usdc(amount_micro_usdc)
         ),
-        Some(provider_id.to_string()),
+        Some(provider_id.clone()),
         Some(amount_micro_usdc),
     )
 }
@@ -340,7 +340,7 @@ fn register_request(c: &RegisterProvider) -> NewRequest {
             c.provider_id,
             method_detail(c.payout_method.as_ref())
         ),
-        Some(c.provider_id.to_string()),
+        Some(c.provider_id.clone()),
         None,
     )
 }
@@ -375,7 +375,7 @@ async fn update_request(ledger: &Ledger, c: &UpdateProvider) -> Result<NewReques
         kind,
         line,
         format!("change {}", changes.join(", ")),
-        Some(c.provider_id.to_string()),
+        Some(c.provider_id.clone()),
         None,
     ))
 }

@@ -55,7 +55,7 @@ pub async fn prove(
         &ledger.store,
         &log,
         PROVIDER,
-        &Subject::Payout(payout.payout_id),
+        &Subject::Payout(payout.payout_id.into()),
     )
     .await
     .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))?;

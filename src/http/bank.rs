@@ -290,8 +290,8 @@ pub(crate) async fn show_batch(
         payouts: payouts
             .into_iter()
             .map(|p| BatchPayoutView {
-                payout_id: p.payout_id,
-                provider_id: p.provider_id,
+                payout_id: p.payout_id.into(),
+                provider_id: p.provider_id.into(),
                 status: p.status.to_string(),
                 amount_usdc: format_micro_usdc(p.amount_micro_usdc),
                 amount_eur: p.amount_eur_cents.map(format_cents),
@@ -475,7 +475,7 @@ pub(crate) async fn post_return(
     let o = bank::return_payout(&state.ledger, &r.payout_id, &r.code, &principal.actor()).await?;
     Ok(Json(ReturnView {
         payout_id: o.payout_id,
-        provider_id: o.provider_id,
+        provider_id: o.provider_id.into(),
         batch_id: o.batch_id,
         code: o.code,
         reason: o.reason,

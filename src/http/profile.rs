@@ -79,7 +79,7 @@ pub async fn show(
         tier: record.tier.as_str().to_owned(),
         schedule: record.schedule.as_str().to_owned(),
         status: record.status.as_str().to_owned(),
-        provider_id: record.provider_id,
+        provider_id: record.provider_id.into(),
         name: record.name,
         email: record.email,
     }))

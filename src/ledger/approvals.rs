@@ -10,6 +10,7 @@ use crate::domain::event::{
     ApprovalDecided, ApprovalDecision, ApprovalRequested, ApprovalStatus, EventBody, ExecutedEvent,
     PLATFORM_STREAM,
 };
+use crate::domain::ids::ProviderId;
 use crate::domain::operator::Signed;
 use crate::store::NewEvent;
 use crate::store::WriteTx;
@@ -22,7 +23,7 @@ pub struct NewRequest {
     /// Canonical JSON of the command (an import line, or `payout.release`).
     pub command: String,
     pub summary: String,
-    pub provider_id: Option<String>,
+    pub provider_id: Option<ProviderId>,
     pub amount_micro_usdc: Option<i64>,
 }
 

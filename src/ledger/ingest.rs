@@ -155,13 +155,13 @@ struct Parsed {
     index: usize,
     /// Which request of the group sent it (its actor).
     request: usize,
-    event_id: String,
-    provider_id: String,
+    event_id: EventId,
+    provider_id: ProviderId,
     /// The provider's stream and the event's idempotency key on it, built once: the batch
     /// looks them up several times per event.
     at: StreamKey,
-    gpu_id: String,
-    rental_id: Option<String>,
+    gpu_id: GpuId,
+    rental_id: Option<RentalId>,
     started_at_ms: i64,
     ended_at_ms: i64,
     rate: Option<Rate>,
@@ -178,7 +178,7 @@ impl Parsed {
             event_id: &self.event_id,
             provider_id: &self.provider_id,
             gpu_id: &self.gpu_id,
-            rental_id: self.rental_id.as_deref(),
+            rental_id: self.rental_id.as_ref(),
             started_at_ms: self.started_at_ms,
             ended_at_ms: self.ended_at_ms,
             rate: self.rate,
@@ -285,14 +285,14 @@ impl Ledger {
         Ok(Parsed {
             index,
             request,
-            event_id: event_id.to_string(),
-            provider_id: provider_id.to_string(),
             at: StreamKey::new(
                 provider_stream(provider_id.as_str()),
                 usage_key(event_id.as_str()),
             ),
-            gpu_id: gpu_id.to_string(),
-            rental_id: rental_id.map(|r| r.to_string()),
+            event_id,
+            provider_id,
+            gpu_id,
+            rental_id,
             started_at_ms,
             ended_at_ms,
             rate,
@@ -336,7 +336,7 @@ impl Ledger {
             for input in r.inputs {
                 match self.parse_usage((index, request), input, r.scope, now_ms) {
                     Ok(p) => by_provider
-                        .entry(p.provider_id.clone())
+                        .entry(p.provider_id.as_str().to_owned())
                         .or_default()
                         .push(p),
                     Err(e) => {
@@ -468,7 +468,8 @@ async fn book_groups(
                 unconfirmed.push((out.len(), e));
             }
             if let Some(error) = &e.window_error {
-                let result = UsageResult::rejected(Some(e.event_id.clone()), error.clone());
+                let result =
+                    UsageResult::rejected(Some(e.event_id.as_str().to_owned()), error.clone());
                 out.push((e.index, result));
                 continue;
             }
@@ -485,7 +486,7 @@ async fn book_groups(
                 Err(error) => {
                     out.push((
                         e.index,
-                        UsageResult::rejected(Some(e.event_id.clone()), error),
+                        UsageResult::rejected(Some(e.event_id.as_str().to_owned()), error),
                     ));
                     continue;
                 }
@@ -508,7 +509,7 @@ async fn book_groups(
             gpu_intervals.push((e.started_at_ms, e.ended_at_ms));
             in_batch.insert(key.clone(), e.hash.clone());
             let accepted = UsageResult::Accepted {
-                event_id: e.event_id.clone(),
+                event_id: e.event_id.as_str().to_owned(),
             };
             out.push((e.index, accepted));
         }
@@ -554,11 +555,11 @@ async fn confirm_rejected(
 fn resent(e: &Parsed, stored: Option<&[u8]>) -> UsageResult {
     if stored == Some(e.hash.as_slice()) {
         return UsageResult::Duplicate {
-            event_id: e.event_id.clone(),
+            event_id: e.event_id.as_str().to_owned(),
         };
     }
     UsageResult::rejected(
-        Some(e.event_id.clone()),
+        Some(e.event_id.as_str().to_owned()),
         DomainError::new(
             "conflict",
             format!(
@@ -601,7 +602,7 @@ impl BatchState {
         let given = UsageState {
             gpu: self
                 .gpus
-                .get(&e.gpu_id)
+                .get(e.gpu_id.as_str())
                 .map(|g| (g.provider_id.as_str(), g.model.as_str())),
             overlap,
             tiers: &context.tiers,
@@ -659,7 +660,7 @@ impl BatchState {
                 e.window_error.is_none()
                     && !booked.contains_key(&e.at)
                     && gpus
-                        .get(&e.gpu_id)
+                        .get(e.gpu_id.as_str())
                         .is_some_and(|g| g.provider_id == e.provider_id)
             })
             .collect();
@@ -757,7 +758,7 @@ fn view_gpu<'v>(views: &'v TakenViews, e: &Parsed) -> Option<&'v GpuFacts> {
     views
         .views
         .get(&e.at.stream)
-        .and_then(|v| v.gpus.get(&e.gpu_id))
+        .and_then(|v| v.gpus.get(e.gpu_id.as_str()))
 }
 
 /// The views of the batch's provider streams (kept ones where valid) completed with the
@@ -820,10 +821,10 @@ async fn read_views(
     for e in all {
         if let Some(facts) = view_gpu(&views, e) {
             let owner = GpuOwner {
-                provider_id: e.provider_id.clone(),
+                provider_id: e.provider_id.as_str().to_owned(),
                 model: facts.model.clone(),
             };
-            gpus.insert(e.gpu_id.clone(), owner);
+            gpus.insert(e.gpu_id.as_str().to_owned(), owner);
         }
     }
     Ok((views, gpus))

@@ -14,6 +14,7 @@ use super::{
     Actor, Applied, Idem, Ledger, LedgerError, book_decided, duplicate_or_conflict, reject,
 };
 use crate::domain::event::provider_stream;
+use crate::domain::ids::ProviderId;
 use crate::domain::payout::{self, PayoutCommand};
 
 /// Longest rail reference (a Solana signature is 88 base58 characters; a batch id less).
@@ -160,13 +161,13 @@ impl Ledger {
         let ids: Vec<&str> = commands.iter().map(|(id, _)| *id).collect();
         // A payout's provider never changes: its stream can be named before the locks.
         let mut conn = self.store.acquire().await?;
-        let providers: Vec<String> = load_many(&mut conn, &ids)
+        let providers: Vec<ProviderId> = load_many(&mut conn, &ids)
             .await?
             .into_values()
             .map(|p| p.provider_id)
             .collect();
         drop(conn);
-        let providers: Vec<&str> = providers.iter().map(String::as_str).collect();
+        let providers: Vec<&str> = providers.iter().map(|p| p.as_str()).collect();
         self.payout_commands_of(commands, &providers, actor).await
     }
 

@@ -71,7 +71,11 @@ impl Ledger {
             .await?;
         let mut out = Vec::with_capacity(payouts.len());
         for p in payouts {
-            let erased = open_method(keys.get(&p.provider_id), &p.provider_id, &mut p.method)?;
+            let erased = open_method(
+                keys.get(p.provider_id.as_str()),
+                &p.provider_id,
+                &mut p.method,
+            )?;
             out.push(if erased {
                 Err(erased_reason(&p.provider_id))
             } else {
@@ -179,12 +183,11 @@ impl Ledger {
         let approval_id = self.decision.as_ref().map(|d| d.approval_id.clone());
         let key = format!("erase:{provider_id}");
         let booked = crate::ledger::write_stream!(self, &provider_stream(provider_id), |tx| {
-            if crate::store::providers::load_provider(tx.conn(), provider_id)
-                .await?
-                .is_none()
-            {
+            let Some(provider) =
+                crate::store::providers::load_provider(tx.conn(), provider_id).await?
+            else {
                 return reject("unknown_provider", format!("no provider {provider_id}"));
-            }
+            };
             let span = rows::payout_span(tx.conn(), provider_id).await?;
             if super::find_idem(tx, &key).await?.is_some() {
                 return Ok(None);
@@ -211,7 +214,7 @@ impl Ledger {
             rows::replace_method_digest(tx.conn(), provider_id, None).await?;
             tx.append(NewEvent {
                 body: EventBody::ProviderErased(ProviderErased {
-                    provider_id: provider_id.to_owned(),
+                    provider_id: provider.provider_id.clone(),
                     destroy_after_ms,
                     approval_id: approval_id.clone(),
                 }),

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use super::LedgerError;
 use crate::domain::event::{EventBody, PLATFORM_STREAM};
 use crate::domain::gated::{Booked, GATED_EVENT_TYPES, Unproven, unproven};
+use crate::domain::ids::ProviderId;
 use crate::domain::operator::{ControlProblem, OPERATOR_EVENTS, check_control};
 use crate::domain::policy::Enforce;
 use crate::store::{ClockMode, Store};
@@ -28,7 +29,7 @@ pub struct ControlFindings {
 
 impl ControlFindings {
     /// The providers an unproven gated event touches (a run holds them).
-    pub(crate) fn unproven_providers(&self) -> BTreeSet<String> {
+    pub(crate) fn unproven_providers(&self) -> BTreeSet<ProviderId> {
         self.unproven
             .iter()
             .filter_map(|u| u.provider_id.clone())

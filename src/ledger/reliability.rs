@@ -11,6 +11,7 @@ use super::{Actor, Applied, Ledger, LedgerError, find_idem_in_stream, reject};
 use crate::config::{BenchmarkMinimums, ReliabilityConfig};
 use crate::domain::DomainError;
 use crate::domain::event::{EventBody, GpuListingChanged, provider_stream};
+use crate::domain::ids::ProviderId;
 use crate::domain::time::format_ms;
 use crate::store::NewEvent;
 use crate::store::reliability::{self as rows, ReportRow};
@@ -244,12 +245,11 @@ impl Ledger {
                     ),
                 ),
                 None if report.kind == "benchmark" => {
-                    let (provider_id, model) = gpus
-                        .get(report.gpu_id.as_str())
-                        .cloned()
-                        .unwrap_or_default();
-                    self.relist_by_benchmark(report, &provider_id, &model, actor)
-                        .await?;
+                    // Recorded, so its GPU is registered (`report_row`).
+                    if let Some((provider_id, model)) = gpus.get(report.gpu_id.as_str()) {
+                        self.relist_by_benchmark(report, provider_id, model, actor)
+                            .await?;
+                    }
                     Ok(Applied::Accepted)
                 }
                 None => Ok(Applied::Accepted),
@@ -304,8 +304,8 @@ impl Ledger {
             }
             tx.append(NewEvent {
                 body: EventBody::GpuListingChanged(GpuListingChanged {
-                    gpu_id: report.gpu_id.to_string(),
-                    provider_id: provider_id.to_owned(),
+                    gpu_id: report.gpu_id.clone(),
+                    provider_id: ProviderId::parse(provider_id)?,
                     listed,
                     benchmark_id: report.report_id.clone(),
                     reason: (!listed).then(|| now.join("; ")),

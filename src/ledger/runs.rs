@@ -41,6 +41,7 @@ pub use crate::config::RunConfig;
 use crate::domain::DomainError;
 use crate::domain::decision::{Candidate, Decision, Figures, Outcome, RunPolicy, decide};
 use crate::domain::event::*;
+use crate::domain::ids::{PayoutId, ProviderId};
 use crate::domain::time::{date_start_ms, day_number, format_ms, naive_ms};
 use crate::store::keys::{KeyHashes, StreamKey};
 use crate::store::{Dialect, NewEvent, Store, WriteTx};
@@ -145,10 +146,11 @@ pub(crate) fn completion_key(run: &RunKey) -> String {
 
 /// The deterministic payout id of a run's payout to a provider: `po-` and 24 hex digits
 /// of SHA-256(`kind|key|provider`), 27 characters (a SEPA EndToEndId holds 35).
-pub fn payout_id(run: &RunKey, provider_id: &str) -> String {
+pub fn payout_id(run: &RunKey, provider_id: &str) -> PayoutId {
     let digest = Sha256::digest(format!("{}|{}|{provider_id}", run.kind(), run.key_string()));
     // `-`, not `_`: the id is the SEPA EndToEndId (Max35, SEPA character set).
-    format!("po-{}", &hex::encode(digest)[..24])
+    PayoutId::parse(&format!("po-{}", &hex::encode(digest)[..24]))
+        .expect("po- and 24 hex digits are inside the id grammar")
 }
 
 /// The run's cutoff in milliseconds.
@@ -746,7 +748,7 @@ impl Ledger {
 pub struct CandidateReads {
     keys: Vec<StreamKey>,
     decided: KeyHashes,
-    providers: HashMap<String, ProviderRecord>,
+    providers: HashMap<ProviderId, ProviderRecord>,
     figures: HashMap<String, Figures>,
 }
 
@@ -821,7 +823,7 @@ impl DecisionFacts<'_> {
             eur_per_usd,
             at_ms,
         } = self;
-        let provider_id = provider.provider_id.as_str();
+        let provider_id = &provider.provider_id;
         let payout = decision
             .creates_payout()
             .then(|| payout_id(run, provider_id));
@@ -829,7 +831,7 @@ impl DecisionFacts<'_> {
             EventBody::PayoutRunDecided(PayoutRunDecided {
                 run_kind: run.kind().to_owned(),
                 run_key: run.key_string(),
-                provider_id: provider_id.to_owned(),
+                provider_id: provider_id.clone(),
                 decision,
                 available_micro_usdc,
                 amount_micro_usdc,
@@ -864,8 +866,8 @@ impl DecisionFacts<'_> {
 /// A payout a decision creates.
 struct NewPayout<'a> {
     run: &'a RunKey,
-    provider_id: &'a str,
-    payout_id: String,
+    provider_id: &'a ProviderId,
+    payout_id: PayoutId,
     method: &'a PayoutMethod,
     decision: Decision,
     amount_micro_usdc: i64,
@@ -894,7 +896,7 @@ fn append_payout(tx: &mut WriteTx, actor: &Actor, p: NewPayout<'_>) -> Result<()
     tx.append(NewEvent::keyed(
         EventBody::PayoutCreated(PayoutCreated {
             payout_id: p.payout_id.clone(),
-            provider_id: p.provider_id.to_owned(),
+            provider_id: p.provider_id.clone(),
             run_kind: p.run.kind().to_owned(),
             run_key: p.run.key_string(),
             amount_micro_usdc: p.amount_micro_usdc,
@@ -913,7 +915,7 @@ fn append_payout(tx: &mut WriteTx, actor: &Actor, p: NewPayout<'_>) -> Result<()
         tx.append(NewEvent::keyed(
             EventBody::PayoutHeld(PayoutHeld {
                 payout_id: p.payout_id,
-                provider_id: p.provider_id.to_owned(),
+                provider_id: p.provider_id.clone(),
                 reason: p.hold_reason.unwrap_or_else(|| "held".to_owned()),
             }),
             &actor.0,

@@ -250,7 +250,7 @@ mod tests {
 
     fn registered() -> EventBody {
         EventBody::ProviderRegistered(ProviderRegistered {
-            provider_id: "prv_1".into(),
+            provider_id: "prv_1".parse().unwrap(),
             name: "Bee GmbH".into(),
             email: "ops@bee.test".into(),
             tier: Tier::Community,

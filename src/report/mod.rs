@@ -224,7 +224,7 @@ mod tests {
             })
             .collect();
         EarningsReport {
-            provider_id: "prv".into(),
+            provider_id: "prv".parse().unwrap(),
             from_ms: parse_instant_or_date_ms(from).unwrap(),
             to_ms: parse_instant_or_date_ms(to).unwrap(),
             by,

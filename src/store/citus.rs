@@ -39,6 +39,7 @@
 //! benchmarks run on; `ops/SCALING.md` tells how the ledger grows on it.
 
 use super::{Conn, Db, Store, StoreError, on};
+use std::time::Duration;
 
 /// Runs `body` on the PostgreSQL connection under a [`Conn`] (`|c| …`, as [`on!`] does):
 /// the statements of a Citus coordinator bind their streams as a native `TEXT[]`
@@ -413,16 +414,49 @@ pub async fn create_database(coordinator: &str, name: &str) -> Result<String, St
         .bind(port)
         .execute(&mut conn)
         .await?;
+    conn.close().await?;
     for worker in &workers {
         let (host, port) = node(worker)?;
-        sqlx::query("SELECT citus_add_node($1, $2)")
-            .bind(&host)
-            .bind(port)
-            .execute(&mut conn)
-            .await?;
+        add_node(&url, &host, port).await?;
     }
-    conn.close().await?;
     Ok(url)
+}
+
+/// How many times [`create_database`] asks the coordinator to add a worker before it gives
+/// up. Citus answers a metadata sync that failed on the worker's side with only "failure on
+/// connection marked as essential" (its issue 5515); seen once on a freshly started
+/// cluster, and a new session's second try succeeds.
+pub const ADD_NODE_ATTEMPTS: u32 = 3;
+
+/// The pause between two of those tries.
+pub const ADD_NODE_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Adds the worker `host:port` to the node table of the database `url` names, in a new
+/// session per try ([`ADD_NODE_ATTEMPTS`]). `citus_add_node` is idempotent: a try that
+/// failed added nothing, and a node already added is answered with its id.
+async fn add_node(url: &str, host: &str, port: i32) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let mut attempt = 1;
+    loop {
+        let tried = async {
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            sqlx::query("SELECT citus_add_node($1, $2)")
+                .bind(host)
+                .bind(port)
+                .execute(&mut conn)
+                .await?;
+            conn.close().await
+        };
+        match tried.await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < ADD_NODE_ATTEMPTS => {
+                tracing::warn!(host, port, attempt, error = %e, "adding a worker failed; trying again");
+                attempt += 1;
+                tokio::time::sleep(ADD_NODE_RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Drops the database `name` on the coordinator and every worker (see [`create_database`]).

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use super::on;
 use super::{Conn, Dialect, Store, StoreError, json_rows_param};
 use crate::domain::event::Rail;
+use crate::domain::ids::{PayoutId, ProviderId};
 use crate::domain::payout::PayoutStatus;
 
 pub use crate::domain::payout::PayoutRecord;
@@ -53,8 +54,8 @@ impl TryFrom<PayoutRow> for PayoutRecord {
             rail: Rail::parse(&r.rail).map_err(corrupt)?,
             method: serde_json::from_str(&r.method).map_err(corrupt)?,
             status: PayoutStatus::parse(&r.status).map_err(corrupt)?,
-            payout_id: r.payout_id,
-            provider_id: r.provider_id,
+            payout_id: PayoutId::parse(&r.payout_id).map_err(corrupt)?,
+            provider_id: ProviderId::parse(&r.provider_id).map_err(corrupt)?,
             run_kind: r.run_kind,
             run_key: r.run_key,
             amount_micro_usdc: r.amount_micro_usdc,
@@ -105,7 +106,7 @@ pub(crate) async fn load_many(
         .fetch_all(c)
         .await)?;
     for payout in records(rows)? {
-        out.insert(payout.payout_id.clone(), payout);
+        out.insert(payout.payout_id.to_string(), payout);
     }
     Ok(out)
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use super::on;
 use super::{Conn, Dialect, StoreError, json_rows_param};
 use crate::domain::event::{PayoutMethod, ProviderStatus, Schedule, Tier};
+use crate::domain::ids::ProviderId;
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::CorruptRow(e.to_string())
@@ -43,7 +44,7 @@ impl TryFrom<ProviderRow> for ProviderRecord {
                 .map(|m| serde_json::from_str::<PayoutMethod>(&m))
                 .transpose()
                 .map_err(corrupt)?,
-            provider_id: r.provider_id,
+            provider_id: ProviderId::parse(&r.provider_id).map_err(corrupt)?,
             name: r.name,
             email: r.email,
             method_set_at_ms: r.method_set_at_ms,
@@ -58,7 +59,7 @@ impl TryFrom<ProviderRow> for ProviderRecord {
 pub(crate) async fn load_providers(
     conn: &mut Conn,
     provider_ids: &[&str],
-) -> Result<HashMap<String, ProviderRecord>, StoreError> {
+) -> Result<HashMap<ProviderId, ProviderRecord>, StoreError> {
     let mut out = HashMap::with_capacity(provider_ids.len());
     if provider_ids.is_empty() {
         return Ok(out);

@@ -242,7 +242,7 @@ async fn states(w: &World, batch: &Sent) -> Vec<(String, PayoutStatus, i64)> {
     for i in 0..PROVIDERS {
         for p in w.payouts_of(&pid(i)).await {
             if p.reference.as_deref() == Some(batch_id) {
-                out.push((p.payout_id.clone(), p.status, w.payable(&pid(i)).await));
+                out.push((p.payout_id.to_string(), p.status, w.payable(&pid(i)).await));
             }
         }
     }

@@ -77,8 +77,8 @@ pub(super) async fn forge_adjustment(
         .unwrap();
     let mut e = events.last().unwrap().clone();
     let body = EventBody::AdjustmentPosted(AdjustmentPosted {
-        adjustment_id: id.into(),
-        provider_id: provider.into(),
+        adjustment_id: id.parse().unwrap(),
+        provider_id: provider.parse().unwrap(),
         amount_micro_usdc: 50_000_000_000,
         reason: "goodwill credit".into(),
         reference: None,

@@ -419,8 +419,8 @@ async fn append(app: &TestApp, provider: &str, bodies: Vec<EventBody>) {
 
 fn created(id: &str, amount: i64, method: PayoutMethod, eur_cents: Option<i64>) -> EventBody {
     EventBody::PayoutCreated(PayoutCreated {
-        payout_id: id.into(),
-        provider_id: "prv_a".into(),
+        payout_id: id.parse().unwrap(),
+        provider_id: "prv_a".parse().unwrap(),
         run_kind: "weekly".into(),
         run_key: "2026-11-23".into(),
         amount_micro_usdc: amount,
@@ -455,23 +455,23 @@ async fn book_payouts(app: &TestApp) {
         "prv_a",
         vec![
             EventBody::PayoutSubmitted(PayoutSubmitted {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail: Rail::Solana,
                 reference: SIG.into(),
                 end_to_end_id: None,
             }),
             EventBody::PayoutSettled(PayoutSettled {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail: Rail::Solana,
                 amount_micro_usdc: 30_000_000,
                 reference: SIG.into(),
             }),
             created("po_2", 26_000_000, sepa.clone(), Some(2392)),
             EventBody::PayoutSubmitted(PayoutSubmitted {
-                payout_id: "po_2".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_2".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail: Rail::Sepa,
                 reference: "bb_2026_11_23_sepa".into(),
                 end_to_end_id: Some("E2E-po_2".into()),
@@ -479,8 +479,8 @@ async fn book_payouts(app: &TestApp) {
             created("po_3", 27_000_000, solana.clone(), None),
             created("po_4", 28_000_000, solana.clone(), None),
             EventBody::PayoutFailed(PayoutFailed {
-                payout_id: "po_4".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_4".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail: Rail::Solana,
                 amount_micro_usdc: 28_000_000,
                 reason: "custom program error: 0x1".into(),

@@ -103,7 +103,7 @@ pub(crate) fn usage(
         event_id: Some(id.into()),
         provider_id: Some(provider.into()),
         gpu_id: Some(gpu.into()),
-        rental_id: Some("rnt_1".into()),
+        rental_id: Some("rnt_1".parse().unwrap()),
         started_at: Some(started.into()),
         ended_at: Some(ended.into()),
         rate_usdc_per_hour: rate.map(str::to_owned),
@@ -663,7 +663,7 @@ async fn every_validation_rule_has_its_code_and_boundaries_are_accepted() {
     };
     let long_id = "a".repeat(129);
     let ingest_a = SenderScope::Ingest {
-        provider_id: "prv_a".into(),
+        provider_id: "prv_a".parse().unwrap(),
     };
     let m = SenderScope::Metering;
     let cases: Vec<(&str, UsageInput, &SenderScope, &str)> = vec![

@@ -290,7 +290,7 @@ async fn a_repeated_event_id_in_one_batch_is_decided_in_input_order_per_provider
     ])
     .await;
     let agent = SenderScope::Ingest {
-        provider_id: "prv_a".into(),
+        provider_id: "prv_a".parse().unwrap(),
     };
     let r = w
         .ledger

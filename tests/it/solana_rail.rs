@@ -200,12 +200,12 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
     assert!(
         attempts
             .iter()
-            .all(|a| !a.payout_ids.contains(&rejected.payout_id)),
+            .all(|a| !a.payout_ids.contains(&rejected.payout_id.to_string())),
         "a rejected transfer is never signed"
     );
     let failed_attempt = attempts
         .iter()
-        .find(|a| a.payout_ids.contains(&on_chain.payout_id))
+        .find(|a| a.payout_ids.contains(&on_chain.payout_id.to_string()))
         .expect("the frozen recipient's attempt");
     assert_eq!(failed_attempt.outcome.map(|o| o.as_str()), Some("failed"));
     assert_eq!(failed_attempt.payout_ids.len(), 3);
@@ -219,7 +219,7 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
             let reason = now.failure_reason.unwrap();
             assert!(reason.contains("rejected by simulation"), "{reason}");
             assert_eq!(w.usdc_of(&wallet), 0);
-        } else if failed_ids.contains(&p.payout_id) {
+        } else if failed_ids.contains(p.payout_id.as_str()) {
             assert_eq!(now.status.as_str(), "failed", "{}", p.payout_id);
             let reason = now.failure_reason.unwrap();
             assert!(reason.contains("failed on chain"), "{reason}");
@@ -261,7 +261,7 @@ async fn a_frozen_recipient_fails_only_its_transaction_and_is_paid_in_the_next_r
             .collect();
         assert_eq!(settled.len(), 1, "{} paid exactly once", p.id);
         assert_eq!(settled[0].amount_micro_usdc, p.net_micro_usdc);
-        let paid_to = new_wallets.get(&p.id).copied().unwrap_or(p.wallet);
+        let paid_to = new_wallets.get(p.id.as_str()).copied().unwrap_or(p.wallet);
         assert_eq!(w.usdc_of(&paid_to), p.net_micro_usdc as u64, "{}", p.id);
     }
     w.assert_clean(&rail).await;
@@ -352,14 +352,18 @@ async fn the_journal_allows_one_live_attempt_per_payout_and_applies_outcomes_onc
         .collect();
     let payouts = w.run_payouts(MONDAY).await;
     let transfer = |i: usize| Transfer {
-        payout_id: payouts[i].payout_id.clone(),
-        wallet: by_provider[&payouts[i].provider_id].wallet,
+        payout_id: payouts[i].payout_id.to_string(),
+        wallet: by_provider[payouts[i].provider_id.as_str()].wallet,
         amount_micro_usdc: payouts[i].amount_micro_usdc as u64,
         statement: None,
     };
     let journal = LedgerJournal::new(w.ledger.clone());
-    let ids =
-        |n: usize| -> Vec<String> { payouts[..n].iter().map(|p| p.payout_id.clone()).collect() };
+    let ids = |n: usize| -> Vec<String> {
+        payouts[..n]
+            .iter()
+            .map(|p| p.payout_id.to_string())
+            .collect()
+    };
 
     let a1 = attempt("att-1", "sig-one", vec![transfer(0), transfer(1)]);
     journal.record_signed(&a1).await.unwrap();
@@ -583,7 +587,7 @@ async fn attempts_signed_before_0007_are_indexed_by_the_migration() {
             .wallet
     };
     let transfer = |i: usize| Transfer {
-        payout_id: payouts[i].payout_id.clone(),
+        payout_id: payouts[i].payout_id.to_string(),
         wallet: wallet(&payouts[i].provider_id),
         amount_micro_usdc: payouts[i].amount_micro_usdc as u64,
         statement: None,

@@ -211,7 +211,7 @@ async fn reconcile_never_agrees_with_another_mint() {
         .run_payouts(MONDAY)
         .await
         .into_iter()
-        .map(|p| p.payout_id)
+        .map(|p| p.payout_id.into())
         .collect();
     expected.sort();
     assert_eq!(mismatched, expected, "{report:?}");
@@ -266,7 +266,7 @@ async fn a_token_account_of_another_owner_is_never_paid_and_the_payout_fails_wit
             .await
             .unwrap()
             .iter()
-            .all(|a| !a.payout_ids.contains(&payout.payout_id))
+            .all(|a| !a.payout_ids.contains(&payout.payout_id.to_string()))
     );
     assert_eq!(w.dev.chain.token_balance_of(&w.dev.mint, &victim.wallet), 0);
     for p in providers.iter().filter(|p| p.id != victim.id) {

@@ -90,7 +90,7 @@ fn three_batches() -> Vec<(Vec<UsageInput>, SenderScope, Actor)> {
                 UsageInput::default(),
             ],
             SenderScope::Ingest {
-                provider_id: "prv_a".into(),
+                provider_id: "prv_a".parse().unwrap(),
             },
             Actor::token("agent-a"),
         ),

@@ -199,7 +199,7 @@ mod tests {
     #[test]
     fn a_candidate_is_its_record_and_its_figures() {
         let provider = ProviderRecord {
-            provider_id: "p".into(),
+            provider_id: "p".parse().unwrap(),
             name: "P".into(),
             email: "p@x".into(),
             tier: crate::event::Tier::Community,

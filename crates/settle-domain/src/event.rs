@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::DomainError;
+use super::ids::{AdjustmentId, EventId, GpuId, PayoutId, ProviderId, RentalId};
 
 /// A provider's tier, which selects its platform fee.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -223,7 +224,7 @@ pub const PLATFORM_STREAM: &str = "platform";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderRegistered {
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub name: String,
     pub email: String,
     pub tier: Tier,
@@ -232,10 +233,10 @@ pub struct ProviderRegistered {
     pub payout_method: Option<PayoutMethod>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderUpdated {
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -250,6 +251,21 @@ pub struct ProviderUpdated {
     pub payout_method: Option<PayoutMethod>,
 }
 
+impl ProviderUpdated {
+    /// An update of `provider_id` that changes nothing yet (set the fields it changes).
+    pub fn nothing(provider_id: ProviderId) -> ProviderUpdated {
+        ProviderUpdated {
+            provider_id,
+            name: None,
+            email: None,
+            tier: None,
+            schedule: None,
+            status: None,
+            payout_method: None,
+        }
+    }
+}
+
 /// A provider's personal data erased (SPEC §11): from this event on every read shows its
 /// name, email and payout method as `erased`, and its payout method is gone (a run decides
 /// `no_method`); its data key is destroyed from `destroy_after_ms` on, when the retention
@@ -257,7 +273,7 @@ pub struct ProviderUpdated {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderErased {
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub destroy_after_ms: i64,
     /// The approval it ran under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -267,15 +283,15 @@ pub struct ProviderErased {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuRegistered {
-    pub gpu_id: String,
-    pub provider_id: String,
+    pub gpu_id: GpuId,
+    pub provider_id: ProviderId,
     pub model: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateSet {
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub model: String,
     pub rate_usdc_per_hour: String,
     pub effective_from_ms: i64,
@@ -304,12 +320,12 @@ pub struct Segment {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageRecorded {
-    pub event_id: String,
-    pub provider_id: String,
-    pub gpu_id: String,
+    pub event_id: EventId,
+    pub provider_id: ProviderId,
+    pub gpu_id: GpuId,
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rental_id: Option<String>,
+    pub rental_id: Option<RentalId>,
     pub started_at_ms: i64,
     pub ended_at_ms: i64,
     pub rate_usdc_per_hour: String,
@@ -321,9 +337,9 @@ pub struct UsageRecorded {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageVoided {
-    pub event_id: String,
-    pub provider_id: String,
-    pub gpu_id: String,
+    pub event_id: EventId,
+    pub provider_id: ProviderId,
+    pub gpu_id: GpuId,
     pub model: String,
     pub reason: String,
     /// The voided event's segments, reversed exactly (same business time).
@@ -333,8 +349,8 @@ pub struct UsageVoided {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdjustmentPosted {
-    pub adjustment_id: String,
-    pub provider_id: String,
+    pub adjustment_id: AdjustmentId,
+    pub provider_id: ProviderId,
     pub amount_micro_usdc: i64,
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -350,19 +366,19 @@ pub struct AdjustmentPosted {
 pub struct PayoutRunDecided {
     pub run_kind: String,
     pub run_key: String,
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub decision: super::decision::Decision,
     pub available_micro_usdc: i64,
     pub amount_micro_usdc: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payout_id: Option<String>,
+    pub payout_id: Option<PayoutId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutCreated {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub run_kind: String,
     pub run_key: String,
     pub amount_micro_usdc: i64,
@@ -379,8 +395,8 @@ pub struct PayoutCreated {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutHeld {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub reason: String,
 }
 
@@ -388,8 +404,8 @@ pub struct PayoutHeld {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutHoldResolved {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub amount_micro_usdc: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -404,8 +420,8 @@ pub struct PayoutHoldResolved {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutSubmitted {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub rail: Rail,
     /// Solana: the transaction signature. Bank: the batch id.
     pub reference: String,
@@ -416,8 +432,8 @@ pub struct PayoutSubmitted {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutSettled {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub rail: Rail,
     pub amount_micro_usdc: i64,
     pub reference: String,
@@ -426,8 +442,8 @@ pub struct PayoutSettled {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutFailed {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub rail: Rail,
     pub amount_micro_usdc: i64,
     pub reason: String,
@@ -440,8 +456,8 @@ pub struct PayoutFailed {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayoutReturned {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub rail: Rail,
     pub amount_micro_usdc: i64,
     pub reason_code: String,
@@ -573,7 +589,7 @@ pub struct ApprovalRequested {
     /// One line for the approver.
     pub summary: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider_id: Option<String>,
+    pub provider_id: Option<ProviderId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount_micro_usdc: Option<i64>,
     pub requested_by: String,
@@ -748,8 +764,8 @@ pub struct ClockSet {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuListingChanged {
-    pub gpu_id: String,
-    pub provider_id: String,
+    pub gpu_id: GpuId,
+    pub provider_id: ProviderId,
     pub listed: bool,
     /// The benchmark that decided it.
     pub benchmark_id: String,
@@ -1024,9 +1040,9 @@ pub(crate) mod tests {
 
     fn usage(segments: Vec<Segment>) -> UsageRecorded {
         UsageRecorded {
-            event_id: "ev-1".into(),
-            provider_id: "p".into(),
-            gpu_id: "g".into(),
+            event_id: "ev-1".parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
+            gpu_id: "g".parse().unwrap(),
             model: "H100".into(),
             rental_id: None,
             started_at_ms: 0,
@@ -1039,8 +1055,8 @@ pub(crate) mod tests {
 
     fn hold(amount: i64) -> PayoutHoldResolved {
         PayoutHoldResolved {
-            payout_id: "po".into(),
-            provider_id: "p".into(),
+            payout_id: "po".parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
             amount_micro_usdc: amount,
             reason: None,
             amount_eur_cents: None,
@@ -1050,8 +1066,8 @@ pub(crate) mod tests {
 
     fn created(held: bool, method: PayoutMethod) -> PayoutCreated {
         PayoutCreated {
-            payout_id: "po".into(),
-            provider_id: "p".into(),
+            payout_id: "po".parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
             run_kind: "weekly".into(),
             run_key: "2026-W48".into(),
             amount_micro_usdc: 70,
@@ -1082,8 +1098,8 @@ pub(crate) mod tests {
     fn each_event_posts_its_lines() {
         let settled = |rail| {
             EventBody::PayoutSettled(PayoutSettled {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail,
                 amount_micro_usdc: 70,
                 reference: "r".into(),
@@ -1091,8 +1107,8 @@ pub(crate) mod tests {
         };
         let returned = |rail| {
             EventBody::PayoutReturned(PayoutReturned {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail,
                 amount_micro_usdc: 70,
                 reason_code: "R01".into(),
@@ -1117,9 +1133,9 @@ pub(crate) mod tests {
             ),
             (
                 EventBody::UsageVoided(UsageVoided {
-                    event_id: "ev-1".into(),
-                    provider_id: "p".into(),
-                    gpu_id: "g".into(),
+                    event_id: "ev-1".parse().unwrap(),
+                    provider_id: "p".parse().unwrap(),
+                    gpu_id: "g".parse().unwrap(),
                     model: "H100".into(),
                     reason: "refund".into(),
                     segments: vec![seg(0, 5, 100, 20, 80)],
@@ -1141,8 +1157,8 @@ pub(crate) mod tests {
             ),
             (
                 EventBody::AdjustmentPosted(AdjustmentPosted {
-                    adjustment_id: "a".into(),
-                    provider_id: "p".into(),
+                    adjustment_id: "a".parse().unwrap(),
+                    provider_id: "p".parse().unwrap(),
                     amount_micro_usdc: -30,
                     reason: "r".into(),
                     reference: None,
@@ -1182,8 +1198,8 @@ pub(crate) mod tests {
             ),
             (
                 EventBody::PayoutFailed(PayoutFailed {
-                    payout_id: "po".into(),
-                    provider_id: "p".into(),
+                    payout_id: "po".parse().unwrap(),
+                    provider_id: "p".parse().unwrap(),
                     rail: Rail::Solana,
                     amount_micro_usdc: 70,
                     reason: "expired".into(),
@@ -1208,8 +1224,8 @@ pub(crate) mod tests {
             // Events that move no money post nothing.
             (
                 EventBody::PayoutHeld(PayoutHeld {
-                    payout_id: "po".into(),
-                    provider_id: "p".into(),
+                    payout_id: "po".parse().unwrap(),
+                    provider_id: "p".parse().unwrap(),
                     reason: "limit".into(),
                 }),
                 vec![],

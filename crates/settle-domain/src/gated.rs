@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::event::EventBody;
+use super::ids::ProviderId;
 use super::operator::ControlProof;
 use super::policy::Policy;
 
@@ -54,7 +55,7 @@ pub struct Unproven {
     pub seq: i64,
     pub event_type: &'static str,
     /// The provider whose balance or payouts it touches, if any.
-    pub provider_id: Option<String>,
+    pub provider_id: Option<ProviderId>,
     /// Booked before the ledger had operators: not a break of control, but not provable.
     pub before_control: bool,
     pub detail: String,
@@ -71,7 +72,7 @@ pub fn unproven<'a>(
     mut events: Vec<Booked<'a>>,
 ) -> Vec<Unproven> {
     events.sort_by_key(|e| (e.recorded_at_ms, e.stream.to_owned(), e.seq));
-    let mut windows: BTreeMap<String, VecDeque<(i64, u64)>> = BTreeMap::new();
+    let mut windows: BTreeMap<ProviderId, VecDeque<(i64, u64)>> = BTreeMap::new();
     let mut out = Vec::new();
     for e in &events {
         let Some(policy) = policy_at(policies, e.recorded_at_ms) else {
@@ -123,10 +124,10 @@ fn policy_at(policies: &[(i64, Policy)], at_ms: i64) -> Option<&Policy> {
 fn gate_of(
     e: &Booked<'_>,
     policy: &Policy,
-    windows: &mut BTreeMap<String, VecDeque<(i64, u64)>>,
+    windows: &mut BTreeMap<ProviderId, VecDeque<(i64, u64)>>,
     bootstrap: &[(String, i64)],
-) -> Option<(&'static str, Option<String>, String)> {
-    let provider = |p: &str| Some(p.to_owned());
+) -> Option<(&'static str, Option<ProviderId>, String)> {
+    let provider = |p: &ProviderId| Some(p.clone());
     match e.body {
         EventBody::AdjustmentPosted(a) => adjustment_gate(a, e.recorded_at_ms, policy, windows),
         EventBody::ProviderRegistered(r) if r.payout_method.is_some() => Some((
@@ -210,8 +211,8 @@ fn adjustment_gate(
     a: &super::event::AdjustmentPosted,
     at_ms: i64,
     policy: &Policy,
-    windows: &mut BTreeMap<String, VecDeque<(i64, u64)>>,
-) -> Option<(&'static str, Option<String>, String)> {
+    windows: &mut BTreeMap<ProviderId, VecDeque<(i64, u64)>>,
+) -> Option<(&'static str, Option<ProviderId>, String)> {
     let amount = a.amount_micro_usdc.unsigned_abs();
     let window_ms = policy.adjustment_window_hours * 3_600_000;
     let seen = windows.entry(a.provider_id.clone()).or_default();

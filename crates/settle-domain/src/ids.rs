@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 use super::DomainError;
 
 /// The longest accepted id, in characters.
@@ -43,6 +45,85 @@ macro_rules! id_type {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = DomainError;
+            fn from_str(text: &str) -> Result<$name, DomainError> {
+                $name::parse(text)
+            }
+        }
+
+        /// Read-only: the text of a parsed id is the id (a `str` cannot be changed in place).
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        /// On the wire the id is its text, as the string it replaced was.
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        /// Read through [`Self::parse`]: a stored or sent id outside the grammar is refused
+        /// with the grammar's message, never taken as proof.
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let text = std::borrow::Cow::<'de, str>::deserialize(d)?;
+                $name::parse(&text).map_err(|e| serde::de::Error::custom(e.message))
             }
         }
     };
@@ -124,5 +205,32 @@ mod tests {
             GpuModel::parse(&"A".repeat(65)).unwrap_err().code,
             "invalid_model"
         );
+    }
+
+    /// An event written when its provider id was a `String` reads back as the same text,
+    /// byte for byte, and an id outside the grammar is refused on read, never taken.
+    #[test]
+    fn a_provider_id_in_an_event_keeps_its_wire_spelling_and_is_checked_on_read() {
+        use crate::event::EventBody;
+        let old = r#"{"payout_id":"po_1","provider_id":"prv_a:eu-1","reason":"manual"}"#;
+        let body = EventBody::from_json("payout.held", 1, old).expect("an old event reads");
+        let EventBody::PayoutHeld(held) = &body else {
+            panic!("payout.held, got {body:?}");
+        };
+        assert_eq!(held.provider_id, "prv_a:eu-1");
+        assert_eq!(body.to_json(), old);
+
+        let bad = old.replace("prv_a:eu-1", "prv a");
+        let refused = EventBody::from_json("payout.held", 1, &bad).unwrap_err();
+        assert_eq!(refused.code, "invalid_event_payload");
+        assert!(
+            refused
+                .message
+                .contains("provider_id must be 1..=128 characters"),
+            "{}",
+            refused.message
+        );
+        assert!(serde_json::from_str::<ProviderId>("\"\"").is_err());
+        assert_eq!("prv_7".parse::<ProviderId>().unwrap().as_str(), "prv_7");
     }
 }

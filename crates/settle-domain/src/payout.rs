@@ -31,6 +31,7 @@ use super::event::{
     EventBody, PayoutCreated, PayoutFailed, PayoutHoldResolved, PayoutMethod, PayoutReturned,
     PayoutSettled, PayoutSubmitted, Rail,
 };
+use super::ids::{PayoutId, ProviderId};
 
 /// Where a payout is in its life. Stored and shown as its [`as_str`](PayoutStatus::as_str).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -263,8 +264,8 @@ fn list(statuses: &[PayoutStatus]) -> String {
 /// A payout: the `payouts` projection's row, and the state its lifecycle commands decide on.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PayoutRecord {
-    pub payout_id: String,
-    pub provider_id: String,
+    pub payout_id: PayoutId,
+    pub provider_id: ProviderId,
     pub run_kind: String,
     pub run_key: String,
     pub rail: Rail,
@@ -750,8 +751,8 @@ mod tests {
                 },
             };
             EventBody::PayoutCreated(PayoutCreated {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 run_kind: "weekly".into(),
                 run_key: "2026-01-05".into(),
                 amount_micro_usdc: 123_456_789,
@@ -786,8 +787,8 @@ mod tests {
 
         fn submitted(reference: &str, e2e: Option<&str>, rail: Rail) -> EventBody {
             EventBody::PayoutSubmitted(PayoutSubmitted {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail,
                 reference: reference.into(),
                 end_to_end_id: e2e.map(str::to_owned),
@@ -796,8 +797,8 @@ mod tests {
 
         fn settled(rail: Rail) -> EventBody {
             EventBody::PayoutSettled(PayoutSettled {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail,
                 amount_micro_usdc: 123_456_789,
                 reference: "ref".into(),
@@ -806,8 +807,8 @@ mod tests {
 
         fn failed() -> EventBody {
             EventBody::PayoutFailed(PayoutFailed {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 rail: Rail::Solana,
                 amount_micro_usdc: 123_456_789,
                 reason: "expired".into(),
@@ -817,16 +818,16 @@ mod tests {
 
         fn held() -> EventBody {
             EventBody::PayoutHeld(PayoutHeld {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 reason: "new_payout_method".into(),
             })
         }
 
         fn resolved(reason: Option<&str>, eur: Option<(i64, &str)>) -> PayoutHoldResolved {
             PayoutHoldResolved {
-                payout_id: "po_1".into(),
-                provider_id: "prv_a".into(),
+                payout_id: "po_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 amount_micro_usdc: 123_456_789,
                 reason: reason.map(str::to_owned),
                 amount_eur_cents: eur.map(|(c, _)| c),
@@ -988,7 +989,7 @@ mod tests {
             );
             let mut other = failed();
             if let EventBody::PayoutFailed(f) = &mut other {
-                f.payout_id = "po_2".into();
+                f.payout_id = "po_2".parse().unwrap();
             }
             p.apply(AT + 40, &other);
             assert_eq!(p.status, PayoutStatus::Settled, "another payout's event");

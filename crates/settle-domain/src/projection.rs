@@ -588,8 +588,8 @@ fn usage_family_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, bo
             );
             out.push(ProjOp::RemoveSegments {
                 stream: stream.to_owned(),
-                gpu_id: v.gpu_id.clone(),
-                event_id: v.event_id.clone(),
+                gpu_id: v.gpu_id.to_string(),
+                event_id: v.event_id.to_string(),
             });
         }
         EventBody::AdjustmentPosted(a) => out.push(payable_recorded(
@@ -693,7 +693,7 @@ fn run_ops(out: &mut Vec<ProjOp>, stream: &str, recorded_at_ms: i64, body: &Even
                 d.decision.as_str().into(),
                 d.available_micro_usdc.into(),
                 d.amount_micro_usdc.into(),
-                d.payout_id.clone().into(),
+                d.payout_id.clone().map(String::from).into(),
                 recorded_at_ms.into(),
             ],
         }),
@@ -764,7 +764,7 @@ fn approval_ops(out: &mut Vec<ProjOp>, recorded_at_ms: i64, body: &EventBody) {
                 a.kind.as_str().into(),
                 a.command.as_str().into(),
                 a.summary.as_str().into(),
-                a.provider_id.clone().into(),
+                a.provider_id.clone().map(String::from).into(),
                 a.amount_micro_usdc.into(),
                 a.requested_by.as_str().into(),
                 recorded_at_ms.into(),
@@ -1016,7 +1016,7 @@ impl TypedFold {
 
     /// Holds a payout's record as stored.
     pub fn hold_payout(&mut self, payout: PayoutRecord) {
-        self.payouts.insert(payout.payout_id.clone(), payout);
+        self.payouts.insert(payout.payout_id.to_string(), payout);
     }
 
     /// Folds one event of `stream` recorded at `recorded_at_ms`. An event of a payout the
@@ -1038,10 +1038,10 @@ impl TypedFold {
         }
         if let EventBody::PayoutCreated(p) = body {
             self.payouts.insert(
-                p.payout_id.clone(),
+                p.payout_id.to_string(),
                 PayoutRecord::created(p, recorded_at_ms),
             );
-            self.changed_payouts.insert(p.payout_id.clone());
+            self.changed_payouts.insert(p.payout_id.to_string());
         } else if let Some((payout_id, _)) = lifecycle_step(body)
             && let Some(p) = self.payouts.get_mut(payout_id)
         {
@@ -1330,9 +1330,9 @@ mod tests {
 
     fn usage(event_id: &str, gpu_id: &str, segments: Vec<Segment>) -> EventBody {
         EventBody::UsageRecorded(UsageRecorded {
-            event_id: event_id.into(),
-            provider_id: "p".into(),
-            gpu_id: gpu_id.into(),
+            event_id: event_id.parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
+            gpu_id: gpu_id.parse().unwrap(),
             model: "H100".into(),
             rental_id: None,
             started_at_ms: segments[0].started_at_ms,
@@ -1357,8 +1357,8 @@ mod tests {
     /// its tier changed: the registration, the creation and the events at their times.
     fn typed_fold_events() -> (ProviderRegistered, PayoutCreated, Vec<(i64, EventBody)>) {
         let created = PayoutCreated {
-            payout_id: "po".into(),
-            provider_id: "p".into(),
+            payout_id: "po".parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
             run_kind: "weekly".into(),
             run_key: "2026-11-30".into(),
             amount_micro_usdc: 400,
@@ -1368,7 +1368,7 @@ mod tests {
             eur_per_usd: None,
         };
         let registered = ProviderRegistered {
-            provider_id: "p".into(),
+            provider_id: "p".parse().unwrap(),
             name: "P".into(),
             email: "p@x".into(),
             tier: Tier::Community,
@@ -1382,8 +1382,8 @@ mod tests {
             (
                 300,
                 EventBody::PayoutSubmitted(PayoutSubmitted {
-                    payout_id: "po".into(),
-                    provider_id: "p".into(),
+                    payout_id: "po".parse().unwrap(),
+                    provider_id: "p".parse().unwrap(),
                     rail: Rail::Solana,
                     reference: "sig".into(),
                     end_to_end_id: None,
@@ -1392,8 +1392,8 @@ mod tests {
             (
                 400,
                 EventBody::PayoutFailed(PayoutFailed {
-                    payout_id: "po".into(),
-                    provider_id: "p".into(),
+                    payout_id: "po".parse().unwrap(),
+                    provider_id: "p".parse().unwrap(),
                     rail: Rail::Solana,
                     amount_micro_usdc: 400,
                     reason: "closed".into(),
@@ -1403,9 +1403,8 @@ mod tests {
             (
                 500,
                 EventBody::ProviderUpdated(ProviderUpdated {
-                    provider_id: "p".into(),
                     tier: Some(Tier::Enterprise),
-                    ..ProviderUpdated::default()
+                    ..ProviderUpdated::nothing("p".parse().unwrap())
                 }),
             ),
         ];
@@ -1475,7 +1474,7 @@ mod tests {
             ],
         );
         if let EventBody::UsageRecorded(u) = &mut ev {
-            u.rental_id = Some("r-1".into());
+            u.rental_id = Some("r-1".parse().unwrap());
         }
         let all = ops("provider:p", 1, DAY + 5, &ev);
         assert!(
@@ -1486,9 +1485,9 @@ mod tests {
         assert!(immediate_ops("provider:p", 1, DAY + 5, &ev).is_empty());
         // Any other event goes through `ops`: a void removes its segments in its own transaction.
         let void = EventBody::UsageVoided(UsageVoided {
-            event_id: "ev-1".into(),
-            provider_id: "p".into(),
-            gpu_id: "g".into(),
+            event_id: "ev-1".parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
+            gpu_id: "g".parse().unwrap(),
             model: "H100".into(),
             reason: "test".into(),
             segments: vec![seg(DAY - 60_000, DAY, 10, 2, 8)],
@@ -1646,7 +1645,7 @@ mod tests {
             1,
             100,
             &EventBody::ProviderRegistered(ProviderRegistered {
-                provider_id: "p".into(),
+                provider_id: "p".parse().unwrap(),
                 name: "P".into(),
                 email: "p@x".into(),
                 tier: Tier::Community,
@@ -1675,8 +1674,8 @@ mod tests {
         // A returned payout that proves the method wrong marks it; an update clears it.
         let returned = |invalid| {
             EventBody::PayoutReturned(PayoutReturned {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail: Rail::Sepa,
                 amount_micro_usdc: 0,
                 reason_code: "AC04".into(),
@@ -1693,7 +1692,7 @@ mod tests {
             4,
             200,
             &EventBody::ProviderUpdated(ProviderUpdated {
-                provider_id: "p".into(),
+                provider_id: "p".parse().unwrap(),
                 name: Some("Q".into()),
                 email: Some("q@x".into()),
                 tier: Some(Tier::Enterprise),
@@ -1725,19 +1724,15 @@ mod tests {
             "provider:p",
             5,
             300,
-            &EventBody::ProviderUpdated(ProviderUpdated {
-                provider_id: "p".into(),
-                ..Default::default()
-            }),
+            &EventBody::ProviderUpdated(ProviderUpdated::nothing("p".parse().unwrap())),
         );
         p.fold(
             "provider:x",
             1,
             300,
             &EventBody::ProviderUpdated(ProviderUpdated {
-                provider_id: "x".into(),
                 status: Some(ProviderStatus::Suspended),
-                ..Default::default()
+                ..ProviderUpdated::nothing("x".parse().unwrap())
             }),
         );
         assert_eq!(p, before);
@@ -1760,8 +1755,8 @@ mod tests {
             6,
             400,
             &EventBody::GpuRegistered(GpuRegistered {
-                gpu_id: "g".into(),
-                provider_id: "p".into(),
+                gpu_id: "g".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 model: "H100".into(),
             }),
         );
@@ -1770,7 +1765,7 @@ mod tests {
             7,
             500,
             &EventBody::RateSet(RateSet {
-                provider_id: "p".into(),
+                provider_id: "p".parse().unwrap(),
                 model: "H100".into(),
                 rate_usdc_per_hour: "2.500000".into(),
                 effective_from_ms: 450,
@@ -1832,8 +1827,8 @@ mod tests {
             1,
             10,
             &EventBody::AdjustmentPosted(AdjustmentPosted {
-                adjustment_id: "a".into(),
-                provider_id: "p".into(),
+                adjustment_id: "a".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 amount_micro_usdc: 500,
                 reason: "credit".into(),
                 reference: None,
@@ -1851,11 +1846,11 @@ mod tests {
             &EventBody::PayoutRunDecided(PayoutRunDecided {
                 run_kind: "weekly".into(),
                 run_key: "2026-11-30".into(),
-                provider_id: "p".into(),
+                provider_id: "p".parse().unwrap(),
                 decision: super::super::decision::Decision::Paid,
                 available_micro_usdc: 500,
                 amount_micro_usdc: 400,
-                payout_id: Some("po".into()),
+                payout_id: Some("po".parse().unwrap()),
             }),
         );
         assert_eq!(
@@ -1870,8 +1865,8 @@ mod tests {
             3,
             30,
             &EventBody::PayoutCreated(PayoutCreated {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 run_kind: "weekly".into(),
                 run_key: "2026-11-30".into(),
                 amount_micro_usdc: 400,
@@ -1906,16 +1901,16 @@ mod tests {
             4,
             40,
             &EventBody::PayoutHeld(PayoutHeld {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 reason: "above limit".into(),
             }),
         );
         assert_eq!(payout_row(&p)[8..10], [t("held"), t("above limit")]);
         assert_eq!(payout_row(&p)[14], i(40));
         let resolved = |cents: Option<i64>, rate: Option<&str>| PayoutHoldResolved {
-            payout_id: "po".into(),
-            provider_id: "p".into(),
+            payout_id: "po".parse().unwrap(),
+            provider_id: "p".parse().unwrap(),
             amount_micro_usdc: 400,
             reason: None,
             amount_eur_cents: cents,
@@ -1938,8 +1933,8 @@ mod tests {
             7,
             60,
             &EventBody::PayoutSubmitted(PayoutSubmitted {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail: Rail::Solana,
                 reference: "sig".into(),
                 end_to_end_id: Some("e2e".into()),
@@ -1952,8 +1947,8 @@ mod tests {
             8,
             70,
             &EventBody::PayoutSettled(PayoutSettled {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail: Rail::Solana,
                 amount_micro_usdc: 400,
                 reference: "sig2".into(),
@@ -1966,8 +1961,8 @@ mod tests {
             9,
             80,
             &EventBody::PayoutFailed(PayoutFailed {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail: Rail::Solana,
                 amount_micro_usdc: 400,
                 reason: "expired".into(),
@@ -1983,8 +1978,8 @@ mod tests {
             10,
             90,
             &EventBody::PayoutReturned(PayoutReturned {
-                payout_id: "po".into(),
-                provider_id: "p".into(),
+                payout_id: "po".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 rail: Rail::Solana,
                 amount_micro_usdc: 400,
                 reason_code: "R01".into(),
@@ -2149,7 +2144,7 @@ mod tests {
                 kind: "adjustment".into(),
                 command: "{}".into(),
                 summary: "credit p".into(),
-                provider_id: Some("p".into()),
+                provider_id: Some("p".parse().unwrap()),
                 amount_micro_usdc: Some(5),
                 requested_by: "alice".into(),
                 content_hash: Some("c0".into()),
@@ -2220,8 +2215,8 @@ mod tests {
             1,
             10,
             &EventBody::AdjustmentPosted(AdjustmentPosted {
-                adjustment_id: "a".into(),
-                provider_id: "p".into(),
+                adjustment_id: "a".parse().unwrap(),
+                provider_id: "p".parse().unwrap(),
                 amount_micro_usdc: 1,
                 reason: "r".into(),
                 reference: None,

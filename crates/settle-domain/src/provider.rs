@@ -25,7 +25,7 @@ pub const ERASED: &str = "erased";
 /// registry commands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderRecord {
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub name: String,
     pub email: String,
     pub tier: Tier,
@@ -168,7 +168,7 @@ impl RegisterProvider {
     /// The event this registration books (its content is what a re-send is compared with).
     pub fn event(&self) -> ProviderRegistered {
         ProviderRegistered {
-            provider_id: self.provider_id.to_string(),
+            provider_id: self.provider_id.clone(),
             name: self.name.trim().to_owned(),
             email: self.email.clone(),
             tier: self.tier,
@@ -219,8 +219,8 @@ pub struct RegisterGpu {
 impl RegisterGpu {
     pub fn event(&self) -> GpuRegistered {
         GpuRegistered {
-            gpu_id: self.gpu_id.to_string(),
-            provider_id: self.provider_id.to_string(),
+            gpu_id: self.gpu_id.clone(),
+            provider_id: self.provider_id.clone(),
             model: self.model.as_str().to_owned(),
         }
     }
@@ -251,8 +251,8 @@ pub struct PostAdjustment {
 impl PostAdjustment {
     pub fn event(&self) -> AdjustmentPosted {
         AdjustmentPosted {
-            adjustment_id: self.adjustment_id.to_string(),
-            provider_id: self.provider_id.to_string(),
+            adjustment_id: self.adjustment_id.clone(),
+            provider_id: self.provider_id.clone(),
             amount_micro_usdc: self.amount_micro_usdc,
             reason: self.reason.trim().to_owned(),
             reference: self.reference.as_deref().map(|r| r.trim().to_owned()),
@@ -337,7 +337,7 @@ pub fn decide(state: &ProviderState, cmd: ProviderCommand) -> Result<Vec<EventBo
                 return Ok(vec![]);
             }
             Ok(vec![EventBody::RateSet(RateSet {
-                provider_id: c.provider_id.to_string(),
+                provider_id: c.provider_id.clone(),
                 model: key.0,
                 rate_usdc_per_hour: rate,
                 effective_from_ms: c.effective_from_ms,
@@ -377,7 +377,7 @@ fn decide_update(state: &ProviderState, c: &UpdateProvider) -> Result<Vec<EventB
     let method_changes = c.payout_method.is_some()
         && (c.payout_method != current.payout_method || current.method_invalid);
     let update = ProviderUpdated {
-        provider_id: c.provider_id.to_string(),
+        provider_id: c.provider_id.clone(),
         name: c
             .name
             .as_deref()
@@ -390,11 +390,7 @@ fn decide_update(state: &ProviderState, c: &UpdateProvider) -> Result<Vec<EventB
         status: c.status.filter(|s| *s != current.status),
         payout_method: c.payout_method.clone().filter(|_| method_changes),
     };
-    let changes_nothing = update
-        == ProviderUpdated {
-            provider_id: update.provider_id.clone(),
-            ..ProviderUpdated::default()
-        };
+    let changes_nothing = update == ProviderUpdated::nothing(update.provider_id.clone());
     if changes_nothing && c.update_id.is_none() {
         return Ok(vec![]);
     }
@@ -410,7 +406,7 @@ mod tests {
 
     fn registered() -> EventBody {
         EventBody::ProviderRegistered(ProviderRegistered {
-            provider_id: "prv_a".into(),
+            provider_id: "prv_a".parse().unwrap(),
             name: "Ada".into(),
             email: "ada@example.com".into(),
             tier: Tier::Community,
@@ -434,8 +430,8 @@ mod tests {
 
     fn returned_method_invalid() -> EventBody {
         EventBody::PayoutReturned(PayoutReturned {
-            payout_id: "po_1".into(),
-            provider_id: "prv_a".into(),
+            payout_id: "po_1".parse().unwrap(),
+            provider_id: "prv_a".parse().unwrap(),
             rail: Rail::Sepa,
             amount_micro_usdc: 1,
             reason_code: "AC04".into(),
@@ -446,7 +442,7 @@ mod tests {
 
     fn rate_set(rate: &str) -> EventBody {
         EventBody::RateSet(RateSet {
-            provider_id: "prv_a".into(),
+            provider_id: "prv_a".parse().unwrap(),
             model: "h100".into(),
             rate_usdc_per_hour: rate.into(),
             effective_from_ms: AT,
@@ -530,10 +526,7 @@ mod tests {
     }
 
     fn updated(f: impl FnOnce(&mut ProviderUpdated)) -> Then {
-        let mut u = ProviderUpdated {
-            provider_id: "prv_a".into(),
-            ..ProviderUpdated::default()
-        };
+        let mut u = ProviderUpdated::nothing("prv_a".parse().unwrap());
         f(&mut u);
         Then::Events(vec![EventBody::ProviderUpdated(u)])
     }
@@ -723,8 +716,8 @@ mod tests {
             &reg,
             C::PostAdjustment(&a),
             Then::Events(vec![EventBody::AdjustmentPosted(AdjustmentPosted {
-                adjustment_id: "adj_1".into(),
-                provider_id: "prv_a".into(),
+                adjustment_id: "adj_1".parse().unwrap(),
+                provider_id: "prv_a".parse().unwrap(),
                 amount_micro_usdc: -5,
                 reason: "goodwill".into(),
                 reference: None,
@@ -752,9 +745,8 @@ mod tests {
         state.apply(AT + 10, &returned_method_invalid());
         assert!(state.provider.as_ref().unwrap().method_invalid);
         let change = EventBody::ProviderUpdated(ProviderUpdated {
-            provider_id: "prv_a".into(),
             payout_method: Some(other_wallet()),
-            ..ProviderUpdated::default()
+            ..ProviderUpdated::nothing("prv_a".parse().unwrap())
         });
         state.apply(AT + 20, &change);
         let p = state.provider.unwrap();

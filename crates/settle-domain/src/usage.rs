@@ -6,6 +6,7 @@
 use super::DomainError;
 use super::bands::{RateBand, rate_check};
 use super::event::{Segment, UsageRecorded, UsageVoided};
+use super::ids::{EventId, GpuId, ProviderId, RentalId};
 use super::money::Rate;
 use super::pricing::{FeeBook, PriceBook, TierHistory, price_interval};
 use super::time::format_ms;
@@ -13,10 +14,10 @@ use super::time::format_ms;
 /// A usage event to book, validated field by field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordUsage<'a> {
-    pub event_id: &'a str,
-    pub provider_id: &'a str,
-    pub gpu_id: &'a str,
-    pub rental_id: Option<&'a str>,
+    pub event_id: &'a EventId,
+    pub provider_id: &'a ProviderId,
+    pub gpu_id: &'a GpuId,
+    pub rental_id: Option<&'a RentalId>,
     pub started_at_ms: i64,
     pub ended_at_ms: i64,
     /// The agreed rate sent with the event (the metering pipeline only), else the price
@@ -100,11 +101,11 @@ pub fn decide(state: &UsageState, cmd: &RecordUsage) -> Result<UsageRecorded, Do
         state.fees.fee_at(tier, at)
     });
     Ok(UsageRecorded {
-        event_id: cmd.event_id.to_owned(),
-        provider_id: cmd.provider_id.to_owned(),
-        gpu_id: cmd.gpu_id.to_owned(),
+        event_id: cmd.event_id.clone(),
+        provider_id: cmd.provider_id.clone(),
+        gpu_id: cmd.gpu_id.clone(),
         model: model.to_owned(),
-        rental_id: cmd.rental_id.map(str::to_owned),
+        rental_id: cmd.rental_id.cloned(),
         started_at_ms: cmd.started_at_ms,
         ended_at_ms: cmd.ended_at_ms,
         rate_usdc_per_hour: rate.to_canonical(),
@@ -222,10 +223,17 @@ mod tests {
     }
 
     fn when(from: &str, to: &str, rate: Option<&str>) -> RecordUsage<'static> {
+        // The table's ids, for the whole test run (a command borrows its ids).
+        fn id<T: std::str::FromStr>(text: &str) -> &'static T
+        where
+            T::Err: std::fmt::Debug,
+        {
+            Box::leak(Box::new(text.parse().unwrap()))
+        }
         RecordUsage {
-            event_id: "ev1",
-            provider_id: "prv_a",
-            gpu_id: "gpu_1",
+            event_id: id("ev1"),
+            provider_id: id("prv_a"),
+            gpu_id: id("gpu_1"),
             rental_id: None,
             started_at_ms: ms(from),
             ended_at_ms: ms(to),

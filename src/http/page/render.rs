@@ -720,7 +720,7 @@ mod tests {
     fn a_rejected_or_returned_bank_payout_says_why_and_what_to_do() {
         let row = |rail: Rail, status: PayoutStatus, reason: Option<&str>| PayoutRow {
             payout_id: "po_1".into(),
-            provider_id: "prv".into(),
+            provider_id: "prv".parse().unwrap(),
             run_kind: "monthly".into(),
             run_key: "2026-12".into(),
             rail,

@@ -150,7 +150,7 @@ struct Outcome {
 impl Outcome {
     fn of(p: &PayoutRecord, outcome: &'static str, detail: impl Into<String>) -> Outcome {
         Outcome {
-            payout: Some(p.payout_id.clone()),
+            payout: Some(p.payout_id.to_string()),
             batch: p.reference.clone(),
             outcome,
             code: None,
@@ -712,8 +712,8 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
                     out[i] = Some(o);
                     continue;
                 }
-                let in_settles = pending.settling.contains(&p.payout_id);
-                let in_returns = pending.returning.contains(&p.payout_id);
+                let in_settles = pending.settling.contains(p.payout_id.as_str());
+                let in_returns = pending.returning.contains(p.payout_id.as_str());
                 if in_returns || (in_settles && matches!(action, Action::Return(_))) {
                     pending.flush(m, &mut out).await?;
                     // The payout as those bookings left it.
@@ -727,12 +727,12 @@ async fn book_items(m: &mut Matcher<'_>, items: &[Item]) -> Result<Vec<Outcome>,
                 }
                 match action {
                     Action::Settle => {
-                        pending.settling.insert(p.payout_id.clone());
+                        pending.settling.insert(p.payout_id.to_string());
                         pending.settles.push((i, p));
                     }
                     Action::Reject(code) => out[i] = Some(reject_one(m, &p, code).await?),
                     Action::Return(code) => {
-                        pending.returning.insert(p.payout_id.clone());
+                        pending.returning.insert(p.payout_id.to_string());
                         pending.returns.push((i, p, code.clone()));
                     }
                     Action::Change(change) => {

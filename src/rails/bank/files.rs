@@ -313,7 +313,7 @@ pub fn write_file(
             let execution = sepa_execution_date(today)?;
             let payments = payouts
                 .iter()
-                .map(|p| sepa_payment(p, execution, statements.get(&p.payout_id)))
+                .map(|p| sepa_payment(p, execution, statements.get(p.payout_id.as_str())))
                 .collect::<Result<Vec<_>, _>>()?;
             let total_cents = payments.iter().map(|p| p.amount_eur_cents).sum();
             let batch = SepaBatch {

@@ -43,6 +43,7 @@ use crate::config::BankConfig;
 use crate::domain::DomainError;
 use crate::domain::batch::BatchStatus;
 use crate::domain::event::{BankBatchGenerated, Rail};
+use crate::domain::ids::ProviderId;
 use crate::domain::payout::PayoutStatus;
 use crate::failpoint::failpoint;
 use crate::ledger::payouts::{self, PayoutRecord};
@@ -567,7 +568,7 @@ async fn choose_bankable(
             if chosen.len() >= config.batch_payouts_max {
                 break;
             }
-            after.clone_from(&p.payout_id);
+            p.payout_id.as_str().clone_into(&mut after);
             let bankable = opened
                 .map_err(|reason| {
                     crate::domain::DomainError::new(
@@ -583,7 +584,7 @@ async fn choose_bankable(
                     let reason = format!("{}: {}", e.code, e.message);
                     match ledger.fail_payout(&p.payout_id, &reason, actor).await {
                         Ok(_) => report.failed.push(Unbankable {
-                            payout_id: p.payout_id.clone(),
+                            payout_id: p.payout_id.to_string(),
                             reason,
                         }),
                         Err(LedgerError::Rejected(e)) if e.code == "invalid_payout_state" => {}
@@ -610,7 +611,7 @@ async fn generate_one(
     chosen: &[PayoutRecord],
     actor: &Actor,
 ) -> Result<Option<BatchOutcome>, BankError> {
-    let ids: Vec<String> = chosen.iter().map(|p| p.payout_id.clone()).collect();
+    let ids: Vec<String> = chosen.iter().map(|p| p.payout_id.to_string()).collect();
     let batch_id = files::batch_id(rail, &ids);
     // The SHA-256 and bytes of the last file built: the recorded batch's, when it is.
     let built: std::sync::Mutex<Option<(String, String)>> = std::sync::Mutex::new(None);
@@ -726,7 +727,7 @@ pub async fn mark_settled(
     let mut to_settle: Vec<String> = Vec::new();
     for p in batch_payouts(store, &b).await? {
         match p.status {
-            PayoutStatus::Created | PayoutStatus::Submitted => to_settle.push(p.payout_id),
+            PayoutStatus::Created | PayoutStatus::Submitted => to_settle.push(p.payout_id.into()),
             PayoutStatus::Settled | PayoutStatus::Returned => {}
             other => problems.push(format!(
                 "payout {} is {other}; it was not settled with batch {batch_id}",
@@ -752,7 +753,7 @@ pub async fn mark_settled(
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ReturnOutcome {
     pub payout_id: String,
-    pub provider_id: String,
+    pub provider_id: ProviderId,
     pub batch_id: String,
     pub code: String,
     pub reason: String,
@@ -846,7 +847,7 @@ async fn check_return(
     };
     let batch_id = returned_batch(store, payout_id, &p, &reason, batches).await?;
     let outcome = ReturnOutcome {
-        payout_id: p.payout_id.clone(),
+        payout_id: p.payout_id.to_string(),
         provider_id: p.provider_id.clone(),
         batch_id,
         code: reason.code().to_owned(),

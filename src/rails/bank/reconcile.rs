@@ -172,7 +172,7 @@ pub async fn reconcile(ledger: &Ledger, config: &BankConfig) -> Result<Reconcili
                 }
                 _ => {
                     if r.open_payouts.len() < OPEN_PAYOUTS_LISTED_MAX {
-                        r.open_payouts.push(p.payout_id.clone());
+                        r.open_payouts.push(p.payout_id.to_string());
                     }
                     (&mut r.open, &mut r.open_cents)
                 }

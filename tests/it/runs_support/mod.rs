@@ -279,7 +279,7 @@ pub async fn check_money(ledger: &Ledger) {
                     EventBody::AdjustmentPosted(a) => *entry += a.amount_micro_usdc,
                     EventBody::PayoutRunDecided(d) => {
                         *decided
-                            .entry((d.run_kind, d.run_key, d.provider_id))
+                            .entry((d.run_kind, d.run_key, d.provider_id.into()))
                             .or_default() += 1;
                     }
                     _ => {}
