@@ -23,24 +23,56 @@ pub(crate) fn random_key() -> SigningKey {
     key
 }
 
+/// The failpoint after a new key file is written under its temporary name, before it
+/// appears under its own.
+pub const KEY_FILE_BEFORE_PUBLISH: &str = "key_file.before_publish";
+
 /// Writes `key` as a new key file at `path` (mode 0600; an existing file is never
 /// overwritten); returns its public key.
+///
+/// The file appears whole or not at all: the key is written and synced under a temporary
+/// name beside `path`, then linked to `path` (which fails when `path` exists) and the
+/// directory synced. A process killed half-way leaves at most a stray temporary file, never
+/// an empty or partial key that every later start would refuse.
 pub fn write_key_file(path: &Path, key: &SigningKey) -> anyhow::Result<OperatorKey> {
     use std::os::unix::fs::OpenOptionsExt;
     let bytes: Vec<u8> = key.to_keypair_bytes().to_vec();
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map_or_else(|| "key".into(), |n| n.to_string_lossy().into_owned());
+    let temp = dir.join(format!(
+        ".{name}.{}.{:016x}.tmp",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let written = (|| -> anyhow::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .with_context(|| format!("creating {}", temp.display()))?;
+        file.write_all(serde_json::to_string(&bytes)?.as_bytes())?;
+        file.sync_all()?;
+        crate::failpoint::failpoint(KEY_FILE_BEFORE_PUBLISH);
+        std::fs::hard_link(&temp, path).with_context(|| {
             format!(
                 "creating {} (an existing key is never overwritten)",
                 path.display()
             )
         })?;
-    file.write_all(serde_json::to_string(&bytes)?.as_bytes())?;
-    file.sync_all()?;
+        Ok(())
+    })();
+    // The temporary name goes either way; the key, when linked, stays under `path`.
+    let _ = std::fs::remove_file(&temp);
+    written?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", dir.display()))?;
     Ok(OperatorKey::from_verifying_key(key.verifying_key()))
 }
 

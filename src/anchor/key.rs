@@ -36,8 +36,14 @@ impl AnchorKey {
                     .with_context(|| format!("creating {}", dir.display()))?;
             }
             let key = crate::operator_key::random_key();
-            crate::operator_key::write_key_file(path, &key)?;
-            tracing::info!(key = %bs58::encode(key.verifying_key().as_bytes()).into_string(), file = %path.display(), "made a new anchor key");
+            match crate::operator_key::write_key_file(path, &key) {
+                Ok(_) => {
+                    tracing::info!(key = %bs58::encode(key.verifying_key().as_bytes()).into_string(), file = %path.display(), "made a new anchor key");
+                }
+                // Another process made it first: that key is the one.
+                Err(_) if path.exists() => {}
+                Err(e) => return Err(e),
+            }
         }
         AnchorKey::load(path)
     }
@@ -73,5 +79,69 @@ pub(crate) fn signature_valid(public: &str, root: &Digest32, signature: &str) ->
     match (key, signature) {
         (Some(key), Some(signature)) => key.verify(&signed_message(root), &signature).is_ok(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// `serve` processes started together (or one killed while making the key) never see
+    /// a partial key: every start gets the same whole key, and no temporary file stays.
+    #[test]
+    fn starts_at_once_agree_on_one_whole_anchor_key() {
+        const STARTS: usize = 8;
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("settle.db.anchors.key");
+            let barrier = std::sync::Barrier::new(STARTS);
+            let keys: Vec<String> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..STARTS)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            AnchorKey::load_or_create(&path).map(|k| k.public())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap().expect("every start gets the key"))
+                    .collect()
+            });
+            assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+            assert_eq!(entries(dir.path()), ["settle.db.anchors.key"]);
+            assert_eq!(AnchorKey::load(&path).unwrap().public(), keys[0]);
+        }
+    }
+
+    #[test]
+    fn a_key_file_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("operator.json");
+        let first = crate::operator_key::random_key();
+        crate::operator_key::write_key_file(&path, &first).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let refused =
+            crate::operator_key::write_key_file(&path, &crate::operator_key::random_key())
+                .unwrap_err();
+        assert!(
+            format!("{refused:#}").contains("an existing key is never overwritten"),
+            "{refused:#}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert_eq!(entries(dir.path()), ["operator.json"]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 }

@@ -1340,3 +1340,44 @@ async fn a_tier_change_waits_for_a_second_actor() {
     );
     common::assert_events_match_schemas(&db.store().await).await;
 }
+
+/// A `settle operator keygen` killed after writing the key, before it appears under its
+/// name, leaves no key file (never an empty or partial one that every later start would
+/// refuse), and the next keygen makes the key.
+#[tokio::test]
+async fn a_keygen_killed_half_way_leaves_no_partial_key() {
+    if !common::failpoints_or_skip("control::a_keygen_killed_half_way_leaves_no_partial_key") {
+        return;
+    }
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("alice.json");
+    let out = common::settle_command()
+        .env(
+            settle::failpoint::FAILPOINT_ENV,
+            settle::operator_key::KEY_FILE_BEFORE_PUBLISH,
+        )
+        .args(["--database", &db.url, "operator", "keygen", "--out"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the failpoint aborts keygen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!path.exists(), "no key file after the crash");
+
+    let (code, public, stderr) = run_cli(
+        &db.url,
+        &["operator", "keygen", "--out", path.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let key: Vec<u8> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(key.len(), 64, "a whole key file");
+    assert_eq!(
+        public.trim(),
+        bs58::encode(&key[32..]).into_string(),
+        "the key file holds the key keygen printed"
+    );
+}
