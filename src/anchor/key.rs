@@ -95,8 +95,9 @@ mod tests {
         names
     }
 
-    /// `serve` processes started together (or one killed while making the key) never see
-    /// a partial key: every start gets the same whole key, and no temporary file stays.
+    /// `serve` processes started together never see a partial key: every start gets the
+    /// same whole key, and no temporary file stays. (A start killed while making the key:
+    /// `control::a_keygen_killed_half_way_leaves_no_partial_key`.)
     #[test]
     fn starts_at_once_agree_on_one_whole_anchor_key() {
         const STARTS: usize = 8;

@@ -424,8 +424,8 @@ pub async fn create_database(coordinator: &str, name: &str) -> Result<String, St
 
 /// How many times [`create_database`] asks the coordinator to add a worker before it gives
 /// up. Citus answers a metadata sync that failed on the worker's side with only "failure on
-/// connection marked as essential" (its issue 5515); seen once on a freshly started
-/// cluster, and a new session's second try succeeds.
+/// connection marked as essential", hiding the worker's own error; seen once on a freshly
+/// started cluster, where a new session's second try succeeds.
 pub const ADD_NODE_ATTEMPTS: u32 = 3;
 
 /// The pause between two of those tries.
